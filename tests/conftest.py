@@ -1,0 +1,47 @@
+"""Shared fixtures. Tests never touch the network or the user's cache."""
+
+from __future__ import annotations
+
+import io
+import os
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+
+import pytest
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _isolated_home(tmp_path_factory):
+    """Keep EAGLE3KIT_HOME (the zoo cache) inside a session temp dir unless CI sets one."""
+    if "EAGLE3KIT_TEST_HOME" in os.environ:
+        os.environ["EAGLE3KIT_HOME"] = os.environ["EAGLE3KIT_TEST_HOME"]
+    else:
+        os.environ["EAGLE3KIT_HOME"] = str(tmp_path_factory.mktemp("eagle3kit_home"))
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    yield
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+def run_cli(*args: str) -> CliResult:
+    """Run `eagle3kit ARGS` in-process; returns exit code, stdout, stderr."""
+    from eagle3kit.cli import main
+
+    o, e = io.StringIO(), io.StringIO()
+    code = 0
+    with redirect_stdout(o), redirect_stderr(e):
+        try:
+            main([str(a) for a in args])
+        except SystemExit as ex:
+            code = ex.code if isinstance(ex.code, int) else (0 if ex.code is None else 1)
+    return CliResult(code, o.getvalue(), e.getvalue())
+
+
+@pytest.fixture
+def cli():
+    return run_cli

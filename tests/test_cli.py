@@ -1,0 +1,20 @@
+import subprocess
+import sys
+
+from conftest import run_cli
+
+
+def test_help_lists_commands():
+    r = run_cli("--help")
+    assert r.code == 0
+    assert "demo" in r.out
+
+
+def test_unknown_command_is_usage_error():
+    r = run_cli("no-such-verb")
+    assert r.code == 2
+
+
+def test_help_does_not_import_torch():
+    code = "import sys; from eagle3kit import cli; assert 'torch' not in sys.modules, 'torch imported'; assert 'transformers' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
