@@ -31,8 +31,6 @@ TRAINABLE_TENSORS = (
 )
 INDEX_TENSORS = ("d2t", "t2d")
 OPTIONAL_TENSORS = ("embed_tokens.weight",)
-# Extra norms some trainers add (speculators' fc_norm / norm_before_fc variants).
-FLAG_TENSORS = ("fc_norm.weight",)
 
 
 def default_aux_layers(num_layers: int) -> tuple[int, int, int]:
@@ -65,7 +63,8 @@ class DraftSpec:
     norm_before_residual: bool = False
     norm_before_fc: bool = False
     fc_norm: bool = False
-    norm_output: bool = True  # lm_head reads norm(h); every engine does this
+    norm_output: bool = False  # speculators' Eagle 3.1: feed norm(h), not h, to the next step
+    qk_norm: bool = False  # Qwen3-style per-head RMSNorm on q and k
     dtype: str = "bfloat16"
     tensors: tuple[str, ...] = ()  # canonical names present in the checkpoint
     verifier: str | None = None  # the target this drafter was trained for, when recorded
@@ -108,13 +107,29 @@ class DraftSpec:
             "t2d": (self.vocab_size,),
             "embed_tokens.weight": (self.vocab_size, h),
         }
-        if self.fc_norm or self.norm_before_fc:
-            shapes["fc_norm.weight"] = (self.fc_in_features,)
+        if self.norm_before_fc:  # one RMSNorm over cat(aux) before fc
+            shapes["input_norm.weight"] = (self.fc_in_features,)
+        if self.fc_norm:  # one RMSNorm per aux hidden state before fc
+            for j in range(self.num_aux):
+                shapes[f"fc_norm.{j}.weight"] = (self.target_hidden_size,)
+        if self.qk_norm:
+            shapes["midlayer.self_attn.q_norm.weight"] = (self.head_dim,)
+            shapes["midlayer.self_attn.k_norm.weight"] = (self.head_dim,)
         if self.attention_bias:
             shapes["midlayer.self_attn.q_proj.bias"] = (self.q_size,)
             shapes["midlayer.self_attn.k_proj.bias"] = (self.kv_size,)
             shapes["midlayer.self_attn.v_proj.bias"] = (self.kv_size,)
         return shapes
+
+    def required_tensors(self) -> tuple[str, ...]:
+        """Tensors a servable checkpoint must carry (embed_tokens is optional)."""
+        flags = tuple(
+            n
+            for n in self.expected_shapes()
+            if n not in TRAINABLE_TENSORS and n not in INDEX_TENSORS and n not in OPTIONAL_TENSORS
+        )
+        idx = ("d2t",) if self.draft_vocab_size != self.vocab_size else ()  # t2d: engines ignore it
+        return TRAINABLE_TENSORS + flags + idx
 
     def replace(self, **changes: Any) -> DraftSpec:
         return replace(self, **changes)

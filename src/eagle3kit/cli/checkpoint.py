@@ -1,9 +1,188 @@
-"""CLI verbs: checkpoint (placeholder until its issue lands)."""
+"""CLI verbs on checkpoints: inspect, compat, convert (headers only, except convert)."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
+
+from eagle3kit.cli._render import emit_json, err, out
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
+        n /= 1024
+    return str(n)
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command()
+    def inspect(
+        path: Annotated[
+            str,
+            typer.Argument(
+                help="Drafter or target: a local dir, a .safetensors file, or a Hub repo id."
+            ),
+        ],
+        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    ) -> None:
+        """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers only."""
+        from rich.table import Table
+
+        from eagle3kit.inspection import inspect_checkpoint
+
+        r = inspect_checkpoint(path)
+        if json_out:
+            emit_json(r)
+            return
+        con = out()
+        if r["kind"] == "target":
+            t = r["target"]
+            con.print(
+                f"[bold]{r['source']}[/]: target model [cyan]{t['architecture']}[/] ({t['model_type']})"
+            )
+            con.print(
+                f"  layers {t['num_layers']}, hidden size {t['hidden_size']}, vocab {t['vocab_size']}, "
+                f"max positions {t['max_position_embeddings']}"
+            )
+            con.print(
+                f"  default EAGLE-3 aux layers (HF hidden-state indices): {t['default_aux_layers']}"
+            )
+            con.print(
+                f"  {len(r['tensors'])} tensors, {_fmt_bytes(r['total_bytes'])}; tokenizer: {'yes' if r['has_tokenizer'] else 'no'}"
+            )
+            return
+        s = r["spec"]
+        con.print(
+            f"[bold]{r['source']}[/]: EAGLE-3 drafter, [cyan]{r['format']}[/] layout ({s['architecture']})"
+        )
+        aux = s["aux_layers"]
+        aux_s = (
+            f"{aux} (HF hidden-state indices"
+            + (
+                f"; file says {s['aux_layers_raw']} in SGLang's convention)"
+                if s["aux_convention"] == "sglang"
+                else ")"
+            )
+            if aux
+            else "not recorded: engines use (2, L//2, L-3)"
+        )
+        con.print(f"  hidden {s['hidden_size']} (target {s['target_hidden_size']}), intermediate {s['intermediate_size']}, "
+                  f"heads {s['num_attention_heads']}/{s['num_key_value_heads']} x {s['head_dim']}, vocab {s['draft_vocab_size']} of {s['vocab_size']}")  # fmt: skip
+        con.print(
+            f"  aux layers: {aux_s}; dtype {s['dtype']}; max positions {s['max_position_embeddings']}"
+        )
+        flags = [
+            f
+            for f in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "qk_norm")
+            if s[f]
+        ]
+        con.print(f"  flags: {', '.join(flags) if flags else 'none (original EAGLE-3 layer)'}")
+        table = Table(show_lines=False)
+        for col in ("name", "shape", "dtype", "bytes", "role"):
+            table.add_column(col, overflow="fold")
+        for t in r["tensors"]:
+            table.add_row(t["name"], str(t["shape"]), t["dtype"], _fmt_bytes(t["bytes"]), t["role"])
+        con.print(table)
+        con.print(f"  total {_fmt_bytes(r['total_bytes'])}")
+        if r["vocab_map"]:
+            vm = r["vocab_map"]
+            parts = []
+            if "d2t" in vm:
+                parts.append(
+                    f"d2t -> target ids {vm['d2t']['target_min']}..{vm['d2t']['target_max']}, {vm['d2t']['out_of_range']} out of range"
+                )
+            if "t2d" in vm:
+                parts.append(f"t2d marks {vm['t2d']['count']} ids")
+            con.print("  vocab map: " + "; ".join(parts))
+        for m in r["shape_mismatches"]:
+            con.print(
+                f"  [red]shape mismatch[/] {m['name']}: expected {m['expected']}, found {m['found']}"
+            )
+        con.print(f"  missing: {', '.join(r['missing']) or 'none'}")
+        con.print(f"  unexpected: {', '.join(r['unexpected']) or 'none'}")
+
+    @app.command()
+    def compat(
+        a: Annotated[str, typer.Argument(help="A drafter (or a target).")],
+        b: Annotated[
+            str,
+            typer.Argument(
+                help="Another drafter (fine-tuning question) or the target (serving question)."
+            ),
+        ],
+        engine: Annotated[str, typer.Option(help="sglang, vllm or both.")] = "both",
+        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    ) -> None:
+        """Drafter vs drafter: drop-in compatible for fine-tuning? Drafter vs target: will each engine serve it right?
+
+        Exit 0 when no error is found, 1 when any is, 2 on bad input."""
+        from rich.table import Table
+
+        from eagle3kit.compat import compat as run_compat
+
+        r = run_compat(a, b, engine)
+        if json_out:
+            emit_json(r.to_json())
+        else:
+            con = out()
+            con.print(f"[bold]compat[/] ({r.mode}): A = {r.a}, B = {r.b}")
+            if r.config_diff:
+                t = Table(title="config differences")
+                for col in ("key", "A", "B", "kind"):
+                    t.add_column(col, overflow="fold")
+                for row in r.config_diff:
+                    t.add_row(row["key"], repr(row["a"]), repr(row["b"]), row["kind"])
+                con.print(t)
+            if r.tensors:
+                t = Table(title="tensors")
+                for col in ("name", "A", "B", "status"):
+                    t.add_column(col, overflow="fold")
+                for row in r.tensors:
+                    fa = f"{row['a']['shape']} {row['a']['dtype']}" if row["a"] else "-"
+                    fb = f"{row['b']['shape']} {row['b']['dtype']}" if row["b"] else "-"
+                    style = "green" if row["status"] == "match" else "yellow"
+                    t.add_row(row["name"], fa, fb, f"[{style}]{row['status']}[/]")
+                con.print(t)
+            for eng, e in r.engines.items():
+                con.print(
+                    f"  {eng} captures HF hidden states {e['captures']} ({e['why']}); drafter trained on {e['trained_on']}"
+                )
+            colour = {"error": "red", "warning": "yellow", "info": "blue"}
+            for f in r.findings:
+                con.print(f"  [{colour[f.severity]}]{f.severity:7}[/] {f.code}: {f.message}")
+            con.print(f"[bold {'green' if r.compatible else 'red'}]verdict: {r.verdict}[/]")
+        if not r.compatible:
+            raise typer.Exit(1)
+
+    @app.command()
+    def convert(
+        src: Annotated[str, typer.Argument(help="Drafter to convert (any layout).")],
+        to: Annotated[str, typer.Option("--to", help="sglang, vllm or eagle.")],
+        output: Annotated[
+            str,
+            typer.Option("-o", "--output", help="Output directory (must not exist or be empty)."),
+        ],
+        verifier: Annotated[
+            str | None,
+            typer.Option(
+                help="Target model name/path, recorded in the config and the launch command."
+            ),
+        ] = None,
+        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    ) -> None:
+        """Rewrite a drafter in another layout with every flag explicit; refuses lossy conversions."""
+        from eagle3kit.formats.convert import convert as run_convert
+
+        r = run_convert(src, to, output, verifier=verifier)
+        if json_out:
+            emit_json(r.to_json())
+            return
+        con = out()
+        con.print(f"converted {r.source} ({r.from_layout}) -> {r.out} ({r.to_layout})")
+        for n in r.notes:
+            err().print(f"note: {n}")
+        con.print("serve it with:")
+        con.print(r.launch, soft_wrap=True, markup=False, highlight=False)
