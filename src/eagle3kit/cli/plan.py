@@ -1,9 +1,287 @@
-"""CLI verbs: plan (placeholder until its issue lands)."""
+"""CLI verb: `eagle3kit plan` -- will speculation pay, and what would it take?
+
+The arithmetic lives in `eagle3kit.plan`; this module parses, calls `plan()`, and renders.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
 import typer
+from typer.core import TyperCommand
+
+if TYPE_CHECKING:
+    from eagle3kit.plan import PlanResult
+
+_LIST_OPTION = "--target-tps"
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
+
+
+def expand_list_option(args: list[str], option: str = _LIST_OPTION) -> list[str]:
+    """Let `--target-tps 150 200` (and `150,200`) mean `--target-tps 150 --target-tps 200`.
+
+    Numbers right after the option's value are more values of it (plan takes no positional
+    arguments, so nothing else could claim them); `--` ends the rewriting.
+    """
+    out: list[str] = []
+    i, n = 0, len(args)
+    while i < n:
+        a = args[i]
+        if a == "--":
+            out.extend(args[i:])
+            break
+        if a == option or a.startswith(option + "="):
+            if a == option:
+                if i + 1 >= n:
+                    out.append(a)  # let Typer say the value is missing
+                    break
+                values, i = [args[i + 1]], i + 2
+            else:
+                values, i = [a.split("=", 1)[1]], i + 1
+            while i < n and _is_number(args[i]):
+                values.append(args[i])
+                i += 1
+            for v in values:
+                for part in v.split(",") if "," in v else [v]:
+                    out += [option, part.strip()]
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+class _PlanCommand(TyperCommand):
+    """Typer's command, with the space-separated --target-tps list expanded before parsing."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        return super().parse_args(ctx, expand_list_option(list(args)))
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    @app.command(cls=_PlanCommand)
+    def plan(
+        baseline_tps: Annotated[
+            float | None,
+            typer.Option(
+                "--baseline-tps",
+                help="Plain-decode throughput, tok/s (e.g. 82).",
+                rich_help_panel="Baseline (one of)",
+            ),
+        ] = None,
+        decode_ms: Annotated[
+            float | None,
+            typer.Option(
+                "--decode-ms",
+                help="Plain decode step, ms (tok/s = 1000 / ms).",
+                rich_help_panel="Baseline (one of)",
+            ),
+        ] = None,
+        cycle_ms: Annotated[
+            float | None,
+            typer.Option(
+                "--cycle-ms",
+                help="Whole speculative cycle (draft + verify), ms; depth then costs nothing.",
+                rich_help_panel="Cycle (one of)",
+            ),
+        ] = None,
+        draft_ms: Annotated[
+            float | None,
+            typer.Option(
+                "--draft-ms",
+                help="One draft step, ms; cycle(k) = k*draft + verify(k+1).",
+                rich_help_panel="Cycle (one of)",
+            ),
+        ] = None,
+        verify_ms: Annotated[
+            list[str] | None,
+            typer.Option(
+                "--verify-ms",
+                metavar="N:MS",
+                help="Measured verify time of N tokens (repeat). Linear between points, along the last segment beyond; refused below the smallest N.",
+                rich_help_panel="Cycle (one of)",
+            ),
+        ] = None,
+        verify_fit: Annotated[
+            str | None,
+            typer.Option(
+                "--verify-fit",
+                metavar="INTERCEPT,PER_TOKEN",
+                help="Verify time = INTERCEPT + PER_TOKEN * n, ms.",
+                rich_help_panel="Cycle (one of)",
+            ),
+        ] = None,
+        acceptance: Annotated[
+            float | None,
+            typer.Option(
+                "--acceptance",
+                metavar="P",
+                help="Constant per-step conditional acceptance, in [0, 1).",
+                rich_help_panel="Acceptance (one of)",
+            ),
+        ] = None,
+        acceptance_file: Annotated[
+            Path | None,
+            typer.Option(
+                "--acceptance-file",
+                metavar="FILE.json",
+                help='Per-position rates: {"per_position_acceptance": \\[p1, p2, ...]} or \\[p1, ...].',
+                rich_help_panel="Acceptance (one of)",
+            ),
+        ] = None,
+        accept_len: Annotated[
+            float | None,
+            typer.Option(
+                "--accept-len",
+                metavar="TAU",
+                help="Measured accept length (tokens per verify), >= 1.",
+                rich_help_panel="Acceptance (one of)",
+            ),
+        ] = None,
+        depth: Annotated[
+            int | None,
+            typer.Option(
+                "--depth",
+                metavar="K",
+                help="Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 (SGLang's usual --speculative-num-steps).",
+            ),
+        ] = None,
+        max_depth: Annotated[
+            int | None,
+            typer.Option(
+                "--max-depth",
+                help="Best-depth search over 1..N (composed cycle only). Default max(10, depth).",
+            ),
+        ] = None,
+        target_tps: Annotated[
+            list[float] | None,
+            typer.Option(
+                "--target-tps",
+                metavar="TPS...",
+                help="Target tok/s; several: --target-tps 150 200 (or repeat the option).",
+            ),
+        ] = None,
+        plot: Annotated[
+            Path | None,
+            typer.Option(
+                "--plot", metavar="FILE.png", help="Write a PNG: throughput against accept length."
+            ),
+        ] = None,
+        json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    ) -> None:
+        """Will speculation pay, and what would it take? (cycle model -> speedup, break-even)
+
+        tau = 1 + sum_i prod_{j<=i} p_j; throughput = tau / cycle; break-even tau =
+        baseline_tps * cycle. Exit 0 when speculation at least matches the baseline, 1 when it
+        is below break-even (throughput < baseline), 2 on bad input.
+        """
+        from eagle3kit import plan as planmod
+
+        points = [planmod.parse_verify_point(v) for v in verify_ms] if verify_ms else None
+        fit = planmod.parse_verify_fit(verify_fit) if verify_fit is not None else None
+        rates = planmod.load_per_position(acceptance_file) if acceptance_file is not None else None
+        result = planmod.plan(
+            baseline_tps=baseline_tps,
+            decode_ms=decode_ms,
+            cycle_ms=cycle_ms,
+            draft_ms=draft_ms,
+            verify_ms=points,
+            verify_fit=fit,
+            acceptance=acceptance,
+            per_position=rates,
+            accept_len=accept_len,
+            depth=depth,
+            max_depth=max_depth,
+            target_tps=target_tps or (),
+        )
+        written = planmod.plot_plan(result, plot) if plot is not None else None
+        if json_:
+            from eagle3kit.cli._render import emit_json
+
+            doc = result.to_json()
+            if written is not None:
+                doc["plot"] = str(written)
+            emit_json(doc)
+        else:
+            _render(result, written)
+        if not result.pays:
+            raise typer.Exit(1)
+
+
+def _pct(p: float | None) -> str:
+    return "—" if p is None else f"{p:.1%}"
+
+
+def _render(r: PlanResult, plot: Path | None) -> None:
+    """Rich tables: the plan at the given depth, then each target."""
+    from rich.table import Table
+
+    from eagle3kit.cli._render import out
+
+    k = r.depth
+    t = Table(title=f"Speculation plan — {r.cycle_model}", show_header=False, title_justify="left")
+    t.add_column("what", style="bold")
+    t.add_column("value")
+    t.add_row("baseline", f"{r.baseline_tps:.4g} tok/s ({1000 / r.baseline_tps:.3g} ms per decode)")
+    t.add_row("cycle", f"{r.cycle_ms:.4g} ms at depth {k}")
+    p_note = (
+        "" if r.per_position_acceptance is None else " (constant equivalent of the file's rates)"
+    )
+    t.add_row(
+        "accept length τ", f"{r.accept_len:.4g}  (per-step p {_pct(r.per_step_acceptance)}{p_note})"
+    )
+    t.add_row("throughput", f"{r.throughput_tps:.4g} tok/s = τ / cycle")
+    verdict = "[green]pays[/]" if r.pays else "[red]below break-even[/]"
+    t.add_row("speedup", f"{r.speedup:.3f}×  {verdict}")
+    be_k = r.break_even_per_step_acceptance_at_depth
+    t.add_row(
+        "break-even τ",
+        f"{r.break_even_accept_len:.4g} = baseline × cycle  (p {_pct(be_k) if be_k is not None else f'unreachable at depth {k}'}"
+        f" at depth {k}, {_pct(r.break_even_per_step_acceptance)} as k→∞)",
+    )
+    t.add_row("ideal (all accepted)", f"τ {k + 1} → {r.ideal_tps:.4g} tok/s")
+    if r.best_depth is None:
+        best = "— (cycle given whole: depth costs nothing here, so as deep as acceptance holds)"
+    else:
+        best = f"{r.best_depth} → τ {r.best_depth_accept_len:.4g}, {r.best_depth_tps:.4g} tok/s (searched 1..{r.max_depth})"
+    t.add_row("best depth", best)
+    console = out()
+    console.print(t)
+
+    if r.targets:
+        tt = Table(title="What would it take", title_justify="left")
+        tt.add_column("target tok/s", justify="right")
+        tt.add_column("τ needed", justify="right")
+        tt.add_column(f"p at depth {k}", justify="right")
+        tt.add_column("p as k→∞", justify="right")
+        if r.depths:
+            tt.add_column("easiest depth (p)", justify="right")
+        for x in r.targets:
+            at_k = (
+                _pct(x.per_step_acceptance_at_depth)
+                if x.reachable_at_depth
+                else f"unreachable at depth {k}"
+            )
+            row = [f"{x.tps:g}", f"{x.accept_len:.3g}", at_k, _pct(x.per_step_acceptance)]
+            if r.depths:
+                row.append(
+                    "—"
+                    if x.easiest_depth is None
+                    else f"{x.easiest_depth} ({_pct(x.easiest_per_step_acceptance)})"
+                )
+            tt.add_row(*row)
+        console.print(tt)
+    if plot is not None:
+        console.print(f"plot: {plot}")
+    if not r.pays:
+        console.print(
+            f"[red]below break-even:[/] {r.throughput_tps:.4g} tok/s < {r.baseline_tps:.4g} tok/s baseline "
+            f"(needs τ > {r.break_even_accept_len:.3g}); exit 1"
+        )

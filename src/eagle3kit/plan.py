@@ -1,0 +1,700 @@
+"""Will speculation pay, and what would it take? The cycle model, in plain arithmetic.
+
+One speculative cycle drafts k tokens and verifies them (plus the bonus token) in one target
+forward. With per-step *conditional* acceptance p_i (draft i is accepted given drafts 1..i-1
+were), the expected tokens emitted per cycle -- the accept length tau -- is
+
+    tau = 1 + sum_{i=1..k} prod_{j<=i} p_j          (constant p: tau = sum_{i=0..k} p^i)
+    tau -> 1 / (1 - p)                               as k -> infinity
+
+and speculative throughput is tau / cycle_s. The plain decoder gives baseline_tps, so
+speculation pays when tau > baseline_tps * cycle_s (the break-even accept length).
+
+The cycle is either given whole (`cycle_ms`, e.g. the 30 ms measured in the seed) or composed:
+
+    cycle_ms(k) = k * draft_ms + verify_ms(k + 1)
+
+where verify_ms(n) (one target forward over n tokens) is a linear fit
+`intercept_ms + per_token_ms * n`, or measured points n -> ms, interpolated linearly between
+points and extrapolated beyond the largest n along the last segment (slope clamped at >= 0;
+flat with a single point, i.e. verify cost assumed not to grow). Below the smallest measured n
+the model refuses: what was not measured is not guessed, so measure n = 2 (depth 1) if you
+want depth 1 planned.
+
+Nothing here imports torch; matplotlib is imported only inside `plot_plan`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle3kit.errors import Eagle3Error
+
+DEFAULT_DEPTH = 3  # SGLang's usual --speculative-num-steps for EAGLE-3 chains
+DEFAULT_MAX_DEPTH = 10  # best-depth search range 1..10 unless told otherwise
+MAX_DEPTH_LIMIT = 1024  # a sanity cap: the search is O(max_depth^2)
+
+# --- Accept length <-> per-step acceptance ----------------------------------------------------
+
+
+def accept_len(rates: Sequence[float]) -> float:
+    """tau for a chain with per-position conditional rates [p1..pk]: 1 + sum_i prod_{j<=i} p_j."""
+    tau, survive = 1.0, 1.0
+    for p in rates:
+        survive *= p  # prod_{j<=i} p_j: probability that drafts 1..i are all accepted
+        tau += survive
+    return tau
+
+
+def accept_len_const(p: float, depth: float) -> float:
+    """tau for a constant per-step rate p at depth k: sum_{i=0..k} p^i; k = inf gives 1/(1-p)."""
+    if math.isinf(depth):
+        return 1.0 / (1.0 - p)
+    return accept_len([p] * int(depth))
+
+
+def rate_for_accept_len(tau: float, depth: float = math.inf) -> float | None:
+    """The constant per-step rate p that gives accept length `tau` at depth k (inverse of above).
+
+    k = inf: p = 1 - 1/tau (closed form). Finite k: tau(p) = sum_{i=0..k} p^i rises from 1 at
+    p = 0 to k+1 at p = 1, so bisection finds the unique p. Returns 0.0 when tau <= 1 (any
+    acceptance will do) and None when tau > k+1 (unreachable at depth k, even with p = 1).
+    """
+    if tau <= 1.0:
+        return 0.0
+    if math.isinf(depth):
+        return 1.0 - 1.0 / tau
+    k = int(depth)
+    if tau > k + 1:
+        return None
+    if tau == k + 1:
+        return 1.0
+    lo, hi = 0.0, 1.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if accept_len_const(mid, k) < tau:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-15:
+            break
+    return 0.5 * (lo + hi)
+
+
+# --- Validation helpers: every message names the option, the expectation and what was found ---
+
+
+def _number(x: Any) -> bool:
+    return isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x)
+
+
+def _positive(option: str, value: Any, unit: str) -> float:
+    if not _number(value) or value <= 0:
+        raise Eagle3Error(f"{option}: expected {unit} > 0, found {value!r}")
+    return float(value)
+
+
+def _rate(option: str, value: Any) -> float:
+    if not _number(value) or not 0.0 <= value < 1.0:
+        raise Eagle3Error(f"{option}: expected a per-step acceptance in [0, 1), found {value!r}")
+    return float(value)
+
+
+def _depth(option: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise Eagle3Error(f"{option}: expected a depth >= 1 (draft steps), found {value!r}")
+    if value > MAX_DEPTH_LIMIT:
+        raise Eagle3Error(f"{option}: expected a depth <= {MAX_DEPTH_LIMIT}, found {value}")
+    return value
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+# --- The cycle model --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerifyFit:
+    """verify_ms(n) = intercept_ms + per_token_ms * n (intercept > 0, slope >= 0)."""
+
+    intercept_ms: float
+    per_token_ms: float
+
+    def ms(self, n: int) -> float:
+        return self.intercept_ms + self.per_token_ms * n
+
+    def describe(self) -> str:
+        return f"verify(n) = {_fmt(self.intercept_ms)} + {_fmt(self.per_token_ms)}*n ms"
+
+
+@dataclass(frozen=True)
+class VerifyPoints:
+    """Measured verify times, (n tokens, ms) sorted by n; linear between, see module doc."""
+
+    points: tuple[tuple[int, float], ...]
+
+    @property
+    def min_n(self) -> int:
+        return self.points[0][0]
+
+    def ms(self, n: int) -> float:
+        pts = self.points
+        if n < pts[0][0]:
+            raise Eagle3Error(
+                f"--verify-ms: expected a measurement at n <= {n} tokens (depth {n - 1} "
+                f"verifies {n}), found the smallest n = {pts[0][0]}; the model does not "
+                "extrapolate below the smallest measured n"
+            )
+        for (n0, t0), (n1, t1) in zip(pts, pts[1:], strict=False):
+            if n0 <= n <= n1:  # interpolate on the segment
+                return t0 + (t1 - t0) * (n - n0) / (n1 - n0)
+        n_last, t_last = pts[-1]
+        if n == n_last or len(pts) == 1:
+            return t_last  # one point: flat beyond it
+        (n0, t0), (n1, t1) = pts[-2], pts[-1]
+        slope = max(0.0, (t1 - t0) / (n1 - n0))  # last segment, never decreasing
+        return t_last + slope * (n - n_last)
+
+    def describe(self) -> str:
+        return "verify " + ", ".join(f"{n}:{_fmt(t)}" for n, t in self.points) + " (n:ms)"
+
+
+@dataclass(frozen=True)
+class CycleModel:
+    """Either a whole cycle time, or k * draft_ms + verify(k+1)."""
+
+    cycle_ms: float | None = None
+    draft_ms: float | None = None
+    verify: VerifyFit | VerifyPoints | None = None
+
+    @property
+    def composed(self) -> bool:
+        return self.cycle_ms is None
+
+    def ms(self, depth: int) -> float:
+        """Milliseconds per speculative cycle at depth k."""
+        if self.cycle_ms is not None:
+            return self.cycle_ms
+        assert self.draft_ms is not None and self.verify is not None
+        return depth * self.draft_ms + self.verify.ms(depth + 1)
+
+    def valid(self, depth: int) -> bool:
+        """Whether the model can price depth k (measured points refuse below their smallest n)."""
+        return not (isinstance(self.verify, VerifyPoints) and depth + 1 < self.verify.min_n)
+
+    def describe(self) -> str:
+        if self.cycle_ms is not None:
+            return f"cycle {_fmt(self.cycle_ms)} ms, given whole"
+        assert self.draft_ms is not None and self.verify is not None
+        return (
+            f"cycle(k) = k*{_fmt(self.draft_ms)} ms draft + verify(k+1); {self.verify.describe()}"
+        )
+
+
+def parse_verify_point(text: str) -> tuple[int, float]:
+    """'N:MS' -> (N, MS), e.g. '4:31.5'. Used by the CLI's repeated --verify-ms."""
+    n_s, sep, ms_s = text.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        n, ms = int(n_s), float(ms_s)
+    except ValueError:
+        raise Eagle3Error(
+            f"--verify-ms: expected N:MS (tokens:milliseconds, e.g. 4:31.5), found {text!r}"
+        ) from None
+    return n, ms
+
+
+def parse_verify_fit(text: str) -> tuple[float, float]:
+    """'INTERCEPT,PER_TOKEN' -> (intercept_ms, per_token_ms), e.g. '20,1.5'."""
+    parts = text.split(",")
+    try:
+        if len(parts) != 2:
+            raise ValueError
+        a, b = float(parts[0]), float(parts[1])
+    except ValueError:
+        raise Eagle3Error(
+            f"--verify-fit: expected INTERCEPT_MS,PER_TOKEN_MS (e.g. 20,1.5), found {text!r}"
+        ) from None
+    return a, b
+
+
+def make_cycle(
+    cycle_ms: float | None = None,
+    draft_ms: float | None = None,
+    verify_ms: Mapping[int, float] | Iterable[tuple[int, float]] | None = None,
+    verify_fit: tuple[float, float] | None = None,
+) -> CycleModel:
+    """Validate and build the cycle model: exactly one of cycle_ms, or draft_ms + one verify."""
+    has_points = verify_ms is not None and len(list(_items(verify_ms))) > 0
+    composed = draft_ms is not None or has_points or verify_fit is not None
+    if cycle_ms is not None and composed:
+        raise Eagle3Error(
+            "--cycle-ms: expected either a whole cycle time or --draft-ms with "
+            "--verify-ms/--verify-fit, found both"
+        )
+    if cycle_ms is not None:
+        return CycleModel(cycle_ms=_positive("--cycle-ms", cycle_ms, "a time in ms"))
+    if not composed:
+        raise Eagle3Error(
+            "--cycle-ms: expected a cycle time (--cycle-ms, or --draft-ms with "
+            "--verify-ms/--verify-fit), found none"
+        )
+    if has_points and verify_fit is not None:
+        raise Eagle3Error("--verify-ms: expected either --verify-ms or --verify-fit, found both")
+    if draft_ms is None:
+        opt = "--verify-ms" if has_points else "--verify-fit"
+        raise Eagle3Error(f"{opt}: expected --draft-ms with it (a composed cycle), found none")
+    draft = _positive("--draft-ms", draft_ms, "a time in ms")
+    if verify_fit is not None:
+        a, b = verify_fit
+        intercept = _positive("--verify-fit", a, "an intercept in ms")
+        if not _number(b) or b < 0:
+            raise Eagle3Error(f"--verify-fit: expected a per-token ms >= 0, found {b!r}")
+        return CycleModel(draft_ms=draft, verify=VerifyFit(intercept, float(b)))
+    if not has_points:
+        raise Eagle3Error(
+            "--draft-ms: expected --verify-ms N:MS or --verify-fit INTERCEPT,PER_TOKEN with it, "
+            "found neither"
+        )
+    pts: dict[int, float] = {}
+    for n, ms in _items(verify_ms):  # type: ignore[arg-type]
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise Eagle3Error(f"--verify-ms: expected a token count N >= 1, found {n!r}")
+        if n in pts:
+            raise Eagle3Error(f"--verify-ms: expected each N once, found N = {n} twice")
+        pts[n] = _positive("--verify-ms", ms, "a time in ms")
+    return CycleModel(draft_ms=draft, verify=VerifyPoints(tuple(sorted(pts.items()))))
+
+
+def _items(v: Mapping[int, float] | Iterable[tuple[int, float]]) -> list[tuple[int, float]]:
+    return list(v.items()) if isinstance(v, Mapping) else list(v)
+
+
+def make_baseline(baseline_tps: float | None = None, decode_ms: float | None = None) -> float:
+    """Plain-decode tokens/s, from tok/s or from ms per decode step (tps = 1000 / decode_ms)."""
+    if baseline_tps is not None and decode_ms is not None:
+        raise Eagle3Error(
+            "--baseline-tps: expected either --baseline-tps or --decode-ms, found both"
+        )
+    if baseline_tps is not None:
+        return _positive("--baseline-tps", baseline_tps, "a rate in tok/s")
+    if decode_ms is not None:
+        return 1000.0 / _positive("--decode-ms", decode_ms, "a time in ms")
+    raise Eagle3Error("--baseline-tps: expected --baseline-tps or --decode-ms, found neither")
+
+
+# --- Acceptance -------------------------------------------------------------------------------
+
+
+def load_per_position(path: str | os.PathLike[str]) -> tuple[float, ...]:
+    """Read per-position conditional rates from JSON: {"per_position_acceptance": [...]} or [...].
+
+    Entries are rates in [0, 1] (a measured 1.0 at some position is allowed here); other keys
+    in the object are ignored, so `eval --json` output can be passed as is.
+    """
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise Eagle3Error(
+            f"{p}: expected a JSON file of per-position acceptance, found no such file"
+        ) from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise Eagle3Error(
+            f"{p}: expected a readable JSON file, found {type(e).__name__}: {e}"
+        ) from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise Eagle3Error(
+            f"{p}: expected JSON, found invalid JSON at line {e.lineno}: {e.msg}"
+        ) from None
+    shape = '{"per_position_acceptance": [p1, p2, ...]} or a list [p1, p2, ...]'
+    if isinstance(doc, dict) and "per_position_acceptance" not in doc:
+        raise Eagle3Error(f"{p}: expected {shape}, found an object without that key")
+    rates = doc["per_position_acceptance"] if isinstance(doc, dict) else doc
+    if not isinstance(rates, list):
+        raise Eagle3Error(f"{p}: expected {shape}, found {type(rates).__name__} {rates!r:.60}")
+    return _rates(str(p), rates)
+
+
+def _rates(where: str, rates: Sequence[Any]) -> tuple[float, ...]:
+    """Per-position rates: a non-empty list of numbers in [0, 1] (1.0 may be measured)."""
+    if not rates:
+        raise Eagle3Error(f"{where}: expected a non-empty list of per-position rates, found []")
+    for i, r in enumerate(rates):
+        if not _number(r) or not 0.0 <= r <= 1.0:
+            raise Eagle3Error(
+                f"{where}: per_position_acceptance[{i}]: expected a rate in [0, 1], found {r!r}"
+            )
+    return tuple(float(r) for r in rates)
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Exactly one of: a constant rate p, per-position rates [p1..pk], or tau at `depth`."""
+
+    rate: float | None = None
+    per_position: tuple[float, ...] | None = None
+    tau: float | None = None
+
+    def accept_len(self, depth: int, tau_depth: int) -> float:
+        """tau at depth k. A given tau is turned into the constant p it implies at tau_depth."""
+        if self.per_position is not None:
+            return accept_len(self.per_position[:depth])
+        return accept_len_const(self.const_rate(tau_depth), depth)
+
+    def const_rate(self, depth: int) -> float:
+        """The constant per-step rate: given, or the one that reproduces tau at depth k."""
+        if self.rate is not None:
+            return self.rate
+        tau = self.tau if self.tau is not None else accept_len((self.per_position or ())[:depth])
+        p = rate_for_accept_len(tau, depth)
+        assert p is not None  # validated: tau <= depth + 1
+        return p
+
+    def max_depth(self) -> int | None:
+        return len(self.per_position) if self.per_position is not None else None
+
+
+def make_acceptance(
+    acceptance: float | None = None,
+    per_position: Sequence[float] | None = None,
+    accept_len_: float | None = None,
+) -> Acceptance:
+    given = [
+        n
+        for n, v in (
+            ("--acceptance", acceptance),
+            ("--acceptance-file", per_position),
+            ("--accept-len", accept_len_),
+        )
+        if v is not None
+    ]
+    if len(given) != 1:
+        found = "none" if not given else " and ".join(given)
+        raise Eagle3Error(
+            f"--acceptance: expected exactly one of --acceptance P, --acceptance-file FILE, "
+            f"--accept-len TAU, found {found}"
+        )
+    if acceptance is not None:
+        return Acceptance(rate=_rate("--acceptance", acceptance))
+    if per_position is not None:
+        return Acceptance(per_position=_rates("--acceptance-file", per_position))
+    if not _number(accept_len_) or accept_len_ < 1.0:  # type: ignore[operator]
+        raise Eagle3Error(f"--accept-len: expected an accept length >= 1, found {accept_len_!r}")
+    return Acceptance(tau=float(accept_len_))  # type: ignore[arg-type]
+
+
+# --- The plan ---------------------------------------------------------------------------------
+
+
+def _r(x: float | None, nd: int = 6) -> float | None:
+    """Round for JSON (ints pass through, None stays None)."""
+    return x if x is None or isinstance(x, int) else round(x, nd)
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    """What a target throughput needs: tau = tps * cycle_s, and the per-step rate for it."""
+
+    tps: float
+    accept_len: float  # tau needed at the planned depth's cycle time
+    per_step_acceptance: float  # constant p needed as k -> inf (1 - 1/tau), same cycle time
+    per_step_acceptance_at_depth: float | None  # None: unreachable at depth k (tau > k+1)
+    depth: int
+    easiest_depth: int | None = None  # composed cycle: the depth needing the lowest p
+    easiest_per_step_acceptance: float | None = None
+
+    @property
+    def reachable_at_depth(self) -> bool:
+        return self.per_step_acceptance_at_depth is not None
+
+    @property
+    def note(self) -> str:
+        if self.reachable_at_depth:
+            return ""
+        return (
+            f"unreachable at depth {self.depth}: needs accept length "
+            f"{self.accept_len:.3g} > {self.depth + 1} (every draft accepted)"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "tps": self.tps,
+            "accept_len": _r(self.accept_len),
+            "per_step_acceptance": _r(self.per_step_acceptance),
+            "per_step_acceptance_at_depth": _r(self.per_step_acceptance_at_depth),
+            "unreachable_at_depth": not self.reachable_at_depth,
+            "note": self.note,
+            "easiest_depth": self.easiest_depth,
+            "easiest_per_step_acceptance": _r(self.easiest_per_step_acceptance),
+        }
+
+
+@dataclass(frozen=True)
+class DepthPoint:
+    depth: int
+    cycle_ms: float
+    accept_len: float
+    tps: float
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """Everything `eagle3kit plan` reports; `to_json()` is its --json document."""
+
+    baseline_tps: float
+    cycle: CycleModel
+    depth: int
+    cycle_ms: float  # at `depth`
+    accept_len: float
+    per_step_acceptance: float  # constant p (given, or the one implied at `depth`)
+    per_position_acceptance: tuple[float, ...] | None
+    throughput_tps: float
+    break_even_accept_len: float
+    break_even_per_step_acceptance_at_depth: float | None
+    break_even_per_step_acceptance: float
+    ideal_tps: float
+    best_depth: int | None
+    best_depth_tps: float | None
+    best_depth_accept_len: float | None
+    max_depth: int
+    targets: tuple[TargetResult, ...] = ()
+    depths: tuple[DepthPoint, ...] = field(default=())  # composed cycle only
+
+    @property
+    def speedup(self) -> float:
+        return self.throughput_tps / self.baseline_tps
+
+    @property
+    def pays(self) -> bool:
+        """Speculation at least matches the plain decoder (exit 1 otherwise)."""
+        return self.throughput_tps >= self.baseline_tps
+
+    @property
+    def cycle_model(self) -> str:
+        return self.cycle.describe()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "baseline_tps": _r(self.baseline_tps),
+            "cycle_ms": _r(self.cycle_ms),
+            "accept_len": _r(self.accept_len),
+            "throughput_tps": _r(self.throughput_tps),
+            "speedup": _r(self.speedup),
+            "break_even_accept_len": _r(self.break_even_accept_len),
+            "best_depth": self.best_depth,
+            "targets": [t.to_json() for t in self.targets],
+            "pays": self.pays,
+            "depth": self.depth,
+            "cycle_model": self.cycle_model,
+            "per_step_acceptance": _r(self.per_step_acceptance),
+            "per_position_acceptance": (
+                list(self.per_position_acceptance) if self.per_position_acceptance else None
+            ),
+            "break_even_per_step_acceptance_at_depth": _r(
+                self.break_even_per_step_acceptance_at_depth
+            ),
+            "break_even_per_step_acceptance": _r(self.break_even_per_step_acceptance),
+            "ideal_accept_len": self.depth + 1,
+            "ideal_tps": _r(self.ideal_tps),
+            "best_depth_tps": _r(self.best_depth_tps),
+            "best_depth_accept_len": _r(self.best_depth_accept_len),
+            "max_depth": self.max_depth if self.cycle.composed else None,
+            "depths": [{k: _r(v) for k, v in asdict(d).items()} for d in self.depths],
+        }
+
+
+def plan(
+    *,
+    baseline_tps: float | None = None,
+    decode_ms: float | None = None,
+    cycle_ms: float | None = None,
+    draft_ms: float | None = None,
+    verify_ms: Mapping[int, float] | Iterable[tuple[int, float]] | None = None,
+    verify_fit: tuple[float, float] | None = None,
+    acceptance: float | None = None,
+    per_position: Sequence[float] | None = None,
+    accept_len: float | None = None,
+    depth: int | None = None,
+    max_depth: int | None = None,
+    target_tps: Sequence[float] = (),
+) -> PlanResult:
+    """Plan speculation: tau, throughput, break-even, targets and best depth.
+
+    Give one baseline (`baseline_tps` | `decode_ms`), one cycle (`cycle_ms` | `draft_ms` with
+    `verify_ms` points or `verify_fit`), one acceptance (`acceptance` p | `per_position`
+    [p1..pk] | `accept_len` tau). `depth` defaults to len(per_position), else 3. A given tau is
+    read as the constant p it implies at `depth` when other depths are priced.
+    """
+    base = make_baseline(baseline_tps, decode_ms)
+    cycle = make_cycle(cycle_ms, draft_ms, verify_ms, verify_fit)
+    acc = make_acceptance(acceptance, per_position, accept_len)
+    if depth is None:
+        depth = acc.max_depth() or DEFAULT_DEPTH
+    k = _depth("--depth", depth)
+    if acc.per_position is not None and k > len(acc.per_position):
+        raise Eagle3Error(
+            f"--depth: expected at most {len(acc.per_position)} (the rates the acceptance file "
+            f"gives), found {k}"
+        )
+    if acc.tau is not None and acc.tau > k + 1:
+        raise Eagle3Error(
+            f"--accept-len: expected at most depth+1 = {k + 1} at --depth {k}, found {acc.tau:g}"
+        )
+    kmax = _depth("--max-depth", max_depth if max_depth is not None else max(DEFAULT_MAX_DEPTH, k))
+    if acc.per_position is not None:
+        kmax = min(kmax, len(acc.per_position))
+    if not cycle.valid(k):
+        cycle.ms(k)  # raises the --verify-ms message naming the smallest measured n
+
+    # tau, throughput = tau / cycle_s, and the break-even accept length baseline_tps * cycle_s
+    cyc_ms = cycle.ms(k)
+    cycle_s = cyc_ms / 1000.0
+    tau = acc.accept_len(k, k)
+    tps = tau / cycle_s
+    tau_be = base * cycle_s
+
+    # best depth: argmax_k tau(k) / cycle_s(k), only when depth costs time (composed cycle)
+    depths: list[DepthPoint] = []
+    if cycle.composed:
+        for d in range(1, kmax + 1):
+            if cycle.valid(d):
+                c = cycle.ms(d)
+                t = acc.accept_len(d, k)
+                depths.append(DepthPoint(d, c, t, t / (c / 1000.0)))
+    best = max(depths, key=lambda d: d.tps) if depths else None  # first max: shallowest
+
+    targets = []
+    for target in target_tps:
+        t = _positive("--target-tps", target, "a rate in tok/s")
+        if t <= base:
+            raise Eagle3Error(
+                f"--target-tps: expected a target above the baseline, found {t:g} tok/s, which "
+                f"needs no speculation: the baseline already gives {base:g} tok/s"
+            )
+        need = t * cycle_s  # tau needed at this depth's cycle time
+        easiest = None
+        for dp in depths:  # composed: the depth whose own cycle time asks the least of p
+            p_d = rate_for_accept_len(t * dp.cycle_ms / 1000.0, dp.depth)
+            if p_d is not None and (easiest is None or p_d < easiest[1]):
+                easiest = (dp.depth, p_d)
+        targets.append(
+            TargetResult(
+                tps=t,
+                accept_len=need,
+                per_step_acceptance=rate_for_accept_len(need, math.inf),  # type: ignore[arg-type]
+                per_step_acceptance_at_depth=rate_for_accept_len(need, k),
+                depth=k,
+                easiest_depth=easiest[0] if easiest else None,
+                easiest_per_step_acceptance=easiest[1] if easiest else None,
+            )
+        )
+
+    return PlanResult(
+        baseline_tps=base,
+        cycle=cycle,
+        depth=k,
+        cycle_ms=cyc_ms,
+        accept_len=tau,
+        per_step_acceptance=acc.const_rate(k),
+        per_position_acceptance=acc.per_position[:k] if acc.per_position else None,
+        throughput_tps=tps,
+        break_even_accept_len=tau_be,
+        break_even_per_step_acceptance_at_depth=rate_for_accept_len(tau_be, k),
+        break_even_per_step_acceptance=rate_for_accept_len(tau_be, math.inf),  # type: ignore[arg-type]
+        ideal_tps=(k + 1) / cycle_s,  # every draft accepted: tau = k + 1
+        best_depth=best.depth if best else None,
+        best_depth_tps=best.tps if best else None,
+        best_depth_accept_len=best.accept_len if best else None,
+        max_depth=kmax,
+        targets=tuple(targets),
+        depths=tuple(depths),
+    )
+
+
+# --- Plot (matplotlib imported here only) -----------------------------------------------------
+
+
+def plot_plan(result: PlanResult, path: str | os.PathLike[str]) -> Path:
+    """Throughput against tau at this cycle time, with baseline, break-even, point and targets.
+
+    Written atomically (temp file in the same directory, then rename).
+    """
+    from matplotlib.figure import Figure  # Agg canvas via savefig; no pyplot global state
+
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise Eagle3Error(f"--plot: expected a file in an existing directory, found {str(out)!r}")
+    r, k, cycle_s = result, result.depth, result.cycle_ms / 1000.0
+    taus = [k + 1.0, r.break_even_accept_len, r.accept_len] + [t.accept_len for t in r.targets]
+    top = max(2.0, max(taus) * 1.3)  # room right of the last target for its label
+    ymax = max([top / cycle_s, r.baseline_tps] + [d.tps for d in r.depths]) * 1.05
+
+    fig = Figure(figsize=(9, 5.5), dpi=110)
+    ax = fig.add_subplot(1, 1, 1)
+    off = {"textcoords": "offset points", "fontsize": 8}  # annotation style
+    ax.axhspan(0, r.baseline_tps, color="C3", alpha=0.06)
+    ax.text(top, r.baseline_tps / 2, "slower than plain decode  ", ha="right", color="C3")
+    line = f"throughput = τ / {r.cycle_ms:.4g} ms cycle (depth {k} reaches τ ≤ {k + 1})"
+    ax.plot([1, k + 1], [1 / cycle_s, (k + 1) / cycle_s], "C0-", lw=2, label=line)
+    if top > k + 1:
+        dashed = f"τ > {k + 1}: not reachable at depth {k}"
+        ax.plot([k + 1, top], [(k + 1) / cycle_s, top / cycle_s], "C0--", lw=1.5, label=dashed)
+    ax.axhline(
+        r.baseline_tps, color="C3", label=f"baseline (plain decode) {r.baseline_tps:.4g} tok/s"
+    )
+    ax.axvline(r.break_even_accept_len, color="C3", lw=1, ls=":")
+    be = f"break-even τ {r.break_even_accept_len:.3g}"
+    ax.annotate(be, (r.break_even_accept_len, ymax * 0.02), xytext=(4, 0), color="C3", **off)
+    if r.depths:
+        each = f"each depth k, own cycle time (best k={r.best_depth}: {r.best_depth_tps:.4g} tok/s)"
+        xs, ys = [d.accept_len for d in r.depths], [d.tps for d in r.depths]
+        ax.plot(xs, ys, "C4s-", ms=4, lw=1, label=each)
+        for d in r.depths[:: max(1, math.ceil(len(r.depths) / 5))]:
+            xy = (d.accept_len, d.tps)
+            ax.annotate(f"k={d.depth}", xy, xytext=(0, -11), color="C4", ha="center", **off)
+    now = f"now: τ {r.accept_len:.3g} → {r.throughput_tps:.4g} tok/s ({r.speedup:.2f}× baseline)"
+    ax.plot([r.accept_len], [r.throughput_tps], "C1o", ms=10, zorder=5, label=now)
+    for i, t in enumerate(r.targets):
+        star = "target: τ it needs at this cycle time" if i == 0 else None
+        ax.plot([t.accept_len], [t.tps], "C2*", ms=14, zorder=5, label=star)
+        p_k = t.per_step_acceptance_at_depth
+        at_k = f"unreachable at depth {k}" if p_k is None else f"{p_k:.1%} at depth {k}"
+        text = (
+            f"{t.tps:g} tok/s needs τ {t.accept_len:.3g}\nper-step p {at_k}\n"
+            f"p {t.per_step_acceptance:.1%} as depth → ∞"
+        )
+        ax.annotate(text, (t.accept_len, t.tps), xytext=(10, -6), va="top", color="C2", **off)
+    ax.set_xlim(1.0, top)
+    ax.set_ylim(0, ymax)
+    ax.set_xlabel("accept length τ (tokens emitted per verify cycle)")
+    ax.set_ylabel("throughput (tok/s)")
+    title = f"Will speculation pay? baseline {r.baseline_tps:.4g} tok/s, depth {k}\n{r.cycle_model}"
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
