@@ -101,12 +101,14 @@ def captured_layers(
                 i + 1 for i in raw
             ], f"eagle_config ids {list(raw)} + 1 (SGLang names layer outputs)"
         return list(default_aux_layers(num_layers)), "no eagle_config ids: default [2, L//2, L-3]"
-    # vLLM reads the top-level eagle_aux_hidden_state_layer_ids as HF indices, else its default
+    # vLLM reads the top-level eagle_aux_hidden_state_layer_ids as HF indices; recent versions
+    # also read the nested eagle_config ids, as HF indices too (no +1); older ones ignore them.
     if layout == "vllm" and raw:
         return list(raw), f"eagle_aux_hidden_state_layer_ids {list(raw)} as HF indices"
     if layout == "sglang" and raw:
-        return list(default_aux_layers(num_layers)), (
-            f"vLLM main ignores the nested eagle_config ids {list(raw)}: default [2, L//2, L-3]"
+        return list(raw), (
+            f"eagle_config ids {list(raw)} read as HF indices, without SGLang's +1 "
+            f"(older vLLM ignores them and uses the default {list(default_aux_layers(num_layers))})"
         )
     return list(default_aux_layers(num_layers)), "no ids: default [2, L//2, L-3]"
 
@@ -463,11 +465,16 @@ def check_against_target(d: Checkpoint, t: Checkpoint, engines: tuple[str, ...])
         cap, why = captured_layers(eng, spec, layout, L)
         res.engines[eng] = {"captures": cap, "why": why, "trained_on": trained}
         if not bad_ids and cap != trained:
+            fix = (
+                "eagle3kit convert --to vllm` writes top-level HF ids"
+                if eng == "vllm"
+                else "eagle3kit convert --to sglang` writes SGLang ids"
+            )
             res.findings.append(
                 Finding(
                     "error",
                     "aux-convention",
-                    f"{eng}: will capture HF hidden states {cap} ({why}), but the drafter was trained on {trained}",
+                    f"{eng}: will capture HF hidden states {cap} ({why}), but the drafter was trained on {trained}; `{fix}",
                 )
             )
         elif any(not 0 <= i < L for i in cap) and not bad_ids:

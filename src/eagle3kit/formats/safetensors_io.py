@@ -271,8 +271,6 @@ def load_local(path: str | Path, *, need_config: bool = True) -> Checkpoint:
                 f"only pickle weights found ({', '.join(pickles)}); eagle3kit reads only safetensors, "
                 "because loading a pickle can run arbitrary code (convert it to safetensors first)",
             )
-        if need_config:
-            raise bad(str(p), "no .safetensors files in the directory")
     has_tok = (p / "tokenizer.json").exists() or (p / "tokenizer_config.json").exists()
     tok = p / "tokenizer.json"
     return Checkpoint(str(p), config, str(cfg_path), tensors, files, has_tokenizer=has_tok,

@@ -1,0 +1,238 @@
+"""compat catches each silent mismatch of FORMATS.md; the K2/K2.5 pair is drop-in compatible."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from ckpt_helpers import tiny_spec, write_target_config
+from conftest import run_cli
+
+from eagle3kit.compat import compat
+from eagle3kit.formats.synthetic import default_vocab_map, kimi_k2_spec, write_sparse_drafter
+
+
+def codes(res, severity="error"):
+    return {f.code for f in res.findings if f.severity == severity}
+
+
+@pytest.fixture
+def target(tmp_path):
+    return write_target_config(tmp_path / "target", layers=12, hidden=64, vocab=512, max_pos=1024)
+
+
+def drafter(tmp_path, name="d", layout="sglang", **kw):
+    spec_kw = kw.pop("spec", {})
+    return write_sparse_drafter(tmp_path / name, tiny_spec(**spec_kw), layout, **kw)
+
+
+def test_clean_drafter_is_compatible(tmp_path, target):
+    for layout in ("sglang", "vllm"):
+        d = drafter(tmp_path, layout, layout=layout)
+        res = compat(str(d), str(target), engine=layout)
+        assert res.compatible, [f.message for f in res.findings]
+        assert res.engines[layout]["captures"] == [2, 5, 9] == res.engines[layout]["trained_on"]
+        assert compat(
+            str(target), str(d), engine=layout
+        ).compatible  # argument order does not matter
+
+
+def test_sglang_layout_ids_are_wrong_for_vllm(tmp_path, target):
+    """SGLang-layout ids name layer outputs; vLLM reads them as HF indices: off by one."""
+    res = compat(str(drafter(tmp_path)), str(target), engine="both")
+    assert res.engines["sglang"]["captures"] == [2, 5, 9]
+    assert res.engines["vllm"]["captures"] == [1, 4, 8]
+    errs = [f for f in res.findings if f.code == "aux-convention"]
+    assert (
+        len(errs) == 1
+        and errs[0].message.startswith("vllm")
+        and "convert --to vllm" in errs[0].message
+    )
+
+
+def test_no_aux_ids_compatible_with_both_engines(tmp_path, target):
+    assert compat(str(drafter(tmp_path, spec={"aux_layers": None})), str(target)).compatible
+
+
+def test_k2_vs_k25_drop_in(tmp_path):
+    a = write_sparse_drafter(
+        tmp_path / "k2",
+        kimi_k2_spec(131072),
+        config_overrides={"max_window_layers": 48, "transformers_version": "4.51.3"},
+    )
+    b = write_sparse_drafter(
+        tmp_path / "k25", kimi_k2_spec(262144), config_overrides={"transformers_version": "4.57.1"}
+    )
+    r = run_cli("compat", a, b, "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["compatible"] is True
+    assert doc["verdict"] == "drop-in compatible for fine-tuning"
+    meta = {row["key"] for row in doc["config_diff"] if row["kind"] == "metadata"}
+    assert meta == {"max_position_embeddings", "max_window_layers", "transformers_version"}
+    assert not [row for row in doc["config_diff"] if row["kind"] == "architectural"]
+    assert all(f["severity"] == "info" for f in doc["findings"])
+    assert {f["code"] for f in doc["findings"]} == {"config-metadata"}
+    assert set(doc) >= {"compatible", "verdict", "findings"}
+    assert all(set(f) == {"severity", "code", "message"} for f in doc["findings"])
+
+
+def test_drafters_with_different_shapes_not_drop_in(tmp_path):
+    a = drafter(tmp_path, "a")
+    b = drafter(tmp_path, "b", spec={"intermediate_size": 192})
+    res = compat(str(a), str(b))
+    assert not res.compatible
+    assert "spec-differs" in codes(res) and "tensor-differs" in codes(res)
+    assert res.verdict.startswith("not compatible")
+    assert run_cli("compat", a, b).code == 1
+
+
+def test_missing_lm_head(tmp_path, target):
+    d = drafter(tmp_path, omit=("embed_tokens.weight", "lm_head.weight"))
+    res = compat(str(d), str(target))
+    assert "missing-lm-head" in codes(res)
+    assert any("accept length 1.00" in f.message for f in res.findings)
+
+
+def test_aux_ids_out_of_range(tmp_path, target):
+    d = drafter(tmp_path, spec={"aux_layers": (2, 5, 14)})
+    res = compat(str(d), str(target))
+    assert "aux-out-of-range" in codes(res)
+    msg = next(f.message for f in res.findings if f.code == "aux-out-of-range")
+    assert "14" in msg and "[0, 11]" in msg
+
+
+def test_aux_ids_absent_says_engine_defaults(tmp_path, target):
+    d = drafter(tmp_path, spec={"aux_layers": None})
+    res = compat(str(d), str(target))
+    assert res.compatible
+    info = next(f for f in res.findings if f.code == "aux-absent")
+    assert "SGLang" in info.message and "vLLM" in info.message and "[2, 6, 9]" in info.message
+    assert res.engines["sglang"]["captures"] == [2, 6, 9] == res.engines["vllm"]["captures"]
+
+
+def test_aux_convention_mismatch_drafter_vs_target(tmp_path, target):
+    """ids written in HF convention into an SGLang config: SGLang adds 1 and captures the wrong layers."""
+    d = drafter(
+        tmp_path,
+        config_overrides={
+            "eagle_config": {
+                "eagle_aux_hidden_state_layer_ids": [2, 5, 9],
+                "use_aux_hidden_state": True,
+            }
+        },
+    )
+    res = compat(str(d), str(target), engine="vllm")
+    # SGLang reads these ids as layer outputs -> trained on HF [3, 6, 10]; vLLM reads them as HF [2, 5, 9]
+    assert res.engines["vllm"]["captures"] == [2, 5, 9]
+    assert res.engines["vllm"]["trained_on"] == [3, 6, 10]
+    assert "aux-convention" in codes(res)
+
+
+def test_aux_convention_mismatch_between_drafters(tmp_path):
+    a = drafter(tmp_path, "a", layout="vllm")  # top-level ids [2, 5, 9], HF convention
+    b = drafter(
+        tmp_path,
+        "b",
+        config_overrides={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 5, 9]}},
+    )
+    res = compat(str(a), str(b))
+    assert "aux-layers-differ" in codes(res)
+    msg = next(f.message for f in res.findings if f.code == "aux-layers-differ")
+    assert "[3, 6, 10]" in msg and "SGLang" in msg
+
+
+def test_speculators_layout_to_sglang_engine(tmp_path, target):
+    d = drafter(tmp_path, layout="vllm")
+    res = compat(str(d), str(target), engine="sglang")
+    assert {"sglang-skipped-names", "architecture"} <= codes(res)
+    assert compat(str(d), str(target), engine="vllm").compatible
+
+
+def test_d2t_out_of_range(tmp_path, target):
+    d2t, t2d = default_vocab_map(tiny_spec())
+    d2t = d2t.copy()
+    d2t[-1] += 10_000
+    d = drafter(tmp_path, d2t=d2t, t2d=t2d)
+    res = compat(str(d), str(target))
+    assert "d2t-range" in codes(res)
+
+
+def test_t2d_count_mismatch(tmp_path, target):
+    d2t, t2d = default_vocab_map(tiny_spec())
+    t2d = t2d.copy()
+    t2d[np.flatnonzero(~t2d)[:3]] = True
+    res = compat(str(drafter(tmp_path, d2t=d2t, t2d=t2d)), str(target))
+    assert "t2d-count" in codes(res)
+    assert any("expected 128" in f.message and "found 131" in f.message for f in res.findings)
+
+
+def test_hidden_size_mismatch(tmp_path):
+    t = write_target_config(tmp_path / "t", hidden=96)
+    res = compat(str(drafter(tmp_path)), str(t))
+    assert "hidden-size" in codes(res)
+
+
+def test_vocab_size_mismatch(tmp_path):
+    t = write_target_config(tmp_path / "t", vocab=1000)
+    assert "vocab-size" in codes(compat(str(drafter(tmp_path)), str(t)))
+
+
+def test_embed_tokens_absent_is_info_wrong_shape_is_error(tmp_path, target):
+    res = compat(str(drafter(tmp_path, "a")), str(target))
+    assert "embed-absent" in codes(res, "info")
+    bad = drafter(tmp_path, "b", omit=(), shape_overrides={"embed_tokens.weight": (500, 64)})
+    res = compat(str(bad), str(target))
+    assert "embed-shape" in codes(res)
+
+
+def test_wrong_architectures(tmp_path, target):
+    d = drafter(
+        tmp_path,
+        config_overrides={
+            "architectures": ["LlamaForCausalLM"],
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 4, 8]},
+        },
+    )
+    res = compat(str(d), str(target), engine="sglang")
+    assert "architecture" in codes(res)
+    d2 = drafter(tmp_path, "d2", config_overrides={"architectures": ["MistralForCausalLMEagle9"]})
+    assert "architecture" in codes(compat(str(d2), str(target), engine="vllm"))
+
+
+def test_max_position_embeddings_too_small(tmp_path):
+    t = write_target_config(tmp_path / "t", max_pos=4096)
+    res = compat(str(drafter(tmp_path)), str(t), engine="sglang")
+    assert "max-position" in codes(res, "warning")
+    assert res.compatible  # a warning, not an error
+
+
+def test_norm_flags_sglang_lacks(tmp_path, target):
+    d = drafter(tmp_path, layout="vllm", spec={"norm_before_residual": True})
+    assert "norm-flag" in codes(compat(str(d), str(target), engine="sglang"))
+    assert "norm-flag" not in codes(
+        compat(str(d), str(target), engine="vllm")
+    )  # vLLM implements it
+
+
+def test_tokenizers_must_match(tmp_path):
+    t = write_target_config(tmp_path / "t", tokenizer='{"model": "a"}')
+    d = drafter(tmp_path)
+    (d / "tokenizer.json").write_text('{"model": "b"}')
+    assert "tokenizer" in codes(compat(str(d), str(t)))
+    (d / "tokenizer.json").write_text('{"model": "a"}')
+    assert "tokenizer" not in codes(compat(str(d), str(t)))
+
+
+def test_cli_exit_codes_and_json(tmp_path, target):
+    good = drafter(tmp_path, "good", spec={"aux_layers": None})
+    r = run_cli("compat", good, target, "--json")
+    assert r.code == 0 and json.loads(r.out)["compatible"] is True
+    bad = drafter(tmp_path, "bad", omit=("embed_tokens.weight", "lm_head.weight"))
+    r = run_cli("compat", bad, target)
+    assert r.code == 1 and "missing-lm-head" in r.out
+    r = run_cli("compat", target, target)
+    assert r.code == 2 and "at least one drafter" in r.err
+    r = run_cli("compat", good, target, "--engine", "tgi")
+    assert r.code == 2

@@ -1,0 +1,169 @@
+"""Bad checkpoints: exit 2, one stderr line naming the file, no traceback, nothing written."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ckpt_helpers import raw_safetensors, tiny_spec
+from conftest import run_cli
+
+from eagle3kit.formats.synthetic import write_sparse_drafter
+
+
+def _assert_bad(r, needle: str, *also: str):
+    assert r.code == 2, (r.code, r.out, r.err)
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    assert "Traceback" not in r.err
+    assert needle in lines[0], lines[0]
+    for a in also:
+        assert a in lines[0], lines[0]
+
+
+@pytest.fixture
+def good(tmp_path):
+    return write_sparse_drafter(tmp_path / "good", tiny_spec())
+
+
+def test_good_checkpoint_inspects(good):
+    r = run_cli("inspect", good)
+    assert r.code == 0, r.err
+
+
+def test_missing_path(tmp_path):
+    _assert_bad(run_cli("inspect", tmp_path / "nope"), "nope", "no such file")
+
+
+def test_config_not_json(good):
+    (good / "config.json").write_text("{not json")
+    _assert_bad(run_cli("inspect", good), "config.json", "not valid JSON")
+
+
+def test_config_missing_hidden_size(good):
+    cfg = json.loads((good / "config.json").read_text())
+    del cfg["hidden_size"]
+    (good / "config.json").write_text(json.dumps(cfg))
+    _assert_bad(run_cli("inspect", good), "config.json", "hidden_size", "missing")
+
+
+def test_config_wrong_type(good):
+    cfg = json.loads((good / "config.json").read_text())
+    cfg["intermediate_size"] = "big"
+    (good / "config.json").write_text(json.dumps(cfg))
+    _assert_bad(run_cli("inspect", good), "config.json", "intermediate_size", "'big'")
+
+
+def test_truncated_file(good):
+    (good / "model.safetensors").write_bytes(b"\x10\x00")
+    _assert_bad(run_cli("inspect", good), "model.safetensors", "truncated")
+
+
+def test_truncated_data(good):
+    f = good / "model.safetensors"
+    raw = f.read_bytes()
+    f.write_bytes(raw[: len(raw) - 100])
+    _assert_bad(run_cli("inspect", good), "model.safetensors", "outside the file")
+
+
+def test_header_length_beyond_file(good):
+    raw_safetensors(
+        good / "model.safetensors",
+        {"x": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}},
+        b"\0" * 4,
+        header_len=10_000,
+    )
+    _assert_bad(run_cli("inspect", good), "model.safetensors", "header length 10000")
+
+
+def test_offsets_overlap(good):
+    hdr = {
+        "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]},
+        "b": {"dtype": "F32", "shape": [4], "data_offsets": [8, 24]},
+    }
+    raw_safetensors(good / "model.safetensors", hdr, b"\0" * 24)
+    _assert_bad(run_cli("inspect", good), "model.safetensors", "overlap")
+
+
+def test_offsets_outside_file(good):
+    hdr = {"a": {"dtype": "F32", "shape": [4], "data_offsets": [100, 116]}}
+    raw_safetensors(good / "model.safetensors", hdr, b"\0" * 16)
+    _assert_bad(run_cli("inspect", good), "model.safetensors", "outside the file")
+
+
+def test_dtype_times_shape_mismatch(good):
+    hdr = {"a": {"dtype": "BF16", "shape": [4, 4], "data_offsets": [0, 16]}}
+    raw_safetensors(good / "model.safetensors", hdr, b"\0" * 16)
+    _assert_bad(run_cli("inspect", good), "model.safetensors", "needs 32 bytes", "span 16")
+
+
+def test_unknown_dtype(good):
+    hdr = {"a": {"dtype": "Q4_K", "shape": [4], "data_offsets": [0, 4]}}
+    raw_safetensors(good / "model.safetensors", hdr, b"\0" * 4)
+    _assert_bad(run_cli("inspect", good), "model.safetensors", "unknown dtype 'Q4_K'")
+
+
+def test_index_points_outside_directory(good):
+    (good / "model.safetensors").rename(good / "model-00001-of-00001.safetensors")
+    index = {"metadata": {}, "weight_map": {"fc.weight": "../x.safetensors"}}
+    (good / "model.safetensors.index.json").write_text(json.dumps(index))
+    _assert_bad(
+        run_cli("inspect", good), "model.safetensors.index.json", "outside the checkpoint directory"
+    )
+
+
+def test_only_pickle_refused(tmp_path):
+    d = tmp_path / "pickled"
+    d.mkdir()
+    (d / "config.json").write_text(
+        json.dumps({"architectures": ["LlamaForCausalLMEagle3"], "hidden_size": 8})
+    )
+    (d / "pytorch_model.bin").write_bytes(b"\x80\x04not really a pickle")
+    _assert_bad(run_cli("inspect", d), "pytorch_model.bin", "pickle")
+
+
+def test_debug_shows_traceback(tmp_path):
+    with pytest.raises(Exception, match="no such file"):
+        run_cli("inspect", tmp_path / "nope", "--debug")
+
+
+def test_sharded_checkpoint_reads(tmp_path):
+    """A sharded checkpoint (index + two shards) is read through its weight_map."""
+    import torch
+
+    from eagle3kit.formats.safetensors_io import load_local, write_safetensors
+
+    d = tmp_path / "sharded"
+    d.mkdir()
+    write_safetensors(d / "a.safetensors", {"x": torch.zeros(2, 3)})
+    write_safetensors(d / "b.safetensors", {"y": torch.zeros(5, dtype=torch.int64)})
+    (d / "config.json").write_text("{}")
+    (d / "model.safetensors.index.json").write_text(
+        json.dumps({"weight_map": {"x": "a.safetensors", "y": "b.safetensors"}})
+    )
+    ck = load_local(d)
+    assert ck.tensors["x"].shape == (2, 3) and ck.tensors["x"].dtype == "F32"
+    assert ck.tensors["y"].nbytes == 40 and ck.tensors["y"].file.endswith("b.safetensors")
+
+
+def test_header_matches_safetensors_library(tmp_path):
+    """Our header parser agrees with the safetensors library on names, dtypes, shapes and bytes."""
+    import torch
+    from safetensors import safe_open
+
+    from eagle3kit.formats.safetensors_io import read_header_file, write_safetensors
+
+    tensors = {
+        "a": torch.randn(3, 5),
+        "b": torch.zeros(7, dtype=torch.bfloat16),
+        "c": torch.ones(2, 2, dtype=torch.bool),
+    }
+    write_safetensors(tmp_path / "m.safetensors", tensors)
+    ours = read_header_file(tmp_path / "m.safetensors")
+    raw = (tmp_path / "m.safetensors").read_bytes()
+    with safe_open(tmp_path / "m.safetensors", framework="pt") as f:
+        for name in f.keys():
+            t = f.get_tensor(name)
+            info = ours[name]
+            assert info.shape == tuple(t.shape)
+            assert raw[info.start : info.end] == t.contiguous().view(torch.uint8).numpy().tobytes()
