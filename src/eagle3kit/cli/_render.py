@@ -11,7 +11,9 @@ from rich.console import Console
 
 def out() -> Console:
     """Console on the current stdout (resolved at call time, so tests can capture it)."""
-    return Console(file=sys.stdout, soft_wrap=False)
+    tty = hasattr(sys.stdout, "isatty") and sys.stdout.isatty()
+    # Piped output (files, CI logs, tests) is not wrapped at 80 columns.
+    return Console(file=sys.stdout, soft_wrap=False, width=None if tty else 160)
 
 
 def err() -> Console:
