@@ -183,6 +183,7 @@ def register(app: typer.Typer) -> None:
         is below break-even (throughput < baseline), 2 on bad input.
         """
         from eagle3kit import plan as planmod
+        from eagle3kit.plots import plot_plan
 
         points = [planmod.parse_verify_point(v) for v in verify_ms] if verify_ms else None
         fit = planmod.parse_verify_fit(verify_fit) if verify_fit is not None else None
@@ -201,7 +202,7 @@ def register(app: typer.Typer) -> None:
             max_depth=max_depth,
             target_tps=target_tps or (),
         )
-        written = planmod.plot_plan(result, plot) if plot is not None else None
+        written = plot_plan(result, plot) if plot is not None else None
         if json_:
             from eagle3kit.cli._render import emit_json
 

@@ -1,0 +1,84 @@
+"""Plots (PNG) for plan and, later, eval and report. matplotlib is imported inside each function."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+
+from eagle3kit.errors import Eagle3Error
+from eagle3kit.plan import PlanResult
+
+
+def plot_plan(result: PlanResult, path: str | os.PathLike[str]) -> Path:
+    """Throughput against tau at this cycle time, with baseline, break-even, point and targets.
+
+    Written atomically (temp file in the same directory, then rename).
+    """
+    from matplotlib.figure import Figure  # Agg canvas via savefig; no pyplot global state
+
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise Eagle3Error(f"--plot: expected a file in an existing directory, found {str(out)!r}")
+    r, k, cycle_s = result, result.depth, result.cycle_ms / 1000.0
+    taus = [k + 1.0, r.break_even_accept_len, r.accept_len] + [t.accept_len for t in r.targets]
+    top = max(2.0, max(taus) * 1.3)  # room right of the last target for its label
+    ymax = max([top / cycle_s, r.baseline_tps] + [d.tps for d in r.depths]) * 1.05
+
+    fig = Figure(figsize=(9, 5.5), dpi=110)
+    ax = fig.add_subplot(1, 1, 1)
+    off = {"textcoords": "offset points", "fontsize": 8}  # annotation style
+    ax.axhspan(0, r.baseline_tps, color="C3", alpha=0.06)
+    ax.text(top, r.baseline_tps / 2, "slower than plain decode  ", ha="right", color="C3")
+    line = f"throughput = τ / {r.cycle_ms:.4g} ms cycle (depth {k} reaches τ ≤ {k + 1})"
+    ax.plot([1, k + 1], [1 / cycle_s, (k + 1) / cycle_s], "C0-", lw=2, label=line)
+    if top > k + 1:
+        dashed = f"τ > {k + 1}: not reachable at depth {k}"
+        ax.plot([k + 1, top], [(k + 1) / cycle_s, top / cycle_s], "C0--", lw=1.5, label=dashed)
+    ax.axhline(
+        r.baseline_tps, color="C3", label=f"baseline (plain decode) {r.baseline_tps:.4g} tok/s"
+    )
+    ax.axvline(r.break_even_accept_len, color="C3", lw=1, ls=":")
+    be = f"break-even τ {r.break_even_accept_len:.3g}"
+    ax.annotate(be, (r.break_even_accept_len, ymax * 0.02), xytext=(4, 0), color="C3", **off)
+    if r.depths:
+        each = f"each depth k, own cycle time (best k={r.best_depth}: {r.best_depth_tps:.4g} tok/s)"
+        xs, ys = [d.accept_len for d in r.depths], [d.tps for d in r.depths]
+        ax.plot(xs, ys, "C4s-", ms=4, lw=1, label=each)
+        for d in r.depths[:: max(1, math.ceil(len(r.depths) / 5))]:
+            xy = (d.accept_len, d.tps)
+            ax.annotate(f"k={d.depth}", xy, xytext=(0, -11), color="C4", ha="center", **off)
+    now = f"now: τ {r.accept_len:.3g} → {r.throughput_tps:.4g} tok/s ({r.speedup:.2f}× baseline)"
+    ax.plot([r.accept_len], [r.throughput_tps], "C1o", ms=10, zorder=5, label=now)
+    for i, t in enumerate(r.targets):
+        star = "target: τ it needs at this cycle time" if i == 0 else None
+        ax.plot([t.accept_len], [t.tps], "C2*", ms=14, zorder=5, label=star)
+        p_k = t.per_step_acceptance_at_depth
+        at_k = f"unreachable at depth {k}" if p_k is None else f"{p_k:.1%} at depth {k}"
+        text = (
+            f"{t.tps:g} tok/s needs τ {t.accept_len:.3g}\nper-step p {at_k}\n"
+            f"p {t.per_step_acceptance:.1%} as depth → ∞"
+        )
+        ax.annotate(text, (t.accept_len, t.tps), xytext=(10, -6), va="top", color="C2", **off)
+    ax.set_xlim(1.0, top)
+    ax.set_ylim(0, ymax)
+    ax.set_xlabel("accept length τ (tokens emitted per verify cycle)")
+    ax.set_ylabel("throughput (tok/s)")
+    title = f"Will speculation pay? baseline {r.baseline_tps:.4g} tok/s, depth {k}\n{r.cycle_model}"
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format="png")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return out
