@@ -75,11 +75,18 @@ class CompatResult:
             if self.drop_in and self.compatible:
                 return "drop-in compatible for fine-tuning"
             return f"not compatible for fine-tuning ({n_err} error{'s' * (n_err != 1)})"
-        if self.compatible:
-            return (
-                "compatible: " + ", ".join(self.engines) + " will serve this drafter on this target"
+        parts = []
+        for eng in self.engines:  # an engine's errors: those naming it, plus those naming none
+            others = tuple(f"{e}:" for e in self.engines if e != eng)
+            n = sum(
+                f.severity == "error" and not f.message.startswith(others) for f in self.findings
             )
-        return f"incompatible ({n_err} error{'s' * (n_err != 1)})"
+            parts.append(
+                f"{eng}: serves it correctly"
+                if not n
+                else f"{eng}: incompatible ({n} error{'s' * (n != 1)})"
+            )
+        return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
         return {"compatible": self.compatible, "verdict": self.verdict, "mode": self.mode, "a": self.a, "b": self.b,

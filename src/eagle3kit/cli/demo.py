@@ -1,14 +1,28 @@
-"""`eagle3kit demo`: replay the user's story on the built-in zoo."""
+"""`eagle3kit demo`: replay the user's story on built-in data, offline."""
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import typer
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
-    def demo() -> None:
-        """Replay the Kimi-K2 -> K2.5 story on built-in tiny models (not built yet)."""
-        from eagle3kit.cli._render import err
+    def demo(
+        out: Annotated[
+            str, typer.Option("-o", "--out", help="Directory for the demo's files.")
+        ] = "eagle3kit-demo",
+        json_out: Annotated[
+            bool, typer.Option("--json", help="Print one JSON summary; narration goes to stderr.")
+        ] = False,
+    ) -> None:
+        """Replay the Kimi-K2 -> K2.5 story: plan, inspect, compat (more verbs as they land)."""
+        from eagle3kit.cli._render import emit_json, err
+        from eagle3kit.cli._render import out as stdout
+        from eagle3kit.demo import run_demo
 
-        err().print("eagle3kit demo is not built yet: the verbs it replays are still landing.")
+        con = err() if json_out else stdout()
+        summary = run_demo(out, say=lambda s: con.print(s, markup=False, highlight=False))
+        if json_out:
+            emit_json(summary)
