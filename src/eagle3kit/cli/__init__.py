@@ -41,14 +41,15 @@ for _mod in (_checkpoint, _plan, _zoo, _demo):
 def main(argv: list[str] | None = None) -> None:
     """Entry point. Exits 0 ok, 1 when a check ran and failed, 2 on bad input or usage.
 
-    Commands signal "check failed" with `raise typer.Exit(1)`; bad input raises Eagle3Error,
-    which becomes one line on stderr (the traceback only with --debug).
+    Commands signal "check failed" with `raise typer.Exit(1)`; bad input raises Eagle3Error.
+    Both bad input and usage errors (an unknown option, a value that does not parse) become
+    one line on stderr; `--debug` anywhere on the command line shows the traceback instead.
     """
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
-    args = [a for a in args if a != "--debug"]
+    args = [a for a in args if a != "--debug"] or ["--help"]
     try:
-        app(args=args, prog_name="eagle3kit")  # standalone: usage errors exit 2 by themselves
+        rv = app(args=args, prog_name="eagle3kit", standalone_mode=False)
     except Eagle3Error as e:
         if debug:
             raise
@@ -57,3 +58,15 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("eagle3kit: interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as e:
+        # typer/click usage errors (vendored by typer >= 0.29, click before): duck-typed
+        code = getattr(e, "exit_code", None)
+        if debug or not isinstance(code, int):
+            raise
+        if hasattr(e, "format_message"):
+            names = {c.name or c.callback.__name__ for c in app.registered_commands}
+            verb = next((a for a in args if not a.startswith("-")), "")
+            hint = f"eagle3kit {verb} --help" if verb in names else "eagle3kit --help"
+            print(f"eagle3kit: error: {e.format_message()} (see '{hint}')", file=sys.stderr)
+        sys.exit(code)
+    sys.exit(rv if isinstance(rv, int) else 0)
