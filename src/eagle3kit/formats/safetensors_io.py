@@ -363,16 +363,25 @@ def read_small_tensor(ckpt: Checkpoint, name: str, max_bytes: int = 64 * 1024 * 
     return np.frombuffer(raw, dtype=_NP_DTYPES[info.dtype]).reshape(info.shape)
 
 
-def _hub_range(ckpt: Checkpoint, info: TensorInfo) -> bytes:  # pragma: no cover - needs network
+def _hub_range(ckpt: Checkpoint, info: TensorInfo) -> bytes:
+    """Fetch one tensor's bytes from a Hub file with HTTP range requests (8-byte length first)."""
     from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import get_session
+    from huggingface_hub.utils import build_hf_headers, get_session
 
     url = hf_hub_url(ckpt.repo_id, info.file, revision=ckpt.revision)
     sess = get_session()
-    head = sess.get(url, headers={"Range": "bytes=0-7"}, timeout=30).content
-    (n,) = struct.unpack("<Q", head[:8])
-    a, b = 8 + n + info.start, 8 + n + info.end - 1
-    return sess.get(url, headers={"Range": f"bytes={a}-{b}"}, timeout=60).content
+
+    def get(a: int, b: int) -> bytes:
+        headers = {**build_hf_headers(), "Range": f"bytes={a}-{b}"}
+        try:  # httpx (huggingface_hub >= 1.0) needs follow_redirects; requests follows by default
+            r = sess.get(url, headers=headers, timeout=60, follow_redirects=True)
+        except TypeError:
+            r = sess.get(url, headers=headers, timeout=60)
+        r.raise_for_status()
+        return r.content
+
+    (n,) = struct.unpack("<Q", get(0, 7)[:8])
+    return get(8 + n + info.start, 8 + n + info.end - 1)
 
 
 # ---------------------------------------------------------------- writing
