@@ -43,7 +43,6 @@ def write_sparse_drafter(
     config_overrides: dict[str, Any] | None = None,
     shape_overrides: dict[str, tuple[int, ...]] | None = None,
     extra_tensors: dict[str, tuple[int, ...]] | None = None,
-    allow_lossy: bool = False,
 ) -> Path:
     """Write `out/config.json` + `out/model.safetensors` for `spec` in `layout`.
 
@@ -52,15 +51,7 @@ def write_sparse_drafter(
     deliberately broken checkpoints for tests."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if allow_lossy:
-        from eagle3kit.formats import layouts
-
-        cfg = layouts.config_for(spec.replace(norm_before_residual=False, norm_before_fc=False, fc_norm=False,
-                                              norm_output=False, qk_norm=False), layout)  # fmt: skip
-        for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"):
-            cfg[k] = getattr(spec, k)
-    else:
-        cfg = config_for(spec, layout)
+    cfg = config_for(spec, layout)
     for k, v in (config_overrides or {}).items():
         if v is None:
             cfg.pop(k, None)
