@@ -1,9 +1,83 @@
-"""CLI verbs: zoo (placeholder until its issue lands)."""
+"""CLI verbs: `eagle3kit zoo list|build` — the built-in targets (eagle3kit.zoo)."""
 
 from __future__ import annotations
 
+import time
+
 import typer
+
+SIZE_HELP = "full (demo, benchmarks) or tiny (seconds to build; tests)."
+
+
+def _row(d: dict) -> list[str]:
+    man = d["manifest"] or {}
+    met = man.get("metrics", {})
+    quality = (
+        f"{met['heldout_loss']:.2f} / {met['unigram_loss']:.2f} / {met['distinct4_mean']:.2f}"
+        if met
+        else "-"
+    )
+    params = f"{man['params'] / 1e6:.1f}M" if man else "-"
+    shape = f"{man['num_layers']}x{man['hidden_size']}, V={man['vocab_size']}" if man else "-"
+    return [d["name"], d["architecture"], d["parent"] or "-", d["slice"], params, shape, quality,
+            "yes" if d["built"] else "no"]  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:
-    pass
+    zoo_app = typer.Typer(
+        help="The built-in tiny targets (Llama and DeepSeek-V3, v1/v2), built from the stdlib.",
+        no_args_is_help=True,
+    )
+    app.add_typer(zoo_app, name="zoo")
+
+    @zoo_app.command("list")
+    def list_(
+        size: str = typer.Option("full", help=SIZE_HELP),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """List the zoo's members, where they live and whether they are built."""
+        from eagle3kit import zoo
+        from eagle3kit.cli._render import emit_json, out
+
+        rows = [zoo.describe(n, size=size) for n in zoo.names()]
+        if json_:
+            emit_json({"home": str(zoo.home()), "size": size, "members": rows})
+            return
+        from rich.table import Table
+
+        t = Table(title=f"eagle3kit zoo ({size}) in {zoo.home() / 'zoo'}")
+        for col in ("name", "architecture", "parent", "data", "params", "layers x hidden",
+                    "held-out / unigram loss / distinct-4", "built"):  # fmt: skip
+            t.add_column(col)
+        for d in rows:
+            t.add_row(*_row(d))
+        out().print(t)
+
+    @zoo_app.command("build")
+    def build(
+        name: str = typer.Argument(None, help="Member to build (default: all)."),
+        size: str = typer.Option("full", help=SIZE_HELP),
+        force: bool = typer.Option(False, "--force", help="Rebuild even when cached."),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """Build members (v2 builds its v1 first); cached members return at once."""
+        from eagle3kit import zoo
+        from eagle3kit.cli._render import emit_json, out
+
+        targets = [name] if name is not None else zoo.names()
+        for n in targets:
+            zoo.member(n)  # bad names fail before any work
+        results = []
+        for n in targets:
+            cached = not force and zoo.is_built(n, size=size)
+            t0 = time.time()
+            p = zoo.build(n, size=size, force=force, progress=True)
+            results.append({"name": n, "size": size, "path": str(p), "cached": cached,
+                            "seconds": round(time.time() - t0, 2),
+                            "manifest": zoo.manifest(n, size=size)})  # fmt: skip
+        if json_:
+            emit_json({"members": results})
+            return
+        for r in results:
+            how = "cached" if r["cached"] else f"built in {r['seconds']:.0f} s"
+            out().print(f"{r['name']} ({size}): {r['path']} [{how}]")

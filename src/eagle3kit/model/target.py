@@ -1,0 +1,291 @@
+"""TargetModel: a Hugging Face causal LM that also hands out its hidden states at the aux layers.
+
+Aux-layer convention (FORMATS.md, DraftSpec): aux id ``i`` is Hugging Face
+``output_hidden_states[i]``, the *input* of decoder layer ``i`` (id 0 is the embedding output).
+They are captured by forward pre-hooks on the chosen decoder layers, so a forward never keeps
+the hidden states of every layer. Valid ids are ``0 .. L-1``: HF ``output_hidden_states[L]`` is
+the final *normed* output, the input of no decoder layer, and no engine captures it, so it is
+refused rather than given a second meaning.
+
+Incremental decoding keeps one KV cache (a transformers ``DynamicCache``; it works for Llama's
+per-head K/V and DeepSeek-V3's compressed MLA latents alike): ``prefill`` a prompt, ``verify``
+n tokens in one forward call, ``crop``/``rollback`` to the accepted prefix. Batch size 1 is the
+main path there; the full-sequence ``forward`` takes any batch (right padding + attention_mask).
+The model is frozen (eval mode, no grad); outputs are plain tensors that autograd may consume.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eagle3kit.errors import Eagle3Error
+from eagle3kit.spec import default_aux_layers
+
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+}
+
+
+@dataclass
+class TargetOutput:
+    """One target forward: next-token logits and the concatenated aux hidden states."""
+
+    logits: torch.Tensor  # [B, T, V]
+    aux: torch.Tensor  # [B, T, k*H], k = len(aux_layers) (3 for EAGLE-3): [h_low, h_mid, h_high]
+
+
+def validate_aux_layers(ids: Any, num_layers: int) -> tuple[int, ...]:
+    """Check aux ids against an ``num_layers``-layer target; returns them as a tuple of ints."""
+    try:
+        ids = tuple(ids)
+    except TypeError:
+        raise Eagle3Error(f"aux layers: expected a sequence of ints, found {ids!r}") from None
+    if not ids:
+        raise Eagle3Error("aux layers: expected at least one layer id, found none")
+    for i in ids:
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise Eagle3Error(f"aux layers: expected ints, found {i!r} in {list(ids)}")
+        if not 0 <= i < num_layers:
+            raise Eagle3Error(
+                f"aux layer {i} is out of range: valid ids are 0..{num_layers - 1} for this "
+                f"{num_layers}-layer target (id i = HF output_hidden_states[i] = input of decoder layer i)"
+            )
+    return ids
+
+
+def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The decoder-layer list of a transformers causal LM (Llama, DeepSeek-V3, Qwen, GPT-2 ...)."""
+    base = model.get_decoder() if hasattr(model, "get_decoder") else None
+    for owner in (base, getattr(model, "model", None), getattr(model, "transformer", None)):
+        for attr in ("layers", "h", "blocks"):
+            layers = getattr(owner, attr, None) if owner is not None else None
+            if isinstance(layers, torch.nn.ModuleList) and len(layers) > 0:
+                return layers
+    raise Eagle3Error(f"{type(model).__name__}: cannot find its decoder layers (model.layers)")
+
+
+def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype | str:
+    if isinstance(dtype, torch.dtype) or dtype == "auto":
+        return dtype
+    if dtype not in _DTYPES:
+        raise Eagle3Error(f"dtype: expected one of {sorted(_DTYPES)} or 'auto', found {dtype!r}")
+    return _DTYPES[dtype]
+
+
+class TargetModel:
+    """A frozen causal LM plus aux hidden-state capture and a rollback-able KV cache."""
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        tokenizer: Any = None,
+        *,
+        aux_layers: tuple[int, ...] | list[int] | None = None,
+        name_or_path: str | None = None,
+    ) -> None:
+        self.model = model.eval().requires_grad_(False)
+        self.tokenizer = tokenizer
+        self.name_or_path = name_or_path or getattr(model.config, "_name_or_path", None)
+        self.layers = _decoder_layers(model)
+        self.num_layers = len(self.layers)
+        if aux_layers is None:
+            aux_layers = default_aux_layers(self.num_layers)
+        self.aux_layers = validate_aux_layers(aux_layers, self.num_layers)
+        self._captured: dict[int, torch.Tensor] | None = None
+        self._hooks = [
+            self.layers[i].register_forward_pre_hook(self._capture_hook(i), with_kwargs=True)
+            for i in sorted(set(self.aux_layers))
+        ]
+        params = inspect.signature(model.forward).parameters
+        self._cache_kwarg = "cache" if "cache" in params else "past_key_values"
+        self.cache: Any = None  # the DynamicCache of the incremental path
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        path_or_id: str | Path,
+        *,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype | str = torch.float32,
+        aux_layers: tuple[int, ...] | list[int] | None = None,
+        trust_remote_code: bool = False,
+        revision: str | None = None,
+    ) -> TargetModel:
+        """Load a local model dir or a hub id with ``AutoModelForCausalLM`` (and its tokenizer)."""
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch_dtype = _parse_dtype(dtype)
+        src = str(path_or_id)
+        local = Path(src).expanduser()
+        if local.is_dir():
+            if not (local / "config.json").is_file():
+                raise Eagle3Error(f"{local}: not a model directory (no config.json)")
+            src = str(local)
+        elif isinstance(path_or_id, Path) or src.startswith((".", "/", "~")):
+            raise Eagle3Error(f"{src}: no such directory")
+        kw = dict(trust_remote_code=trust_remote_code, revision=revision)
+        try:
+            model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kw)
+        except OSError as e:
+            raise Eagle3Error(f"{src}: cannot load the target model ({e})") from e
+        tokenizer = None
+        if not local.is_dir() or any(
+            (local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")
+        ):
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(src, **kw)
+            except (OSError, ValueError):
+                tokenizer = None  # a model without a tokenizer still runs on ids
+        model.to(device)
+        return cls(model, tokenizer, aux_layers=aux_layers, name_or_path=src)
+
+    # -- what later code needs -------------------------------------------------------------
+    @property
+    def config(self) -> Any:
+        return self.model.config
+
+    @property
+    def hidden_size(self) -> int:
+        return int(self.model.config.hidden_size)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def embed_tokens(self) -> torch.nn.Embedding:
+        """The input embedding (drafters reuse it, frozen)."""
+        return self.model.get_input_embeddings()
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    def identity(self) -> dict[str, Any]:
+        """What a feature store or report records about this target."""
+        return {
+            "name_or_path": self.name_or_path,
+            "model_type": getattr(self.model.config, "model_type", None),
+            "num_layers": self.num_layers,
+            "hidden_size": self.hidden_size,
+            "vocab_size": self.vocab_size,
+            "aux_layers": list(self.aux_layers),
+            "aux_convention": "hf",
+        }
+
+    def close(self) -> None:
+        """Remove the capture hooks (the wrapped model stays usable on its own)."""
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+        self.cache = None
+
+    # -- forward -------------------------------------------------------------------------
+    def _capture_hook(self, i: int):
+        def hook(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+            if self._captured is not None:
+                self._captured[i] = args[0] if args else kwargs["hidden_states"]
+
+        return hook
+
+    def _run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cache: Any):
+        input_ids = torch.as_tensor(input_ids, device=self.device)
+        if input_ids.ndim == 1:
+            input_ids = input_ids[None]  # [1, T]
+        kwargs: dict[str, Any] = {"input_ids": input_ids, "use_cache": cache is not None}
+        if attention_mask is not None:
+            kwargs["attention_mask"] = attention_mask.to(self.device)
+        if cache is not None:
+            kwargs[self._cache_kwarg] = cache
+        self._captured = {}
+        try:
+            with torch.no_grad():
+                out = self.model(**kwargs)
+            aux = torch.cat([self._captured[i] for i in self.aux_layers], dim=-1)  # [B, T, 3H]
+        finally:
+            self._captured = None
+        return TargetOutput(logits=out.logits, aux=aux)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+    ) -> TargetOutput:
+        """Full-sequence forward without cache: ``input_ids`` [B, T] (or [T])."""
+        return self._run(input_ids, attention_mask, None)
+
+    __call__ = forward
+
+    # -- incremental decoding with a KV cache ----------------------------------------------
+    def _new_cache(self) -> Any:
+        from transformers import DynamicCache
+
+        try:
+            return DynamicCache(config=self.model.config)
+        except TypeError:  # transformers < 4.56
+            return DynamicCache()
+
+    @property
+    def seq_len(self) -> int:
+        """Tokens held in the KV cache (0 before ``prefill``)."""
+        return 0 if self.cache is None else int(self.cache.get_seq_length())
+
+    def reset(self) -> None:
+        """Drop the KV cache."""
+        self.cache = None
+
+    def prefill(self, input_ids: torch.Tensor) -> TargetOutput:
+        """Start a new sequence: run the prompt [B, T] into a fresh KV cache."""
+        self.cache = self._new_cache()
+        return self._run(input_ids, None, self.cache)
+
+    def verify(self, tokens: torch.Tensor) -> TargetOutput:
+        """Run ``n`` more tokens [B, n] (or [n]) in one forward; logits [B, n, V], aux [B, n, 3H].
+
+        ``logits[:, j]`` is the target's prediction for the token after ``tokens[:, j]``. All
+        ``n`` enter the cache: ``crop`` to the accepted prefix afterwards.
+        """
+        if self.cache is None:
+            raise Eagle3Error("verify() needs a prefix: call prefill() first")
+        return self._run(tokens, None, self.cache)
+
+    def crop(self, length: int) -> None:
+        """Keep only the first ``length`` cached tokens (the accepted prefix)."""
+        n = self.seq_len
+        if not 0 <= length <= n:
+            raise Eagle3Error(f"crop: length {length} is out of range 0..{n} (tokens in the cache)")
+        if length < n:
+            self.cache.crop(length - n)  # a negative count removes that many tokens
+
+    def rollback(self, n: int) -> None:
+        """Drop the last ``n`` cached tokens (the rejected drafts)."""
+        if n < 0 or n > self.seq_len:
+            raise Eagle3Error(f"rollback: {n} is out of range 0..{self.seq_len}")
+        self.crop(self.seq_len - n)
+
+    def generate_greedy(
+        self, prompt_ids: torch.Tensor | list[int], n: int, eos_token_id: int | None = None
+    ) -> list[int]:
+        """Greedy continuation of one prompt with the KV cache: ``n`` tokens (or up to EOS)."""
+        ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1)  # [1, T]
+        out: list[int] = []
+        logits = self.prefill(ids).logits[0, -1]  # [V]
+        while len(out) < n:
+            nxt = int(logits.argmax())
+            out.append(nxt)
+            if nxt == eos_token_id or len(out) == n:
+                break
+            logits = self.verify(torch.tensor([[nxt]])).logits[0, -1]
+        return out

@@ -1,0 +1,204 @@
+"""The built-in zoo: small target models built on first use from the Python standard library.
+
+Members (all with the same byte-level BPE tokenizer recipe and chat template):
+
+=========  ===========  ==============================================================
+name       architecture  trained on
+=========  ===========  ==============================================================
+llama-v1   Llama (dense) stdlib library source (``lib`` slice)
+llama-v2   Llama (dense) llama-v1, trained further on the stdlib ``test/`` package
+dsv3-v1    DeepSeek-V3   stdlib library source (MLA attention + MoE, Kimi-K2's architecture)
+dsv3-v2    DeepSeek-V3   dsv3-v1, trained further on the stdlib ``test/`` package
+=========  ===========  ==============================================================
+
+v1 -> v2 is the Kimi-K2 -> K2.5 situation in miniature: same architecture and tokenizer,
+weights moved by further training on shifted data. ``size="tiny"`` gives the same members
+with a much smaller config and recipe (seconds to build; for tests), stored as
+``<name>-tiny``.
+
+Models are normal Hugging Face dirs (config.json, model.safetensors, tokenizer files) plus a
+``zoo.json`` manifest, under ``$EAGLE3KIT_HOME/zoo/<name>`` (default home
+``~/.cache/eagle3kit``). Builds are deterministic (fixed seeds, sorted files, fixed thread
+count): deleting the cache and rebuilding on the same machine and Python gives bit-identical
+weights. A build writes into a temp dir that is renamed into place when complete, so an
+interrupted build is never mistaken for a cached one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from eagle3kit.errors import Eagle3Error
+from eagle3kit.zoo._train import ARCHS, Recipe
+
+SIZES = ("full", "tiny")
+RECIPE_VERSION = 1  # bump when a change to the code changes the weights
+BUILD_THREADS = {"full": 2, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
+MANIFEST = "zoo.json"
+
+
+@dataclass(frozen=True)
+class Member:
+    """One zoo target: its architecture, lineage, data slice and seed."""
+
+    name: str
+    arch: str  # key of ARCHS: "llama" | "dsv3"
+    version: int
+    parent: str | None  # the member a v2 continues from
+    slice: str  # "lib" | "test"
+    seed: int
+
+
+MEMBERS: dict[str, Member] = {
+    m.name: m
+    for m in (
+        Member("llama-v1", "llama", 1, None, "lib", seed=1),
+        Member("llama-v2", "llama", 2, "llama-v1", "test", seed=2),
+        Member("dsv3-v1", "dsv3", 1, None, "lib", seed=3),
+        Member("dsv3-v2", "dsv3", 2, "dsv3-v1", "test", seed=4),
+    )
+}
+
+# Training recipes per (version, size). v2 continues from v1 with fewer steps at a lower LR.
+RECIPES: dict[tuple[int, str], Recipe] = {
+    (1, "full"): Recipe(vocab_size=4096, file_limit=None, steps=400, batch=16, seq_len=128,
+                        lr=3e-3, warmup=30),
+    (2, "full"): Recipe(vocab_size=4096, file_limit=300, steps=150, batch=16, seq_len=128,
+                        lr=1e-3, warmup=10),
+    (1, "tiny"): Recipe(vocab_size=512, file_limit=40, steps=60, batch=4, seq_len=64, lr=1e-2,
+                        warmup=5, eval_windows=4, eval_prompts=2, prompt_len=16, gen_tokens=32),
+    (2, "tiny"): Recipe(vocab_size=512, file_limit=40, steps=15, batch=4, seq_len=64, lr=1e-3,
+                        warmup=2, eval_windows=4, eval_prompts=2, prompt_len=16, gen_tokens=32),
+}  # fmt: skip
+
+
+def names() -> list[str]:
+    """The zoo's member names."""
+    return list(MEMBERS)
+
+
+def member(name: str) -> Member:
+    """The member called ``name``; Eagle3Error listing the valid names otherwise."""
+    if name not in MEMBERS:
+        raise Eagle3Error(f"unknown zoo member {name!r}: valid names are {', '.join(MEMBERS)}")
+    return MEMBERS[name]
+
+
+def _check_size(size: str) -> None:
+    if size not in SIZES:
+        raise Eagle3Error(f"unknown zoo size {size!r}: valid sizes are {', '.join(SIZES)}")
+
+
+def home() -> Path:
+    """``$EAGLE3KIT_HOME`` or ``~/.cache/eagle3kit``."""
+    return Path(os.environ.get("EAGLE3KIT_HOME") or Path.home() / ".cache" / "eagle3kit")
+
+
+def path(name: str, *, size: str = "full") -> Path:
+    """Where member ``name`` lives (built or not)."""
+    member(name)
+    _check_size(size)
+    return home() / "zoo" / (name if size == "full" else f"{name}-{size}")
+
+
+def recipe_digest(name: str, size: str = "full") -> str:
+    """A hash of everything in the code that determines the member's weights."""
+    m = member(name)
+    doc = {
+        "version": RECIPE_VERSION,
+        "member": asdict(m),
+        "arch": ARCHS[m.arch][size],
+        "recipe": asdict(RECIPES[(m.version, size)]),
+        "parent": recipe_digest(m.parent, size) if m.parent else None,
+        "threads": BUILD_THREADS[size],
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def manifest(name: str, *, size: str = "full") -> dict[str, Any] | None:
+    """The ``zoo.json`` of a built member, or None when it is not built (or stale)."""
+    f = path(name, size=size) / MANIFEST
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return None
+    return doc if doc.get("recipe_digest") == recipe_digest(name, size) else None
+
+
+def is_built(name: str, *, size: str = "full") -> bool:
+    return manifest(name, size=size) is not None
+
+
+def get(name: str, *, size: str = "full", progress: bool = True) -> Path:
+    """The member's model dir, building it first when it is missing."""
+    return build(name, size=size, progress=progress)
+
+
+@contextlib.contextmanager
+def _lock(target: Path) -> Iterator[None]:
+    """An exclusive file lock beside ``target`` (POSIX), so two processes never build it twice."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        import fcntl
+    except ImportError:  # Windows: atomic rename still protects the cache
+        yield
+        return
+    with open(target.parent / f".{target.name}.lock", "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def build(name: str, *, size: str = "full", progress: bool = True, force: bool = False) -> Path:
+    """Build member ``name`` (and its parent first) unless it is already cached; returns its dir."""
+    m = member(name)
+    _check_size(size)
+    parent_dir = build(m.parent, size=size, progress=progress) if m.parent else None
+    dest = path(name, size=size)
+    with _lock(dest):
+        if not force and is_built(name, size=size):
+            return dest
+        tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            from eagle3kit.zoo._build import build_into
+
+            build_into(m, size, RECIPES[(m.version, size)], tmp, parent_dir, progress)
+            doc = json.loads((tmp / MANIFEST).read_text())
+            doc["recipe_digest"] = recipe_digest(name, size)
+            (tmp / MANIFEST).write_text(json.dumps(doc, indent=2) + "\n")
+            old = dest.parent / f".old-{dest.name}-{os.getpid()}"
+            if dest.exists():
+                os.replace(dest, old)
+            os.replace(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def describe(name: str, *, size: str = "full") -> dict[str, Any]:
+    """One row of ``zoo list``: name, architecture, lineage, path, whether built, its manifest."""
+    m = member(name)
+    doc = manifest(name, size=size)
+    return {
+        "name": name,
+        "size": size,
+        "architecture": {"llama": "LlamaForCausalLM", "dsv3": "DeepseekV3ForCausalLM"}[m.arch],
+        "version": m.version,
+        "parent": m.parent,
+        "slice": m.slice,
+        "path": str(path(name, size=size)),
+        "built": doc is not None,
+        "manifest": doc,
+    }

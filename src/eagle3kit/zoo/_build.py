@@ -1,0 +1,203 @@
+"""Build one zoo member into a directory: data, tokenizer, training, evaluation, save."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import platform
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eagle3kit.zoo import _corpus as corpus
+from eagle3kit.zoo import _train as tr
+
+if TYPE_CHECKING:
+    from eagle3kit.zoo import Member
+
+
+class _Bar:
+    """A Rich progress bar on stderr (a no-op when disabled)."""
+
+    def __init__(self, enabled: bool, label: str) -> None:
+        self.enabled, self.label, self.p = enabled, label, None
+
+    def __enter__(self) -> _Bar:
+        if self.enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self.p = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[info]}"),
+                TimeElapsedColumn(),
+                console=Console(file=sys.stderr),
+            )
+            self.p.start()
+            self.task = self.p.add_task(self.label, total=None, info="")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.p is not None:
+            self.p.stop()
+
+    def stage(self, text: str) -> None:
+        if self.p is not None:
+            self.p.update(self.task, description=f"{self.label}: {text}")
+
+    def step(self, step: int, total: int, loss: float) -> None:
+        if self.p is not None:
+            self.p.update(self.task, total=total, completed=step, info=f"loss {loss:.2f}")
+
+
+@contextlib.contextmanager
+def _deterministic(threads: int) -> Iterator[None]:
+    """Fixed thread count and deterministic algorithms for the build; restored afterwards."""
+    import torch
+
+    old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            yield
+    finally:
+        torch.set_num_threads(old_threads)
+        torch.use_deterministic_algorithms(old_det)
+
+
+def _stream(tok, texts: list[str], special: dict[str, int]):
+    """``<s> text </s>`` for every text, concatenated: int32 [N]; special-token look-alikes
+    inside the stdlib text stay plain text."""
+    import torch
+
+    tok.encode_special_tokens = True
+    try:
+        enc = tok.encode_batch(texts)
+    finally:
+        tok.encode_special_tokens = False
+    ids: list[int] = []
+    for e in enc:
+        ids += [special[corpus.BOS], *e.ids, special[corpus.EOS]]
+    return torch.tensor(ids, dtype=torch.int32)  # [N]
+
+
+def _chat_stream(tok, convs: list[dict]):
+    """Chat samples rendered with the chat template, concatenated: int32 [N]."""
+    import torch
+
+    enc = tok.encode_batch([corpus.render_chat(c["messages"]) for c in convs])
+    return torch.tensor([i for e in enc for i in e.ids], dtype=torch.int32)  # [N]
+
+
+def build_into(
+    m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir: Path | None, progress: bool
+) -> None:
+    """Build member ``m`` into the (new) directory ``out``; writes the HF files and zoo.json."""
+    import tokenizers
+    import torch
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from eagle3kit.zoo import BUILD_THREADS
+
+    t0 = time.time()
+    out.mkdir(parents=True)
+    label = m.name if size == "full" else f"{m.name}-{size}"
+    other = "test" if m.slice == "lib" else "lib"
+    held_limit = None if recipe.file_limit is None else max(2, recipe.file_limit // 10)
+    with _Bar(progress, f"building {label}") as bar, _deterministic(BUILD_THREADS[size]):
+        bar.stage("reading the standard library")
+        train_files = corpus.files(m.slice, limit=recipe.file_limit)
+        held = corpus.files(m.slice, held_out=True, limit=held_limit)
+        held_other = corpus.files(other, held_out=True, limit=held_limit)
+        convs = corpus.chat_samples(train_files)
+
+        bar.stage("tokenizer")
+        if parent_dir is None:
+            tok = corpus.train_tokenizer([f.text for f in train_files], recipe.vocab_size)
+            corpus.save_hf_tokenizer(tok, out, model_max_length=2048)
+        else:
+            AutoTokenizer.from_pretrained(str(parent_dir)).save_pretrained(str(out))
+        tok = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+        special = {t: tok.token_to_id(t) for t in corpus.SPECIAL_TOKENS}
+        raw = _stream(tok, [f.text for f in train_files], special)
+        chat = _chat_stream(tok, convs)
+        held_raw = _stream(tok, [f.text for f in held], special)
+        held_other_raw = _stream(tok, [f.text for f in held_other], special)
+
+        bar.stage("training")
+        torch.manual_seed(m.seed)
+        if parent_dir is None:
+            vocab = tok.get_vocab_size()
+            model = tr.new_model(tr.model_config(m.arch, size, vocab, special))
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32)
+        last_loss = tr.train(model, (raw, chat), recipe, seed=m.seed, progress=bar.step)
+        t_train = time.time()
+
+        bar.stage("evaluating")
+        vocab = model.config.vocab_size
+        samples = tr.greedy_samples(model, held_raw, recipe, special[corpus.EOS], special[corpus.PAD])
+        d4 = [tr.distinct_ngram_ratio(s) for s in samples]
+        prompt = tr.eval_windows(held_raw, recipe.eval_prompts, recipe.prompt_len)[0].tolist()
+        metrics: dict[str, Any] = {
+            "heldout_loss": round(tr.heldout_loss(model, held_raw, recipe), 4),
+            "unigram_loss": round(tr.unigram_loss(raw, held_raw, vocab, recipe), 4),
+            "heldout_loss_other_slice": round(tr.heldout_loss(model, held_other_raw, recipe), 4),
+            "other_slice": other,
+            "train_loss_last": round(last_loss, 4),
+            "distinct4_mean": round(sum(d4) / len(d4), 4),
+            "distinct4_min": round(min(d4), 4),
+            "distinct4": [round(x, 4) for x in d4],
+            "greedy_tokens": recipe.gen_tokens,
+            "sample": {"prompt": tok.decode(prompt), "greedy": tok.decode(samples[0])},
+        }
+        bar.stage("saving")
+        model.save_pretrained(str(out))
+    cfg = model.config
+    doc = {
+        "name": label,
+        "member": m.name,
+        "size": size,
+        "architecture": type(model).__name__,
+        "version": m.version,
+        "parent": m.parent,
+        "seed": m.seed,
+        "data": {
+            "source": "python stdlib",
+            "stdlib": str(corpus.stdlib_root()),
+            "slice": m.slice,
+            "train_files": len(train_files),
+            "heldout_files": len(held),
+            "train_tokens": int(raw.numel()),
+            "chat_samples": len(convs),
+            "chat_tokens": int(chat.numel()),
+        },
+        "recipe": asdict(recipe),
+        "tokens_seen": recipe.steps * recipe.batch * recipe.seq_len,
+        "params": sum(p.numel() for p in model.parameters()),
+        "num_layers": cfg.num_hidden_layers,
+        "hidden_size": cfg.hidden_size,
+        "vocab_size": cfg.vocab_size,
+        "metrics": metrics,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": BUILD_THREADS[size],
+        "train_seconds": round(t_train - t0, 1),
+        "build_seconds": round(time.time() - t0, 1),
+        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    (out / "zoo.json").write_text(json.dumps(doc, indent=2) + "\n")

@@ -1,0 +1,188 @@
+"""Text every machine has: the Python standard library's own source, split deterministically.
+
+Two slices (the K2 -> K2.5 shift in miniature):
+- ``lib``:  the library proper, without test packages, codec tables (``encodings/``) and the
+  generated ``pydoc_data`` topics (tables and generated text teach a model to loop).
+- ``test``: the top-level ``test/`` package (same language, different habits).
+
+Every file list is sorted; a file is held out for evaluation when ``crc32(path) % 20 == 0``
+(about 5% of the files, never trained on by any member).
+Besides raw files, each slice yields chat samples built with ``ast`` from its functions
+("Write the Python function `x` from `m`." + the docstring summary -> the function's source),
+so chat-template code paths see a model that answers in its own format.
+"""
+
+from __future__ import annotations
+
+import ast
+import sysconfig
+import textwrap
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+SLICES = ("lib", "test")
+HELD_OUT_MOD = 20  # 1 file in 20 is held out
+_SKIP_TOP = {"site-packages", "encodings", "pydoc_data", "test", "__pycache__"}
+_SKIP_PART = {"test", "tests", "idle_test", "__pycache__", "data"}
+_SKIP_FILE_PREFIXES = ("_sysconfigdata", "entities")  # generated tables
+MAX_FILE_CHARS = 200_000
+
+BOS, EOS, PAD = "<s>", "</s>", "<pad>"
+ROLE_TOKENS = ("<|system|>", "<|user|>", "<|assistant|>")
+SPECIAL_TOKENS = (PAD, BOS, EOS, *ROLE_TOKENS)
+
+# Jinja chat template. `{% generation %}` marks assistant tokens, so
+# `apply_chat_template(..., return_assistant_tokens_mask=True)` gives the loss mask.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}"
+    "{%- for message in messages %}"
+    "{%- if message['role'] == 'assistant' %}"
+    "{{ '<|assistant|>\n' }}{% generation %}{{ message['content'] + eos_token }}{% endgeneration %}{{ '\n' }}"
+    "{%- else %}"
+    "{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{ '<|assistant|>\n' }}{%- endif %}"
+)
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """One stdlib file: its path relative to the stdlib root and its text."""
+
+    rel: str
+    text: str
+
+
+def stdlib_root() -> Path:
+    """The running interpreter's standard-library directory."""
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def _in_slice(rel: Path, slice_name: str) -> bool:
+    parts = rel.parts
+    if parts[-1].startswith(_SKIP_FILE_PREFIXES):
+        return False
+    if slice_name == "test":
+        return parts[0] == "test" and not (set(parts[1:-1]) & _SKIP_PART)
+    return parts[0] not in _SKIP_TOP and not (set(parts[:-1]) & _SKIP_PART)
+
+
+def _slice_paths(slice_name: str) -> list[Path]:
+    root = stdlib_root()
+    if slice_name == "test":
+        tops = [root / "test"]
+    else:
+        tops = [p for p in root.iterdir() if p.name not in _SKIP_TOP]
+    found: list[Path] = []
+    for top in tops:
+        cands = [top] if top.is_file() else top.rglob("*.py") if top.is_dir() else []
+        found += [p.relative_to(root) for p in cands if p.suffix == ".py"]
+    return sorted(p for p in found if _in_slice(p, slice_name))
+
+
+def files(slice_name: str, *, held_out: bool = False, limit: int | None = None) -> list[SourceFile]:
+    """The slice's training (or held-out) files, sorted by path.
+
+    ``limit`` keeps an evenly spaced subset of at most that many files (small builds).
+    """
+    if slice_name not in SLICES:
+        raise ValueError(f"unknown slice {slice_name!r}")
+    rels = [
+        r
+        for r in _slice_paths(slice_name)
+        if (zlib.crc32(r.as_posix().encode()) % HELD_OUT_MOD == 0) == held_out
+    ]
+    if limit is not None and len(rels) > limit:
+        step = len(rels) / limit
+        rels = [rels[int(i * step)] for i in range(limit)]
+    root = stdlib_root()
+    out = []
+    for rel in rels:
+        try:
+            text = (root / rel).read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # a few test files are deliberately not UTF-8
+        text = text.replace("\r\n", "\n")
+        if 0 < len(text) <= MAX_FILE_CHARS:
+            out.append(SourceFile(rel.as_posix(), text))
+    return out
+
+
+def chat_samples(src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 1200) -> list[dict]:
+    """Chat conversations built from the functions of ``src``, in file and line order.
+
+    Each is ``{"messages": [user, assistant]}``: the user asks for a function by name (with the
+    first paragraph of its docstring when it has one); the assistant answers with its source.
+    """
+    convs = []
+    for f in src:
+        try:
+            tree = ast.parse(f.text)
+        except (SyntaxError, ValueError):
+            continue
+        module = f.rel[:-3].replace("/", ".").removesuffix(".__init__")
+        lines = f.text.splitlines(keepends=True)
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            code = textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno])).rstrip()
+            if not (min_chars <= len(code) <= max_chars):
+                continue
+            ask = f"Write the Python function `{node.name}` from `{module}`."
+            doc = ast.get_docstring(node)
+            if doc:
+                ask += "\n\n" + doc.strip().split("\n\n")[0]
+            convs.append(
+                {
+                    "messages": [
+                        {"role": "user", "content": ask},
+                        {"role": "assistant", "content": code},
+                    ]
+                }
+            )
+    return convs
+
+
+def train_tokenizer(texts: list[str], vocab_size: int):
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``texts`` (deterministic)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        min_frequency=2,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(texts, trainer=trainer)
+    return tok
+
+
+def render_chat(messages: list[dict]) -> str:
+    """The text ``CHAT_TEMPLATE`` renders for ``messages`` (no generation prompt), without Jinja."""
+    parts = [BOS]
+    for m in messages:
+        parts.append(f"<|{m['role']}|>\n{m['content']}{EOS}\n")
+    return "".join(parts)
+
+
+def save_hf_tokenizer(tok, out_dir: Path, model_max_length: int) -> None:
+    """Save ``tok`` as a normal Hugging Face tokenizer dir (tokenizer.json + tokenizer_config.json)."""
+    from transformers import PreTrainedTokenizerFast
+
+    hf = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token=BOS,
+        eos_token=EOS,
+        pad_token=PAD,
+        additional_special_tokens=list(ROLE_TOKENS),
+        model_max_length=model_max_length,
+        chat_template=CHAT_TEMPLATE,
+        clean_up_tokenization_spaces=False,
+    )
+    hf.save_pretrained(str(out_dir))

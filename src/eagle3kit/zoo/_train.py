@@ -1,0 +1,341 @@
+"""Model configs, the training loop and the quality metrics of the zoo (torch imported lazily).
+
+Training is plain next-token prediction on windows sampled (seeded) from two token streams:
+the slice's raw files (``<s> file </s>`` concatenated) and its chat samples rendered with the
+chat template. AdamW, linear warm-up then cosine decay, gradient clipping; no dropout (one pass
+over a fraction of the data: the model underfits, it does not overfit).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from eagle3kit.zoo._corpus import BOS, EOS
+
+ProgressFn = Callable[[int, int, float], None]  # (step, total, loss)
+
+# Model shapes per (architecture, size). Shared: RoPE, untied embeddings, 2048 positions.
+ARCHS: dict[str, dict[str, dict[str, Any]]] = {
+    "llama": {
+        "full": dict(
+            hidden_size=256,
+            intermediate_size=704,
+            num_hidden_layers=8,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+        ),
+        "tiny": dict(
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=8,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+        ),
+    },
+    "dsv3": {
+        "full": dict(
+            hidden_size=256,
+            intermediate_size=704,  # the dense first layer(s)
+            moe_intermediate_size=256,
+            num_hidden_layers=8,
+            num_attention_heads=4,
+            num_key_value_heads=4,
+            q_lora_rank=128,
+            kv_lora_rank=64,
+            qk_nope_head_dim=32,
+            qk_rope_head_dim=16,
+            v_head_dim=32,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            n_group=1,
+            topk_group=1,
+            first_k_dense_replace=1,
+        ),
+        "tiny": dict(
+            hidden_size=32,
+            intermediate_size=64,
+            moe_intermediate_size=32,
+            num_hidden_layers=8,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            q_lora_rank=16,
+            kv_lora_rank=16,
+            qk_nope_head_dim=8,
+            qk_rope_head_dim=8,
+            v_head_dim=8,
+            n_routed_experts=4,
+            num_experts_per_tok=2,
+            n_shared_experts=1,
+            n_group=1,
+            topk_group=1,
+            first_k_dense_replace=1,
+        ),
+    },
+}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Everything (besides the stdlib text itself) that determines a member's weights."""
+
+    vocab_size: int
+    file_limit: int | None  # evenly spaced subset of the slice's files (None: all)
+    steps: int
+    batch: int
+    seq_len: int
+    lr: float
+    warmup: int
+    chat_fraction: float = 0.25
+    weight_decay: float = 0.1
+    unlikelihood: float = 0.0  # weight of the copy-unlikelihood term (0: plain MLE)
+    muon_lr: float = 0.0  # > 0: Muon for the hidden 2-D weights at this peak LR, AdamW for the rest
+    eval_windows: int = 32
+    eval_prompts: int = 8
+    prompt_len: int = 48
+    gen_tokens: int = 128
+
+
+def model_config(arch: str, size: str, vocab_size: int, special: dict[str, int]):
+    """The transformers config of a zoo member."""
+    common = dict(
+        vocab_size=vocab_size,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        initializer_range=0.02,
+        bos_token_id=special[BOS],
+        eos_token_id=special[EOS],
+        pad_token_id=special["<pad>"],
+    )
+    shape = ARCHS[arch][size]
+    if arch == "llama":
+        from transformers import LlamaConfig
+
+        return LlamaConfig(**common, **shape, rope_theta=10000.0)
+    from transformers import DeepseekV3Config
+
+    cfg = DeepseekV3Config(**common, **shape, rope_theta=10000.0, num_nextn_predict_layers=0)
+    cfg.architectures = ["DeepseekV3ForCausalLM"]
+    return cfg
+
+
+def new_model(config):
+    """A freshly initialised causal LM for ``config`` (seed the RNG first)."""
+    from transformers import AutoModelForCausalLM
+
+    return AutoModelForCausalLM.from_config(config)
+
+
+def lr_at(step: int, recipe: Recipe) -> float:
+    """Linear warm-up, then cosine decay to 10% of the peak."""
+    if step < recipe.warmup:
+        return recipe.lr * (step + 1) / recipe.warmup
+    t = (step - recipe.warmup) / max(1, recipe.steps - recipe.warmup)
+    return recipe.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def sample_batch(streams, weights: list[float], batch: int, seq_len: int, gen):
+    """``batch`` windows of ``seq_len + 1`` tokens: stream by ``weights``, start uniformly."""
+    import torch
+
+    rows = []
+    pick = torch.rand(batch, generator=gen)
+    for b in range(batch):
+        acc, k = 0.0, 0
+        for k, w in enumerate(weights):  # noqa: B007
+            acc += w
+            if pick[b] < acc:
+                break
+        s = streams[k]
+        start = int(torch.randint(0, len(s) - seq_len - 1, (1,), generator=gen))
+        rows.append(s[start : start + seq_len + 1])
+    return torch.stack(rows).long()  # [B, T+1]
+
+
+def lm_loss(logits, xy, unlikelihood: float = 0.0):
+    """Next-token cross-entropy, plus (when ``unlikelihood`` > 0) a copy-unlikelihood term.
+
+    The term is the token-level unlikelihood of Welleck et al. (2019) restricted to *copies*:
+    at position t, every earlier position s whose bigram matches the current one
+    (x_s, x_{s-1} == x_t, x_{t-1}) proposes its successor y_s, the token an induction head
+    would copy; when that token is not the true next token, ``-log(1 - p(y_s))`` is added.
+    Correct copies are left to the likelihood term, so the model keeps copying identifiers
+    but learns not to repeat what does not repeat (the self-reinforcing greedy loop).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    x, y = xy[:, :-1], xy[:, 1:]  # [B, T], [B, T]
+    logp = F.log_softmax(logits.float(), dim=-1)  # [B, T, V]
+    loss = F.nll_loss(logp.reshape(-1, logp.shape[-1]), y.reshape(-1))
+    if unlikelihood > 0:
+        b, t = x.shape
+        same = x[:, :, None] == x[:, None, :]  # [B, T(t), T(s)]
+        match = same.clone()
+        match[:, 1:, 1:] &= same[:, :-1, :-1]  # previous tokens match too
+        match[:, 0, :] = False
+        match[:, :, 0] = False
+        match &= torch.ones(t, t, dtype=torch.bool).tril(-1)  # s < t
+        cand = y[:, None, :].expand(b, t, t)  # [B, T, T]: y_s proposed at t
+        wrong = match & (cand != y[:, :, None])
+        p = logp.gather(2, cand).exp().clamp(max=1 - 1e-5)  # [B, T, T]
+        loss = loss - unlikelihood * (torch.log1p(-p) * wrong).sum() / (b * t)
+    return loss
+
+
+def _orthogonalize(g):
+    """Newton-Schulz iteration towards the nearest semi-orthogonal matrix (Muon), per matrix."""
+    a, b, c = 3.4445, -4.7750, 2.0315
+    x = g / (g.norm(dim=(-2, -1), keepdim=True) + 1e-7)
+    tall = g.shape[-2] > g.shape[-1]
+    if tall:
+        x = x.mT
+    for _ in range(5):
+        m = x @ x.mT
+        x = a * x + (b * m + c * m @ m) @ x
+    return x.mT if tall else x
+
+
+def _muon_class():
+    import torch
+
+    class Muon(torch.optim.Optimizer):
+        """Momentum + orthogonalised updates for hidden weight matrices (K. Jordan, 2024)."""
+
+        def __init__(self, params, lr: float, momentum: float = 0.95) -> None:
+            super().__init__(params, {"lr": lr, "momentum": momentum})
+
+        @torch.no_grad()
+        def step(self) -> None:
+            for group in self.param_groups:
+                mu = group["momentum"]
+                for p in group["params"]:
+                    if p.grad is None:
+                        continue
+                    buf = self.state[p].setdefault("buf", torch.zeros_like(p))
+                    buf.mul_(mu).add_(p.grad)
+                    upd = _orthogonalize(p.grad.add(buf, alpha=mu))  # Nesterov
+                    scale = max(1.0, p.shape[-2] / p.shape[-1]) ** 0.5
+                    p.add_(upd, alpha=-group["lr"] * scale)
+
+    return Muon
+
+
+def Muon(params, lr: float):  # noqa: N802 - reads like the class it builds
+    return _muon_class()(params, lr)
+
+
+def train(model, streams, recipe: Recipe, seed: int, progress: ProgressFn | None = None) -> float:
+    """Train ``model`` in place on windows of ``streams`` = (raw, chat); returns the last loss."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed)
+    named = list(model.named_parameters())
+    hidden = [p for n, p in named if p.ndim >= 2 and "embed" not in n and "lm_head" not in n
+              and not n.endswith("gate.weight")]  # fmt: skip
+    ids = {id(p) for p in hidden} if recipe.muon_lr > 0 else set()
+    decay = [p for n, p in named if p.ndim >= 2 and "embed" not in n and id(p) not in ids]
+    rest = [p for n, p in named if p.ndim < 2 or "embed" in n]
+    opts = [
+        torch.optim.AdamW(
+            [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": rest, "weight_decay": 0}],
+            lr=recipe.lr,
+            betas=(0.9, 0.95),
+            eps=1e-8,
+        )
+    ]
+    if ids:
+        opts.append(Muon(hidden, lr=recipe.muon_lr))
+    weights = [1.0 - recipe.chat_fraction, recipe.chat_fraction]
+    model.train()
+    loss_val = float("nan")
+    for step in range(recipe.steps):
+        scale = lr_at(step, recipe) / recipe.lr
+        for opt in opts:
+            for g in opt.param_groups:
+                g["lr"] = g.setdefault("peak_lr", g["lr"]) * scale
+        xy = sample_batch(streams, weights, recipe.batch, recipe.seq_len, gen)  # [B, T+1]
+        logits = model(input_ids=xy[:, :-1]).logits  # [B, T, V]
+        loss = lm_loss(logits, xy, recipe.unlikelihood)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        for opt in opts:
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        loss_val = loss.item()
+        if progress is not None:
+            progress(step + 1, recipe.steps, loss_val)
+    model.eval()
+    return loss_val
+
+
+def eval_windows(stream, n: int, length: int):
+    """``n`` evenly spaced windows of ``length`` tokens from ``stream`` (deterministic)."""
+    import torch
+
+    span = len(stream) - length - 1
+    starts = [int(i * span / max(1, n - 1)) for i in range(n)] if span > 0 else [0]
+    return torch.stack([stream[s : s + length] for s in starts]).long()  # [n, length]
+
+
+def heldout_loss(model, stream, recipe: Recipe) -> float:
+    """Mean next-token cross-entropy (nats) over evenly spaced held-out windows."""
+    import torch
+    import torch.nn.functional as F
+
+    x = eval_windows(stream, recipe.eval_windows, recipe.seq_len + 1)  # [N, T+1]
+    total = 0.0
+    with torch.no_grad():
+        for chunk in x.split(8):
+            logits = model(input_ids=chunk[:, :-1]).logits  # [b, T, V]
+            total += float(
+                F.cross_entropy(
+                    logits.reshape(-1, logits.shape[-1]), chunk[:, 1:].reshape(-1), reduction="sum"
+                )
+            )
+    return total / (x.shape[0] * (x.shape[1] - 1))
+
+
+def unigram_loss(train_stream, stream, vocab_size: int, recipe: Recipe) -> float:
+    """Cross-entropy (nats) of an add-one unigram model of ``train_stream`` on the same windows."""
+    import torch
+
+    counts = torch.bincount(train_stream.long(), minlength=vocab_size).double() + 1.0
+    logp = (counts / counts.sum()).log()
+    x = eval_windows(stream, recipe.eval_windows, recipe.seq_len + 1)[:, 1:]
+    return float(-logp[x].mean())
+
+
+def distinct_ngram_ratio(ids: list[int], n: int = 4) -> float:
+    """Distinct n-grams / all n-grams of ``ids`` (1.0: no repetition; loops push it to 0)."""
+    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
+    return len(set(grams)) / max(1, len(grams))
+
+
+def greedy_samples(model, stream, recipe: Recipe, eos_id: int, pad_id: int) -> list[list[int]]:
+    """Greedy continuations (``gen_tokens`` each, EOS suppressed) of held-out prompts."""
+    import torch
+
+    prompts = eval_windows(stream, recipe.eval_prompts, recipe.prompt_len)  # [P, prompt_len]
+    outs = []
+    with torch.no_grad():
+        for p in prompts:
+            ids = p[None]  # [1, prompt_len]
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=recipe.gen_tokens,
+                min_new_tokens=recipe.gen_tokens,
+                do_sample=False,
+                eos_token_id=eos_id,
+                pad_token_id=pad_id,
+            )
+            outs.append(out[0, ids.shape[1] :].tolist())
+    return outs

@@ -1,0 +1,146 @@
+"""TargetModel on the tiny zoo members: aux capture, KV-cache verify/rollback, bad input."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from eagle3kit.errors import Eagle3Error
+
+ARCHS = ["llama-v1", "dsv3-v1"]
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def target(request):
+    from eagle3kit import zoo
+    from eagle3kit.model.target import TargetModel
+
+    return TargetModel.from_pretrained(zoo.get(request.param, size="tiny", progress=False))
+
+
+def _ids(tm, b: int, t: int, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(5, tm.vocab_size, (b, t), generator=g)  # [B, T]
+
+
+def test_shapes_and_properties(target):
+    assert target.num_layers == 8
+    assert target.aux_layers == (2, 4, 5)  # default_aux_layers(8)
+    assert target.embed_tokens.weight.shape == (target.vocab_size, target.hidden_size)
+    assert target.tokenizer is not None and target.tokenizer.chat_template
+    out = target(_ids(target, 2, 7))
+    assert out.logits.shape == (2, 7, target.vocab_size)
+    assert out.aux.shape == (2, 7, 3 * target.hidden_size)
+    assert target.identity()["aux_convention"] == "hf"
+
+
+@pytest.mark.parametrize("aux", [None, (0, 1, 7), (3, 3, 6)])
+def test_aux_equals_output_hidden_states(target, aux):
+    from eagle3kit.model.target import TargetModel
+
+    tm = target if aux is None else TargetModel(target.model, aux_layers=aux)
+    ids = _ids(tm, 2, 11)
+    out = tm(ids)
+    with torch.no_grad():
+        ref = tm.model(input_ids=ids, output_hidden_states=True)
+    want = torch.cat([ref.hidden_states[i] for i in tm.aux_layers], dim=-1)  # [B, T, 3H]
+    assert torch.equal(out.aux, want)
+    assert torch.equal(out.logits, ref.logits)
+    if tm is not target:
+        tm.close()
+
+
+def test_forward_does_not_request_all_hidden_states(target, monkeypatch):
+    seen = {}
+    real = target.model.forward
+
+    def spy(*args, **kwargs):
+        seen.update(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(target.model, "forward", spy)
+    target(_ids(target, 1, 5))
+    assert not seen.get("output_hidden_states")
+
+
+def test_verify_then_rollback_matches_fresh_forward(target):
+    seq = _ids(target, 1, 20, seed=1)[0]  # [20]
+    p = 8
+    target.prefill(seq[:p][None])
+    v1 = target.verify(seq[p : p + 5][None])  # 5 drafts
+    assert v1.logits.shape == (1, 5, target.vocab_size)
+    assert v1.aux.shape == (1, 5, 3 * target.hidden_size)
+    target.crop(p + 2)  # accept 2 of them
+    assert target.seq_len == p + 2
+    alt = torch.tensor([7, 9, 11])  # 3 new tokens after the accepted prefix
+    v2 = target.verify(alt[None])
+    full = torch.cat([seq[: p + 2], alt])[None]  # [1, p+5]
+    ref = target(full)
+    torch.testing.assert_close(v2.logits, ref.logits[:, p + 2 :], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(v2.aux, ref.aux[:, p + 2 :], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(v1.logits[:, :2], ref.logits[:, p : p + 2], atol=1e-5, rtol=1e-5)
+    target.rollback(3)
+    assert target.seq_len == p + 2
+
+
+def test_generate_greedy_matches_hf_generate(target):
+    prompt = _ids(target, 1, 6, seed=2)
+    got = target.generate_greedy(prompt[0], 12)
+    with torch.no_grad():
+        ref = target.model.generate(
+            input_ids=prompt,
+            attention_mask=torch.ones_like(prompt),
+            max_new_tokens=12,
+            min_new_tokens=12,
+            do_sample=False,
+            pad_token_id=0,
+        )
+    assert got == ref[0, 6:].tolist()
+
+
+def test_batch_forward_right_padding(target):
+    a, b = _ids(target, 1, 9, seed=3), _ids(target, 1, 6, seed=4)
+    pad = torch.zeros(1, 3, dtype=torch.long)
+    ids = torch.cat([a, torch.cat([b, pad], dim=1)])  # [2, 9]
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    out = target(ids, attention_mask=mask)
+    single = target(b)
+    torch.testing.assert_close(out.logits[1:, :6], single.logits, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out.aux[1:, :6], single.aux, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "aux, needle",
+    [((2, 4, 8), "aux layer 8 is out of range: valid ids are 0..7"), ((-1, 2, 3), "aux layer -1"),
+     ((2.0, 3, 4), "expected ints"), ((), "at least one")],
+)  # fmt: skip
+def test_bad_aux_layers(target, aux, needle):
+    from eagle3kit.model.target import TargetModel
+
+    with pytest.raises(Eagle3Error, match=re.escape(needle)):
+        TargetModel(target.model, aux_layers=aux)
+
+
+def test_bad_incremental_use(target):
+    target.reset()
+    with pytest.raises(Eagle3Error, match="prefill"):
+        target.verify(torch.tensor([[1, 2]]))
+    target.prefill(torch.tensor([[5, 6, 7]]))
+    with pytest.raises(Eagle3Error, match=r"out of range 0\.\.3"):
+        target.crop(4)
+    with pytest.raises(Eagle3Error, match="rollback"):
+        target.rollback(5)
+
+
+def test_from_pretrained_bad_path(tmp_path):
+    from eagle3kit.model.target import TargetModel
+
+    with pytest.raises(Eagle3Error, match="no such directory"):
+        TargetModel.from_pretrained(tmp_path / "missing")
+    with pytest.raises(Eagle3Error, match="no config.json"):
+        TargetModel.from_pretrained(tmp_path)
+    with pytest.raises(Eagle3Error, match="dtype"):
+        TargetModel.from_pretrained(tmp_path, dtype="float8")
