@@ -8,7 +8,7 @@ from conftest import run_cli
 
 
 def test_demo_json(tmp_path):
-    r = run_cli("demo", "-o", tmp_path / "demo", "--json")
+    r = run_cli("demo", "-o", tmp_path / "demo", "--json", "--size", "tiny")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     steps = {s["step"]: s["result"] for s in doc["steps"]}
@@ -20,4 +20,7 @@ def test_demo_json(tmp_path):
     eng = steps["compat drafter-target"]["engines"]
     assert eng["sglang"]["captures"] == [2, 30, 58]
     assert (tmp_path / "demo" / "plan.png").stat().st_size > 10_000
+    z = steps["zoo"]
+    assert z["aux_shape"][-1] == 3 * z["target"]["hidden_size"]
+    assert z["compat"]["compatible"] is True
     assert "plan" in r.err  # narration on stderr with --json

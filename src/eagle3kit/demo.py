@@ -33,8 +33,16 @@ def _k25_target_config(d: Path) -> Path:
     return d
 
 
-def run_demo(out: str | Path, say: Callable[[str], None] = print) -> dict[str, Any]:
-    """Run the story into directory `out`; `say` receives the narration. Returns a summary."""
+def run_demo(
+    out: str | Path,
+    say: Callable[[str], None] = print,
+    *,
+    size: str = "full",
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run the story into directory `out`; `say` receives the narration. Returns a summary.
+
+    `size="tiny"` uses the zoo's reduced members (seconds to build; for tests)."""
     from eagle3kit.compat import compat
     from eagle3kit.formats.synthetic import kimi_k2_spec, write_sparse_drafter
     from eagle3kit.inspection import inspect_checkpoint
@@ -103,6 +111,54 @@ def run_demo(out: str | Path, say: Callable[[str], None] = print) -> dict[str, A
     say(f"   verdict: {c2.verdict}")
     summary["steps"].append({"step": "compat drafter-target", "result": c2.to_json()})
 
-    say(f"not built yet: {', '.join(NOT_BUILT)} (the zoo of tiny targets lands next).")
+    summary["steps"].append(_zoo_steps(out, say, size, progress))
+
+    say(f"not built yet: {', '.join(NOT_BUILT)}.")
     summary["not_built"] = list(NOT_BUILT)
     return summary
+
+
+def _zoo_steps(out: Path, say: Callable[[str], None], size: str, progress: bool) -> dict[str, Any]:
+    """The K2 -> K2.5 pair in miniature: build, inspect, check a drafter against v2, decode."""
+    import torch
+    from transformers.utils import logging as hf_logging
+
+    from eagle3kit import zoo
+    from eagle3kit.compat import compat
+    from eagle3kit.formats.synthetic import write_sparse_drafter
+    from eagle3kit.inspection import inspect_checkpoint
+    from eagle3kit.model.target import TargetModel
+    from eagle3kit.spec import DraftSpec
+
+    hf_logging.disable_progress_bar()  # our own progress bars are enough
+    v1, v2 = "dsv3-v1", "dsv3-v2"
+    say(
+        f"6. zoo: the K2 -> K2.5 pair in miniature ({v1} -> {v2}: DeepSeek-V3 architecture, MLA + MoE,"
+    )
+    say("   built from the Python standard library on first use, cached afterwards).")
+    p1 = zoo.get(v1, size=size, progress=progress)
+    p2 = zoo.get(v2, size=size, progress=progress)
+    t = inspect_checkpoint(str(p2))["target"]
+    say(f"   {p2.name}: {t['architecture']}, {t['num_layers']} layers, hidden {t['hidden_size']}, "
+        f"vocab {t['vocab_size']}, default aux layers {t['default_aux_layers']}")  # fmt: skip
+    spec = DraftSpec(
+        hidden_size=t["hidden_size"], intermediate_size=2 * t["hidden_size"], num_attention_heads=4,
+        num_key_value_heads=2, head_dim=t["hidden_size"] // 4, vocab_size=t["vocab_size"],
+        draft_vocab_size=t["vocab_size"] // 2, target_hidden_size=t["hidden_size"],
+        aux_layers=tuple(t["default_aux_layers"]), dtype="float32",
+    )  # fmt: skip
+    d = write_sparse_drafter(out / "drafters" / f"{v1}-eagle3", spec, "sglang")
+    c = compat(str(d), str(p2), "sglang")
+    say(f"   compat (a drafter shaped for {v1}) vs {v2} under SGLang: {c.verdict}")
+    target = TargetModel.from_pretrained(p2, dtype=torch.float32)
+    prompt = "def fibonacci(n):\n"
+    ids = target.tokenizer(prompt)["input_ids"] if target.tokenizer is not None else [1, 2, 3]
+    new = target.generate_greedy(ids, 32)
+    text = target.tokenizer.decode(new) if target.tokenizer is not None else str(new)
+    say(f"   {v2} continues {prompt!r} with {text!r}")
+    aux = target.forward(torch.tensor([ids])).aux
+    say(
+        f"   aux hidden states captured at layers {list(target.aux_layers)}: shape {list(aux.shape)} = [B, T, 3H]"
+    )
+    return {"step": "zoo", "result": {"v1": str(p1), "v2": str(p2), "target": t, "compat": c.to_json(),
+                                      "continuation": text, "aux_shape": list(aux.shape)}}  # fmt: skip
