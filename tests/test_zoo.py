@@ -61,7 +61,10 @@ def test_hf_dir_and_chat_template():
     assert cfg.q_lora_rank and cfg.kv_lora_rank and cfg.n_routed_experts > 1
     assert cfg.n_shared_experts >= 1 and cfg.first_k_dense_replace < cfg.num_hidden_layers
     tok = AutoTokenizer.from_pretrained(p)
-    msgs = [{"role": "user", "content": "Write `f`."}, {"role": "assistant", "content": "def f(): pass"}]
+    msgs = [
+        {"role": "user", "content": "Write `f`."},
+        {"role": "assistant", "content": "def f(): pass"},
+    ]
     assert tok.apply_chat_template(msgs, tokenize=False) == render_chat(msgs)
     prompt = tok.apply_chat_template(msgs[:1], tokenize=False, add_generation_prompt=True)
     assert prompt.endswith("<|assistant|>\n")
@@ -114,6 +117,12 @@ def test_interrupted_build_leaves_no_cache(monkeypatch, tmp_path):
     # A half-written dir (no manifest, e.g. copied by hand) is not treated as cached either.
     zoo.path("llama-v1", size="tiny").mkdir()
     assert not zoo.is_built("llama-v1", size="tiny")
+    # A build killed by a signal leaves its temp dir; the next build of that member removes it.
+    stale = tmp_path / "zoo" / ".tmp-llama-v1-tiny-99999"
+    stale.mkdir()
+    with pytest.raises(KeyboardInterrupt):
+        zoo.build("llama-v1", size="tiny", progress=False)
+    assert not stale.exists()
 
 
 def test_distinct_ngram_ratio():
@@ -121,3 +130,33 @@ def test_distinct_ngram_ratio():
 
     assert distinct_ngram_ratio(list(range(10))) == 1.0
     assert distinct_ngram_ratio([1, 2] * 20) == 2 / 37
+
+
+@pytest.mark.slow
+def test_full_llama_v1_is_a_language_model():
+    """The full recipe still trains a real LM within its budget (builds for minutes if uncached)."""
+    zoo.get("llama-v1", progress=False)
+    m = zoo.manifest("llama-v1")
+    met = m["metrics"]
+    assert m["num_layers"] >= 8 and m["vocab_size"] == 4096
+    assert met["heldout_loss"] < met["unigram_loss"] - 1.5
+    assert met["heldout_loss_other_slice"] > met["heldout_loss"]  # the test/ slice is a shift
+    assert 0 < met["distinct4_mean"] <= 1 and met["distinct4_reference"] > 0.8
+
+
+def test_inspect_zoo_target(cli):
+    """`eagle3kit inspect` on a zoo target shows layers, hidden size, vocab, default aux layers."""
+    import json
+
+    p = zoo.get("dsv3-v1", size="tiny", progress=False)
+    r = cli("inspect", p, "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    cfg = json.loads((p / "config.json").read_text())
+    L = cfg["num_hidden_layers"]
+    assert doc["format"] == "target" and doc["has_tokenizer"] is True
+    assert doc["target"]["num_layers"] == L and doc["target"]["hidden_size"] == cfg["hidden_size"]
+    assert doc["target"]["vocab_size"] == cfg["vocab_size"]
+    assert doc["target"]["default_aux_layers"] == [2, L // 2, L - 3]
+    r = cli("inspect", p)
+    assert f"layers {L}" in r.out and "default EAGLE-3 aux layers" in r.out

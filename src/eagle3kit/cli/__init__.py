@@ -22,7 +22,6 @@ app = typer.Typer(
 )
 
 
-
 @app.callback()
 def _root() -> None:
     """Make EAGLE-3 speculative decoding pay. Add --debug anywhere to see tracebacks."""

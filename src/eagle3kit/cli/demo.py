@@ -17,7 +17,8 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--json", help="Print one JSON summary; narration goes to stderr.")
         ] = False,
         size: Annotated[
-            str, typer.Option(help="Zoo size: full (minutes to build once) or tiny (seconds; tests).")
+            str,
+            typer.Option(help="Zoo size: full (minutes to build once) or tiny (seconds; tests)."),
         ] = "full",
     ) -> None:
         """Replay the Kimi-K2 -> K2.5 story: plan, inspect, compat, and the zoo's v1 -> v2 pair."""

@@ -135,7 +135,9 @@ class TargetModel:
             raise Eagle3Error(f"{src}: no such directory")
         kw = dict(trust_remote_code=trust_remote_code, revision=revision)
         try:
-            model = AutoModelForCausalLM.from_pretrained(src, dtype=torch_dtype, **kw)
+            model = AutoModelForCausalLM.from_pretrained(
+                src, dtype=torch_dtype, use_safetensors=True, **kw
+            )
         except OSError as e:
             raise Eagle3Error(f"{src}: cannot load the target model ({e})") from e
         tokenizer = None

@@ -2,14 +2,14 @@
 
 Members (all with the same byte-level BPE tokenizer recipe and chat template):
 
-=========  ===========  ==============================================================
-name       architecture  trained on
-=========  ===========  ==============================================================
-llama-v1   Llama (dense) stdlib library source (``lib`` slice)
-llama-v2   Llama (dense) llama-v1, trained further on the stdlib ``test/`` package
-dsv3-v1    DeepSeek-V3   stdlib library source (MLA attention + MoE, Kimi-K2's architecture)
-dsv3-v2    DeepSeek-V3   dsv3-v1, trained further on the stdlib ``test/`` package
-=========  ===========  ==============================================================
+========  ============  ===========================================================
+name      architecture  trained on
+========  ============  ===========================================================
+llama-v1  Llama         stdlib library source (the ``lib`` slice)
+llama-v2  Llama         llama-v1, trained further on the stdlib ``test/`` package
+dsv3-v1   DeepSeek-V3   stdlib library source (MLA + MoE: Kimi-K2's architecture)
+dsv3-v2   DeepSeek-V3   dsv3-v1, trained further on the stdlib ``test/`` package
+========  ============  ===========================================================
 
 v1 -> v2 is the Kimi-K2 -> K2.5 situation in miniature: same architecture and tokenizer,
 weights moved by further training on shifted data. ``size="tiny"`` gives the same members
@@ -30,9 +30,10 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,7 @@ from eagle3kit.errors import Eagle3Error
 from eagle3kit.zoo._train import ARCHS, Recipe
 
 SIZES = ("full", "tiny")
-RECIPE_VERSION = 1  # bump when a change to the code changes the weights
+RECIPE_VERSION = 2  # bump when a change to the code changes the weights
 BUILD_THREADS = {"full": 2, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
 MANIFEST = "zoo.json"
 
@@ -67,17 +68,54 @@ MEMBERS: dict[str, Member] = {
     )
 }
 
-# Training recipes per (version, size). v2 continues from v1 with fewer steps at a lower LR.
-RECIPES: dict[tuple[int, str], Recipe] = {
-    (1, "full"): Recipe(vocab_size=4096, file_limit=None, steps=400, batch=16, seq_len=128,
-                        lr=3e-3, warmup=30),
-    (2, "full"): Recipe(vocab_size=4096, file_limit=300, steps=150, batch=16, seq_len=128,
-                        lr=1e-3, warmup=10),
-    (1, "tiny"): Recipe(vocab_size=512, file_limit=40, steps=60, batch=4, seq_len=64, lr=1e-2,
-                        warmup=5, eval_windows=4, eval_prompts=2, prompt_len=16, gen_tokens=32),
-    (2, "tiny"): Recipe(vocab_size=512, file_limit=40, steps=15, batch=4, seq_len=64, lr=1e-3,
-                        warmup=2, eval_windows=4, eval_prompts=2, prompt_len=16, gen_tokens=32),
+# Training recipes per (architecture, version, size). v2 continues from v1 on its own slice
+# with fewer steps at lower LRs. DeepSeek-V3 steps cost ~1.5x Llama's (MoE), so it takes fewer.
+_FULL = Recipe(
+    vocab_size=4096,
+    file_limit=None,
+    steps=360,
+    batch=16,
+    seq_len=128,
+    lr=3e-3,
+    warmup=30,
+    muon_lr=0.05,
+    unlikelihood=1.0,
+    eval_prompts=32,
+)
+_TINY = Recipe(
+    vocab_size=512,
+    file_limit=40,
+    steps=60,
+    batch=4,
+    seq_len=64,
+    lr=1e-2,
+    warmup=5,
+    muon_lr=0.05,
+    unlikelihood=1.0,
+    eval_windows=4,
+    eval_prompts=2,
+    prompt_len=16,
+    gen_tokens=32,
+)
+RECIPES: dict[tuple[str, int, str], Recipe] = {
+    ("llama", 1, "full"): _FULL,
+    ("llama", 2, "full"): replace(_FULL, file_limit=300, steps=150, lr=1e-3, warmup=10,
+                                  muon_lr=0.02),
+    ("dsv3", 1, "full"): replace(_FULL, steps=250),
+    ("dsv3", 2, "full"): replace(_FULL, file_limit=300, steps=100, lr=1e-3, warmup=10,
+                                 muon_lr=0.02),
+    ("llama", 1, "tiny"): _TINY,
+    ("llama", 2, "tiny"): replace(_TINY, steps=15, lr=1e-3, warmup=2, muon_lr=0.02),
+    ("dsv3", 1, "tiny"): _TINY,
+    ("dsv3", 2, "tiny"): replace(_TINY, steps=15, lr=1e-3, warmup=2, muon_lr=0.02),
 }  # fmt: skip
+
+
+def recipe(name: str, size: str = "full") -> Recipe:
+    """The training recipe of member ``name`` at ``size``."""
+    m = member(name)
+    _check_size(size)
+    return RECIPES[(m.arch, m.version, size)]
 
 
 def names() -> list[str]:
@@ -116,7 +154,7 @@ def recipe_digest(name: str, size: str = "full") -> str:
         "version": RECIPE_VERSION,
         "member": asdict(m),
         "arch": ARCHS[m.arch][size],
-        "recipe": asdict(RECIPES[(m.version, size)]),
+        "recipe": asdict(recipe(name, size)),
         "parent": recipe_digest(m.parent, size) if m.parent else None,
         "threads": BUILD_THREADS[size],
     }
@@ -168,12 +206,15 @@ def build(name: str, *, size: str = "full", progress: bool = True, force: bool =
     with _lock(dest):
         if not force and is_built(name, size=size):
             return dest
+        leftover = re.compile(rf"\.(tmp|old)-{re.escape(dest.name)}-\d+")
+        for stale in dest.parent.iterdir():  # left by a build killed by a signal
+            if leftover.fullmatch(stale.name):
+                shutil.rmtree(stale, ignore_errors=True)
         tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
         try:
             from eagle3kit.zoo._build import build_into
 
-            build_into(m, size, RECIPES[(m.version, size)], tmp, parent_dir, progress)
+            build_into(m, size, recipe(name, size), tmp, parent_dir, progress)
             doc = json.loads((tmp / MANIFEST).read_text())
             doc["recipe_digest"] = recipe_digest(name, size)
             (tmp / MANIFEST).write_text(json.dumps(doc, indent=2) + "\n")

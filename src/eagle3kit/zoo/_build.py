@@ -63,18 +63,23 @@ class _Bar:
 
 @contextlib.contextmanager
 def _deterministic(threads: int) -> Iterator[None]:
-    """Fixed thread count and deterministic algorithms for the build; restored afterwards."""
+    """Fixed thread count, deterministic algorithms, a private RNG; all restored afterwards."""
     import torch
+    from transformers.utils import logging as hf_logging
 
     old_threads, old_det = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    old_bars = hf_logging.is_progress_bar_enabled()
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True, warn_only=True)
+    hf_logging.disable_progress_bar()  # our own bar says what is happening
     try:
         with torch.random.fork_rng(devices=[]):
             yield
     finally:
         torch.set_num_threads(old_threads)
         torch.use_deterministic_algorithms(old_det)
+        if old_bars:
+            hf_logging.enable_progress_bar()
 
 
 def _stream(tok, texts: list[str], special: dict[str, int]):
@@ -149,9 +154,13 @@ def build_into(
 
         bar.stage("evaluating")
         vocab = model.config.vocab_size
-        samples = tr.greedy_samples(model, held_raw, recipe, special[corpus.EOS], special[corpus.PAD])
+        samples = tr.greedy_samples(
+            model, held_raw, recipe, special[corpus.EOS], special[corpus.PAD]
+        )
         d4 = [tr.distinct_ngram_ratio(s) for s in samples]
-        prompt = tr.eval_windows(held_raw, recipe.eval_prompts, recipe.prompt_len)[0].tolist()
+        windows = tr.prompt_windows(held_raw, recipe)  # [P, prompt_len + gen_tokens]
+        prompt = windows[0, : recipe.prompt_len].tolist()
+        ref = [tr.distinct_ngram_ratio(w[recipe.prompt_len :].tolist()) for w in windows]
         metrics: dict[str, Any] = {
             "heldout_loss": round(tr.heldout_loss(model, held_raw, recipe), 4),
             "unigram_loss": round(tr.unigram_loss(raw, held_raw, vocab, recipe), 4),
@@ -161,6 +170,7 @@ def build_into(
             "distinct4_mean": round(sum(d4) / len(d4), 4),
             "distinct4_min": round(min(d4), 4),
             "distinct4": [round(x, 4) for x in d4],
+            "distinct4_reference": round(sum(ref) / len(ref), 4),  # the true continuations
             "greedy_tokens": recipe.gen_tokens,
             "sample": {"prompt": tok.decode(prompt), "greedy": tok.decode(samples[0])},
         }

@@ -110,7 +110,9 @@ def files(slice_name: str, *, held_out: bool = False, limit: int | None = None) 
     return out
 
 
-def chat_samples(src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 1200) -> list[dict]:
+def chat_samples(
+    src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 1200
+) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
     Each is ``{"messages": [user, assistant]}``: the user asks for a function by name (with the

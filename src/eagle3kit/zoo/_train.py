@@ -1,9 +1,11 @@
 """Model configs, the training loop and the quality metrics of the zoo (torch imported lazily).
 
-Training is plain next-token prediction on windows sampled (seeded) from two token streams:
-the slice's raw files (``<s> file </s>`` concatenated) and its chat samples rendered with the
-chat template. AdamW, linear warm-up then cosine decay, gradient clipping; no dropout (one pass
-over a fraction of the data: the model underfits, it does not overfit).
+Training is next-token prediction on windows sampled (seeded) from two token streams: the
+slice's raw files (``<s> file </s>`` concatenated) and its chat samples rendered with the chat
+template. Muon for the hidden weight matrices and AdamW for embeddings, head and norms, linear
+warm-up then cosine decay, gradient clipping, and a small copy-unlikelihood term against
+greedy loops (``lm_loss``). No dropout: one pass over part of the data underfits, it does not
+overfit.
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ ProgressFn = Callable[[int, int, float], None]  # (step, total, loss)
 ARCHS: dict[str, dict[str, dict[str, Any]]] = {
     "llama": {
         "full": dict(
-            hidden_size=256,
-            intermediate_size=704,
+            hidden_size=128,
+            intermediate_size=352,
             num_hidden_layers=8,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
             head_dim=64,
         ),
         "tiny": dict(
@@ -37,19 +39,19 @@ ARCHS: dict[str, dict[str, dict[str, Any]]] = {
             head_dim=16,
         ),
     },
-    "dsv3": {
+    "dsv3": {  # MLA (low-rank q and compressed kv latents) + MoE (4 routed top-2, 1 shared)
         "full": dict(
-            hidden_size=256,
-            intermediate_size=704,  # the dense first layer(s)
-            moe_intermediate_size=256,
+            hidden_size=128,
+            intermediate_size=352,  # the dense first layer
+            moe_intermediate_size=176,
             num_hidden_layers=8,
-            num_attention_heads=4,
-            num_key_value_heads=4,
-            q_lora_rank=128,
-            kv_lora_rank=64,
+            num_attention_heads=2,
+            num_key_value_heads=2,
+            q_lora_rank=64,
+            kv_lora_rank=32,
             qk_nope_head_dim=32,
-            qk_rope_head_dim=16,
-            v_head_dim=32,
+            qk_rope_head_dim=32,
+            v_head_dim=64,
             n_routed_experts=4,
             num_experts_per_tok=2,
             n_shared_experts=1,
@@ -68,7 +70,7 @@ ARCHS: dict[str, dict[str, dict[str, Any]]] = {
             kv_lora_rank=16,
             qk_nope_head_dim=8,
             qk_rope_head_dim=8,
-            v_head_dim=8,
+            v_head_dim=16,
             n_routed_experts=4,
             num_experts_per_tok=2,
             n_shared_experts=1,
@@ -234,7 +236,6 @@ def Muon(params, lr: float):  # noqa: N802 - reads like the class it builds
 def train(model, streams, recipe: Recipe, seed: int, progress: ProgressFn | None = None) -> float:
     """Train ``model`` in place on windows of ``streams`` = (raw, chat); returns the last loss."""
     import torch
-    import torch.nn.functional as F
 
     gen = torch.Generator().manual_seed(seed)
     named = list(model.named_parameters())
@@ -245,7 +246,10 @@ def train(model, streams, recipe: Recipe, seed: int, progress: ProgressFn | None
     rest = [p for n, p in named if p.ndim < 2 or "embed" in n]
     opts = [
         torch.optim.AdamW(
-            [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": rest, "weight_decay": 0}],
+            [
+                {"params": decay, "weight_decay": recipe.weight_decay},
+                {"params": rest, "weight_decay": 0},
+            ],
             lr=recipe.lr,
             betas=(0.9, 0.95),
             eps=1e-8,
@@ -319,11 +323,16 @@ def distinct_ngram_ratio(ids: list[int], n: int = 4) -> float:
     return len(set(grams)) / max(1, len(grams))
 
 
+def prompt_windows(stream, recipe: Recipe):
+    """Held-out windows of ``prompt_len + gen_tokens``: the prompt, then the true continuation."""
+    return eval_windows(stream, recipe.eval_prompts, recipe.prompt_len + recipe.gen_tokens)
+
+
 def greedy_samples(model, stream, recipe: Recipe, eos_id: int, pad_id: int) -> list[list[int]]:
     """Greedy continuations (``gen_tokens`` each, EOS suppressed) of held-out prompts."""
     import torch
 
-    prompts = eval_windows(stream, recipe.eval_prompts, recipe.prompt_len)  # [P, prompt_len]
+    prompts = prompt_windows(stream, recipe)[:, : recipe.prompt_len]  # [P, prompt_len]
     outs = []
     with torch.no_grad():
         for p in prompts:
