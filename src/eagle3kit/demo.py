@@ -151,7 +151,7 @@ def _zoo_steps(out: Path, say: Callable[[str], None], size: str, progress: bool)
     c = compat(str(d), str(p2), "sglang")
     say(f"   compat (a drafter shaped for {v1}) vs {v2} under SGLang: {c.verdict}")
     target = TargetModel.from_pretrained(p2, dtype=torch.float32)
-    prompt = "def fibonacci(n):\n"
+    prompt = 'def fibonacci(n):\n    """Return the n-th Fibonacci number."""\n    '
     ids = target.tokenizer(prompt)["input_ids"] if target.tokenizer is not None else [1, 2, 3]
     new = target.generate_greedy(ids, 32)
     text = target.tokenizer.decode(new) if target.tokenizer is not None else str(new)
