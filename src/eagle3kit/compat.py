@@ -322,7 +322,7 @@ def compare_drafters(a: Checkpoint, b: Checkpoint) -> CompatResult:
         )
     if sa.aux_layers != sb.aux_layers:
 
-        def say(s: DraftSpec, lay: str) -> str:
+        def say(s: DraftSpec) -> str:
             if not s.aux_layers:
                 return "engine defaults (2, L//2, L-3)"
             conv = (
@@ -336,7 +336,7 @@ def compare_drafters(a: Checkpoint, b: Checkpoint) -> CompatResult:
             Finding(
                 "error",
                 "aux-layers-differ",
-                f"aux layers: A reads {say(sa, la)}; B reads {say(sb, lb)}",
+                f"aux layers: A reads {say(sa)}; B reads {say(sb)}",
             )
         )
     for row in res.config_diff:

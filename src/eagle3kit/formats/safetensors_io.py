@@ -207,7 +207,7 @@ def _index_files(index_path: Path, root: Path) -> dict[str, str]:
     return wmap
 
 
-def load_local(path: str | Path, *, need_config: bool = True) -> Checkpoint:
+def load_local(path: str | Path) -> Checkpoint:
     """Describe a local checkpoint: a directory, or a single .safetensors file."""
     p = Path(path)
     if not p.exists():
@@ -229,12 +229,10 @@ def load_local(path: str | Path, *, need_config: bool = True) -> Checkpoint:
         config = _load_json(cfg_path)
         if not isinstance(config, dict):
             raise bad(str(cfg_path), f"expected a JSON object, found {type(config).__name__}")
-    elif need_config:
+    else:
         raise bad(
             str(p), "no config.json in the directory (expected a Hugging Face-style checkpoint)"
         )
-    else:
-        config = {}
     tensors: dict[str, TensorInfo] = {}
     files: list[str] = []
     indexes = sorted(p.glob("*.safetensors.index.json"))
@@ -325,10 +323,10 @@ def load_hub(repo_id: str, revision: str | None = None) -> Checkpoint:
     )
 
 
-def load_checkpoint(path_or_repo: str, *, need_config: bool = True) -> Checkpoint:
+def load_checkpoint(path_or_repo: str) -> Checkpoint:
     """A local path when it exists, else a Hub repo id (`org/name`), else a clear error."""
     if os.path.exists(path_or_repo):
-        return load_local(path_or_repo, need_config=need_config)
+        return load_local(path_or_repo)
     if _REPO_ID.match(path_or_repo) and not path_or_repo.startswith((".", "/")):
         return load_hub(path_or_repo)
     raise bad(
