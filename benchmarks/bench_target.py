@@ -143,16 +143,19 @@ def main() -> None:
     for r in rows:
         cells = " | ".join(f"{r['verify_ms'][n]['median']:.2f}" for n in range(1, 17))
         print(f"| {r['name']} | {cells} |")
-    print("\nquality (nats/token; distinct-4 over 128 greedy tokens of held-out prompts):")
-    print(
-        "| member | held-out loss | unigram | other-slice loss | distinct-4 mean (min) | build s |"
-    )
-    print("|---|---|---|---|---|---|")
+    print("\nquality (nats/token; distinct-4 over 128 greedy tokens of held-out prompts;"
+          " chat: greedy answers to held-out requests, up to EOS):")  # fmt: skip
+    print("| member | held-out loss | unigram | other-slice loss | distinct-4 mean (min) "
+          "| other-slice distinct-4 | chat distinct-4 (ended) | build s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         q = r["quality"] or {}
+        c = q.get("chat") or {}
         print(f"| {r['name']} | {q.get('heldout_loss')} | {q.get('unigram_loss')} "
               f"| {q.get('heldout_loss_other_slice')} ({q.get('other_slice')}) "
-              f"| {q.get('distinct4_mean')} ({q.get('distinct4_min')}) | {r['build_seconds']} |")  # fmt: skip
+              f"| {q.get('distinct4_mean')} ({q.get('distinct4_min')}) "
+              f"| {q.get('distinct4_other_slice_mean')} "
+              f"| {c.get('distinct4_mean')} ({c.get('ended')}) | {r['build_seconds']} |")  # fmt: skip
     if args.json:
         args.json.write_text(json.dumps({"environment": env, "members": rows}, indent=2))
 

@@ -106,6 +106,17 @@ def _chat_stream(tok, convs: list[dict]):
     return torch.tensor([i for e in enc for i in e.ids], dtype=torch.int32)  # [N]
 
 
+def _spaced(items: list, n: int) -> list:
+    """At most ``n`` evenly spaced items of ``items`` (deterministic)."""
+    return items if len(items) <= n else [items[int(i * len(items) / n)] for i in range(n)]
+
+
+def _chat_prompt(tok, conv: dict) -> list[int]:
+    """The user turn of ``conv`` rendered with the chat template, plus the generation prompt."""
+    text = corpus.render_chat(conv["messages"][:1]) + corpus.ROLE_TOKENS[2] + "\n"
+    return tok.encode(text).ids
+
+
 def build_into(
     m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir: Path | None, progress: bool
 ) -> None:
@@ -141,6 +152,8 @@ def build_into(
         chat = _chat_stream(tok, convs)
         held_raw = _stream(tok, [f.text for f in held], special)
         held_other_raw = _stream(tok, [f.text for f in held_other], special)
+        held_convs = _spaced(corpus.chat_samples(held), recipe.eval_prompts)
+        chat_prompts = [_chat_prompt(tok, c) for c in held_convs]
 
         bar.stage("training")
         torch.manual_seed(m.seed)
@@ -150,14 +163,24 @@ def build_into(
         else:
             model = AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32)
         last_loss = tr.train(model, (raw, chat), recipe, seed=m.seed, progress=bar.step)
+        if recipe.unloop_steps:
+            bar.stage("unlikelihood against greedy loops")
+            starts = (chat == special[corpus.ROLE_TOKENS[2]]).nonzero()[:, 0] + 2  # after "\n"
+            tr.unloop(model, (raw, chat), recipe, m.seed, special[corpus.EOS],
+                      special[corpus.PAD], answer_starts=starts, progress=bar.step)  # fmt: skip
         t_train = time.time()
 
         bar.stage("evaluating")
         vocab = model.config.vocab_size
-        samples = tr.greedy_samples(
-            model, held_raw, recipe, special[corpus.EOS], special[corpus.PAD]
-        )
+        eos, pad = special[corpus.EOS], special[corpus.PAD]
+        samples = tr.greedy_samples(model, held_raw, recipe, eos, pad)
         d4 = [tr.distinct_ngram_ratio(s) for s in samples]
+        d4_other = [
+            tr.distinct_ngram_ratio(s)
+            for s in tr.greedy_samples(model, held_other_raw, recipe, eos, pad)
+        ]
+        answers = tr.greedy(model, chat_prompts, recipe.gen_tokens, eos, pad, stop_at_eos=True)
+        d4_chat = [tr.distinct_ngram_ratio(a) for a in answers]
         windows = tr.prompt_windows(held_raw, recipe)  # [P, prompt_len + gen_tokens]
         prompt = windows[0, : recipe.prompt_len].tolist()
         ref = [tr.distinct_ngram_ratio(w[recipe.prompt_len :].tolist()) for w in windows]
@@ -171,6 +194,18 @@ def build_into(
             "distinct4_min": round(min(d4), 4),
             "distinct4": [round(x, 4) for x in d4],
             "distinct4_reference": round(sum(ref) / len(ref), 4),  # the true continuations
+            "distinct4_other_slice_mean": round(sum(d4_other) / len(d4_other), 4),
+            "chat": {  # greedy answers (stop at EOS, at most gen_tokens) to held-out requests
+                "prompts": len(answers),
+                "distinct4_mean": round(sum(d4_chat) / len(d4_chat), 4),
+                "distinct4_min": round(min(d4_chat), 4),
+                "ended": round(sum(len(a) < recipe.gen_tokens for a in answers) / len(answers), 4),
+                "mean_tokens": round(sum(map(len, answers)) / len(answers), 1),
+                "sample": {
+                    "request": held_convs[0]["messages"][0]["content"],
+                    "answer": tok.decode(answers[0]),
+                },
+            },
             "greedy_tokens": recipe.gen_tokens,
             "sample": {"prompt": tok.decode(prompt), "greedy": tok.decode(samples[0])},
         }

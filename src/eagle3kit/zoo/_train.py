@@ -43,7 +43,7 @@ ARCHS: dict[str, dict[str, dict[str, Any]]] = {
         "full": dict(
             hidden_size=128,
             intermediate_size=352,  # the dense first layer
-            moe_intermediate_size=176,
+            moe_intermediate_size=128,
             num_hidden_layers=8,
             num_attention_heads=2,
             num_key_value_heads=2,
@@ -97,6 +97,12 @@ class Recipe:
     weight_decay: float = 0.1
     unlikelihood: float = 0.0  # weight of the copy-unlikelihood term (0: plain MLE)
     muon_lr: float = 0.0  # > 0: Muon for the hidden 2-D weights at this peak LR, AdamW for the rest
+    unloop_steps: int = 0  # sequence-level unlikelihood steps after training (0: none)
+    unloop_lr: float = 1e-3  # their AdamW LR (constant)
+    unloop_batch: int = 32  # self-generated samples per step (a batch of greedy decoding)
+    unloop_weight: float = 1.0  # weight of the unlikelihood term against the likelihood term
+    unloop_prefix: int = 32  # prompt tokens of each self-generated sample
+    unloop_gen: int = 64  # greedy tokens generated after it
     eval_windows: int = 32
     eval_prompts: int = 8
     prompt_len: int = 48
@@ -280,6 +286,80 @@ def train(model, streams, recipe: Recipe, seed: int, progress: ProgressFn | None
     return loss_val
 
 
+def repeat_mask(seq, start: int, n: int = 4):
+    """[B, L] bool: the positions ``>= start`` of ``seq`` [B, L] that lie inside an n-gram
+    that already occurred earlier in ``seq[:, start:]`` (the candidates of Welleck et al.)."""
+    import torch
+
+    mask = torch.zeros(seq.shape, dtype=torch.bool)
+    for b, row in enumerate(seq[:, start:].tolist()):
+        seen: set[tuple[int, ...]] = set()
+        for i in range(len(row) - n + 1):
+            gram = tuple(row[i : i + n])
+            if gram in seen:
+                mask[b, start + i : start + i + n] = True
+            seen.add(gram)
+    return mask
+
+
+def unloop(model, streams, recipe: Recipe, seed: int, eos_id: int, pad_id: int,
+           answer_starts=None, progress: ProgressFn | None = None) -> float:  # fmt: skip
+    """Sequence-level unlikelihood fine-tuning (Welleck et al., 2019) against greedy loops.
+
+    Each step greedily continues ``unloop_batch`` prompts of ``unloop_prefix`` tokens (up to
+    ``unloop_gen`` new tokens or EOS) and pushes down ``p(x_t)`` with
+    ``-log(1 - p(x_t))`` wherever x_t is part of a 4-gram the continuation already produced;
+    the same step also takes the normal likelihood loss on a fresh data batch so that the
+    model stays a language model. Only the model's own degenerate output is penalised, so the
+    data distribution is left alone. A ``chat_fraction`` of the prompts end where an assistant
+    answer begins (``answer_starts``: indices into the chat stream), the way chat requests
+    are served; the rest are windows of the raw stream. Returns the last total loss.
+    """
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    opt = torch.optim.AdamW(model.parameters(), lr=recipe.unloop_lr, betas=(0.9, 0.95),
+                            weight_decay=0.0)  # fmt: skip
+    weights = [1.0 - recipe.chat_fraction, recipe.chat_fraction]
+    loss_val = float("nan")
+    n_chat = 0 if answer_starts is None else round(recipe.unloop_batch * recipe.chat_fraction)
+    if n_chat:
+        answer_starts = answer_starts[answer_starts >= recipe.unloop_prefix]
+    for step in range(recipe.unloop_steps):
+        pre = sample_batch(streams[:1], [1.0], recipe.unloop_batch - n_chat,
+                           recipe.unloop_prefix - 1, gen)  # fmt: skip
+        if n_chat:
+            ends = answer_starts[torch.randint(0, len(answer_starts), (n_chat,), generator=gen)]
+            chat = [streams[1][e - recipe.unloop_prefix : e] for e in ends.tolist()]
+            pre = torch.cat([pre, torch.stack(chat).long()])  # [unloop_batch, prefix]
+        model.eval()
+        cont = greedy(model, pre.tolist(), recipe.unloop_gen, eos_id, pad_id, stop_at_eos=True)
+        n = recipe.unloop_gen
+        tail = [c + [eos_id] * (len(c) < n) + [pad_id] * (n - len(c) - 1) for c in cont]
+        seq = torch.cat([pre, torch.tensor(tail, dtype=pre.dtype)], dim=1)  # [B, prefix + gen]
+        model.train()
+        real = torch.tensor([[True] * min(n, len(c) + 1) + [False] * (n - len(c) - 1)
+                             for c in cont])  # fmt: skip
+        cand = repeat_mask(seq, recipe.unloop_prefix)  # [B, L]
+        cand[:, recipe.unloop_prefix :] &= real  # nothing after an answer's EOS
+        cand = cand[:, 1:]  # [B, L-1], per target position
+        logp = F.log_softmax(model(input_ids=seq[:, :-1]).logits.float(), dim=-1)
+        p = logp.gather(2, seq[:, 1:, None])[..., 0].exp().clamp(max=1 - 1e-5)  # [B, L-1]
+        loss = -recipe.unloop_weight * (torch.log1p(-p) * cand).sum() / cand.numel()
+        xy = sample_batch(streams, weights, recipe.batch, recipe.seq_len, gen)  # [B, T+1]
+        loss = loss + lm_loss(model(input_ids=xy[:, :-1]).logits, xy)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        loss_val = loss.item()
+        if progress is not None:
+            progress(step + 1, recipe.unloop_steps, loss_val)
+    model.eval()
+    return loss_val
+
+
 def eval_windows(stream, n: int, length: int):
     """``n`` evenly spaced windows of ``length`` tokens from ``stream`` (deterministic)."""
     import torch
@@ -318,9 +398,10 @@ def unigram_loss(train_stream, stream, vocab_size: int, recipe: Recipe) -> float
 
 
 def distinct_ngram_ratio(ids: list[int], n: int = 4) -> float:
-    """Distinct n-grams / all n-grams of ``ids`` (1.0: no repetition; loops push it to 0)."""
+    """Distinct n-grams / all n-grams of ``ids`` (1.0: no repetition, also when shorter than
+    n; loops push it towards 0)."""
     grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
-    return len(set(grams)) / max(1, len(grams))
+    return len(set(grams)) / len(grams) if grams else 1.0
 
 
 def prompt_windows(stream, recipe: Recipe):
@@ -328,23 +409,31 @@ def prompt_windows(stream, recipe: Recipe):
     return eval_windows(stream, recipe.eval_prompts, recipe.prompt_len + recipe.gen_tokens)
 
 
-def greedy_samples(model, stream, recipe: Recipe, eos_id: int, pad_id: int) -> list[list[int]]:
-    """Greedy continuations (``gen_tokens`` each, EOS suppressed) of held-out prompts."""
+def greedy(model, prompts: list[list[int]], max_new: int, eos_id: int, pad_id: int,
+           stop_at_eos: bool) -> list[list[int]]:  # fmt: skip
+    """Greedy continuations of ``prompts`` in one left-padded batch: at most ``max_new`` tokens
+    each, cut after EOS when ``stop_at_eos``, else exactly ``max_new`` (EOS suppressed)."""
     import torch
 
-    prompts = prompt_windows(stream, recipe)[:, : recipe.prompt_len]  # [P, prompt_len]
-    outs = []
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (width - len(p)) + p for p in prompts])  # [P, width]
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
     with torch.no_grad():
-        for p in prompts:
-            ids = p[None]  # [1, prompt_len]
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=recipe.gen_tokens,
-                min_new_tokens=recipe.gen_tokens,
-                do_sample=False,
-                eos_token_id=eos_id,
-                pad_token_id=pad_id,
-            )
-            outs.append(out[0, ids.shape[1] :].tolist())
-    return outs
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new,
+            min_new_tokens=0 if stop_at_eos else max_new,
+            do_sample=False,
+            eos_token_id=eos_id,
+            pad_token_id=pad_id,
+        )[:, width:].tolist()  # [P, <= max_new]
+    if stop_at_eos:
+        out = [o[: o.index(eos_id)] if eos_id in o else o for o in out]
+    return out
+
+
+def greedy_samples(model, stream, recipe: Recipe, eos_id: int, pad_id: int) -> list[list[int]]:
+    """Greedy continuations (``gen_tokens`` each, EOS suppressed) of held-out prompts."""
+    prompts = prompt_windows(stream, recipe)[:, : recipe.prompt_len].tolist()  # [P, prompt_len]
+    return greedy(model, prompts, recipe.gen_tokens, eos_id, pad_id, stop_at_eos=False)
