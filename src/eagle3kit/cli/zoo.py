@@ -17,6 +17,8 @@ def _row(d: dict) -> list[str]:
         if met
         else "-"
     )
+    if "chat" in met:
+        quality += f", chat {met['chat']['distinct4_mean']:.2f}"
     params = f"{man['params'] / 1e6:.1f}M" if man else "-"
     shape = f"{man['num_layers']}x{man['hidden_size']}, V={man['vocab_size']}" if man else "-"
     return [d["name"], d["architecture"], d["parent"] or "-", d["slice"], params, shape, quality,
@@ -47,7 +49,7 @@ def register(app: typer.Typer) -> None:
 
         t = Table(title=f"eagle3kit zoo ({size}) in {zoo.home() / 'zoo'}")
         for col in ("name", "architecture", "parent", "data", "params", "layers x hidden",
-                    "held-out / unigram loss / distinct-4", "built"):  # fmt: skip
+                    "held-out / unigram loss / greedy distinct-4", "built"):  # fmt: skip
             t.add_column(col)
         for d in rows:
             t.add_row(*_row(d))
