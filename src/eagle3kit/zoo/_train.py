@@ -3,9 +3,10 @@
 Training is next-token prediction on windows sampled (seeded) from two token streams: the
 slice's raw files (``<s> file </s>`` concatenated) and its chat samples rendered with the chat
 template. Muon for the hidden weight matrices and AdamW for embeddings, head and norms, linear
-warm-up then cosine decay, gradient clipping, and a small copy-unlikelihood term against
-greedy loops (``lm_loss``). No dropout: one pass over part of the data underfits, it does not
-overfit.
+warm-up then cosine decay, gradient clipping, and a small copy-unlikelihood term
+(``lm_loss``). No dropout: one pass over part of the data underfits, it does not overfit.
+Then ``unloop``: sequence-level unlikelihood on the model's own greedy continuations, which
+is what stops greedy decoding from looping (docs/zoo.md).
 """
 
 from __future__ import annotations
