@@ -214,6 +214,40 @@ def test_unloop_breaks_greedy_loops(monkeypatch):
     assert after > d4(control) + 0.2
 
 
+def test_unloop_ends_with_the_moving_average_of_its_steps():
+    """With ``unloop_ema`` the model ends with the EMA of the weights after each step (seeded
+    by the weights before the phase), not with the last step's weights."""
+    import torch
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eagle3kit.zoo import _train as tr
+
+    stream = _markov_stream(2000)
+    rec = tr.Recipe(vocab_size=64, file_limit=None, steps=0, batch=4, seq_len=16, lr=1e-2,
+                    warmup=1, chat_fraction=0.0, unloop_steps=3, unloop_lr=1e-2,
+                    unloop_batch=4, unloop_prefix=4, unloop_gen=12, unloop_ema=0.6)  # fmt: skip
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
+                                         num_hidden_layers=1, num_attention_heads=2,
+                                         num_key_value_heads=1, head_dim=8))  # fmt: skip
+    seen = [[p.detach().clone() for p in model.parameters()]]  # before, then after each step
+    hook = register_optimizer_step_post_hook(
+        lambda opt, args, kwargs: seen.append([p.detach().clone() for p in model.parameters()])
+    )
+    try:
+        tr.unloop(model, (stream, stream), rec, seed=0, eos_id=1, pad_id=0)
+    finally:
+        hook.remove()
+    assert len(seen) == 1 + rec.unloop_steps
+    want = seen[0]
+    for step in seen[1:]:
+        want = [0.6 * w + 0.4 * s for w, s in zip(want, step, strict=True)]
+    got = list(model.parameters())
+    assert all(torch.allclose(g, w, atol=1e-6) for g, w in zip(got, want, strict=True))
+    assert not all(torch.equal(g, s) for g, s in zip(got, seen[-1], strict=True))
+
+
 @pytest.mark.slow
 def test_full_llama_v1_is_a_language_model():
     """The full recipe still trains a real LM within its budget (builds for minutes if uncached)."""

@@ -41,7 +41,7 @@ from eagle3kit.errors import Eagle3Error
 from eagle3kit.zoo._train import ARCHS, Recipe
 
 SIZES = ("full", "tiny")
-RECIPE_VERSION = 3  # bump when a change to the code changes the weights
+RECIPE_VERSION = 4  # bump when a change to the code changes the weights
 BUILD_THREADS = {"full": 2, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
 MANIFEST = "zoo.json"
 
@@ -71,7 +71,9 @@ MEMBERS: dict[str, Member] = {
 # Training recipes per (architecture, version, size). v2 continues from v1 on its own slice
 # with fewer steps at lower LRs. DeepSeek-V3 steps cost ~1.5x Llama's (MoE), so it takes fewer.
 # Every member ends with sequence-level unlikelihood steps on its own greedy output
-# (``_train.unloop``): without them greedy continuations loop (distinct-4 0.13-0.35).
+# (``_train.unloop``): without them greedy continuations loop (distinct-4 0.13-0.35). The
+# phase ends with the moving average of its weights (``unloop_ema``): step to step the raw
+# weights swing between loopier and less loopy states (docs/zoo.md).
 _FULL = Recipe(
     vocab_size=4096,
     file_limit=None,
@@ -84,6 +86,7 @@ _FULL = Recipe(
     unlikelihood=1.0,
     unloop_steps=40,
     unloop_gen=96,
+    unloop_ema=0.9,
     eval_prompts=32,
 )
 _TINY = Recipe(
@@ -100,6 +103,7 @@ _TINY = Recipe(
     unloop_batch=4,
     unloop_prefix=8,
     unloop_gen=16,
+    unloop_ema=0.5,
     eval_windows=4,
     eval_prompts=2,
     prompt_len=16,
@@ -112,7 +116,7 @@ _DSV3_UNLOOP = dict(unloop_batch=16, unloop_gen=80, unloop_weight=4.0)
 RECIPES: dict[tuple[str, int, str], Recipe] = {
     ("llama", 1, "full"): _FULL,
     ("llama", 2, "full"): replace(_FULL, **_V2, steps=100, unloop_steps=90),
-    ("dsv3", 1, "full"): replace(_FULL, steps=170, **_DSV3_UNLOOP, unloop_steps=45),
+    ("dsv3", 1, "full"): replace(_FULL, steps=150, **_DSV3_UNLOOP, unloop_steps=50),
     ("dsv3", 2, "full"): replace(_FULL, **_V2, steps=60, **_DSV3_UNLOOP, unloop_steps=60),
     ("llama", 1, "tiny"): _TINY,
     ("llama", 2, "tiny"): replace(_TINY, steps=15, lr=1e-3, warmup=2, muon_lr=0.02),

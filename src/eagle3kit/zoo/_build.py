@@ -20,10 +20,13 @@ if TYPE_CHECKING:
 
 
 class _Bar:
-    """A Rich progress bar on stderr (a no-op when disabled)."""
+    """A Rich progress bar on stderr (a no-op when disabled) that also times each stage:
+    ``seconds`` maps stage name -> wall seconds, complete once the bar is closed."""
 
     def __init__(self, enabled: bool, label: str) -> None:
         self.enabled, self.label, self.p = enabled, label, None
+        self.seconds: dict[str, float] = {}
+        self._stage: tuple[str, float] | None = None
 
     def __enter__(self) -> _Bar:
         if self.enabled:
@@ -49,10 +52,19 @@ class _Bar:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        self._close_stage()
         if self.p is not None:
             self.p.stop()
 
+    def _close_stage(self) -> None:
+        if self._stage is not None:
+            name, t = self._stage
+            self.seconds[name] = round(time.time() - t, 1)
+            self._stage = None
+
     def stage(self, text: str) -> None:
+        self._close_stage()
+        self._stage = (text, time.time())
         if self.p is not None:
             self.p.update(self.task, description=f"{self.label}: {text}")
 
@@ -168,7 +180,6 @@ def build_into(
             starts = (chat == special[corpus.ROLE_TOKENS[2]]).nonzero()[:, 0] + 2  # after "\n"
             tr.unloop(model, (raw, chat), recipe, m.seed, special[corpus.EOS],
                       special[corpus.PAD], answer_starts=starts, progress=bar.step)  # fmt: skip
-        t_train = time.time()
 
         bar.stage("evaluating")
         vocab = model.config.vocab_size
@@ -241,8 +252,8 @@ def build_into(
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "threads": BUILD_THREADS[size],
-        "train_seconds": round(t_train - t0, 1),
         "build_seconds": round(time.time() - t0, 1),
+        "stage_seconds": bar.seconds,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     (out / "zoo.json").write_text(json.dumps(doc, indent=2) + "\n")

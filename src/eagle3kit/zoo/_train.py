@@ -104,6 +104,7 @@ class Recipe:
     unloop_weight: float = 1.0  # weight of the unlikelihood term against the likelihood term
     unloop_prefix: int = 32  # prompt tokens of each self-generated sample
     unloop_gen: int = 64  # greedy tokens generated after it
+    unloop_ema: float = 0.0  # > 0: end with this exponential moving average of the phase's weights
     eval_windows: int = 32
     eval_prompts: int = 8
     prompt_len: int = 48
@@ -314,7 +315,10 @@ def unloop(model, streams, recipe: Recipe, seed: int, eos_id: int, pad_id: int,
     model stays a language model. Only the model's own degenerate output is penalised, so the
     data distribution is left alone. A ``chat_fraction`` of the prompts end where an assistant
     answer begins (``answer_starts``: indices into the chat stream), the way chat requests
-    are served; the rest are windows of the raw stream. Returns the last total loss.
+    are served; the rest are windows of the raw stream. With ``unloop_ema`` > 0 the model
+    ends with the exponential moving average of its weights over the phase's steps rather
+    than the last step's: the raw weights swing between more and less loopy states from one
+    step to the next, and their average loops less (docs/zoo.md). Returns the last total loss.
     """
     import torch
     import torch.nn.functional as F
@@ -327,6 +331,8 @@ def unloop(model, streams, recipe: Recipe, seed: int, eos_id: int, pad_id: int,
     n_chat = 0 if answer_starts is None else round(recipe.unloop_batch * recipe.chat_fraction)
     if n_chat:
         answer_starts = answer_starts[answer_starts >= recipe.unloop_prefix]
+    params = list(model.parameters())
+    ema = [p.detach().clone() for p in params] if recipe.unloop_ema > 0 else None
     for step in range(recipe.unloop_steps):
         pre = sample_batch(streams[:1], [1.0], recipe.unloop_batch - n_chat,
                            recipe.unloop_prefix - 1, gen)  # fmt: skip
@@ -354,9 +360,15 @@ def unloop(model, streams, recipe: Recipe, seed: int, eos_id: int, pad_id: int,
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if ema is not None:
+            with torch.no_grad():
+                torch._foreach_lerp_(ema, [p.detach() for p in params], 1.0 - recipe.unloop_ema)
         loss_val = loss.item()
         if progress is not None:
             progress(step + 1, recipe.unloop_steps, loss_val)
+    if ema is not None:
+        with torch.no_grad():
+            torch._foreach_copy_([p.data for p in params], ema)
     model.eval()
     return loss_val
 
