@@ -1,4 +1,4 @@
-"""Environment line printed by every benchmark."""
+"""Environment every benchmark prints (and writes into its --json output)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,11 @@ import os
 import platform
 import statistics
 import sys
+from typing import Any
 
 
-def environment() -> str:
+def environment_info() -> dict[str, Any]:
+    """Python, OS, CPU, load average, and torch/transformers when the benchmark imported them."""
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -18,16 +20,32 @@ def environment() -> str:
                     break
     except OSError:
         pass
-    parts = [
-        f"python {platform.python_version()}",
-        f"{platform.system()} {platform.machine()}",
-        cpu,
-        f"{os.cpu_count()} cpus",
-    ]
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.machine()}",
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+    }
     if "torch" in sys.modules:
         import torch
 
-        parts.append(f"torch {torch.__version__} ({torch.get_num_threads()} threads)")
+        info["torch"] = torch.__version__
+        info["threads"] = torch.get_num_threads()
+    if "transformers" in sys.modules:
+        info["transformers"] = sys.modules["transformers"].__version__
+    return info
+
+
+def environment() -> str:
+    """``environment_info()`` on one line."""
+    i = environment_info()
+    parts = [f"python {i['python']}", i["os"], i["cpu"], f"{i['cpu_count']} cpus",
+             f"load {i['load_avg_1m']}"]  # fmt: skip
+    if "torch" in i:
+        parts.append(f"torch {i['torch']} ({i['threads']} threads)")
+    if "transformers" in i:
+        parts.append(f"transformers {i['transformers']}")
     return " | ".join(parts)
 
 

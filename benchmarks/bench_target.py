@@ -17,35 +17,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import torch
+import transformers  # noqa: F401  (so that the environment line names it)
 
-
-def environment() -> dict:
-    import transformers
-
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "threads": torch.get_num_threads(),
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "load_avg_1m": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
-    }
+sys.path.insert(0, str(Path(__file__).parent))
+from _env import environment, environment_info  # noqa: E402
 
 
 def _stats(ms: list[float]) -> dict:
@@ -121,8 +102,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-    env = environment()
-    print("environment: " + ", ".join(f"{k}={v}" for k, v in env.items()))
+    env = environment_info()
+    print("environment: " + environment())
     rows = [bench_member(n, args.repeats) for n in args.members.split(",")]
 
     def f(s: dict) -> str:
