@@ -48,6 +48,10 @@ def test_v2_builds_v1_first_and_shares_its_tokenizer():
         assert key in m
     met = m["metrics"]
     assert {"heldout_loss", "unigram_loss", "distinct4_mean"} <= set(met)
+    stages = m["stage_seconds"]  # every stage timed, together no longer than the whole build
+    want = {"tokenizer", "training", "unlikelihood against greedy loops", "evaluating"}
+    assert want <= set(stages)
+    assert 0 < sum(stages.values()) <= m["build_seconds"] + 0.1 * len(stages)
 
 
 def test_hf_dir_and_chat_template():
