@@ -118,11 +118,6 @@ def _chat_stream(tok, convs: list[dict]):
     return torch.tensor([i for e in enc for i in e.ids], dtype=torch.int32)  # [N]
 
 
-def _spaced(items: list, n: int) -> list:
-    """At most ``n`` evenly spaced items of ``items`` (deterministic)."""
-    return items if len(items) <= n else [items[int(i * len(items) / n)] for i in range(n)]
-
-
 def _chat_prompt(tok, conv: dict) -> list[int]:
     """The user turn of ``conv`` rendered with the chat template, plus the generation prompt."""
     text = corpus.render_chat(conv["messages"][:1]) + corpus.ROLE_TOKENS[2] + "\n"
@@ -164,7 +159,7 @@ def build_into(
         chat = _chat_stream(tok, convs)
         held_raw = _stream(tok, [f.text for f in held], special)
         held_other_raw = _stream(tok, [f.text for f in held_other], special)
-        held_convs = _spaced(corpus.chat_samples(held), recipe.eval_prompts)
+        held_convs = corpus.spaced(corpus.chat_samples(held), recipe.eval_prompts)
         chat_prompts = [_chat_prompt(tok, c) for c in held_convs]
 
         bar.stage("training")

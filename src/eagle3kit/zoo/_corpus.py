@@ -82,6 +82,14 @@ def _slice_paths(slice_name: str) -> list[Path]:
     return sorted(p for p in found if _in_slice(p, slice_name))
 
 
+def spaced(items: list, n: int | None) -> list:
+    """At most ``n`` evenly spaced items of ``items``, in order (all of them when ``n`` is None)."""
+    if n is None or len(items) <= n:
+        return items
+    step = len(items) / n
+    return [items[int(i * step)] for i in range(n)]
+
+
 def files(slice_name: str, *, held_out: bool = False, limit: int | None = None) -> list[SourceFile]:
     """The slice's training (or held-out) files, sorted by path.
 
@@ -94,9 +102,7 @@ def files(slice_name: str, *, held_out: bool = False, limit: int | None = None) 
         for r in _slice_paths(slice_name)
         if (zlib.crc32(r.as_posix().encode()) % HELD_OUT_MOD == 0) == held_out
     ]
-    if limit is not None and len(rels) > limit:
-        step = len(rels) / limit
-        rels = [rels[int(i * step)] for i in range(limit)]
+    rels = spaced(rels, limit)
     root = stdlib_root()
     out = []
     for rel in rels:

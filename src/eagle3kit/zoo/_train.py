@@ -324,14 +324,13 @@ def unloop(model, streams, recipe: Recipe, seed: int, eos_id: int, pad_id: int,
     import torch.nn.functional as F
 
     gen = torch.Generator().manual_seed(seed + 1)
-    opt = torch.optim.AdamW(model.parameters(), lr=recipe.unloop_lr, betas=(0.9, 0.95),
-                            weight_decay=0.0)  # fmt: skip
+    params = list(model.parameters())
+    opt = torch.optim.AdamW(params, lr=recipe.unloop_lr, betas=(0.9, 0.95), weight_decay=0.0)
     weights = [1.0 - recipe.chat_fraction, recipe.chat_fraction]
     loss_val = float("nan")
     n_chat = 0 if answer_starts is None else round(recipe.unloop_batch * recipe.chat_fraction)
     if n_chat:
         answer_starts = answer_starts[answer_starts >= recipe.unloop_prefix]
-    params = list(model.parameters())
     ema = [p.detach().clone() for p in params] if recipe.unloop_ema > 0 else None
     for step in range(recipe.unloop_steps):
         pre = sample_batch(streams[:1], [1.0], recipe.unloop_batch - n_chat,
@@ -357,7 +356,7 @@ def unloop(model, streams, recipe: Recipe, seed: int, eos_id: int, pad_id: int,
         xy = sample_batch(streams, weights, recipe.batch, recipe.seq_len, gen)  # [B, T+1]
         loss = loss + lm_loss(model(input_ids=xy[:, :-1]).logits, xy)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
         if ema is not None:
@@ -425,7 +424,8 @@ def prompt_windows(stream, recipe: Recipe):
 def greedy(model, prompts: list[list[int]], max_new: int, eos_id: int, pad_id: int,
            stop_at_eos: bool) -> list[list[int]]:  # fmt: skip
     """Greedy continuations of ``prompts`` in one left-padded batch: at most ``max_new`` tokens
-    each, cut after EOS when ``stop_at_eos``, else exactly ``max_new`` (EOS suppressed)."""
+    each, ending before the EOS (dropped) when ``stop_at_eos``, else exactly ``max_new`` (EOS
+    suppressed)."""
     import torch
 
     width = max(len(p) for p in prompts)
