@@ -95,6 +95,14 @@ class DraftCache:
             self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
 
 
+def causal_mask(t: int, past: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Bool [T, past+T]: query i (absolute position past+i) sees keys 0..past+i."""
+    return (
+        torch.arange(past + t, device=device)[None, :]
+        <= (past + torch.arange(t, device=device))[:, None]
+    )
+
+
 class Attention(nn.Module):
     def __init__(self, spec: DraftSpec):
         super().__init__()
@@ -114,7 +122,13 @@ class Attention(nn.Module):
         inv, self.rope_scale = _inv_freq(spec)
         self.register_buffer("inv_freq", inv, persistent=False)
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor, cache: DraftCache | None) -> torch.Tensor:
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos: torch.Tensor,
+        cache: DraftCache | None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim)  # [B, T, nh, hd]
         k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim)  # [B, T, nkv, hd]
@@ -141,12 +155,7 @@ class Attention(nn.Module):
         rep = self.n_heads // self.n_kv
         if rep > 1:
             k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        s = k.shape[2]
-        # query i (absolute position past+i) sees keys 0..past+i
-        mask = (
-            torch.arange(s, device=x.device)[None, :]
-            <= (past + torch.arange(t, device=x.device))[:, None]
-        )
+        mask = attn_mask if attn_mask is not None else causal_mask(t, past, x.device)
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, nh, T, hd]
         return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
 
@@ -176,12 +185,17 @@ class MidLayer(nn.Module):
         self.norm_before_residual = spec.norm_before_residual
 
     def forward(
-        self, emb: torch.Tensor, h: torch.Tensor, pos: torch.Tensor, cache: DraftCache | None
+        self,
+        emb: torch.Tensor,
+        h: torch.Tensor,
+        pos: torch.Tensor,
+        cache: DraftCache | None,
+        attn_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
         hn = self.hidden_norm(h)
         residual = hn if self.norm_before_residual else h
         x = torch.cat([self.input_layernorm(emb), hn], dim=-1)  # [B, T, 2H]
-        h = residual + self.self_attn(x, pos, cache)
+        h = residual + self.self_attn(x, pos, cache, attn_mask)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -246,9 +260,19 @@ class Eagle3Drafter(nn.Module):
         hidden: torch.Tensor,  # [B, T, 3*Ht] aux states, or [B, T, H] from the previous step
         cache: DraftCache | None = None,
         position_ids: torch.Tensor | None = None,  # [B, T]; default continues the cache
+        attn_mask: torch.Tensor | None = None,  # bool [T, S] or [B, 1, T, S], S = cached + T
         *,
         from_aux: bool | None = None,
     ) -> DraftOutput:
+        """One draft step over T new positions.
+
+        The T new keys/values are appended to `cache` (when given) before attention, so
+        S = cache length before the call + T. `attn_mask` (True = may attend) defaults to
+        causal over the cache plus the new positions; tree drafting and training-time test
+        pass their own (a node sees its ancestors; step i sees step 0's causal prefix plus
+        its own diagonal). `position_ids` set the rotary positions (default: continue the
+        cache), so tree siblings can share a position.
+        """
         b, t = input_ids.shape
         if from_aux is None:
             from_aux = (
@@ -260,7 +284,7 @@ class Eagle3Drafter(nn.Module):
             start = cache.length if cache is not None else 0
             position_ids = (start + torch.arange(t, device=input_ids.device)).expand(b, t)
         emb = self.embed_tokens(input_ids).to(h.dtype)  # [B, T, H]
-        h = self.midlayer(emb, h, position_ids, cache)
+        h = self.midlayer(emb, h, position_ids, cache, attn_mask)
         normed = self.norm(h)
         logits = self.lm_head(normed)  # [B, T, Vd]
         return DraftOutput(logits=logits, hidden=normed if self.spec.norm_output else h)

@@ -1,0 +1,50 @@
+"""The Rich side of eagle3kit.progress: one bar per stage on stderr, with rate and ETA."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+
+from eagle3kit.progress import Event, Progress
+
+
+@contextlib.contextmanager
+def bar(enabled: bool = True) -> Iterator[Progress | None]:
+    """`with bar(not json_) as progress: library_fn(..., progress=progress)`."""
+    if not enabled:
+        yield None
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress as RichProgress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    p = RichProgress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[unit]} {task.fields[info]}"),
+        TimeElapsedColumn(),
+        TextColumn("ETA"),
+        TimeRemainingColumn(),
+        console=Console(file=sys.stderr),
+        transient=False,
+    )
+    tasks: dict[str, int] = {}
+
+    def on_event(e: Event) -> None:
+        info = " ".join(
+            f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in e.info.items()
+        )
+        if e.stage not in tasks:
+            tasks[e.stage] = p.add_task(e.stage, total=e.total, unit=e.unit, info=info)
+        p.update(tasks[e.stage], completed=e.done, total=e.total, info=info)
+
+    with p:
+        yield on_event
