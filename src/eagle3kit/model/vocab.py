@@ -1,0 +1,181 @@
+"""The draft vocabulary: build, check, save and summarise the d2t/t2d pair.
+
+An EAGLE-3 drafter predicts over a draft vocabulary of N target ids (N = draft_vocab_size,
+V = the target's vocab_size). Two index tensors describe it:
+
+    used   = sorted ascending target ids in the draft vocab          # [N]
+    d2t[i] = used[i] - i        (draft id i -> target id i + d2t[i])  # int64 [N]
+    t2d[v] = v in used          (target id v -> is it in the vocab)   # bool  [V]
+
+A valid pair has: d2t of an integer dtype; every target id i + d2t[i] in [0, V); no target id
+named twice; t2d of length V marking exactly those ids. `build_vocab` picks the N most frequent
+ids (ties broken by the lower id); `coverage` is the share of counted tokens that a top-N
+vocab keeps, sum(top-N counts) / sum(counts), the ceiling on what a drafter can ever match.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from eagle3kit.atomic import save_safetensors
+from eagle3kit.errors import Eagle3Error, bad
+
+
+def _as_numpy(x: Any) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def _top_ids(counts: torch.Tensor, n: int) -> torch.Tensor:
+    """The n ids with the largest counts, ties by lower id, in order of rank."""
+    # stable sort of -counts keeps equal counts in ascending id order
+    return torch.argsort(-counts.long(), stable=True)[:n]  # [n]
+
+
+def _check_counts(counts: Any, where: str) -> torch.Tensor:
+    counts = torch.as_tensor(counts)
+    if counts.dim() != 1:
+        raise bad(
+            where, f"counts: expected a 1-D tensor [vocab_size], found shape {list(counts.shape)}"
+        )
+    if counts.dtype.is_floating_point or counts.dtype == torch.bool:
+        raise bad(where, f"counts: expected an integer dtype, found {counts.dtype}")
+    if counts.numel() and int(counts.min()) < 0:
+        raise bad(where, f"counts: expected counts >= 0, found {int(counts.min())}")
+    return counts.long()
+
+
+def build_vocab(counts: torch.Tensor, draft_vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-N ids by count -> (d2t int64 [N], t2d bool [V]); see the module docstring."""
+    counts = _check_counts(counts, "build_vocab")
+    v = counts.shape[0]
+    if not 0 < draft_vocab_size <= v:
+        raise bad(
+            "build_vocab",
+            f"draft_vocab_size: expected 1..{v} (vocab_size), found {draft_vocab_size}",
+        )
+    used = torch.sort(_top_ids(counts, draft_vocab_size)).values  # [N] ascending target ids
+    d2t = used - torch.arange(draft_vocab_size, dtype=torch.long)  # [N]
+    t2d = torch.zeros(v, dtype=torch.bool)  # [V]
+    t2d[used] = True
+    return d2t, t2d
+
+
+def summarise_vocab(d2t: Any, vocab_size: int) -> dict[str, Any]:
+    """Counts of what is wrong with a d2t (for inspect): length, target span, bad entries."""
+    d = _as_numpy(d2t).reshape(-1)
+    integer = d.dtype.kind in "iu"
+    tgt = np.arange(d.shape[0], dtype=np.int64) + d.astype(np.int64)  # [N]
+    return {
+        "length": int(d.shape[0]),
+        "dtype": str(d.dtype),
+        "integer": integer,
+        "target_min": int(tgt.min()) if len(tgt) else None,
+        "target_max": int(tgt.max()) if len(tgt) else None,
+        "negative": int((tgt < 0).sum()),
+        "out_of_range": int(((tgt < 0) | (tgt >= vocab_size)).sum()),
+        "duplicates": int(len(tgt) - len(np.unique(tgt))),
+    }
+
+
+def vocab_problems(d2t: Any, t2d: Any | None, vocab_size: int) -> list[tuple[str, str]]:
+    """Every problem of a d2t/t2d pair as (code, message naming the field); [] when valid.
+
+    Codes: d2t-dtype, d2t-negative, d2t-range, d2t-duplicates, t2d-length, t2d-disagree.
+    `t2d=None` checks d2t alone.
+    """
+    out: list[tuple[str, str]] = []
+    s = summarise_vocab(d2t, vocab_size)
+    if not s["integer"]:
+        out.append(("d2t-dtype", f"d2t: expected an integer dtype (int64), found {s['dtype']}"))
+        return out
+    span = f"draft_id + d2t[draft_id] spans {s['target_min']}..{s['target_max']}"
+    if s["negative"]:
+        out.append(("d2t-negative", f"d2t: expected target ids >= 0, found {s['negative']} negative ({span})"))  # fmt: skip
+    too_big = s["out_of_range"] - s["negative"]
+    if too_big:
+        out.append(("d2t-range", f"d2t: expected target ids < {vocab_size} (vocab_size), found {too_big} beyond ({span})"))  # fmt: skip
+    if s["duplicates"]:
+        out.append(("d2t-duplicates", f"d2t: expected distinct target ids, found {s['duplicates']} draft ids mapping to a target id already taken"))  # fmt: skip
+    if t2d is not None:
+        t = _as_numpy(t2d).reshape(-1)
+        if t.shape[0] != vocab_size:
+            out.append(("t2d-length", f"t2d: expected {vocab_size} entries (vocab_size), found {t.shape[0]}"))  # fmt: skip
+        elif not s["out_of_range"]:
+            d = _as_numpy(d2t).reshape(-1).astype(np.int64)
+            tgt = np.sort(np.arange(d.shape[0], dtype=np.int64) + d)
+            marked = np.flatnonzero(t.astype(bool))
+            if not np.array_equal(tgt, marked):
+                out.append(("t2d-disagree", f"t2d: expected exactly the {len(tgt)} target ids d2t names marked, found {len(marked)} marked, {len(np.setxor1d(tgt, marked))} differing"))  # fmt: skip
+    return out
+
+
+def validate_vocab(d2t: Any, t2d: Any | None, vocab_size: int, where: str) -> None:
+    """Raise Eagle3Error (`where: field: expected ..., found ...`) at the first problem."""
+    problems = vocab_problems(d2t, t2d, vocab_size)
+    if problems:
+        raise bad(where, problems[0][1])
+
+
+def save_vocab(path: str | Path, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
+    """Write {d2t int64 [N], t2d bool [V]} to a safetensors file, atomically."""
+    d2t = torch.as_tensor(d2t)
+    t2d = torch.as_tensor(t2d)
+    validate_vocab(d2t, t2d, t2d.shape[0], str(path))
+    save_safetensors(path, {"d2t": d2t.to(torch.long), "t2d": t2d.to(torch.bool)})
+
+
+def load_vocab(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """Read and validate a vocab file written by `save_vocab` -> (d2t int64 [N], t2d bool [V])."""
+    from safetensors import SafetensorError, safe_open
+
+    path = Path(path)
+    if not path.is_file():
+        raise bad(str(path), "expected a safetensors file with d2t and t2d, found no file")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            keys = set(f.keys())
+            missing = sorted({"d2t", "t2d"} - keys)
+            if missing:
+                raise bad(str(path), f"{missing[0]}: expected a tensor, found keys {sorted(keys)}")
+            d2t, t2d = f.get_tensor("d2t"), f.get_tensor("t2d")
+    except SafetensorError as e:
+        raise bad(
+            str(path), f"expected a safetensors file, found one the reader refuses ({e})"
+        ) from e
+    if t2d.dtype != torch.bool:
+        raise bad(str(path), f"t2d: expected dtype bool, found {t2d.dtype}")
+    validate_vocab(d2t, t2d, t2d.shape[0], str(path))
+    return d2t.long(), t2d
+
+
+def coverage(counts: torch.Tensor, sizes: list[int] | tuple[int, ...]) -> dict[int, float]:
+    """{N: sum(top-N counts) / sum(counts)} for each N in sizes (0.0 when nothing was counted)."""
+    counts = _check_counts(counts, "coverage")
+    total = int(counts.sum())
+    ranked = torch.sort(counts, descending=True).values  # [V]
+    cum = torch.cumsum(ranked, 0)  # [V]
+    out: dict[int, float] = {}
+    for n in sizes:
+        if n < 0:
+            raise bad("coverage", f"sizes: expected sizes >= 0, found {n}")
+        kept = int(cum[min(n, len(cum)) - 1]) if n > 0 and len(cum) else 0
+        out[int(n)] = kept / total if total else 0.0
+    return out
+
+
+__all__ = [
+    "Eagle3Error",
+    "build_vocab",
+    "coverage",
+    "load_vocab",
+    "save_vocab",
+    "summarise_vocab",
+    "validate_vocab",
+    "vocab_problems",
+]
