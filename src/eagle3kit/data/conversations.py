@@ -1,0 +1,237 @@
+"""Conversations in, normalised turns out: the one parser that prepare and regenerate share.
+
+Two input forms, one record per JSONL line (or one row of a Hugging Face `datasets` dataset):
+
+    ShareGPT  {"id"?: ..., "system"?: str, "conversations": [{"from": "human"|"gpt"|..., "value": str}]}
+    OpenAI    {"id"?: ..., "messages": [{"role": "system"|"user"|"assistant", "content": str}]}
+
+A valid conversation, once normalised to `[{"role", "content"}]`, is: an optional system turn
+first, then user and assistant turns alternating, starting with user and ending with assistant;
+every content a non-empty string. Anything else is malformed: `validate` raises `Malformed`
+with a short reason, and readers report it with the file and its line number (from 1).
+
+Nothing here imports torch: the CLI and the regenerate workers use it cheaply.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eagle3kit.errors import Eagle3Error
+
+# ShareGPT speaker names seen in public dumps -> OpenAI roles.
+SHAREGPT_ROLES = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "chatgpt": "assistant",
+    "bard": "assistant",
+    "bing": "assistant",
+    "model": "assistant",
+    "system": "system",
+}
+OPENAI_ROLES = ("system", "user", "assistant")
+# The role an OpenAI role is written back as in ShareGPT form (regenerate keeps the input's form).
+SHAREGPT_NAMES = {"system": "system", "user": "human", "assistant": "gpt"}
+
+
+class Malformed(ValueError):
+    """One record is unusable; the message is the reason (no file or line: the reader adds those)."""
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """A validated record: its turns, the input form it came in, and its stable id."""
+
+    id: str
+    form: str  # "sharegpt" | "openai"
+    turns: list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": str}]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A skipped record: where it was and why (JSON: {"file", "line", "reason"})."""
+
+    file: str
+    line: int
+    reason: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "reason": self.reason}
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.reason}"
+
+
+def _content(x: Any, where: str) -> str:
+    """A turn's text: a string, or OpenAI content parts that are all text."""
+    if isinstance(x, list):
+        texts = []
+        for part in x:
+            if not (isinstance(part, dict) and part.get("type") == "text"):
+                raise Malformed(f"{where}: only text content parts are supported")
+            texts.append(part.get("text"))
+        x = "".join(t for t in texts if isinstance(t, str))
+    if not isinstance(x, str):
+        raise Malformed(f"{where}: content must be a string, found {type(x).__name__}")
+    if not x.strip():
+        raise Malformed(f"{where}: empty content")
+    return x
+
+
+def _sharegpt_turns(record: dict) -> list[dict[str, str]]:
+    conv = record["conversations"]
+    if not isinstance(conv, list):
+        raise Malformed(f"conversations: expected a list, found {type(conv).__name__}")
+    turns = []
+    system = record.get("system")
+    if isinstance(system, str) and system.strip():
+        turns.append({"role": "system", "content": system})
+    for i, t in enumerate(conv, 1):
+        if not isinstance(t, dict) or "from" not in t or "value" not in t:
+            raise Malformed(f"turn {i}: expected an object with 'from' and 'value'")
+        who = t["from"]
+        role = SHAREGPT_ROLES.get(who.lower()) if isinstance(who, str) else None
+        if role is None:
+            raise Malformed(f"turn {i}: unknown role {who!r}")
+        turns.append({"role": role, "content": _content(t["value"], f"turn {i}")})
+    return turns
+
+
+def _openai_turns(record: dict) -> list[dict[str, str]]:
+    msgs = record["messages"]
+    if not isinstance(msgs, list):
+        raise Malformed(f"messages: expected a list, found {type(msgs).__name__}")
+    turns = []
+    for i, m in enumerate(msgs, 1):
+        if not isinstance(m, dict) or "role" not in m or "content" not in m:
+            raise Malformed(f"turn {i}: expected an object with 'role' and 'content'")
+        if m["role"] not in OPENAI_ROLES:
+            raise Malformed(f"turn {i}: unknown role {m['role']!r}")
+        turns.append({"role": m["role"], "content": _content(m["content"], f"turn {i}")})
+    return turns
+
+
+def check_turns(turns: list[dict[str, str]]) -> None:
+    """Optional system first, then user/assistant alternating from user, ending with assistant."""
+    body = turns[1:] if turns and turns[0]["role"] == "system" else turns
+    if not body:
+        raise Malformed("no turns")
+    for i, t in enumerate(body):
+        n = i + 1 + (len(turns) - len(body))
+        want = "user" if i % 2 == 0 else "assistant"
+        if t["role"] != want:
+            raise Malformed(
+                f"turn {n}: expected role {want} (turns must alternate), found {t['role']}"
+            )
+    if not any(t["role"] == "assistant" for t in body):
+        raise Malformed("no assistant turn")
+    if body[-1]["role"] != "assistant":
+        raise Malformed(f"turn {len(turns)}: the last turn must be assistant, found user")
+
+
+def sample_id(record: dict, turns: list[dict[str, str]]) -> str:
+    """The record's `id` field when it has one, else a hash of its normalised turns (stable)."""
+    rid = record.get("id")
+    if isinstance(rid, str) and rid:
+        return rid
+    if isinstance(rid, int) and not isinstance(rid, bool):
+        return str(rid)
+    blob = json.dumps(turns, ensure_ascii=False, sort_keys=True).encode()
+    return "sha256:" + hashlib.sha256(blob).hexdigest()[:20]
+
+
+def validate(record: Any) -> Conversation:
+    """A raw record -> Conversation, or Malformed(reason)."""
+    if not isinstance(record, dict):
+        raise Malformed(f"expected a JSON object, found {type(record).__name__}")
+    has_sg, has_oa = "conversations" in record, "messages" in record
+    if has_sg == has_oa:
+        what = "both" if has_sg else "neither"
+        raise Malformed(
+            f"expected one of 'conversations' (ShareGPT) or 'messages' (OpenAI), found {what}"
+        )
+    form = "sharegpt" if has_sg else "openai"
+    turns = _sharegpt_turns(record) if has_sg else _openai_turns(record)
+    check_turns(turns)
+    return Conversation(sample_id(record, turns), form, turns)
+
+
+def to_form(turns: list[dict[str, str]], form: str) -> list[dict[str, str]]:
+    """Turns written back in the input's form: ShareGPT `[{from, value}]` or OpenAI `[{role, content}]`."""
+    if form == "openai":
+        return [{"role": t["role"], "content": t["content"]} for t in turns]
+    return [{"from": SHAREGPT_NAMES[t["role"]], "value": t["content"]} for t in turns]
+
+
+def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number from 1, parsed object or Malformed) for each non-blank line."""
+    try:
+        fh = open(path, encoding="utf-8", errors="strict")  # noqa: SIM115
+    except OSError as e:
+        raise Eagle3Error(f"{path}: cannot read ({e.strerror or e})") from e
+    with fh:
+        n = 0
+        while True:
+            n += 1
+            try:
+                line = fh.readline()
+            except UnicodeDecodeError as e:
+                raise Eagle3Error(f"{path}:{n}: not UTF-8 text ({e.reason})") from e
+            if not line:
+                return
+            if not line.strip():
+                continue
+            try:
+                yield n, json.loads(line)
+            except json.JSONDecodeError as e:
+                yield n, Malformed(f"bad JSON: {e.msg} at column {e.colno}")
+
+
+def _dataset_rows(source: str) -> Iterator[tuple[int, Any]]:
+    """(row number from 1, row dict) of a saved Hugging Face dataset (or a hub id)."""
+    from eagle3kit.data.hf_datasets import iter_rows
+
+    yield from enumerate(iter_rows(source), 1)
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def iter_records(path: str | Path) -> Iterator[tuple[int, Any]]:
+    """Raw records of one input: a JSONL file, a saved `datasets` directory, or a hub dataset id."""
+    p = Path(path).expanduser()
+    if p.is_file():
+        return _jsonl_records(p)
+    if p.is_dir():
+        return _dataset_rows(str(p))
+    s = str(path)
+    if _HUB_ID.fullmatch(s) and not s.endswith((".jsonl", ".json")):
+        return _dataset_rows(s)  # "owner/name": a hub dataset id (needs `datasets` and network)
+    raise Eagle3Error(f"{path}: no such file or directory")
+
+
+def read_conversations(
+    paths: Iterable[str | Path],
+) -> Iterator[tuple[str, int, Conversation | Problem]]:
+    """(file, line, Conversation) per valid record and (file, line, Problem) per malformed one.
+
+    Lines count from 1 (blank lines count but yield nothing). The caller decides what a
+    Problem means (skip and report, or --strict: stop).
+    """
+    for path in paths:
+        for line, rec in iter_records(path):
+            if isinstance(rec, Malformed):
+                yield str(path), line, Problem(str(path), line, str(rec))
+                continue
+            try:
+                yield str(path), line, validate(rec)
+            except Malformed as e:
+                yield str(path), line, Problem(str(path), line, str(e))
