@@ -1,0 +1,186 @@
+"""Training-time test (TTT): the drafter unrolled over k draft steps, its loss and its metrics.
+
+Alignment (contract 5). At position t, step 0 reads the target's aux states at t and the
+embedding of token x[t+1], and predicts x[t+2]; step i reads step i-1's output hidden at t and
+the embedding of x[t+1+i], and predicts x[t+2+i]. Step i at t is what chain decoding does at
+rotary position t+i after a prefix that ends at t, so its query sees
+
+    step 0's keys at positions 0..t   (the causal prefix)   and   its own column t of steps 1..i
+
+(`ttt_mask`). The teacher of step i at t is the target's next-token distribution at t+1+i,
+restricted to the draft vocabulary (`teacher_logp`, `teacher_ids`).
+
+Loss of step i, over the set C_i of positions t where the predicted token is an assistant token
+(loss_mask[t+2+i]) and the target's argmax at t+1+i lies in the draft vocabulary:
+
+    L_i = (1/|C_i|) sum_{t in C_i} - sum_j p_j(t+1+i) log q_i(teacher_ids_j | t)
+    L   = sum_i 0.8^i L_i
+
+with p = softmax over the K teacher columns (= exp(teacher_logp) when K = Vd).
+
+Metrics of step i count every position M_i where loss_mask[t+2+i] (a target argmax outside
+the draft vocabulary is a miss, as it is in decoding). hit_i(t) = (d2t-mapped argmax of q_i at
+t == target_argmax[t+1+i]); chain_i(t) = (t in M_0 and hit_0(t)) and ... and (t in M_i and
+hit_i(t)): a chain through a prompt token is not one decoding would draft.
+
+    acc_i      = |{t in M_i: hit_i}| / |M_i|
+    cond_acc_i = |{t in M_i: chain_i}| / |{t in M_i: chain_{i-1}}|       (chain_{-1} = true)
+    tau        = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j                 (sim_accept_len)
+
+tau is the accept length a greedy chain of k drafts would reach, teacher-forced on the data.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from eagle3kit.model.drafter import DraftCache
+
+STEP_DECAY = 0.8  # step weights 0.8^i (EAGLE)
+
+
+def ttt_mask(t: int, k: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """Bool [T, k*T]: block 0 causal (s <= t), blocks 1..k-1 diagonal (own position only).
+
+    Step i uses the first (i+1)*T columns (its keys are appended to the cache before attention).
+    """
+    causal = torch.ones(t, t, dtype=torch.bool, device=device).tril()  # [T, T]
+    eye = torch.eye(t, dtype=torch.bool, device=device)  # [T, T]
+    return torch.cat([causal] + [eye] * (k - 1), dim=1)  # [T, k*T]
+
+
+def shift(x: torch.Tensor, n: int, fill: int | float | bool = 0) -> torch.Tensor:
+    """y[:, t] = x[:, t+n] along dim 1, `fill` past the end."""
+    if n == 0:
+        return x
+    pad = torch.full_like(x[:, :n], fill)
+    return torch.cat([x[:, n:], pad], dim=1)
+
+
+def unroll(drafter: Any, input_ids: torch.Tensor, aux: torch.Tensor, k: int):
+    """Yield the logits [B, T, Vd] of steps 0..k-1 (see the module docstring)."""
+    b, t = input_ids.shape
+    mask = ttt_mask(t, k, input_ids.device)  # [T, k*T]
+    pos = torch.arange(t, device=input_ids.device).expand(b, t)  # [B, T]
+    cache = DraftCache()
+    hidden, from_aux = aux, True  # [B, T, 3Ht] on step 0, then [B, T, H]
+    for i in range(k):
+        ids = shift(input_ids, 1 + i)  # [B, T]: x[t+1+i]
+        out = drafter(ids, hidden, cache, pos + i, mask[:, : (i + 1) * t], from_aux=from_aux)
+        hidden, from_aux = out.hidden, False
+        yield out.logits
+
+
+def ttt_forward(drafter: Any, feats: Any, k: int) -> list[torch.Tensor]:
+    """Logits [B, T, Vd] of each of the k unrolled steps."""
+    return list(unroll(drafter, feats.input_ids, feats.aux.to(_dtype(drafter)), k))
+
+
+def _dtype(drafter: Any) -> torch.dtype:
+    return drafter.fc.weight.dtype
+
+
+@dataclass
+class Counts:
+    """Sums over positions, per step; add them across batches and ranks, then `finish`."""
+
+    k: int
+    loss_sum: torch.Tensor = field(default=None)  # [k] sum of CE over C_i
+    loss_n: torch.Tensor = field(default=None)  # [k] |C_i|
+    hits: torch.Tensor = field(default=None)  # [k] |{M_i: hit_i}|
+    counted: torch.Tensor = field(default=None)  # [k] |M_i|
+    chain: torch.Tensor = field(default=None)  # [k] |{M_i: chain_i}|
+    chain_prev: torch.Tensor = field(default=None)  # [k] |{M_i: chain_{i-1}}|
+
+    def __post_init__(self) -> None:
+        for name in ("loss_sum", "loss_n", "hits", "counted", "chain", "chain_prev"):
+            if getattr(self, name) is None:
+                setattr(self, name, torch.zeros(self.k, dtype=torch.float64))
+
+    def stacked(self) -> torch.Tensor:
+        """[6, k] float64 (one all_reduce for all of them)."""
+        return torch.stack([self.loss_sum, self.loss_n, self.hits, self.counted, self.chain,
+                            self.chain_prev])  # fmt: skip
+
+    @classmethod
+    def from_stacked(cls, s: torch.Tensor) -> Counts:
+        return cls(s.shape[1], *s.cpu().unbind(0))
+
+    def __add__(self, o: Counts) -> Counts:
+        return Counts.from_stacked(self.stacked() + o.stacked())
+
+    def finish(self) -> dict[str, list[float]]:
+        """acc, cond_acc, loss, counted per step (0.0 where nothing was counted)."""
+
+        def ratio(a: torch.Tensor, b: torch.Tensor) -> list[float]:
+            return [float(x / y) if y > 0 else 0.0 for x, y in zip(a, b, strict=True)]
+
+        return {
+            "acc": ratio(self.hits, self.counted),
+            "cond_acc": ratio(self.chain, self.chain_prev),
+            "loss": ratio(self.loss_sum, self.loss_n),
+            "counted": [int(c) for c in self.counted],
+        }
+
+
+def step_terms(drafter: Any, feats: Any, logits: torch.Tensor, i: int):
+    """(ce [B, T], loss positions C_i [B, T], hit [B, T], metric positions M_i [B, T]) of step i."""
+    n = 1 + i  # teacher offset
+    lm = shift(feats.loss_mask, n + 1, False)  # [B, T]: the predicted token is an assistant token
+    tgt = shift(feats.target_argmax, n)  # [B, T] target ids
+    in_vocab = drafter.t2d[tgt]  # [B, T]
+    ids = shift(feats.teacher_ids, n)  # [B, T, K] draft ids
+    p = shift(feats.teacher_logp.float(), n).softmax(-1)  # [B, T, K]
+    logq = F.log_softmax(logits.float(), dim=-1)  # [B, T, Vd]
+    ce = -(p * logq.gather(-1, ids)).sum(-1)  # [B, T]
+    hit = drafter.to_target_ids(logits.argmax(-1)) == tgt  # [B, T]
+    return ce, lm & in_vocab, hit, lm
+
+
+def ttt_loss(
+    drafter: Any, feats: Any, k: int, *, norm: torch.Tensor | None = None
+) -> tuple[torch.Tensor, Counts]:
+    """(sum_i 0.8^i L_i, the step's Counts). The loss keeps autograd; counts are detached.
+
+    `norm` [k] replaces |C_i| as the denominator (data-parallel training divides every rank's
+    sum by the global count, so the summed gradients equal one process on the whole batch).
+    """
+    c = Counts(k)
+    total = torch.zeros((), device=feats.input_ids.device)
+    chain = torch.ones_like(feats.loss_mask)  # [B, T]
+    for i, logits in enumerate(unroll(drafter, feats.input_ids, feats.aux.to(_dtype(drafter)), k)):
+        ce, cmask, hit, m = step_terms(drafter, feats, logits, i)
+        s = (ce * cmask).sum()
+        n = cmask.sum()
+        denom = norm[i] if norm is not None else n.clamp(min=1)
+        total = total + (STEP_DECAY**i) * s / denom
+        with torch.no_grad():
+            prev, chain = chain, chain & hit & m
+            c.loss_sum[i], c.loss_n[i] = float(s.detach()), float(n)
+            c.hits[i], c.counted[i] = float((hit & m).sum()), float(m.sum())
+            c.chain[i], c.chain_prev[i] = float((chain & m).sum()), float((prev & m).sum())
+    return total, c
+
+
+def ttt_counts(drafter: Any, feats: Any, k: int) -> Counts:
+    """Counts of one batch without gradients (evaluation)."""
+    with torch.no_grad():
+        return ttt_loss(drafter, feats, k)[1]
+
+
+def ttt_metrics(drafter: Any, feats: Any, k: int) -> dict[str, list[float]]:
+    """acc [k], cond_acc [k], loss [k], counted [k] of one batch (see the module docstring)."""
+    return ttt_counts(drafter, feats, k).finish()
+
+
+def sim_accept_len(cond_acc: list[float], depth: int | None = None) -> float:
+    """tau = 1 + sum_{i=1..d} prod_{j<=i} cond_acc_j, d = depth (default: all steps)."""
+    tau, run = 1.0, 1.0
+    for p in cond_acc[: depth if depth is not None else len(cond_acc)]:
+        run *= p
+        tau += run
+    return tau
