@@ -188,6 +188,9 @@ def read_spec(ckpt: Checkpoint) -> tuple[str, DraftSpec, dict[str, str]]:
             else str(archs)
         )
         qk_norm = "midlayer.self_attn.q_norm.weight" in names
+    ours = cfg.get("eagle3kit")  # eagle3kit's writers record the h-indices unambiguously
+    if isinstance(ours, dict) and ours.get("aux_layers_hf") is not None:
+        aux = _aux_ids(ours["aux_layers_hf"], where, "eagle3kit.aux_layers_hf")
     hidden = _get(layer, "hidden_size", lwhere, int)
     heads = _get(layer, "num_attention_heads", lwhere, int)
     vocab = _get(layer, "vocab_size", lwhere, int)
@@ -315,6 +318,7 @@ def config_for(
                 "verifier": {"name_or_path": verifier, "architectures": []},
             },
             "torch_dtype": spec.dtype,
+            **({"eagle3kit": {"aux_layers_hf": list(spec.aux_layers)}} if spec.aux_layers else {}),
         }  # fmt: skip
     cfg = {
         "architectures": [SGLANG_ARCH if layout == "sglang" else EAGLE_ARCH],
@@ -330,6 +334,7 @@ def config_for(
                 "eagle_aux_hidden_state_layer_ids": [i - 1 for i in spec.aux_layers],
                 "use_aux_hidden_state": True,
             }
+            cfg["eagle3kit"] = {"aux_layers_hf": list(spec.aux_layers)}  # ours: h-indices
         if verifier:
             cfg["eagle3kit_verifier"] = verifier
     else:  # original EAGLE: its code always uses the default aux layers; record ours for round trips
