@@ -110,22 +110,26 @@ def tensor_role(name: str, spec: DraftSpec) -> str:
 
 
 def vocab_map_summary(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) -> dict[str, Any]:
-    """Read the small d2t/t2d tensors and summarise them (the only tensor bytes we read)."""
-    out: dict[str, Any] = {}
-    if "d2t" in names and ckpt.tensors[names["d2t"]].numel <= 4 * 1024 * 1024:
-        import numpy as np
+    """Read the small d2t/t2d tensors, summarise and check them (model/vocab.py); the only tensor
+    bytes we read. An index tensor too large to be one is refused (read_small_tensor), never
+    skipped. `problems`: [{code, message}] from vocab_problems, [] when the pair is valid."""
+    import numpy as np
 
-        d2t = ckpt.read_small_tensor(names["d2t"]).astype(np.int64).reshape(-1)
-        tgt = np.arange(d2t.shape[0], dtype=np.int64) + d2t
-        out["d2t"] = {"length": int(d2t.shape[0]), "target_min": int(tgt.min()) if len(tgt) else None,
-                      "target_max": int(tgt.max()) if len(tgt) else None,
-                      "out_of_range": int(((tgt < 0) | (tgt >= spec.vocab_size)).sum()),
-                      "duplicates": int(len(tgt) - len(np.unique(tgt)))}  # fmt: skip
-        out["_d2t_targets"] = tgt
-    if "t2d" in names and ckpt.tensors[names["t2d"]].numel <= 16 * 1024 * 1024:
+    from eagle3kit.model.vocab import summarise_vocab, vocab_problems
+
+    out: dict[str, Any] = {}
+    d2t = t2d = None
+    if "d2t" in names:
+        d2t = ckpt.read_small_tensor(names["d2t"]).reshape(-1)
+        out["d2t"] = summarise_vocab(d2t, spec.vocab_size)
+        out["_d2t_targets"] = np.arange(d2t.shape[0], dtype=np.int64) + d2t.astype(np.int64)
+    if "t2d" in names:
         t2d = ckpt.read_small_tensor(names["t2d"]).reshape(-1)
         out["t2d"] = {"length": int(t2d.shape[0]), "count": int(t2d.astype(bool).sum())}
         out["_t2d"] = t2d.astype(bool)
+    if d2t is not None:
+        problems = vocab_problems(d2t, t2d, spec.vocab_size)
+        out["problems"] = [{"code": c, "message": m} for c, m in problems]
     return out
 
 

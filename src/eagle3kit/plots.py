@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 
+from eagle3kit.atomic import atomic_write_with
 from eagle3kit.errors import Eagle3Error
 from eagle3kit.plan import PlanResult
 
@@ -14,7 +14,7 @@ from eagle3kit.plan import PlanResult
 def plot_plan(result: PlanResult, path: str | os.PathLike[str]) -> Path:
     """Throughput against tau at this cycle time, with baseline, break-even, point and targets.
 
-    Written atomically (temp file in the same directory, then rename).
+    Written atomically (eagle3kit.atomic: temp file, fsync, rename; mode from the umask).
     """
     from matplotlib.figure import Figure  # Agg canvas via savefig; no pyplot global state
 
@@ -71,14 +71,5 @@ def plot_plan(result: PlanResult, path: str | os.PathLike[str]) -> Path:
     ax.legend(loc="upper left", fontsize=8)
     fig.tight_layout()
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format="png")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_with(out, lambda tmp: fig.savefig(tmp, format="png"))
     return out

@@ -17,6 +17,20 @@ def _fmt_bytes(n: int) -> str:
     return str(n)
 
 
+def _inspect_failures(r: dict) -> list[str]:
+    """What makes `inspect` exit 1: a broken vocab map, shapes that disagree with the config,
+    a tensor a servable drafter must carry."""
+    if r.get("kind") != "drafter":
+        return []
+    out = [p["message"] for p in (r.get("vocab_map") or {}).get("problems", [])]
+    out += [
+        f"{m['name']}: expected shape {m['expected']} from the config, found {m['found']}"
+        for m in r.get("shape_mismatches", [])
+    ]
+    out += [f"{n}: missing (a servable drafter needs it)" for n in r.get("missing", [])]
+    return out
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def inspect(
@@ -28,7 +42,9 @@ def register(app: typer.Typer) -> None:
         ],
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
-        """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers only."""
+        """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers only.
+
+        Exit 1 when the drafter is broken (vocab map, shapes vs config, a required tensor missing)."""
         from rich.table import Table
 
         from eagle3kit.inspection import inspect_checkpoint
@@ -36,6 +52,8 @@ def register(app: typer.Typer) -> None:
         r = inspect_checkpoint(path)
         if json_out:
             emit_json(r)
+            if _inspect_failures(r):
+                raise typer.Exit(1)
             return
         con = out()
         if r["kind"] == "target":
@@ -103,6 +121,11 @@ def register(app: typer.Typer) -> None:
             )
         con.print(f"  missing: {', '.join(r['missing']) or 'none'}")
         con.print(f"  unexpected: {', '.join(r['unexpected']) or 'none'}")
+        failures = _inspect_failures(r)
+        for f in failures:
+            con.print(f"  [red]error[/] {f}", markup=True, highlight=False)
+        if failures:
+            raise typer.Exit(1)
 
     @app.command()
     def compat(
@@ -168,15 +191,28 @@ def register(app: typer.Typer) -> None:
         verifier: Annotated[
             str | None,
             typer.Option(
-                help="Target model name/path, recorded in the config and the launch command."
+                metavar="TARGET",
+                help="Target model name/path, recorded in the config and the launch command "
+                "(default: the one the source names).",
+            ),
+        ] = None,
+        embed_from: Annotated[
+            str | None,
+            typer.Option(
+                "--embed-from",
+                metavar="TARGET",
+                help="Copy this target's input embedding into the drafter file.",
             ),
         ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
-        """Rewrite a drafter in another layout with every flag explicit; refuses lossy conversions."""
+        """Rewrite a drafter in another layout with every flag explicit.
+
+        Refuses (exit 2, nothing written) a drafter with a broken config, shapes or vocab map, and
+        any conversion the destination cannot represent."""
         from eagle3kit.formats.convert import convert as run_convert
 
-        r = run_convert(src, to, output, verifier=verifier)
+        r = run_convert(src, to, output, verifier=verifier, embed_from=embed_from)
         if json_out:
             emit_json(r.to_json())
             return

@@ -1,14 +1,21 @@
-"""Load drafter weights in any layout, save them in any layout, and convert between layouts."""
+"""Load drafter weights in any layout, save them in any layout, and convert between layouts.
+
+convert refuses (Eagle3Error, exit 2, nothing written) what it cannot carry faithfully:
+- a drafter that fails the drafter-alone checks: tensor shapes vs the config (lm_head rows vs
+  `draft_vocab_size`, fc width vs `num_aux x target_hidden_size`, ...), a required tensor
+  missing (lm_head, d2t when the vocabularies differ), a d2t/t2d pair model/vocab.py rejects;
+- what the destination cannot represent: flags its drafter layer lacks (layouts.unsupported_by),
+  and for the original EAGLE code scaled RoPE, heads x head_dim != hidden_size, and a drafter
+  whose embedding EAGLE would not load (see `eagle_refusals`).
+"""
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.atomic import atomic_dir, atomic_write_json
 from eagle3kit.errors import Eagle3Error, bad
 from eagle3kit.formats.layouts import (
     LAYOUTS,
@@ -17,12 +24,7 @@ from eagle3kit.formats.layouts import (
     config_for,
     read_spec,
 )
-from eagle3kit.formats.safetensors_io import (
-    Checkpoint,
-    load_checkpoint,
-    write_json,
-    write_safetensors,
-)
+from eagle3kit.formats.safetensors_io import Checkpoint, load_checkpoint, write_safetensors_sparse
 from eagle3kit.spec import DraftSpec
 
 # Tensors some trainers save that no engine serves; conversion may drop them.
@@ -41,26 +43,112 @@ def _local_dir(ckpt: Checkpoint) -> Checkpoint:  # pragma: no cover - needs netw
     return load_local(d)
 
 
-def load_drafter_tensors(path: str) -> tuple[DraftSpec, dict[str, Any], str]:
-    """(spec, canonical name -> torch tensor, layout) for a drafter checkpoint."""
+def _read_tensors(ckpt: Checkpoint, wanted: dict[str, str]) -> dict[str, Any]:
+    """{key: torch tensor} for {key: stored name} of a local checkpoint."""
     from safetensors import safe_open
 
+    by_file: dict[str, list[tuple[str, str]]] = {}
+    for key, stored in wanted.items():
+        by_file.setdefault(ckpt.tensors[stored].file, []).append((key, stored))
+    out: dict[str, Any] = {}
+    for fname, pairs in by_file.items():
+        try:
+            with safe_open(fname, framework="pt") as f:
+                for key, stored in pairs:
+                    out[key] = f.get_tensor(stored)
+        except Exception as e:  # the header passed our checks, so this is an I/O-level failure
+            raise bad(fname, f"cannot read tensors: {type(e).__name__}: {e}") from e
+    return out
+
+
+def load_drafter(path: str) -> tuple[Checkpoint, str, DraftSpec, dict[str, str], dict[str, Any]]:
+    """(checkpoint, layout, spec, canonical -> stored name, canonical -> torch tensor)."""
     ckpt = load_checkpoint(path)
     if ckpt.repo_id is not None:
         ckpt = _local_dir(ckpt)
     layout, spec, names = read_spec(ckpt)
-    by_file: dict[str, list[tuple[str, str]]] = {}
-    for canon, stored in names.items():
-        by_file.setdefault(ckpt.tensors[stored].file, []).append((canon, stored))
-    tensors: dict[str, Any] = {}
-    for fname, pairs in by_file.items():
-        try:
-            with safe_open(fname, framework="pt") as f:
-                for canon, stored in pairs:
-                    tensors[canon] = f.get_tensor(stored)
-        except Exception as e:  # the header passed our checks, so this is an I/O-level failure
-            raise bad(fname, f"cannot read tensors: {e}") from None
+    return ckpt, layout, spec, names, _read_tensors(ckpt, names)
+
+
+def load_drafter_tensors(path: str) -> tuple[DraftSpec, dict[str, Any], str]:
+    """(spec, canonical name -> torch tensor, layout) for a drafter checkpoint."""
+    _, layout, spec, _, tensors = load_drafter(path)
     return spec, tensors, layout
+
+
+# ---------------------------------------------------------------- refusals
+
+
+def _shape_problem(canon: str, stored: str, spec: DraftSpec, found: tuple[int, ...]) -> str:
+    """`field: expected ..., found ...` for a tensor whose shape disagrees with the config."""
+    exp = spec.expected_shapes()[canon]
+    if canon == "lm_head.weight" and found[:1] != exp[:1]:
+        return f"{stored}: expected {exp[0]} rows (config draft_vocab_size={spec.draft_vocab_size}), found {found[0]} (shape {list(found)})"  # fmt: skip
+    if canon == "fc.weight" and len(found) == 2 and found[1] != exp[1]:
+        return (f"{stored}: expected {exp[1]} columns ({spec.num_aux} aux states x config target_hidden_size="
+                f"{spec.target_hidden_size}), found {found[1]} (shape {list(found)})")  # fmt: skip
+    return f"{stored}: expected shape {list(exp)} from the config, found {list(found)}"
+
+
+def drafter_problems(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) -> list[tuple[str, str]]:  # fmt: skip
+    """Every drafter-alone defect as (file, `field: expected ..., found ...`); [] when sound.
+
+    The same checks as compat's drafter-alone findings: shapes vs config, required tensors,
+    and the d2t/t2d pair (model/vocab.py: integer dtype, 0 <= target id < vocab, distinct,
+    t2d agreeing with d2t)."""
+    from eagle3kit.model.vocab import vocab_problems
+
+    out: list[tuple[str, str]] = []
+    tensor_file = ckpt.files[0] if ckpt.files else ckpt.source
+    for req in spec.required_tensors():
+        if req not in names:
+            why = f" (config declares draft_vocab_size={spec.draft_vocab_size})" if req == "lm_head.weight" else ""  # fmt: skip
+            out.append((tensor_file, f"{req}: expected a tensor{why}, found none"))
+    expected = spec.expected_shapes()
+    for canon, stored in sorted(names.items()):
+        t = ckpt.tensors[stored]
+        if canon in expected and tuple(t.shape) != expected[canon]:
+            out.append((t.file, _shape_problem(canon, stored, spec, tuple(t.shape))))
+    if "d2t" in names:
+        d2t = ckpt.read_small_tensor(names["d2t"])
+        t2d = ckpt.read_small_tensor(names["t2d"]) if "t2d" in names else None
+        for _, msg in vocab_problems(d2t, t2d, spec.vocab_size):
+            out.append((ckpt.tensors[names["d2t"]].file, msg))
+    return out
+
+
+def eagle_refusals(spec: DraftSpec, has_embedding: bool) -> list[str]:
+    """What the original EAGLE code (SafeAILab, cnets.py) cannot load as written.
+
+    Its drafter layer applies plain RoPE and derives head_dim = hidden_size / heads; it loads
+    the target's embedding only when the config has no `target_hidden_size` (so a drafter of
+    another width must carry its own embed_tokens)."""
+    out = []
+    if spec.rope_scaling:
+        out.append(f"rope_scaling: expected none (the EAGLE drafter layer applies plain RoPE), found {spec.rope_scaling}")  # fmt: skip
+    if spec.num_attention_heads * spec.head_dim != spec.hidden_size:
+        out.append(f"num_attention_heads x head_dim: expected hidden_size={spec.hidden_size} (EAGLE derives head_dim = hidden_size / heads), "  # fmt: skip
+                   f"found {spec.num_attention_heads} x {spec.head_dim} = {spec.num_attention_heads * spec.head_dim}")  # fmt: skip
+    if spec.target_hidden_size != spec.hidden_size and not has_embedding:
+        out.append(f"embed_tokens.weight: expected in the drafter when target_hidden_size={spec.target_hidden_size} != "
+                   f"hidden_size={spec.hidden_size} (EAGLE then skips the target's embedding), found none")  # fmt: skip
+    return out
+
+
+def layout_config(spec: DraftSpec, layout: str, verifier: str | None = None) -> dict[str, Any]:
+    """config_for(), refusing lossy targets; the EAGLE layout carries `target_hidden_size` only
+    when it differs from `hidden_size` (EAGLE's loader reads its presence as "do not load the
+    target's embedding")."""
+    try:
+        cfg = config_for(spec, layout, verifier=verifier)
+    except LossyConversion as e:
+        raise Eagle3Error(f"refusing a lossy conversion to {layout}: {e}") from None
+    if layout == "eagle" and cfg.get("target_hidden_size") == spec.hidden_size:
+        del cfg["target_hidden_size"]
+    return cfg
+
+
+# ---------------------------------------------------------------- writing
 
 
 def save_drafter(
@@ -74,33 +162,21 @@ def save_drafter(
 ) -> dict[str, Any]:
     """Write a servable drafter directory in `layout`; returns the config written.
 
-    Written to a temporary sibling directory first and renamed into place, so an existing
-    directory is never left half-written."""
+    Built in a temporary sibling directory and renamed into place (eagle3kit.atomic.atomic_dir),
+    so an existing directory is never left half-written; all-zero runs stay holes."""
     if layout not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {layout!r}")
-    try:
-        cfg = config_for(spec, layout, verifier=verifier)
-    except LossyConversion as e:
-        raise Eagle3Error(f"refusing a lossy conversion to {layout}: {e}") from None
+    cfg = layout_config(spec, layout, verifier)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise bad(str(out), "already exists and is not empty; choose another output directory")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
-        stored = {
-            canonical_to_file(n, layout): t for n, t in tensors.items() if n not in TRAINING_ONLY
-        }
-        write_safetensors(
-            tmp / "model.safetensors", stored, metadata={"format": "pt", "eagle3kit_layout": layout}
-        )
-        write_json(tmp / "config.json", cfg)
-        if out.exists():
-            shutil.rmtree(out) if overwrite else out.rmdir()
-        os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        raise bad(str(out), "expected a new or empty output directory, found one that is not empty")
+    if out.exists() and not out.is_dir():
+        raise bad(str(out), "expected an output directory, found a file")
+    stored = {canonical_to_file(n, layout): t for n, t in tensors.items() if n not in TRAINING_ONLY}
+    meta = {"format": "pt", "eagle3kit_layout": layout}
+    with atomic_dir(out) as tmp:
+        write_safetensors_sparse(tmp / "model.safetensors", stored, meta)
+        atomic_write_json(tmp / "config.json", cfg)
     return cfg
 
 
@@ -132,6 +208,8 @@ class ConvertResult:
     out: str
     launch: str
     notes: list[str] = field(default_factory=list)
+    verifier: str | None = None
+    embed_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -139,24 +217,54 @@ class ConvertResult:
             "from": self.from_layout,
             "to": self.to_layout,
             "out": self.out,
+            "verifier": self.verifier,
+            "embed_from": self.embed_from,
             "launch_command": self.launch,
             "notes": self.notes,
         }
 
 
-def convert(
-    src: str, to: str, out: str, *, verifier: str | None = None, overwrite: bool = False
-) -> ConvertResult:
-    """Rewrite drafter `src` in layout `to` at `out`, refusing lossy conversions."""
-    if to not in LAYOUTS:
-        raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {to!r}")
-    spec, tensors, layout = load_drafter_tensors(src)
-    notes: list[str] = []
-    unknown = [n for n in tensors if n not in spec.expected_shapes() and n not in TRAINING_ONLY]
+def target_embedding(target: str, spec: DraftSpec) -> Any:
+    """The target's input embedding [V, H] (safetensors only), checked against the drafter."""
+    ckpt = load_checkpoint(target)
+    names = [n for n in ckpt.tensors if n.endswith("embed_tokens.weight")]
+    if not names:
+        raise bad(ckpt.source, "embed_tokens.weight: expected the target's input embedding, found no such tensor")  # fmt: skip
+    name = min(names, key=len)  # model.embed_tokens.weight over e.g. mtp copies
+    info = ckpt.tensors[name]
+    want = (spec.vocab_size, spec.hidden_size)
+    if tuple(info.shape) != want:
+        raise bad(info.file, f"{name}: expected shape {list(want)} (the drafter's vocab_size, hidden_size), found {list(info.shape)}")  # fmt: skip
+    if ckpt.repo_id is not None:  # pragma: no cover - needs network
+        from huggingface_hub import hf_hub_download
+
+        from eagle3kit.formats.safetensors_io import load_local
+
+        path = hf_hub_download(ckpt.repo_id, info.file, revision=ckpt.revision)
+        local = load_local(path)
+        return _read_tensors(local, {"e": name})["e"]
+    return _read_tensors(ckpt, {"e": name})["e"]
+
+
+def _refuse(src: str, ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str], to: str, embed: bool) -> None:  # fmt: skip
+    problems = drafter_problems(ckpt, spec, names)
+    if problems:
+        where, what = problems[0]
+        more = f" (and {len(problems) - 1} more problem(s): see `eagle3kit inspect {src}`)" if len(problems) > 1 else ""  # fmt: skip
+        raise bad(where, what + more)
+    unknown = [n for n in names if n not in spec.expected_shapes() and n not in TRAINING_ONLY]
     if unknown:
-        raise Eagle3Error(
-            f"refusing a lossy conversion: {src}: tensors with no place in the {to} layout: {', '.join(sorted(unknown))}"
-        )
+        raise bad(src, f"refusing a lossy conversion: tensors with no place in the {to} layout: {', '.join(sorted(unknown))}")  # fmt: skip
+    if to == "eagle":
+        eagle = eagle_refusals(spec, embed)
+        if eagle:
+            raise bad(
+                ckpt.config_file, f"refusing a conversion the EAGLE code cannot load: {eagle[0]}"
+            )
+
+
+def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | None) -> list[str]:
+    notes: list[str] = []
     dropped = [n for n in tensors if n in TRAINING_ONLY]
     if dropped:
         notes.append(f"dropped training-only tensors: {', '.join(dropped)}")
@@ -166,8 +274,35 @@ def convert(
             f"trained on HF hidden states {list(spec.aux_layers)} (kept in config as eagle3kit_aux_layers)"
         )
     if "embed_tokens.weight" not in tensors:
-        notes.append("no embed_tokens: the engine uses the target's embedding (normal)")
+        notes.append("no embed_tokens: the engine uses the target's embedding (normal; --embed-from TARGET copies it in)")  # fmt: skip
+    if to == "vllm" and not verifier:
+        notes.append("no verifier name (none given with --verifier, none in the source): vLLM serves it, but speculators' "
+                     "own tooling then cannot load the target")  # fmt: skip
+    return notes
+
+
+def convert(
+    src: str,
+    to: str,
+    out: str,
+    *,
+    verifier: str | None = None,
+    embed_from: str | None = None,
+    overwrite: bool = False,
+) -> ConvertResult:
+    """Rewrite drafter `src` in layout `to` at `out`; refuses (nothing written) a defective
+    drafter or a conversion the destination cannot represent (module docstring)."""
+    if to not in LAYOUTS:
+        raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {to!r}")
+    ckpt, layout, spec, names, tensors = load_drafter(src)
+    _refuse(src, ckpt, spec, names, to, "embed_tokens.weight" in tensors or embed_from is not None)
+    if embed_from is not None:
+        emb = target_embedding(embed_from, spec)  # [V, H]
+        ref = tensors.get("fc.weight")
+        tensors["embed_tokens.weight"] = emb.to(ref.dtype) if ref is not None else emb
+    verifier = verifier or spec.verifier
+    notes = _notes(spec, tensors, to, verifier)
     save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite)
-    return ConvertResult(
-        src, layout, to, str(out), launch_command(to, str(out), verifier or spec.verifier), notes
-    )
+    res = ConvertResult(src, layout, to, str(out), launch_command(to, str(out), verifier), notes)
+    res.verifier, res.embed_from = verifier, embed_from
+    return res

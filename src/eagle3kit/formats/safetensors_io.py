@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.atomic import atomic_write_json, save_safetensors
 from eagle3kit.errors import Eagle3Error, bad
 
 # Bytes per element of each safetensors dtype.
@@ -388,24 +389,72 @@ def _hub_range(ckpt: Checkpoint, info: TensorInfo) -> bytes:
 def write_safetensors(
     path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
 ) -> None:
-    """Write torch tensors to `path` atomically (temp file, fsync, rename)."""
-    from safetensors.torch import save_file
-
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-    with open(tmp, "rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write torch tensors to `path` atomically (eagle3kit.atomic; the file respects the umask)."""
+    save_safetensors(path, tensors, metadata)
 
 
 def write_json(path: str | Path, doc: Any) -> None:
-    """Write JSON atomically."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2, sort_keys=False)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    """Write JSON atomically (eagle3kit.atomic; the file respects the umask)."""
+    atomic_write_json(path, doc)
+
+
+SPARSE_CHUNK = 1 << 20  # bytes: an all-zero run this long becomes a hole in the file
+
+
+def _tensor_bytes(t: Any):
+    """The raw little-endian bytes of a torch tensor as a numpy uint8 view (no copy if contiguous)."""
+    import torch
+
+    return t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy()  # [nbytes]
+
+
+def write_safetensors_sparse(
+    path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
+) -> int:
+    """Write a safetensors file whose all-zero runs stay holes (seek past them); returns the bytes
+    actually written. Atomic (eagle3kit.atomic), mode from the umask; the safetensors library
+    reads it back like any other file (tensors in name order, contiguous, 8-byte aligned header).
+    """
+    import numpy as np
+
+    from eagle3kit.atomic import atomic_open
+
+    names = sorted(tensors)
+    dtypes = {v: k for k, v in _torch_dtypes().items()}
+    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
+    offset = 0
+    for n in names:
+        t = tensors[n]
+        if t.dtype not in dtypes:
+            raise bad(str(path), f"tensor {n!r}: dtype {t.dtype} has no safetensors name")
+        size = t.numel() * t.element_size()
+        header[n] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}  # fmt: skip
+        offset += size
+    hjson = json.dumps(header, separators=(",", ":")).encode()
+    hjson += b" " * (-len(hjson) % 8)
+    written = 0
+    with atomic_open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(hjson)) + hjson)
+        base = 8 + len(hjson)
+        for n in names:
+            raw = _tensor_bytes(tensors[n])  # [nbytes] uint8
+            start = base + header[n]["data_offsets"][0]
+            for a in range(0, raw.shape[0], SPARSE_CHUNK):
+                chunk = raw[a : a + SPARSE_CHUNK]
+                if np.any(chunk):
+                    f.seek(start + a)
+                    f.write(chunk.tobytes())
+                    written += chunk.shape[0]
+        f.truncate(base + offset)
+    return written
+
+
+def _torch_dtypes() -> dict[str, Any]:
+    import torch
+
+    return {
+        "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+        "U8": torch.uint8, "BOOL": torch.bool,
+        "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
+    }  # fmt: skip
