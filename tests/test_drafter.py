@@ -77,7 +77,7 @@ def _random(spec, seed=0):
     with torch.no_grad():
         for prm in m.parameters():
             prm.copy_(torch.randn_like(prm) * 0.1 + (1.0 if prm.dim() == 1 else 0.0))
-        m.embed_tokens.weight.normal_()
+    m.set_embedding(torch.randn(spec.vocab_size, spec.hidden_size))  # stands in for the target's
     return m
 
 
@@ -131,6 +131,7 @@ def test_dtype_and_norm_flags_run():
         {"norm_output": True},
     ):
         m = Eagle3Drafter(tiny_spec(**flags), dtype=torch.bfloat16)
+        m.set_embedding(torch.randn(512, 64))
         out = m(
             torch.zeros(1, 3, dtype=torch.long),
             torch.zeros(1, 3, m.spec.fc_in_features, dtype=torch.bfloat16),
@@ -147,3 +148,18 @@ def test_embedding_must_match_shape():
         m.set_embedding(torch.zeros(10, 64))
     m.set_embedding(torch.ones(512, 64))
     assert m.embed_loaded and torch.equal(m.embed_tokens.weight, torch.ones(512, 64))
+
+
+def test_forward_refuses_a_random_embedding():
+    """No embedding loaded: refuse, and say how to fix it (the target's, or a checkpoint's)."""
+    from eagle3kit.errors import Eagle3Error
+
+    m = Eagle3Drafter(tiny_spec())
+    ids, aux = torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, 192)
+    with pytest.raises(Eagle3Error, match=r"set_embedding\(target\.embed_tokens\.weight\)"):
+        m(ids, aux)
+    m.load_canonical({n: t for n, t in m.state_dict().items() if n != "embed_tokens.weight"})
+    with pytest.raises(Eagle3Error, match="embed_tokens"):
+        m(ids, aux)
+    m.load_canonical(m.state_dict())  # a checkpoint that carries embed_tokens.weight
+    assert m(ids, aux).logits.shape == (1, 2, 128)

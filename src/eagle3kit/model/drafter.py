@@ -6,6 +6,7 @@ One draft step, per position t (FORMATS.md "The architecture in one paragraph"):
           = the previous step's output hidden            on later steps     # [B, T, H]
     x     = cat(input_layernorm(embed(token_t)), hidden_norm(h_t))         # [B, T, 2H]
     a     = o_proj(attention(q_proj(x), k_proj(x), v_proj(x)))             # [B, T, H]
+            (MLA drafters: DeepSeek-V3 latent attention instead; see model/attention.py)
     h     = residual + a,   residual = h_t (or hidden_norm(h_t) when norm_before_residual)
     h     = h + mlp(post_attention_layernorm(h))
     logits over the draft vocab = lm_head(norm(h));  next step's hidden = h (norm(h) if norm_output)
@@ -18,146 +19,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eagle3kit.errors import bad
-from eagle3kit.spec import DraftSpec
-
-
-class RMSNorm(nn.Module):
-    """Llama RMSNorm: normalise in float32, scale, cast back."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x = x.float()
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x.to(dtype)
-
-
-def _inv_freq(spec: DraftSpec) -> tuple[torch.Tensor, float]:
-    """Rotary inverse frequencies [head_dim/2] and attention scaling for the spec's rope."""
-    if spec.rope_scaling is None:
-        inv = 1.0 / (
-            spec.rope_theta
-            ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float32) / spec.head_dim)
-        )
-        return inv, 1.0
-    # Scaled variants (llama3, yarn, linear, dynamic...): use transformers' own definitions,
-    # which the engines mirror.
-    from transformers import LlamaConfig
-    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
-
-    scaling = dict(spec.rope_scaling)
-    rope_type = scaling.get("rope_type", scaling.get("type", "default"))
-    cfg = LlamaConfig(
-        hidden_size=spec.num_attention_heads * spec.head_dim,
-        num_attention_heads=spec.num_attention_heads,
-        head_dim=spec.head_dim,
-        max_position_embeddings=spec.max_position_embeddings,
-        rope_theta=spec.rope_theta,
-        rope_scaling={**scaling, "rope_type": rope_type},
-    )
-    if rope_type not in ROPE_INIT_FUNCTIONS:
-        raise bad(
-            "config.json", f"rope_scaling.rope_type: {rope_type!r} is not known to transformers"
-        )
-    inv, scale = ROPE_INIT_FUNCTIONS[rope_type](cfg, None)
-    return inv.float(), float(scale)
-
-
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
-@dataclass
-class DraftCache:
-    """The drafter's own KV cache: keys/values [B, kv_heads, S, head_dim]."""
-
-    k: torch.Tensor | None = None
-    v: torch.Tensor | None = None
-
-    @property
-    def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
-
-    def crop(self, n: int) -> None:
-        """Keep the first n positions (roll back rejected drafts)."""
-        if self.k is not None:
-            self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
-
-
-def causal_mask(t: int, past: int, device: torch.device | str = "cpu") -> torch.Tensor:
-    """Bool [T, past+T]: query i (absolute position past+i) sees keys 0..past+i."""
-    return (
-        torch.arange(past + t, device=device)[None, :]
-        <= (past + torch.arange(t, device=device))[:, None]
-    )
-
-
-class Attention(nn.Module):
-    def __init__(self, spec: DraftSpec):
-        super().__init__()
-        h2 = 2 * spec.hidden_size
-        self.n_heads, self.n_kv, self.head_dim = (
-            spec.num_attention_heads,
-            spec.num_key_value_heads,
-            spec.head_dim,
-        )
-        self.q_proj = nn.Linear(h2, spec.q_size, bias=spec.attention_bias)
-        self.k_proj = nn.Linear(h2, spec.kv_size, bias=spec.attention_bias)
-        self.v_proj = nn.Linear(h2, spec.kv_size, bias=spec.attention_bias)
-        self.o_proj = nn.Linear(spec.q_size, spec.hidden_size, bias=False)
-        if spec.qk_norm:
-            self.q_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps)
-            self.k_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps)
-        inv, self.rope_scale = _inv_freq(spec)
-        self.register_buffer("inv_freq", inv, persistent=False)
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        pos: torch.Tensor,
-        cache: DraftCache | None,
-        attn_mask: torch.Tensor | None = None,
-    ) -> torch.Tensor:
-        b, t, _ = x.shape
-        q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim)  # [B, T, nh, hd]
-        k = self.k_proj(x).view(b, t, self.n_kv, self.head_dim)  # [B, T, nkv, hd]
-        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim).transpose(1, 2)  # [B, nkv, T, hd]
-        if hasattr(self, "q_norm"):
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = q.transpose(1, 2), k.transpose(1, 2)
-        freqs = (
-            pos[:, None, :, None].float() * self.inv_freq[None, None, None, :]
-        )  # [B, 1, T, hd/2]
-        emb = torch.cat((freqs, freqs), dim=-1)
-        cos, sin = (
-            (emb.cos() * self.rope_scale).to(q.dtype),
-            (emb.sin() * self.rope_scale).to(q.dtype),
-        )
-        q = q * cos + _rotate_half(q) * sin
-        k = k * cos + _rotate_half(k) * sin
-        past = 0
-        if cache is not None:
-            past = cache.length
-            if cache.k is not None:
-                k, v = torch.cat([cache.k, k], dim=2), torch.cat([cache.v, v], dim=2)
-            cache.k, cache.v = k, v
-        rep = self.n_heads // self.n_kv
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        mask = attn_mask if attn_mask is not None else causal_mask(t, past, x.device)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, nh, T, hd]
-        return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
+from eagle3kit.errors import Eagle3Error, bad
+from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter's public API)
+    Attention,
+    DraftCache,
+    MLAAttention,
+    RMSNorm,
+    causal_mask,
+    make_attention,
+)
+from eagle3kit.spec import DraftSpec, spec_for_target
 
 
 class MLP(nn.Module):
@@ -180,7 +57,7 @@ class MidLayer(nn.Module):
         self.input_layernorm = RMSNorm(spec.hidden_size, eps)
         self.hidden_norm = RMSNorm(spec.hidden_size, eps)
         self.post_attention_layernorm = RMSNorm(spec.hidden_size, eps)
-        self.self_attn = Attention(spec)
+        self.self_attn = make_attention(spec)
         self.mlp = MLP(spec)
         self.norm_before_residual = spec.norm_before_residual
 
@@ -273,6 +150,12 @@ class Eagle3Drafter(nn.Module):
         its own diagonal). `position_ids` set the rotary positions (default: continue the
         cache), so tree siblings can share a position.
         """
+        if not self.embed_loaded:
+            raise Eagle3Error(
+                "drafter: no token embedding loaded (embed_tokens is random); call "
+                "set_embedding(target.embed_tokens.weight) with the target's input embedding, "
+                "or load a checkpoint that carries embed_tokens.weight"
+            )
         b, t = input_ids.shape
         if from_aux is None:
             from_aux = (
@@ -305,6 +188,36 @@ class Eagle3Drafter(nn.Module):
         self.embed_loaded = True
 
     # ------------------------------------------------------------ I/O
+
+    @classmethod
+    def for_target(
+        cls,
+        target: Any,
+        *,
+        attention: str = "mha",
+        draft_vocab_size: int | None = None,
+        aux_layers: tuple[int, ...] | None = None,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype | None = None,
+        **spec_overrides: Any,
+    ) -> Eagle3Drafter:
+        """A fresh drafter sized for `target` (a TargetModel), with the target's embedding.
+
+        Weights are PyTorch's default init; d2t is the identity (set it from the vocab map).
+        The spec comes from `spec_for_target(target.config, ...)`; aux_layers default to the
+        TargetModel's own."""
+        cfg = target.config.to_dict() if hasattr(target.config, "to_dict") else target.config
+        spec = spec_for_target(
+            cfg,
+            attention=attention,
+            draft_vocab_size=draft_vocab_size,
+            aux_layers=aux_layers or tuple(target.aux_layers),
+            **spec_overrides,
+        )
+        emb = target.embed_tokens.weight  # [V, Ht]
+        model = cls(spec, device=device or emb.device, dtype=dtype or emb.dtype)
+        model.set_embedding(emb)
+        return model
 
     @classmethod
     def from_pretrained(
