@@ -5,8 +5,78 @@ torch/transformers are imported inside the commands only (`eagle3kit --help` sta
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+JSON_HELP = "Print one JSON document on stdout (progress stays on stderr)."
+
+
+def _load_target(target: str, device: str, dtype: str, aux_layers: list[int] | None,
+                 trust_remote_code: bool):  # fmt: skip
+    from eagle3kit.model.target import TargetModel
+
+    return TargetModel.from_pretrained(target, device=device, dtype=dtype, aux_layers=aux_layers,
+                                       trust_remote_code=trust_remote_code)  # fmt: skip
 
 
 def register(data_app: typer.Typer) -> None:
     """Add `regenerate` and `capture` to the `data` group (created by cli/data.py)."""
+
+    @data_app.command("regenerate")
+    def regenerate_cmd(
+        input: Path = typer.Argument(..., help="Conversations JSONL (ShareGPT or OpenAI form)."),
+        output: Path = typer.Option(
+            ..., "-o", "--output", help="Output JSONL (appended; a rerun resumes)."
+        ),
+        target: str = typer.Option(
+            None, "--target", help="Generate locally with this model dir / hub id."
+        ),
+        server: list[str] = typer.Option(
+            None, "--server", help="OpenAI-compatible server base URL; repeat for a fleet."
+        ),
+        model: str = typer.Option(
+            None, "--model", help="Model name for the servers (default: what /v1/models says)."
+        ),
+        max_tokens: int = typer.Option(512, "--max-tokens", help="Most tokens per assistant turn."),
+        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+        concurrency: int = typer.Option(
+            8, "--concurrency", help="Requests in flight (servers only)."
+        ),
+        retries: int = typer.Option(
+            4, "--retries", help="Retries per request (timeouts, connection errors, 429, 5xx)."
+        ),
+        timeout: float = typer.Option(300.0, "--timeout", help="Seconds per request."),
+        device: str = typer.Option("cpu", "--device"),
+        dtype: str = typer.Option("float32", "--dtype"),
+        trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
+        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
+    ) -> None:
+        """Replace every assistant turn with the target's own answer, turn by turn (resumable).
+
+        Exit 1 when some samples failed (listed; rerun the same command to retry them).
+        """
+        from eagle3kit.cli._progress import bar
+        from eagle3kit.cli._render import emit_json, err, out
+        from eagle3kit.data.regenerate import regenerate
+        from eagle3kit.errors import Eagle3Error
+
+        if (target is None) == (not server):
+            raise Eagle3Error("data regenerate: give exactly one of --target or --server")
+        tm = _load_target(target, device, dtype, None, trust_remote_code) if target else None
+        with bar(not json_) as progress:
+            res = regenerate(input, output, target=tm, servers=server, model=model,
+                             max_tokens=max_tokens, temperature=temperature,
+                             concurrency=concurrency, retries=retries, timeout=timeout,
+                             progress=progress)  # fmt: skip
+        if json_:
+            emit_json(res.to_json())
+        else:
+            for s in res.skipped:
+                err().print(f"skipped {s['file']}:{s['line']}: {s['reason']}", highlight=False)
+            for sid, why in res.errors.items():
+                err().print(f"failed {sid}: {why}", highlight=False)
+            out().print(f"{output}: {res.done} regenerated, {res.already_done} already done, "
+                        f"{len(res.failed)} failed, {len(res.skipped)} input lines skipped")  # fmt: skip
+        if res.failed:
+            raise typer.Exit(1)

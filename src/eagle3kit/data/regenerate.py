@@ -1,0 +1,393 @@
+"""Regenerate conversations with the target itself: every assistant turn becomes its own answer.
+
+A drafter learns to predict its target, so its training answers should be the target's own.
+For each conversation, turn by turn:
+
+    history = []
+    for turn in conversation:
+        if turn is an assistant turn:  turn.content = target(history)   # sees regenerated turns
+        history.append(turn)
+
+The generator is either the local :class:`~eagle3kit.model.target.TargetModel` (its chat
+template, greedy at temperature 0 or sampled, stopping at EOS / end-of-turn) or one or more
+OpenAI-compatible ``/v1/chat/completions`` servers (SGLang, vLLM) shared by ``concurrency``
+worker threads; a failed request moves on to the next server.
+
+Output: append-only JSONL, one finished sample per line, keyed by a stable id (the input's
+``id`` field, else a hash of its turns: ``eagle3kit.data.conversations.sample_id``). Each
+line is written by one ``os.write`` and fsynced, so a kill leaves at most one partial final
+line; a rerun cuts it off, skips the ids already written and does the rest. Requests are
+retried with exponential backoff on timeouts, connection errors, HTTP 429 and 5xx; a sample
+that still fails is reported by id (and not written, so the next rerun tries it again).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import os
+import random
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle3kit.data.conversations import SHAREGPT_ROLES, Malformed, iter_records, validate
+from eagle3kit.errors import Eagle3Error, bad
+from eagle3kit.progress import Progress, emit
+
+Messages = list[dict[str, str]]
+Generate = Callable[[Messages, str], str]  # (history, sample id) -> the assistant's answer
+
+
+@dataclass
+class RegenResult:
+    """What ``regenerate`` did: samples done now, failed ids, ids found already done."""
+
+    done: int = 0
+    failed: list[str] = field(default_factory=list)
+    already_done: int = 0
+    skipped: list[dict[str, Any]] = field(default_factory=list)  # input lines not understood
+    errors: dict[str, str] = field(default_factory=dict)  # failed id -> last error
+    output: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"done": self.done, "failed": self.failed, "already_done": self.already_done,
+                "skipped": self.skipped, "errors": self.errors, "output": self.output}  # fmt: skip
+
+
+# -- conversation records --------------------------------------------------------------------
+def with_answers(rec: dict[str, Any], sid: str, answers: list[str]) -> dict[str, Any]:
+    """The input record with its assistant turns' text replaced, in the input's own form.
+
+    Every other field (of the record and of each turn) is kept as it was.
+    """
+    sharegpt = "conversations" in rec
+    out = dict(rec)
+    out["id"] = sid
+    it = iter(answers)
+    new_turns = []
+    for t in rec["conversations"] if sharegpt else rec["messages"]:
+        t = dict(t)
+        if sharegpt and SHAREGPT_ROLES.get(str(t.get("from")).lower()) == "assistant":
+            t["value"] = next(it)
+        elif not sharegpt and t.get("role") == "assistant":
+            t["content"] = next(it)
+        new_turns.append(t)
+    out["conversations" if sharegpt else "messages"] = new_turns
+    return out
+
+
+def regenerate_one(msgs: Messages, sid: str, generate: Generate) -> list[str]:
+    """Turn by turn: each assistant turn is generated from the history with earlier ones replaced."""
+    history: Messages = []
+    answers = []
+    for m in msgs:
+        if m["role"] == "assistant":
+            m = {"role": "assistant", "content": generate(list(history), sid)}
+            answers.append(m["content"])
+        history.append(m)
+    return answers
+
+
+# -- resumable append-only output ------------------------------------------------------------
+def resume_output(path: Path) -> set[str]:
+    """Ids already written to ``path``; a partial final line (a kill mid-write) is cut off."""
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1  # bytes up to the last complete line
+    if end < len(data):
+        with open(path, "r+b") as f:
+            f.truncate(end)
+            os.fsync(f.fileno())
+    ids: set[str] = set()
+    for n, line in enumerate(data[:end].splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            ids.add(str(json.loads(line)["id"]))
+        except (ValueError, KeyError, TypeError):
+            raise bad(f"{path}:{n}", "expected a JSON object with an 'id' (a finished sample), "
+                      "found something else; fix or remove that line") from None  # fmt: skip
+    return ids
+
+
+def append_line(fd: int, obj: dict[str, Any]) -> None:
+    """One whole line in one write, then fsync: a kill leaves it complete or partial-at-the-end."""
+    data = (json.dumps(obj, ensure_ascii=False) + "\n").encode()
+    n = os.write(fd, data)
+    while n < len(data):  # a short write (rare on regular files): finish it
+        n += os.write(fd, data[n:])
+    os.fsync(fd)
+
+
+def read_input(path: Path) -> tuple[list[tuple[str, dict, Messages]], list[dict[str, Any]]]:
+    """(samples [(id, record, turns)] in input order, skipped [{file, line, reason}]).
+
+    Records are checked by the shared parser (``eagle3kit.data.conversations.validate``); a
+    repeated id is skipped the second time.
+    """
+    samples, skipped, seen = [], [], set()
+    for line, rec in iter_records(path):
+        try:
+            if isinstance(rec, Malformed):
+                raise rec
+            conv = validate(rec)
+        except Malformed as e:
+            skipped.append({"file": str(path), "line": line, "reason": str(e)})
+            continue
+        if conv.id in seen:
+            skipped.append({"file": str(path), "line": line, "reason": f"duplicate id {conv.id}"})
+            continue
+        seen.add(conv.id)
+        samples.append((conv.id, rec, conv.turns))
+    return samples, skipped
+
+
+# -- the local target ------------------------------------------------------------------------
+def stop_ids(target: Any) -> set[int]:
+    """EOS / end-of-turn ids: the tokenizer's eos plus generation_config's (int or list)."""
+    ids: set[int] = set()
+    tok = target.tokenizer
+    if tok is not None and tok.eos_token_id is not None:
+        ids.add(int(tok.eos_token_id))
+    gen = getattr(target.model, "generation_config", None)
+    eos = getattr(gen, "eos_token_id", None)
+    for e in eos if isinstance(eos, list | tuple) else [eos]:
+        if e is not None:
+            ids.add(int(e))
+    return ids
+
+
+def chat_prompt_ids(tokenizer: Any, msgs: Messages) -> list[int]:
+    """The chat template's tokens for ``msgs`` plus the assistant generation prompt."""
+    enc = tokenizer.apply_chat_template(
+        msgs, add_generation_prompt=True, tokenize=True, return_dict=True
+    )
+    return list(enc["input_ids"])
+
+
+def local_generator(target: Any, max_tokens: int, temperature: float, seed: int = 0) -> Generate:
+    """Generate with the TargetModel's KV cache: greedy at temperature 0, else sampled.
+
+    Sampling draws x ~ softmax(z / temperature) with a generator seeded by (seed, sample id,
+    prompt length), so a rerun of the same sample gives the same text.
+    """
+    import torch
+
+    if target.tokenizer is None:
+        raise Eagle3Error(
+            f"{target.name_or_path}: the target has no tokenizer (needed for its chat template)"
+        )
+    stops = stop_ids(target)
+
+    def pick(logits: torch.Tensor, g: torch.Generator | None) -> int:
+        if temperature <= 0:
+            return int(logits.argmax())
+        p = torch.softmax(logits.float() / temperature, dim=-1)  # [V]
+        return int(torch.multinomial(p, 1, generator=g))
+
+    def generate(history: Messages, sid: str) -> str:
+        prompt = chat_prompt_ids(target.tokenizer, history)
+        g = None
+        if temperature > 0:
+            h = hashlib.sha256(f"{seed}:{sid}:{len(prompt)}".encode()).digest()
+            g = torch.Generator().manual_seed(int.from_bytes(h[:8], "little") >> 1)
+        out: list[int] = []
+        logits = target.prefill(torch.tensor([prompt])).logits[0, -1]  # [V]
+        while len(out) < max_tokens:
+            nxt = pick(logits, g)
+            if nxt in stops:
+                break
+            out.append(nxt)
+            if len(out) < max_tokens:
+                logits = target.verify(torch.tensor([[nxt]])).logits[0, -1]  # [V]
+        target.reset()
+        return target.tokenizer.decode(out, skip_special_tokens=True)
+
+    return generate
+
+
+# -- OpenAI-compatible servers ---------------------------------------------------------------
+class RetryableError(Exception):
+    """A request failure worth retrying (timeout, connection, 429, 5xx, a torn response)."""
+
+
+class ServerPool:
+    """Round-robin over server base URLs; every attempt (first or retry) takes the next one."""
+
+    def __init__(self, urls: list[str], timeout: float = 120.0) -> None:
+        if not urls:
+            raise Eagle3Error("--server: expected at least one URL")
+        self.urls = [self._base(u) for u in urls]
+        self.timeout = timeout
+        self._next = itertools.count()
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def _base(url: str) -> str:
+        if not url.startswith(("http://", "https://")):
+            raise bad("--server", f"expected an http(s):// URL, found {url!r}")
+        url = url.rstrip("/")
+        for suffix in ("/v1/chat/completions", "/v1"):
+            if url.endswith(suffix):
+                url = url[: -len(suffix)]
+        return url
+
+    def pick(self) -> str:
+        with self._lock:
+            return self.urls[next(self._next) % len(self.urls)]
+
+    def request(self, base: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
+        """One HTTP call; RetryableError for what a retry may fix, Eagle3Error-free otherwise."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(base + path, data=data, method="GET" if body is None else "POST",
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as r:
+                raw = r.read()
+        except urllib.error.HTTPError as e:
+            if e.code == 429 or e.code >= 500:
+                raise RetryableError(f"{base}: HTTP {e.code}") from None
+            raise RuntimeError(f"{base}: HTTP {e.code} {e.read()[:200]!r}") from None
+        except (urllib.error.URLError, OSError, TimeoutError) as e:  # refused, reset, timeout
+            raise RetryableError(f"{base}: {e}") from None
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise RetryableError(f"{base}: a response that is not JSON") from None
+
+    def model_name(self) -> str:
+        """The served model's name from ``/v1/models`` (first answering server), else "default"."""
+        for base in self.urls:
+            try:
+                return str(self.request(base, "/v1/models", None)["data"][0]["id"])
+            except (RetryableError, RuntimeError, KeyError, IndexError, TypeError):
+                continue
+        return "default"
+
+
+def server_generator(
+    pool: ServerPool, model: str, max_tokens: int, temperature: float,
+    retries: int = 4, backoff: float = 0.5,
+) -> Generate:  # fmt: skip
+    """Ask ``/v1/chat/completions``; retry with backoff ``backoff * 2^attempt`` (+ jitter, <= 8 s)."""
+
+    def generate(history: Messages, sid: str) -> str:
+        body = {"model": model, "messages": history, "max_tokens": max_tokens,
+                "temperature": temperature, "stream": False}  # fmt: skip
+        last = ""
+        for attempt in range(retries + 1):
+            if attempt:
+                time.sleep(min(8.0, backoff * 2 ** (attempt - 1)) * (1 + 0.25 * random.random()))
+            try:
+                resp = pool.request(pool.pick(), "/v1/chat/completions", body)
+                content = resp["choices"][0]["message"]["content"]
+            except RetryableError as e:
+                last = str(e)
+                continue
+            except (KeyError, IndexError, TypeError):
+                last = "a response without choices[0].message.content"
+                continue
+            if not isinstance(content, str):
+                last = f"content is {type(content).__name__}, not text"
+                continue
+            return content
+        raise RuntimeError(f"{sid}: gave up after {retries + 1} attempts ({last})")
+
+    return generate
+
+
+# -- the run ---------------------------------------------------------------------------------
+def _results(
+    pending: list[tuple[str, dict, Messages]], generate: Generate, concurrency: int
+) -> Iterator[tuple[str, dict, list[str] | None, str]]:
+    """Yield (id, record, answers or None, error) as samples finish (completion order)."""
+    if concurrency <= 1:
+        for sid, rec, msgs in pending:
+            try:
+                yield sid, rec, regenerate_one(msgs, sid, generate), ""
+            except (RuntimeError, ValueError) as e:
+                yield sid, rec, None, str(e)
+        return
+    with ThreadPoolExecutor(concurrency) as pool:
+        todo = iter(pending)
+        running: dict[Any, tuple[str, dict]] = {}
+
+        def submit() -> None:
+            for sid, rec, msgs in itertools.islice(todo, concurrency * 2 - len(running)):
+                running[pool.submit(regenerate_one, msgs, sid, generate)] = (sid, rec)
+
+        submit()
+        while running:
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for fut in finished:
+                sid, rec = running.pop(fut)
+                try:
+                    yield sid, rec, fut.result(), ""
+                except (RuntimeError, ValueError) as e:
+                    yield sid, rec, None, str(e)
+            submit()
+
+
+def regenerate(
+    input_path: str | Path,
+    output_path: str | Path,
+    *,
+    target: Any = None,
+    servers: list[str] | None = None,
+    model: str | None = None,
+    max_tokens: int = 512,
+    temperature: float = 0.0,
+    concurrency: int = 1,
+    retries: int = 4,
+    timeout: float = 120.0,
+    seed: int = 0,
+    progress: Progress | None = None,
+) -> RegenResult:
+    """Regenerate every assistant turn of INPUT into OUTPUT (resumable; see the module doc).
+
+    ``target``: a TargetModel (local generation, one sample at a time); or ``servers``: base
+    URLs of OpenAI-compatible servers (``model`` defaults to the name ``/v1/models`` reports).
+    """
+    if (target is None) == (not servers):
+        raise Eagle3Error("regenerate: give exactly one of a target or --server URLs")
+    if max_tokens < 1:
+        raise bad("--max-tokens", f"expected a positive int, found {max_tokens}")
+    if concurrency < 1:
+        raise bad("--concurrency", f"expected a positive int, found {concurrency}")
+    inp, outp = Path(input_path), Path(output_path)
+    samples, skipped = read_input(inp)
+    finished = resume_output(outp)
+    pending = [s for s in samples if s[0] not in finished]
+    res = RegenResult(already_done=len(samples) - len(pending), skipped=skipped, output=str(outp))
+    if target is not None:
+        generate, concurrency = local_generator(target, max_tokens, temperature, seed), 1
+    else:
+        pool = ServerPool(list(servers or []), timeout)
+        generate = server_generator(
+            pool, model or pool.model_name(), max_tokens, temperature, retries
+        )
+    outp.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(outp, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        emit(progress, "regenerate", 0, len(pending), "sample")
+        for sid, rec, answers, err in _results(pending, generate, concurrency):
+            if answers is None:
+                res.failed.append(sid)
+                res.errors[sid] = err
+            else:
+                append_line(fd, with_answers(rec, sid, answers))
+                res.done += 1
+            emit(progress, "regenerate", res.done + len(res.failed), len(pending), "sample",
+                 failed=len(res.failed))  # fmt: skip
+    finally:
+        os.close(fd)
+    return res

@@ -1,0 +1,128 @@
+"""Test fixture: an OpenAI-compatible chat server on 127.0.0.1 backed by a zoo tiny target.
+
+Not a product feature. It answers ``GET /v1/models`` and ``POST /v1/chat/completions``
+(greedy, ``max_tokens`` honoured, the target's chat template), one generation at a time. It
+generates with ``TargetModel.generate_greedy``, a different code path from the local
+generator in ``eagle3kit.data.regenerate``, so the two can be compared.
+
+Modes:
+- ``normal``
+- ``flaky``: every third chat request (3rd, 6th, ...) answers HTTP 500
+- ``die``: the ``die_after``-th chat request gets its connection dropped without an answer and
+  the server shuts down (later connections are refused)
+
+Each server bounds its own lifetime: a daemon timer stops it after ``lifetime`` seconds even if
+the test forgets to.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+class FakeOpenAIServer:
+    def __init__(self, model_dir: str, *, mode: str = "normal", die_after: int = 3,
+                 lifetime: float = 120.0, name: str = "zoo-tiny") -> None:  # fmt: skip
+        from eagle3kit.model.target import TargetModel
+
+        if mode not in ("normal", "flaky", "die"):
+            raise ValueError(f"mode: expected normal, flaky or die, found {mode!r}")
+        self.target = TargetModel.from_pretrained(model_dir)
+        self.mode, self.die_after, self.lifetime, self.name = mode, die_after, lifetime, name
+        self.chat_requests = 0  # chat requests received (answered or not)
+        self.answered = 0
+        self._count_lock = threading.Lock()
+        self._model_lock = threading.Lock()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._stopped = threading.Event()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+    def start(self) -> FakeOpenAIServer:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:  # quiet
+                pass
+
+            def do_GET(self) -> None:
+                if self.path.rstrip("/") == "/v1/models":
+                    self._send(
+                        200, {"object": "list", "data": [{"id": server.name, "object": "model"}]}
+                    )
+                else:
+                    self._send(404, {"error": "not found"})
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(n) or b"{}")
+                if self.path.rstrip("/") != "/v1/chat/completions":
+                    return self._send(404, {"error": "not found"})
+                with server._count_lock:
+                    server.chat_requests += 1
+                    k = server.chat_requests
+                if server.mode == "flaky" and k % 3 == 0:
+                    return self._send(500, {"error": "injected failure"})
+                if server.mode == "die" and k >= server.die_after:
+                    self.close_connection = True  # drop this request unanswered, then die
+                    threading.Thread(target=server.stop, daemon=True).start()
+                    return None
+                text = server.generate(body["messages"], int(body.get("max_tokens", 64)))
+                with server._count_lock:
+                    server.answered += 1
+                return self._send(200, {
+                    "id": f"chatcmpl-{k}", "object": "chat.completion", "model": server.name,
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": text}}],
+                })  # fmt: skip
+
+            def _send(self, code: int, doc: dict) -> None:
+                data = json.dumps(doc).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # port 0: a free port
+        self._httpd.daemon_threads = True
+        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
+        timer = threading.Timer(self.lifetime, self.stop)
+        timer.daemon = True
+        timer.start()
+        return self
+
+    @property
+    def url(self) -> str:
+        assert self._httpd is not None
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+
+    def stop(self) -> None:
+        if self._httpd is None or self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    # -- generation ------------------------------------------------------------------------
+    def generate(self, messages: list[dict], max_tokens: int) -> str:
+        tok = self.target.tokenizer
+        enc = tok.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=True, return_dict=True
+        )
+        with self._model_lock:
+            ids = self.target.generate_greedy(list(enc["input_ids"]), max_tokens, tok.eos_token_id)
+            self.target.reset()
+        if ids and ids[-1] == tok.eos_token_id:
+            ids = ids[:-1]
+        return tok.decode(ids, skip_special_tokens=True)

@@ -1,0 +1,221 @@
+"""data regenerate: local target and OpenAI-compatible servers (the fixture in openai_server.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from eagle3kit.errors import Eagle3Error
+
+sys.path.insert(0, str(Path(__file__).parent))
+from openai_server import FakeOpenAIServer  # noqa: E402
+
+MAX_TOKENS = 10
+PROMPTS = ["def parse(text):", "import os", "class Node:", "for i in range(10):", "x = [1, 2",
+           "def main():", "return None", "with open(path) as f:", "try:", "while True:"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def model_dir():
+    from eagle3kit import zoo
+
+    return str(zoo.build("llama-v1", size="tiny"))
+
+
+@pytest.fixture(scope="module")
+def target(model_dir):
+    from eagle3kit.model.target import TargetModel
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # a tiny model on a shared 2-core box: 1 thread is ~10x faster
+    yield TargetModel.from_pretrained(model_dir)
+    torch.set_num_threads(n)
+
+
+def write_input(path: Path, n: int = 6) -> list[dict]:
+    """n records: ShareGPT (2 turns, extra fields) and OpenAI (system + 1 turn), alternating."""
+    recs = []
+    for i in range(n):
+        p = PROMPTS[i % len(PROMPTS)]
+        if i % 2 == 0:
+            recs.append({"id": f"s{i}", "source": "test", "conversations": [
+                {"from": "human", "value": p}, {"from": "gpt", "value": "OLD", "weight": 1},
+                {"from": "human", "value": "and then?"}, {"from": "gpt", "value": "OLD"}]})  # fmt: skip
+        else:
+            recs.append({"messages": [{"role": "system", "content": "You write Python."},
+                                      {"role": "user", "content": p},
+                                      {"role": "assistant", "content": "OLD"}]})  # fmt: skip
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return recs
+
+
+def read_output(path: Path) -> dict[str, dict]:
+    lines = path.read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    ids = [r["id"] for r in recs]
+    assert len(ids) == len(set(ids)), f"duplicate ids in {path}: {ids}"
+    return {r["id"]: r for r in recs}
+
+
+def greedy_text(target, msgs: list[dict]) -> str:
+    """Reference: TargetModel.generate_greedy on the chat template (not the code under test)."""
+    tok = target.tokenizer
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)
+    out = target.generate_greedy(list(ids["input_ids"]), MAX_TOKENS, tok.eos_token_id)
+    target.reset()
+    return tok.decode([t for t in out if t != tok.eos_token_id], skip_special_tokens=True)
+
+
+def test_local_turn_by_turn_keeps_form(tmp_path, target):
+    from eagle3kit.data.regenerate import regenerate
+
+    inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    recs = write_input(inp, 2)
+    res = regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    assert (res.done, res.failed, res.already_done) == (2, [], 0)
+    got = read_output(outp)
+    s0 = got["s0"]
+    assert s0["source"] == "test" and s0["conversations"][1]["weight"] == 1
+    conv = s0["conversations"]
+    assert [t["from"] for t in conv] == ["human", "gpt", "human", "gpt"]
+    assert conv[0]["value"] == PROMPTS[0] and conv[2]["value"] == "and then?"
+    # turn 1 answers the first prompt; turn 2 sees the regenerated turn 1, not "OLD"
+    a1 = greedy_text(target, [{"role": "user", "content": PROMPTS[0]}])
+    a2 = greedy_text(target, [{"role": "user", "content": PROMPTS[0]},
+                              {"role": "assistant", "content": a1},
+                              {"role": "user", "content": "and then?"}])  # fmt: skip
+    assert (conv[1]["value"], conv[3]["value"]) == (a1, a2)
+    (oa,) = [r for k, r in got.items() if k != "s0"]
+    assert oa["id"].startswith("sha256:") and [m["role"] for m in oa["messages"]] == [
+        "system",
+        "user",
+        "assistant",
+    ]
+    assert oa["messages"][2]["content"] == greedy_text(target, recs[1]["messages"][:2])
+    # a rerun does nothing and says so
+    res2 = regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    assert (res2.done, res2.already_done) == (0, 2)
+    assert len(outp.read_text().splitlines()) == 2
+
+
+def test_servers_match_local_with_failures(tmp_path, target, model_dir):
+    """A normal and a flaky server (HTTP 500 every third request) share the work: same text as local."""
+    from eagle3kit.data.regenerate import regenerate
+
+    inp = tmp_path / "in.jsonl"
+    write_input(inp, 6)
+    regenerate(inp, tmp_path / "local.jsonl", target=target, max_tokens=MAX_TOKENS)
+    with FakeOpenAIServer(model_dir) as a, FakeOpenAIServer(model_dir, mode="flaky") as b:
+        res = regenerate(inp, tmp_path / "srv.jsonl", servers=[a.url, b.url + "/v1"],
+                         max_tokens=MAX_TOKENS, concurrency=3)  # fmt: skip
+        assert b.chat_requests >= 3 and b.answered < b.chat_requests  # failures were injected
+        assert a.answered > 0 and b.answered > 0  # both served
+    assert (res.done, res.failed) == (6, [])
+    assert read_output(tmp_path / "srv.jsonl") == read_output(tmp_path / "local.jsonl")
+
+
+@pytest.mark.slow
+def test_server_dies_mid_run(tmp_path, model_dir):
+    """One of two servers dies: every sample still finishes. Alone, the dead one's samples fail
+    by id, the rest are written, and a rerun against a live server completes exactly the rest."""
+    from eagle3kit.data.regenerate import regenerate
+
+    inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_input(inp, 6)
+    with (
+        FakeOpenAIServer(model_dir) as a,
+        FakeOpenAIServer(model_dir, mode="die", die_after=2) as b,
+    ):
+        res = regenerate(inp, outp, servers=[b.url, a.url], max_tokens=MAX_TOKENS, concurrency=2)
+        assert b.chat_requests >= 2
+    assert (res.done, res.failed) == (6, [])
+    assert len(read_output(outp)) == 6
+
+    out2 = tmp_path / "out2.jsonl"
+    with FakeOpenAIServer(model_dir, mode="die", die_after=4) as b:
+        res = regenerate(inp, out2, servers=[b.url], max_tokens=MAX_TOKENS, retries=1)
+    assert res.failed and res.done + len(res.failed) == 6
+    assert set(res.errors) == set(res.failed)
+    first = read_output(out2)
+    assert len(first) == res.done and not set(first) & set(res.failed)
+    with FakeOpenAIServer(model_dir) as a:
+        res2 = regenerate(inp, out2, servers=[a.url], max_tokens=MAX_TOKENS)
+    assert (res2.done, res2.already_done, res2.failed) == (len(res.failed), res.done, [])
+    assert len(read_output(out2)) == 6
+
+
+def test_partial_last_line_is_redone(tmp_path, target):
+    from eagle3kit.data.regenerate import regenerate
+
+    inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_input(inp, 3)
+    regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    lines = outp.read_text().splitlines(keepends=True)
+    outp.write_text(lines[0] + lines[1][: len(lines[1]) // 2])  # a kill mid-write of line 2
+    res = regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    assert (res.done, res.already_done) == (2, 1)
+    assert len(read_output(outp)) == 3
+
+
+def test_corrupt_middle_line_is_an_error(tmp_path, target):
+    from eagle3kit.data.regenerate import regenerate
+
+    inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_input(inp, 2)
+    outp.write_text('{"id": "s0"}\nnot json\n')
+    with pytest.raises(Eagle3Error, match=r"out\.jsonl:2"):
+        regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    assert outp.read_text() == '{"id": "s0"}\nnot json\n'  # nothing written was lost
+
+
+def test_malformed_input_lines_are_skipped(tmp_path, target):
+    from eagle3kit.data.regenerate import regenerate
+
+    inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    write_input(inp, 1)
+    with open(inp, "a") as f:
+        f.write("{bad json\n\n")
+        f.write(json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n")
+    res = regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    assert res.done == 1
+    assert [s["line"] for s in res.skipped] == [2, 4]
+
+
+@pytest.mark.slow
+def test_kill9_then_rerun_loses_and_duplicates_nothing(tmp_path, model_dir):
+    inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    recs = write_input(inp, 24)
+    code = ("import sys, torch; torch.set_num_threads(1)\n"
+            "from eagle3kit.model.target import TargetModel\n"
+            "from eagle3kit.data.regenerate import regenerate\n"
+            "regenerate(sys.argv[1], sys.argv[2], target=TargetModel.from_pretrained(sys.argv[3]), max_tokens=sys.argv[4] and int(sys.argv[4]))\n")  # fmt: skip
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(inp), str(outp), model_dir, str(MAX_TOKENS)],
+                            env=env, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if outp.exists() and outp.read_text().count("\n") >= 3:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = outp.read_text().count("\n")
+    assert 3 <= killed_at < 24
+    with open(outp, "a") as f:
+        f.write('{"id": "s')  # as if the kill had torn the last write
+    rc = subprocess.run([sys.executable, "-c", code, str(inp), str(outp), model_dir, str(MAX_TOKENS)],
+                        env=env, stderr=subprocess.DEVNULL, timeout=300).returncode  # fmt: skip
+    assert rc == 0
+    got = read_output(outp)  # every line parses, no duplicate id
+    from eagle3kit.data.conversations import validate
+
+    assert set(got) == {validate(r).id for r in recs}
