@@ -7,20 +7,34 @@
   `eagle_aux_hidden_state_layer_ids` are HF indices (vLLM captures the input of layer id).
 - "eagle": SafeAILab EAGLE-3 (`LlamaForCausalLM`, one layer, `draft_vocab_size`, `midlayer.*`);
   its code always uses the default aux layers (2, L//2, L-3).
+
+MLA drafters (`Eagle3DeepseekV2ForCausalLM` / `...V3...`, DeepSeek-V3 latent attention) have
+one flat DeepSeek config (`q_lora_rank`, `kv_lora_rank`, `qk_{nope,rope}_head_dim`,
+`v_head_dim`, yarn `rope_scaling`) in both engines; speculators has no MLA drafter. For them
+"sglang" means SpecForge's `midlayer.*` names with nested `eagle_config` ids (layer outputs),
+"vllm" the export names `layers.0.*` (lightseekorg, TorchSpec, ModelOpt `kimik2`) with
+top-level h-index ids. SGLang maps `midlayer.` <-> `layers.0.`, so both engines load both.
+There is no EAGLE layout for them (the original EAGLE code has Llama attention only).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from eagle3kit.errors import bad
 from eagle3kit.formats.safetensors_io import Checkpoint
-from eagle3kit.spec import DraftSpec
+from eagle3kit.spec import NORM_FLAGS, DraftSpec, rope_from_config
 
 LAYOUTS = ("sglang", "vllm", "eagle")
 SGLANG_ARCH = "LlamaForCausalLMEagle3"
 VLLM_ARCH = "Eagle3Speculator"
 EAGLE_ARCH = "LlamaForCausalLM"
+# MLA drafters (FORMATS.md "MLA drafters"): SGLang registers both names (kimi_k25_eagle3.py,
+# deepseek_eagle3 alias), vLLM maps both to its deepseek_eagle3 model; ModelOpt's kimik2
+# export template writes V2.
+MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"
+MLA_ARCHS = (MLA_ARCH, "Eagle3DeepseekV3ForCausalLM")
 
 # safetensors dtype names <-> config dtype strings
 _CFG_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
@@ -41,6 +55,14 @@ def canonical_to_file(name: str, layout: str) -> str:
     return name
 
 
+def is_mla_config(config: dict[str, Any]) -> bool:
+    """A drafter config with DeepSeek-V3 latent attention (by architecture, or by its MLA keys)."""
+    archs = config.get("architectures") or []
+    if any(a in MLA_ARCHS for a in archs if isinstance(a, str)):
+        return True
+    return "kv_lora_rank" in config and "transformer_layer_config" not in config
+
+
 def is_drafter_config(config: dict[str, Any], names: set[str] | None = None) -> bool:
     archs = config.get("architectures") or []
     if config.get("speculators_model_type") or VLLM_ARCH in archs:
@@ -59,6 +81,9 @@ def is_drafter_config(config: dict[str, Any], names: set[str] | None = None) -> 
 def detect_layout(config: dict[str, Any], names: set[str]) -> str:
     """'sglang', 'vllm' or 'eagle' from the config and the tensor names."""
     archs = [a for a in (config.get("architectures") or []) if isinstance(a, str)]
+    if is_mla_config(config):  # by names: midlayer.* (SpecForge) or layers.0.* (export)
+        export = any(n.startswith(("layers.0.", "model.layers.0.")) for n in names)
+        return "vllm" if export and not any("midlayer." in n for n in names) else "sglang"
     if (
         config.get("speculators_model_type")
         or VLLM_ARCH in archs
@@ -92,23 +117,6 @@ def _get(
     return v
 
 
-def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
-    """rope_theta and rope_scaling from either the transformers 4 or 5 config spelling."""
-    params = cfg.get("rope_parameters")
-    theta = cfg.get("rope_theta")
-    scaling = cfg.get("rope_scaling")
-    if isinstance(params, dict):
-        theta = params.get("rope_theta", theta)
-        if params.get("rope_type", "default") != "default":
-            scaling = {k: v for k, v in params.items() if k != "rope_theta"}
-    if isinstance(scaling, dict) and scaling.get("rope_type", scaling.get("type")) in (
-        None,
-        "default",
-    ):
-        scaling = None
-    return float(theta if theta is not None else 10000.0), scaling
-
-
 def _aux_ids(v: Any, where: str, key: str) -> tuple[int, ...] | None:
     if v is None:
         return None
@@ -131,6 +139,90 @@ def _dtype(cfg: dict[str, Any], ckpt: Checkpoint) -> str:
     return _CFG_DTYPES.get(w.dtype, "bfloat16") if w else "bfloat16"
 
 
+def _arch(cfg: dict[str, Any], default: str) -> str:
+    archs = cfg.get("architectures") or [default]
+    ok = isinstance(archs, list) and archs and isinstance(archs[0], str)
+    return archs[0] if ok else str(archs)
+
+
+def _flags(cfg: dict[str, Any]) -> dict[str, bool]:
+    return {k: bool(cfg.get(k, False)) for k in NORM_FLAGS}
+
+
+def _read_speculators(cfg: dict[str, Any], where: str, names: dict[str, str]) -> dict[str, Any]:
+    """speculators/vLLM `Eagle3Speculator`: a nested Llama/Qwen3 layer config, top-level ids."""
+    layer = cfg.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise bad(
+            where,
+            f"transformer_layer_config: expected an object (speculators layout), found {layer!r}",
+        )
+    raw = _aux_ids(
+        cfg.get("eagle_aux_hidden_state_layer_ids"), where, "eagle_aux_hidden_state_layer_ids"
+    )
+    verifier = ((cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+    qk_norm = layer.get("model_type") == "qwen3" or "midlayer.self_attn.q_norm.weight" in names
+    return dict(layer=layer, lwhere=f"{where}: transformer_layer_config", aux_layers_raw=raw,
+                aux_layers=raw, aux_convention="hf", verifier=verifier, architecture=VLLM_ARCH,
+                qk_norm=qk_norm)  # fmt: skip
+
+
+def _read_flat(cfg: dict[str, Any], where: str, layout: str, names: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+    """SGLang (nested `eagle_config` ids, read as layer outputs: h = id + 1) or original EAGLE."""
+    nested = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    key = "eagle_config.eagle_aux_hidden_state_layer_ids"
+    raw = _aux_ids(nested.get("eagle_aux_hidden_state_layer_ids"), where, key)
+    if layout == "eagle":
+        raw = _aux_ids(cfg.get("eagle3kit_aux_layers"), where, "eagle3kit_aux_layers")
+        aux, conv = raw, "hf"
+    else:  # SGLang captures HF output_hidden_states[id + 1] for explicit ids
+        aux, conv = (tuple(i + 1 for i in raw) if raw else None), "sglang"
+    return dict(layer=cfg, lwhere=where, aux_layers_raw=raw, aux_layers=aux, aux_convention=conv,
+                verifier=cfg.get("eagle3kit_verifier"),
+                architecture=_arch(cfg, SGLANG_ARCH if layout == "sglang" else EAGLE_ARCH),
+                qk_norm="midlayer.self_attn.q_norm.weight" in names)  # fmt: skip
+
+
+def _read_mla_ids(cfg: dict[str, Any], where: str) -> dict[str, Any]:
+    """MLA drafters carry a flat DeepSeek config: top-level ids are h-indices (vLLM reads
+    them), else nested `eagle_config` ids are layer outputs (h = id + 1, SGLang's reading)."""
+    top = _aux_ids(
+        cfg.get("eagle_aux_hidden_state_layer_ids"), where, "eagle_aux_hidden_state_layer_ids"
+    )
+    if top:
+        return dict(aux_layers_raw=top, aux_layers=top, aux_convention="hf")
+    nested = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
+    key = "eagle_config.eagle_aux_hidden_state_layer_ids"
+    raw = _aux_ids(nested.get("eagle_aux_hidden_state_layer_ids"), where, key)
+    return dict(aux_layers_raw=raw, aux_layers=tuple(i + 1 for i in raw) if raw else None,
+                aux_convention="sglang")  # fmt: skip
+
+
+def _mla_fields(ckpt: Checkpoint, names: dict[str, str]) -> dict[str, Any]:
+    """The MLA dims (DeepSeek-V3 config keys) and what the flat config leaves implicit."""
+    cfg, where = ckpt.config, ckpt.config_file
+    q_lora = cfg.get("q_lora_rank")
+    out: dict[str, Any] = dict(
+        attention="mla",
+        q_lora_rank=None if q_lora is None else _get(cfg, "q_lora_rank", where, int),
+        kv_lora_rank=_get(cfg, "kv_lora_rank", where, int),
+        qk_nope_head_dim=_get(cfg, "qk_nope_head_dim", where, int),
+        qk_rope_head_dim=_get(cfg, "qk_rope_head_dim", where, int),
+        v_head_dim=_get(cfg, "v_head_dim", where, int),
+        rope_interleave=bool(cfg.get("rope_interleave", True)),
+        model_type=cfg.get("model_type") if isinstance(cfg.get("model_type"), str) else None,
+    )
+    out["head_dim"] = out["qk_nope_head_dim"] + out["qk_rope_head_dim"]
+    heads = _get(cfg, "num_attention_heads", where, int)
+    out["num_key_value_heads"] = heads  # latent attention: one key/value per head
+    if cfg.get("draft_vocab_size") is None:  # ModelOpt's kimik2 export has no such key
+        for name in ("lm_head.weight", "d2t"):
+            if name in names:
+                out["draft_vocab_size"] = int(ckpt.tensors[names[name]].shape[0])
+                break
+    return out
+
+
 def read_spec(ckpt: Checkpoint) -> tuple[str, DraftSpec, dict[str, str]]:
     """Detect the layout and build the DraftSpec of a drafter checkpoint.
 
@@ -140,74 +232,32 @@ def read_spec(ckpt: Checkpoint) -> tuple[str, DraftSpec, dict[str, str]]:
     cfg, where = ckpt.config, ckpt.config_file
     layout = detect_layout(cfg, set(ckpt.tensors))
     names = {file_to_canonical(n, layout): n for n in ckpt.tensors}
-    if layout == "vllm":
-        layer = cfg.get("transformer_layer_config")
-        if not isinstance(layer, dict):
-            raise bad(
-                where,
-                f"transformer_layer_config: expected an object (speculators layout), found {layer!r}",
-            )
-        lwhere = f"{where}: transformer_layer_config"
-        aux_raw = _aux_ids(
-            cfg.get("eagle_aux_hidden_state_layer_ids"), where, "eagle_aux_hidden_state_layer_ids"
-        )
-        aux, conv = aux_raw, "hf"
-        flags = {
-            k: bool(cfg.get(k, False))
-            for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
-        }
-        verifier = ((cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
-        draft_vocab = _get(cfg, "draft_vocab_size", where, int, None)
-        target_hidden = _get(cfg, "target_hidden_size", where, int, None)
-        arch = VLLM_ARCH
-        qk_norm = layer.get("model_type") == "qwen3" or "midlayer.self_attn.q_norm.weight" in names
+    mla = is_mla_config(cfg)
+    if layout == "vllm" and not mla:
+        f = _read_speculators(cfg, where, names)
     else:
-        layer, lwhere = cfg, where
-        eagle_cfg = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
-        aux_raw = _aux_ids(
-            eagle_cfg.get("eagle_aux_hidden_state_layer_ids"),
-            where,
-            "eagle_config.eagle_aux_hidden_state_layer_ids",
-        )
-        if layout == "eagle":
-            aux_raw = _aux_ids(cfg.get("eagle3kit_aux_layers"), where, "eagle3kit_aux_layers")
-            aux, conv = aux_raw, "hf"
-        else:  # SGLang captures HF output_hidden_states[id + 1] for explicit ids
-            aux, conv = (tuple(i + 1 for i in aux_raw) if aux_raw else None), "sglang"
-        flags = {
-            k: bool(cfg.get(k, False))
-            for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
-        }
-        verifier = cfg.get("eagle3kit_verifier")
-        draft_vocab = _get(cfg, "draft_vocab_size", where, int, None)
-        target_hidden = _get(cfg, "target_hidden_size", where, int, None)
-        archs = cfg.get("architectures") or [SGLANG_ARCH if layout == "sglang" else EAGLE_ARCH]
-        arch = (
-            archs[0]
-            if isinstance(archs, list) and archs and isinstance(archs[0], str)
-            else str(archs)
-        )
-        qk_norm = "midlayer.self_attn.q_norm.weight" in names
+        f = _read_flat(cfg, where, layout, names)
+    if mla:
+        f.update(_read_mla_ids(cfg, where), architecture=_arch(cfg, MLA_ARCH), qk_norm=False)
+        f.update(_mla_fields(ckpt, names))
     ours = cfg.get("eagle3kit")  # eagle3kit's writers record the h-indices unambiguously
     if isinstance(ours, dict) and ours.get("aux_layers_hf") is not None:
-        aux = _aux_ids(ours["aux_layers_hf"], where, "eagle3kit.aux_layers_hf")
+        f["aux_layers"] = _aux_ids(ours["aux_layers_hf"], where, "eagle3kit.aux_layers_hf")
+    layer, lwhere = f.pop("layer"), f.pop("lwhere")
+    _check_one_layer(layer, lwhere, names)
     hidden = _get(layer, "hidden_size", lwhere, int)
     heads = _get(layer, "num_attention_heads", lwhere, int)
     vocab = _get(layer, "vocab_size", lwhere, int)
-    n_layers = _get(layer, "num_hidden_layers", lwhere, int, 1)
-    if n_layers != 1:
-        raise bad(
-            lwhere,
-            f"num_hidden_layers: expected 1 (an EAGLE-3 drafter has one decoder layer), found {n_layers}",
-        )
-    head_dim = _get(layer, "head_dim", lwhere, int, hidden // heads)
-    theta, scaling = _rope(layer)
-    spec = DraftSpec(
+    draft_vocab = _get(cfg, "draft_vocab_size", where, int, None)
+    target_hidden = _get(cfg, "target_hidden_size", where, int, None)
+    theta, scaling = rope_from_config(layer)
+    verifier = f.pop("verifier")
+    fields: dict[str, Any] = dict(
         hidden_size=hidden,
         intermediate_size=_get(layer, "intermediate_size", lwhere, int),
         num_attention_heads=heads,
         num_key_value_heads=_get(layer, "num_key_value_heads", lwhere, int, heads),
-        head_dim=head_dim,
+        head_dim=_get(layer, "head_dim", lwhere, int, hidden // heads),
         vocab_size=vocab,
         draft_vocab_size=draft_vocab if draft_vocab is not None else vocab,
         target_hidden_size=target_hidden if target_hidden is not None else hidden,
@@ -218,17 +268,25 @@ def read_spec(ckpt: Checkpoint) -> tuple[str, DraftSpec, dict[str, str]]:
         hidden_act=str(layer.get("hidden_act", "silu")),
         attention_bias=bool(layer.get("attention_bias", False) or cfg.get("bias", False)),
         mlp_bias=bool(layer.get("mlp_bias", False)),
-        aux_layers=aux,
-        aux_convention=conv,
-        aux_layers_raw=aux_raw,
-        qk_norm=qk_norm,
-        dtype=_dtype(layer if layout == "vllm" else cfg, ckpt),
+        dtype=_dtype(layer if layout == "vllm" and not mla else cfg, ckpt),
         tensors=tuple(sorted(names)),
         verifier=verifier if isinstance(verifier, str) else None,
-        architecture=arch,
-        **flags,
+        **_flags(cfg),
     )
-    return layout, spec, names
+    fields.update(f)
+    return layout, DraftSpec(**fields), names
+
+
+def _check_one_layer(layer: dict[str, Any], where: str, names: dict[str, str]) -> None:
+    """An EAGLE-3 drafter has one decoder layer. ModelOpt's kimik2 template may copy the
+    target's num_hidden_layers, so a file whose tensors name one layer only is accepted."""
+    n_layers = _get(layer, "num_hidden_layers", where, int, 1)
+    more = any(re.match(r"(model\.)?layers\.[1-9]", n) for n in names.values())
+    if n_layers != 1 and (more or not is_mla_config(layer)):
+        raise bad(
+            where,
+            f"num_hidden_layers: expected 1 (an EAGLE-3 drafter has one decoder layer), found {n_layers}",
+        )
 
 
 # ---------------------------------------------------------------- writing
@@ -241,15 +299,14 @@ class LossyConversion(ValueError):
 def unsupported_by(spec: DraftSpec, layout: str) -> list[str]:
     """What `layout`'s engine/code does not implement for this drafter (empty when lossless)."""
     problems = []
+    if spec.is_mla and layout == "eagle":
+        problems.append(
+            "attention=mla (the EAGLE drafter layer has Llama attention only; use --to sglang or vllm)"
+        )
+    if spec.is_mla and layout == "vllm" and spec.norm_before_fc:
+        problems.append("norm_before_fc=true (vLLM implements it for Llama drafters, not MLA)")
     if layout in ("sglang", "eagle"):
-        for flag in (
-            "norm_before_residual",
-            "norm_before_fc",
-            "fc_norm",
-            "norm_output",
-            "qk_norm",
-            "mlp_bias",
-        ):
+        for flag in (*NORM_FLAGS, "qk_norm", "mlp_bias"):
             if getattr(spec, flag):
                 problems.append(f"{flag}=true (the {layout} drafter layer does not implement it)")
         if spec.attention_bias:
@@ -286,6 +343,53 @@ def _llama_block(spec: DraftSpec) -> dict[str, Any]:
     return d
 
 
+def _mla_block(spec: DraftSpec) -> dict[str, Any]:
+    """The flat DeepSeek-V3 config of an MLA drafter layer (one layer, dense MLP)."""
+    return {
+        "model_type": spec.model_type or "deepseek_v3",
+        "hidden_size": spec.hidden_size,
+        "intermediate_size": spec.intermediate_size,
+        "num_hidden_layers": 1,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_key_value_heads": spec.num_key_value_heads,
+        "q_lora_rank": spec.q_lora_rank,
+        "kv_lora_rank": spec.kv_lora_rank,
+        "qk_nope_head_dim": spec.qk_nope_head_dim,
+        "qk_rope_head_dim": spec.qk_rope_head_dim,
+        "v_head_dim": spec.v_head_dim,
+        "hidden_act": spec.hidden_act,
+        "rms_norm_eps": spec.rms_norm_eps,
+        "rope_theta": spec.rope_theta,
+        "rope_scaling": spec.rope_scaling,
+        "rope_interleave": spec.rope_interleave,
+        "max_position_embeddings": spec.max_position_embeddings,
+        "attention_bias": spec.attention_bias,
+        "tie_word_embeddings": False,
+        "vocab_size": spec.vocab_size,
+        "torch_dtype": spec.dtype,
+    }
+
+
+def _mla_config(spec: DraftSpec, layout: str, verifier: str | None) -> dict[str, Any]:
+    arch = spec.architecture if spec.architecture in MLA_ARCHS else MLA_ARCH
+    cfg: dict[str, Any] = {"architectures": [arch], **_mla_block(spec)}
+    cfg["draft_vocab_size"] = spec.draft_vocab_size
+    cfg["target_hidden_size"] = spec.target_hidden_size
+    cfg.update({k: getattr(spec, k) for k in NORM_FLAGS})
+    if spec.aux_layers and layout == "sglang":  # SGLang adds 1 (ids name layer outputs)
+        cfg["eagle_config"] = {
+            "eagle_aux_hidden_state_layer_ids": [i - 1 for i in spec.aux_layers],
+            "use_aux_hidden_state": True,
+        }
+    elif spec.aux_layers:  # vLLM reads top-level ids as h-indices
+        cfg["eagle_aux_hidden_state_layer_ids"] = list(spec.aux_layers)
+    if spec.aux_layers:
+        cfg["eagle3kit"] = {"aux_layers_hf": list(spec.aux_layers)}  # ours: h-indices
+    if verifier:
+        cfg["eagle3kit_verifier"] = verifier
+    return cfg
+
+
 def config_for(
     spec: DraftSpec, layout: str, *, verifier: str | None = None, speculative_tokens: int = 3
 ) -> dict[str, Any]:
@@ -296,10 +400,9 @@ def config_for(
     if problems:
         raise LossyConversion("; ".join(problems))
     verifier = verifier or spec.verifier
-    flags = {
-        k: getattr(spec, k)
-        for k in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
-    }
+    if spec.is_mla:
+        return _mla_config(spec, layout, verifier)
+    flags = {k: getattr(spec, k) for k in NORM_FLAGS}
     if layout == "vllm":
         return {
             "architectures": [VLLM_ARCH],

@@ -15,8 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from eagle3kit.formats.layouts import canonical_to_file, config_for
-from eagle3kit.formats.safetensors_io import DTYPE_SIZES, write_json
+from eagle3kit.atomic import atomic_open, atomic_write_json
+from eagle3kit.formats.layouts import MLA_ARCH, canonical_to_file, config_for
+from eagle3kit.formats.safetensors_io import DTYPE_SIZES
 from eagle3kit.spec import DraftSpec
 
 _WEIGHT_DTYPE = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
@@ -46,9 +47,11 @@ def write_sparse_drafter(
 ) -> Path:
     """Write `out/config.json` + `out/model.safetensors` for `spec` in `layout`.
 
-    Weights are zeros (a sparse file); d2t/t2d hold real mappings. `config_overrides` set or
-    (with value None) delete top-level config keys; `shape_overrides` and `extra_tensors` make
-    deliberately broken checkpoints for tests."""
+    Weights are zeros (a sparse file); d2t/t2d hold real mappings. The file is laid out as
+    eagle3kit's own writer lays it out (convert.save_drafter: tensors in name order, metadata
+    `eagle3kit_layout`), so a converted copy can be compared byte for byte. `config_overrides`
+    set or (with value None) delete top-level config keys; `shape_overrides` and
+    `extra_tensors` make deliberately broken checkpoints for tests."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = config_for(spec, layout)
@@ -69,10 +72,10 @@ def write_sparse_drafter(
         "d2t": np.ascontiguousarray(d2t, dtype=np.int64),
         "t2d": np.ascontiguousarray(t2d, dtype=np.bool_),
     }
-    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    header: dict[str, Any] = {"__metadata__": {"format": "pt", "eagle3kit_layout": layout}}
     blobs: list[tuple[int, bytes]] = []
     offset = 0
-    for name in sorted(shapes, key=lambda n: (n not in small, n)):  # index tensors first
+    for name in sorted(shapes, key=lambda n: canonical_to_file(n, layout)):  # as save_drafter
         if name in small:
             arr = small[name]
             dtype, shape, raw = ("I64" if name == "d2t" else "BOOL"), list(arr.shape), arr.tobytes()
@@ -89,8 +92,7 @@ def write_sparse_drafter(
         offset += size
     hjson = json.dumps(header, separators=(",", ":")).encode()
     hjson += b" " * (-len(hjson) % 8)
-    path = out / "model.safetensors"
-    with open(path, "wb") as f:
+    with atomic_open(out / "model.safetensors", "wb") as f:
         f.write(len(hjson).to_bytes(8, "little"))
         f.write(hjson)
         base = 8 + len(hjson)
@@ -98,7 +100,7 @@ def write_sparse_drafter(
             f.seek(base + off)
             f.write(raw)
         f.truncate(base + offset)
-    write_json(out / "config.json", cfg)
+    atomic_write_json(out / "config.json", cfg)
     return out
 
 
@@ -120,3 +122,60 @@ def kimi_k2_spec(max_position_embeddings: int = 131072) -> DraftSpec:
         aux_layers=(2, 30, 58),
         dtype="bfloat16",
     )
+
+
+# Kimi-K2.5 (moonshotai/Kimi-K2.5 text_config; DeepSeek-V3 architecture): 61 layers, H 7168,
+# 64 heads, MLA q_lora 1536 / kv_lora 512 / nope 128 / rope 64 / v 128, yarn x64 over 4096.
+KIMI_K25_YARN = {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096,
+                 "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}  # fmt: skip
+_KIMI_MLA = dict(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+                 v_head_dim=128)  # fmt: skip
+
+
+def kimi_k25_mla_spec() -> DraftSpec:
+    """lightseekorg/kimi-k2.5-eagle3-mla's shapes (FORMATS.md "MLA drafters"): one MLA layer
+    in Kimi-K2.5's own dims, H 7168, MLP 18432, the full 163840 draft vocab, fc [7168, 21504];
+    TorchSpec's native ids [1, 29, 57] (layer outputs) = h[2, 30, 58]."""
+    return DraftSpec(
+        hidden_size=7168,
+        intermediate_size=18432,
+        num_attention_heads=64,
+        num_key_value_heads=64,
+        head_dim=192,
+        vocab_size=163840,
+        draft_vocab_size=163840,
+        target_hidden_size=7168,
+        rms_norm_eps=1e-6,
+        rope_theta=50000.0,
+        rope_scaling=dict(KIMI_K25_YARN),
+        max_position_embeddings=262144,
+        aux_layers=(2, 30, 58),
+        dtype="bfloat16",
+        architecture=MLA_ARCH,
+        attention="mla",
+        model_type="kimi_k2",
+        **_KIMI_MLA,
+    )
+
+
+def kimi_k25_target_config() -> dict[str, Any]:
+    """The Kimi-K2.5 target's config.json, as far as eagle3kit reads it (text_config nested in
+    the multimodal wrapper, as the Hub's file has it)."""
+    text = dict(
+        architectures=["DeepseekV3ForCausalLM"], model_type="kimi_k2", hidden_size=7168,
+        intermediate_size=18432, moe_intermediate_size=2048, num_hidden_layers=61,
+        num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384, n_shared_experts=1,
+        num_experts_per_tok=8, first_k_dense_replace=1, vocab_size=163840, rms_norm_eps=1e-6,
+        rope_theta=50000.0, rope_scaling=dict(KIMI_K25_YARN), max_position_embeddings=262144,
+        torch_dtype="bfloat16", tie_word_embeddings=False, **_KIMI_MLA,
+    )  # fmt: skip
+    return {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+            "text_config": text, "torch_dtype": "bfloat16"}  # fmt: skip
+
+
+def write_target_config(out: str | Path, config: dict[str, Any]) -> Path:
+    """A target directory holding only config.json (enough for inspect, compat and plan)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / "config.json", config)
+    return out
