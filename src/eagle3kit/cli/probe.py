@@ -1,0 +1,109 @@
+"""`eagle3kit probe` (Phase 0: reuse a sibling's drafter?) and `eagle3kit report` (the game plan)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+
+def _render_probe(r: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    from eagle3kit.cli._render import out
+
+    con = out()
+    con.print(f"[bold]probe[/]: drafter {r['drafter']} on {r['target']}"
+              + (f" (reference {r['reference']})" if r["reference"] else ""))  # fmt: skip
+    con.print(f"  compat: {r['compat']['verdict']}")
+    if r.get("data"):
+        d = r["data"]
+        con.print(
+            f"  data: {d['source']}: {d['sequences']} sequences, {d['tokens']} tokens, {d['scored']} scored"
+        )
+    aux = r.get("aux")
+    if aux:
+        for c in aux["candidates"]:
+            a = aux["acceptance"][c["reading"]]
+            mark = "  <- chosen" if c["reading"] == aux["chosen"]["reading"] else ""
+            decl = " (the config's reading)" if c["declared"] else ""
+            con.print(
+                f"  aux {c['reading']} = h{c['layers']}{decl}: acc {a['acc']}, tau {a['accept_len']:.3f}{mark}"
+            )
+        ch = aux["chosen"]
+        con.print(
+            f"  trained on h{ch['layers']} (margin {ch['margin_accept_len']}, {'clear' if ch['clear'] else 'uncertain'})"
+        )
+        for eng, e in aux["engines"].items():
+            con.print(
+                f"  {eng}: captures h{e['captures']}: {'ok' if e['ok'] else 'WRONG: ' + e['fix']}"
+            )
+    if r["similarity"]:
+        t = Table(title="hidden-state similarity, reference vs target")
+        for col in ("layer", "cosine mean", "cosine p10", "CKA", "norm ratio"):
+            t.add_column(col)
+        rows = [*r["similarity"], {"layer": "fc(aux)", **r["fc_similarity"]}]
+        for s in rows:
+            t.add_row(str(s["layer"]), f"{s['cosine_mean']:.4f}", f"{s['cosine_p10']:.4f}",
+                      f"{s['cka']:.4f}", f"{s['norm_ratio']:.3f}")  # fmt: skip
+        con.print(t)
+    al = r["accept_len"]
+    if al["target"] is not None:
+        ref = f", reference {al['reference']:.3f}" if al["reference"] is not None else ""
+        con.print(f"  accept length (offline, depth {r['depth']}): target {al['target']:.3f}{ref}")
+        for k, v in (al.get("online") or {}).items():
+            if v:
+                con.print(
+                    f"  accept length (online): {k} {v['accept_len']:.3f} over {v['cycles']} cycles"
+                )
+    for why in r["reasons"]:
+        con.print(f"  - {why}")
+    colour = {"plug-in": "green", "fine-tune": "yellow", "from-scratch": "red"}[r["verdict"]]
+    con.print(f"[bold {colour}]verdict: {r['verdict']}[/]")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def probe(
+        drafter: Annotated[
+            str, typer.Option("--drafter", help="The drafter to reuse (any layout).")
+        ],
+        target: Annotated[
+            str, typer.Option("--target", help="The new target model dir or hub id.")
+        ],
+        reference: Annotated[
+            str | None,
+            typer.Option("--reference-target", help="The target the drafter was trained for."),
+        ] = None,
+        data: Annotated[
+            str | None,
+            typer.Option(
+                "--data", help="Prepared data dir (default: built-in stdlib conversations)."
+            ),
+        ] = None,
+        baseline_tps: Annotated[float | None, typer.Option(help="Plain decoding tok/s.")] = None,
+        cycle_ms: Annotated[float | None, typer.Option(help="One speculative cycle, ms.")] = None,
+        bench: Annotated[
+            str | None, typer.Option(help="bench JSON with baseline_tps and cycle_ms.")
+        ] = None,
+        depth: Annotated[int, typer.Option(help="Draft steps scored.")] = 3,
+        samples: Annotated[int, typer.Option(help="Sequences to probe on.")] = 16,
+        device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1 ...")] = "cpu",
+        dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
+        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    ) -> None:
+        """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance, verdict.
+
+        Exit 0 with a verdict (plug-in, fine-tune, from-scratch); 2 on bad input."""
+        from eagle3kit.cli._progress import bar
+        from eagle3kit.cli._render import emit_json
+        from eagle3kit.probe import probe as run_probe
+
+        with bar(not json_out) as progress:
+            r = run_probe(drafter, target, reference, data, baseline_tps=baseline_tps,
+                          cycle_ms=cycle_ms, bench=bench, depth=depth, samples=samples,
+                          device=device, dtype=dtype, progress=progress)  # fmt: skip
+        if json_out:
+            emit_json(r)
+        else:
+            _render_probe(r)

@@ -1,0 +1,498 @@
+"""`eagle3kit probe`: can a drafter trained for one target (OLD) serve a sibling (NEW)?
+
+The user's "Phase 0": plug the K2 drafter into K2.5 and measure, before training anything.
+
+1. compat of the drafter D with NEW (headers only, `eagle3kit.compat`).
+2. Which hidden states D was trained on, settled from data. A config's aux ids X mean h[X] to
+   some writers and h[X+1] to others (FORMATS.md); D's offline acceptance on NEW under each
+   reading tells: the reading D was trained on is the one it predicts from. Reported with the
+   margin and what each engine captures today.
+3. Hidden-state similarity of OLD vs NEW at those layers on the same tokens (per layer cosine
+   mean and p10, linear CKA, norm ratio: `eagle3kit.similarity`), and the same on fc(aux), the
+   drafter's own view of them.
+4. D's zero-shot acceptance on NEW beside OLD: offline, teacher-forced (`ttt_metrics` over
+   `compute_features`: per-position acc_i, conditional acceptance p_i and
+   tau = 1 + sum_{i=1..k} prod_{j<=i} p_j), and online when `eagle3kit.decode` is available.
+5. A verdict, plug-in / fine-tune / from-scratch, with its reasons in numbers (see `decide`),
+   and the break-even comparison from `plan`'s cycle model when the speeds are known.
+
+Token sequences come from a prepared data dir (`--data`, its held-out split) or, by default,
+built-in conversations from the Python standard library's own test suite rendered with NEW's
+chat template; only assistant tokens are scored.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eagle3kit.errors import Eagle3Error, bad
+from eagle3kit.progress import Progress, emit
+
+# Verdict thresholds (see `decide`).
+PLUG_IN_RETENTION = 0.9  # NEW keeps >= 90% of D's gain on OLD (tau - 1): plug in as is
+WARM_START_RETENTION = 0.25  # keeps >= 25% of the gain: D still knows something: fine-tune it
+WARM_START_FC_COSINE = 0.5  # or fc(aux) still points the same way on average
+CLEAR_MARGIN = 0.05  # tau difference under which the aux reading is called uncertain
+DEFAULT_DEPTH = 3
+
+
+@dataclass
+class Batch:
+    """Token sequences to probe on (right-padded)."""
+
+    input_ids: Any  # Long [B, T]
+    attention_mask: Any  # Bool [B, T]
+    loss_mask: Any  # Bool [B, T]
+    source: str
+
+
+# ---------------------------------------------------------------- token sequences
+
+
+def _chat_ids(tok: Any, messages: list[dict[str, str]]) -> tuple[list[int], int]:
+    """(ids of the whole conversation, number of prompt tokens before the assistant turn)."""
+    if getattr(tok, "chat_template", None):
+        full = tok.apply_chat_template(messages, tokenize=False)
+        prompt = tok.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
+    else:
+        prompt = messages[0]["content"] + "\n"
+        full = prompt + messages[1]["content"]
+    ids = tok(full, add_special_tokens=False)["input_ids"]
+    n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
+    return list(ids), n_prompt
+
+
+def builtin_batch(tokenizer: Any, n: int = 16, max_len: int = 256) -> Batch:
+    """``n`` built-in conversations (stdlib test-suite functions), tokenized by ``tokenizer``."""
+    import torch
+
+    from eagle3kit.zoo import _corpus as corpus
+
+    if tokenizer is None:
+        raise Eagle3Error("probe: the target has no tokenizer; pass --data (a prepared data dir)")
+    files = corpus.spaced(corpus.files("test", held_out=True), max(4, n // 4))
+    convs = corpus.spaced(corpus.chat_samples(files), n)
+    rows = []
+    for c in convs:
+        ids, n_prompt = _chat_ids(tokenizer, c["messages"])
+        ids = ids[:max_len]
+        rows.append((ids, [i >= n_prompt for i in range(len(ids))]))
+    return _pad(rows, "built-in stdlib conversations", torch)
+
+
+def data_batch(path: str, n: int = 16, max_len: int = 256) -> Batch:
+    """The first ``n`` held-out samples of a prepared data dir (contract 3), truncated."""
+    import torch
+
+    from eagle3kit.data.prepared import load_prepared
+
+    data = load_prepared(path)
+    _, held = data.split()
+    idx = list(held)[:n] or list(range(min(n, len(data))))
+    rows = []
+    for i in idx:
+        s = data[i]
+        rows.append((s.input_ids[:max_len].tolist(), s.loss_mask[:max_len].tolist()))
+    return _pad(rows, f"{path} (held-out split)", torch)
+
+
+def _pad(rows: list[tuple[list[int], list[bool]]], source: str, torch: Any) -> Batch:
+    rows = [r for r in rows if len(r[0]) >= 4]
+    if not rows:
+        raise Eagle3Error(f"probe: {source}: no sequence of at least 4 tokens")
+    t = max(len(r[0]) for r in rows)
+    ids = torch.zeros(len(rows), t, dtype=torch.long)  # [B, T]
+    att = torch.zeros(len(rows), t, dtype=torch.bool)  # [B, T]
+    lm = torch.zeros(len(rows), t, dtype=torch.bool)  # [B, T]
+    for b, (x, m) in enumerate(rows):
+        ids[b, : len(x)] = torch.tensor(x)
+        att[b, : len(x)] = True
+        lm[b, : len(x)] = torch.tensor(m, dtype=torch.bool)
+    return Batch(ids, att, lm, source)
+
+
+# ---------------------------------------------------------------- measurements
+
+
+def _with_aux(target: Any, layers: Sequence[int]) -> Any:
+    """A TargetModel over the same weights that captures ``layers`` instead."""
+    from eagle3kit.model.target import TargetModel
+
+    return TargetModel(target.model, target.tokenizer, aux_layers=tuple(layers),
+                       name_or_path=target.name_or_path)  # fmt: skip
+
+
+def _features(target: Any, batch: Batch, drafter: Any, chunk: int = 8) -> list[Any]:
+    from eagle3kit.data.features import compute_features
+
+    out = []
+    for s in range(0, batch.input_ids.shape[0], chunk):
+        sl = slice(s, s + chunk)
+        f = compute_features(target, batch.input_ids[sl], batch.attention_mask[sl],
+                             batch.loss_mask[sl], drafter.d2t)  # fmt: skip
+        out.append(f.to(drafter.fc.weight.device, drafter.fc.weight.dtype))
+    return out
+
+
+def offline_acceptance(drafter: Any, feats: list[Any], depth: int) -> dict[str, Any]:
+    """Teacher-forced acceptance of ``drafter`` over feature batches (contract 5)."""
+    from eagle3kit.train.ttt import sim_accept_len, ttt_counts
+
+    counts = None
+    for f in feats:
+        c = ttt_counts(drafter, f, depth)
+        counts = c if counts is None else counts + c
+    m = counts.finish()
+    return {
+        "acc": [round(x, 6) for x in m["acc"]],
+        "cond_acc": [round(x, 6) for x in m["cond_acc"]],
+        "counted": m["counted"],
+        "accept_len": round(sim_accept_len(m["cond_acc"]), 6),
+    }
+
+
+def aux_candidates(spec: Any, num_layers: int) -> list[dict[str, Any]]:
+    """The readings of D's aux ids: h[X] (HF index) and h[X+1] (layer output), valid ones only.
+
+    X are the ids as the file wrote them (``aux_layers_raw``); with none written, the engines'
+    default (2, L//2, L-3) under both readings."""
+    from eagle3kit.spec import default_aux_layers
+
+    raw = spec.aux_layers_raw or spec.aux_layers or default_aux_layers(num_layers)
+    out, seen = [], set()
+    for name, shift, who in (
+        ("h[X]", 0, "ids are HF hidden-state indices (speculators, original EAGLE, vLLM)"),
+        ("h[X+1]", 1, "ids name decoder-layer outputs (SpecForge, ModelOpt, SGLang)"),
+    ):
+        layers = tuple(int(i) + shift for i in raw)
+        if layers in seen or not all(0 <= i < num_layers for i in layers):
+            continue
+        seen.add(layers)
+        out.append({"reading": name, "layers": list(layers), "writers": who,
+                    "declared": spec.aux_layers is not None and tuple(spec.aux_layers) == layers})  # fmt: skip
+    if not out:
+        raise Eagle3Error(
+            f"probe: aux ids {list(raw)} fit neither reading on a {num_layers}-layer target"
+        )
+    return out
+
+
+def detect_aux(drafter: Any, target: Any, batch: Batch, spec: Any, depth: int) -> dict[str, Any]:
+    """D's offline acceptance on ``target`` under each reading; the winner and its margin."""
+    cands = aux_candidates(spec, target.num_layers)
+    acc, feats = {}, {}
+    for c in cands:
+        t = _with_aux(target, c["layers"])
+        try:
+            feats[c["reading"]] = _features(t, batch, drafter)
+        finally:
+            t.close()
+        acc[c["reading"]] = offline_acceptance(drafter, feats[c["reading"]], depth)
+    order = sorted(acc, key=lambda r: (acc[r]["accept_len"], acc[r]["acc"][0]), reverse=True)
+    chosen = order[0]
+    margin = acc[chosen]["accept_len"] - acc[order[1]]["accept_len"] if len(order) > 1 else None
+    layers = next(c["layers"] for c in cands if c["reading"] == chosen)
+    return {
+        "candidates": cands,
+        "acceptance": acc,
+        "chosen": {
+            "reading": chosen,
+            "layers": layers,
+            "margin_accept_len": None if margin is None else round(margin, 6),
+            "clear": margin is None or margin >= CLEAR_MARGIN,
+        },  # fmt: skip
+        "_features": feats[chosen],
+    }
+
+
+def engine_capture(
+    spec: Any, layout: str, target: Any, chosen: Sequence[int], src: str
+) -> dict[str, Any]:
+    """What each engine captures for D as written, whether that is ``chosen``, and the fix."""
+    from eagle3kit.compat import captured_layers
+
+    chosen = list(chosen)
+    declared_ok = spec.aux_layers is not None and list(spec.aux_layers) == chosen
+    out: dict[str, Any] = {}
+    for eng, key, ids, note in (
+        ("sglang", "eagle_config.eagle_aux_hidden_state_layer_ids", [i - 1 for i in chosen],
+         "SGLang captures h[id + 1]"),
+        ("vllm", "eagle_aux_hidden_state_layer_ids (top level)", chosen,
+         "vLLM reads HF indices; <= 0.21 ignores the nested eagle_config"),
+    ):  # fmt: skip
+        cap, why = captured_layers(eng, spec, layout, target.num_layers)
+        fix = None
+        if cap != chosen:
+            fix = f"set {key} to {ids} in config.json ({note})"
+            if declared_ok:
+                fix = f"eagle3kit convert {src} --to {eng} -o OUT  (or {fix})"
+        out[eng] = {"captures": cap, "why": why, "ok": cap == chosen, "fix": fix}
+    mt = str(getattr(target.config, "model_type", ""))
+    if mt.startswith(("deepseek", "kimi")):
+        out["sglang"]["versions"] = (
+            "DeepSeek/Kimi targets: SGLang < 0.5.13 captures h[id + 1]; >= 0.5.13 (PR #25454) "
+            "h[id + 1] only when the first id is 1, else h[id]"
+        )
+    return out
+
+
+def hidden_similarity(ref: Any, new: Any, drafter: Any, batch: Batch, layers: Sequence[int],
+                      chunk: int = 8) -> tuple[list[dict[str, Any]], dict[str, float]]:  # fmt: skip
+    """OLD vs NEW at ``layers`` on the batch's real tokens; and on fc(aux), D's view of them."""
+    import torch
+
+    from eagle3kit.similarity import aux_similarity, compare
+
+    tr, tn = _with_aux(ref, layers), _with_aux(new, layers)
+    try:
+        ra, na = [], []
+        for s in range(0, batch.input_ids.shape[0], chunk):
+            ids, att = batch.input_ids[s : s + chunk], batch.attention_mask[s : s + chunk]
+            ra.append(tr.forward(ids, att.long()).aux[att.to(tr.device)].float().cpu())  # [n, 3H]
+            na.append(tn.forward(ids, att.long()).aux[att.to(tn.device)].float().cpu())  # [n, 3H]
+    finally:
+        tr.close()
+        tn.close()
+    a, b = torch.cat(ra), torch.cat(na)  # [N, 3H] each
+    rows = aux_similarity(a, b, layers)
+    dev, dt = drafter.fc.weight.device, drafter.fc.weight.dtype
+    with torch.no_grad():
+        fa = drafter.project_aux(a.to(dev, dt)).float().cpu()  # [N, H]
+        fb = drafter.project_aux(b.to(dev, dt)).float().cpu()  # [N, H]
+    return rows, compare(fa, fb)
+
+
+def online_accept_len(drafter: Any, target: Any, batch: Batch, depth: int, n_prompts: int,
+                      max_new: int) -> dict[str, Any] | None:  # fmt: skip
+    """Real chain decoding on the first ``n_prompts`` prompts (the tokens before the first
+    assistant token): tau = emitted tokens / target verifies. None without `eagle3kit.decode`."""
+    try:
+        from eagle3kit.decode import speculative_generate
+    except ImportError:
+        return None
+    accepted = cycles = tokens = 0
+    for b in range(min(n_prompts, batch.input_ids.shape[0])):
+        lm = batch.loss_mask[b]
+        start = int(lm.nonzero()[0]) if lm.any() else int(batch.attention_mask[b].sum())
+        r = speculative_generate(target, drafter, batch.input_ids[b, :start].tolist(),
+                                 max_new_tokens=max_new, depth=depth)  # fmt: skip
+        accepted += sum(c.accepted + 1 for c in r.stats.cycles)
+        cycles += len(r.stats.cycles)
+        tokens += r.stats.new_tokens
+    tau = accepted / cycles if cycles else 1.0  # tokens emitted per target verify
+    return {"accept_len": round(tau, 6), "tokens": tokens, "cycles": cycles}
+
+
+# ---------------------------------------------------------------- verdict
+
+
+def read_bench(path: str) -> tuple[float, float]:
+    """(baseline tok/s, cycle ms) from a bench JSON: top-level ``baseline_tps`` and ``cycle_ms``."""
+    try:
+        doc = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise bad(path, f"expected a bench JSON document, cannot read it ({e})") from None
+    vals = []
+    for key in ("baseline_tps", "cycle_ms"):
+        v = doc.get(key) if isinstance(doc, dict) else None
+        if not isinstance(v, int | float) or isinstance(v, bool) or v <= 0:
+            raise bad(path, f"{key}: expected a positive number, found {v!r}")
+        vals.append(float(v))
+    return vals[0], vals[1]
+
+
+def break_even(
+    baseline_tps: float, cycle_ms: float, taus: dict[str, float | None], depth: int
+) -> dict[str, Any]:
+    """plan's cycle model at each measured tau: throughput tau / cycle_s, speedup, break-even."""
+    from eagle3kit.plan import plan
+
+    out: dict[str, Any] = {"baseline_tps": baseline_tps, "cycle_ms": cycle_ms, "depth": depth}
+    for name, tau in taus.items():
+        if tau is None:
+            continue
+        r = plan(
+            baseline_tps=baseline_tps,
+            cycle_ms=cycle_ms,
+            accept_len=min(tau, depth + 1),
+            depth=depth,
+        )
+        out["break_even_accept_len"] = round(r.break_even_accept_len, 6)
+        out[name] = {"accept_len": tau, "tps": round(r.throughput_tps, 3),
+                     "speedup": round(r.speedup, 4), "pays": r.pays}  # fmt: skip
+    return out
+
+
+def decide(
+    compatible: bool,
+    tau: float | None,
+    tau_ref: float | None,
+    fc_cosine: float | None,
+    be: dict[str, Any] | None,
+) -> tuple[str, list[str]]:
+    """plug-in | fine-tune | from-scratch, with the numbers that decided it.
+
+    retention = (tau_NEW - 1) / (tau_OLD - 1), the share of D's gain that survives the move.
+    - from-scratch: D cannot run on NEW (compat errors in shapes or vocab), or it keeps
+      < WARM_START_RETENTION of its gain and fc(aux) cosine < WARM_START_FC_COSINE;
+    - plug-in: retention >= PLUG_IN_RETENTION (or no reference) and, when the speeds are
+      known, tau_NEW is at or above plan's break-even;
+    - fine-tune: otherwise (D is a better start than nothing).
+    """
+    reasons: list[str] = []
+    if not compatible or tau is None:
+        return "from-scratch", [
+            "compat: the drafter cannot run on the new target (see compat findings)"
+        ]
+    retention = None
+    if tau_ref is not None and tau_ref > 1:
+        retention = (tau - 1) / (tau_ref - 1)
+        reasons.append(f"offline accept length {tau:.3f} on the new target vs {tau_ref:.3f} on the "
+                       f"reference: keeps {retention:.0%} of the gain (plug-in needs >= {PLUG_IN_RETENTION:.0%})")  # fmt: skip
+    else:
+        reasons.append(
+            f"offline accept length {tau:.3f} on the new target (no reference to compare)"
+        )
+    if fc_cosine is not None:
+        reasons.append(
+            f"fc(aux) cosine old vs new {fc_cosine:.3f} (warm start needs >= {WARM_START_FC_COSINE})"
+        )
+    pays = None
+    if be is not None and "target" in be:
+        pays = be["target"]["pays"]
+        reasons.append(f"plan: break-even accept length {be['break_even_accept_len']:.2f} "
+                       f"({be['baseline_tps']:g} tok/s x {be['cycle_ms']:g} ms); at {tau:.2f}: "
+                       f"{be['target']['tps']:.1f} tok/s, {be['target']['speedup']:.2f}x")  # fmt: skip
+    lost = retention is not None and retention < WARM_START_RETENTION
+    if lost and (fc_cosine is None or fc_cosine < WARM_START_FC_COSINE):
+        return "from-scratch", reasons
+    if (retention is None or retention >= PLUG_IN_RETENTION) and pays is not False:
+        return "plug-in", reasons
+    return "fine-tune", reasons
+
+
+# ---------------------------------------------------------------- the probe
+
+
+def _load(drafter: str, target: str, reference: str | None, device: str, dtype: str):
+    from eagle3kit.formats.layouts import read_spec
+    from eagle3kit.formats.safetensors_io import load_checkpoint
+    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.model.target import TargetModel, _parse_dtype
+
+    layout, spec, _ = read_spec(load_checkpoint(drafter))
+    new = TargetModel.from_pretrained(target, device=device, dtype=dtype)
+    ref = TargetModel.from_pretrained(reference, device=device, dtype=dtype) if reference else None
+    d = Eagle3Drafter.from_pretrained(drafter, device=device, dtype=_parse_dtype(dtype))
+    return layout, spec, d.eval().requires_grad_(False), new, ref
+
+
+def _runs_on(spec: Any, target: Any) -> bool:
+    return spec.target_hidden_size == target.hidden_size and spec.vocab_size == target.vocab_size
+
+
+def _on(drafter: Any, target: Any, own_embed: bool) -> Any:
+    """Engines feed the drafter the serving target's embedding unless it carries its own."""
+    if not own_embed:
+        drafter.set_embedding(target.embed_tokens.weight)
+    return drafter
+
+
+def _online(d: Any, target: Any, layers: Sequence[int], own_embed: bool, batch: Batch, depth: int,
+            n: int, max_new: int) -> dict[str, Any] | None:  # fmt: skip
+    t = _with_aux(target, layers)
+    try:
+        return online_accept_len(_on(d, t, own_embed), t, batch, depth, n, max_new)
+    finally:
+        t.close()
+
+
+def probe(
+    drafter: str,
+    target: str,
+    reference: str | None = None,
+    data: str | None = None,
+    *,
+    baseline_tps: float | None = None,
+    cycle_ms: float | None = None,
+    bench: str | None = None,
+    depth: int = DEFAULT_DEPTH,
+    samples: int = 16,
+    max_len: int = 256,
+    online_prompts: int = 4,
+    online_tokens: int = 48,
+    device: str = "cpu",
+    dtype: str = "float32",
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Run the Phase 0 probe; returns the `probe --json` document (module docstring)."""
+    from eagle3kit.compat import compat
+
+    if bench is not None and (baseline_tps is not None or cycle_ms is not None):
+        raise Eagle3Error("probe: give --bench or --baseline-tps/--cycle-ms, not both")
+    if (baseline_tps is None) != (cycle_ms is None):
+        raise Eagle3Error("probe: --baseline-tps and --cycle-ms go together")
+    if bench is not None:
+        baseline_tps, cycle_ms = read_bench(bench)
+    stages = 5
+    emit(progress, "probe", 0, stages, "stage", doing="compat")
+    c = compat(drafter, target, "both")
+    layout, spec, d, new, ref = _load(drafter, target, reference, device, dtype)
+    own_embed = bool(d.embed_loaded)
+    doc: dict[str, Any] = {"drafter": drafter, "target": target, "reference": reference,
+                           "compat": c.to_json(), "depth": depth}  # fmt: skip
+    if not _runs_on(spec, new):
+        v, why = decide(False, None, None, None, None)
+        return {**doc, "aux": None, "similarity": [], "fc_similarity": None, "data": None,
+                "acceptance": None, "accept_len": {"target": None, "reference": None},
+                "break_even": None, "verdict": v, "reasons": why}  # fmt: skip
+    batch = (
+        data_batch(data, samples, max_len)
+        if data
+        else builtin_batch(new.tokenizer, samples, max_len)
+    )
+    doc["data"] = {"source": batch.source, "sequences": int(batch.input_ids.shape[0]),
+                   "tokens": int(batch.attention_mask.sum()), "scored": int(batch.loss_mask.sum())}  # fmt: skip
+    emit(progress, "probe", 1, stages, "stage", doing="aux readings")
+    aux = detect_aux(_on(d, new, own_embed), new, batch, spec, depth)
+    layers = aux["chosen"]["layers"]
+    aux["engines"] = engine_capture(spec, layout, new, layers, drafter)
+    feats_new = aux.pop("_features")
+    acc_new = aux["acceptance"][aux["chosen"]["reading"]]
+    emit(progress, "probe", 2, stages, "stage", doing="similarity")
+    sim, fc_sim, acc_ref = [], None, None
+    if ref is not None:
+        sim, fc_sim = hidden_similarity(ref, new, d, batch, layers)
+        emit(progress, "probe", 3, stages, "stage", doing="reference acceptance")
+        tref = _with_aux(ref, layers)
+        try:
+            acc_ref = offline_acceptance(_on(d, ref, own_embed), _features(tref, batch, d), depth)
+        finally:
+            tref.close()
+    emit(progress, "probe", 4, stages, "stage", doing="online decoding")
+    online = {
+        "target": _online(d, new, layers, own_embed, batch, depth, online_prompts, online_tokens)
+    }
+    if ref is not None:
+        online["reference"] = _online(
+            d, ref, layers, own_embed, batch, depth, online_prompts, online_tokens
+        )
+    del feats_new
+    tau, tau_ref = acc_new["accept_len"], acc_ref["accept_len"] if acc_ref else None
+    be = None
+    if baseline_tps is not None:
+        be = break_even(baseline_tps, cycle_ms, {"target": tau, "reference": tau_ref}, depth)
+    verdict, reasons = decide(True, tau, tau_ref, fc_sim["cosine_mean"] if fc_sim else None, be)
+    if not aux["chosen"]["clear"]:
+        reasons.append(
+            f"aux reading uncertain: margin {aux['chosen']['margin_accept_len']} < {CLEAR_MARGIN}"
+        )
+    emit(progress, "probe", stages, stages, "stage", doing="done")
+    return {**doc, "aux": aux, "similarity": sim, "fc_similarity": fc_sim,
+            "acceptance": {"target": acc_new, "reference": acc_ref},
+            "accept_len": {"target": tau, "reference": tau_ref, "online": online},
+            "break_even": be, "verdict": verdict, "reasons": reasons}  # fmt: skip
