@@ -73,10 +73,8 @@ class ChatEncoder:
         template_kwargs: dict[str, Any] | None = None,
         where: str = "tokenizer",
     ) -> None:
-        if template is not None:
-            tokenizer.chat_template = template
         self.tok = tokenizer
-        self.template = template_text(tokenizer, where)
+        self.template = template if template is not None else template_text(tokenizer, where)
         self.kwargs = dict(template_kwargs or {})
         self.where = where
         self.mode = "generation" if marks_generation(self.template) else "prefix-diff"
@@ -89,7 +87,11 @@ class ChatEncoder:
     def render(self, turns: list[dict[str, str]], generation_prompt: bool = False) -> str:
         try:
             out = self.tok.apply_chat_template(
-                turns, tokenize=False, add_generation_prompt=generation_prompt, **self.kwargs
+                turns,
+                chat_template=self.template,
+                tokenize=False,
+                add_generation_prompt=generation_prompt,
+                **self.kwargs,
             )
         except Exception as e:  # jinja2 errors and the template's own raise_exception
             raise Malformed(f"chat template: {type(e).__name__}: {e}") from e
@@ -129,6 +131,7 @@ class ChatEncoder:
         try:
             out = self.tok.apply_chat_template(
                 turns,
+                chat_template=self.template,
                 tokenize=True,
                 return_dict=True,
                 return_assistant_tokens_mask=True,
