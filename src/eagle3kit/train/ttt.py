@@ -166,6 +166,15 @@ def ttt_loss(
     return total, c
 
 
+def loss_positions(t2d: torch.Tensor, feats: Any, k: int) -> torch.Tensor:
+    """|C_i| for i < k, float64 [k]: known before the forward (data-parallel normalisation)."""
+    out = torch.zeros(k, dtype=torch.float64)
+    for i in range(k):
+        lm = shift(feats.loss_mask, i + 2, False)  # [B, T]
+        out[i] = float((lm & t2d[shift(feats.target_argmax, i + 1)]).sum())
+    return out
+
+
 def ttt_counts(drafter: Any, feats: Any, k: int) -> Counts:
     """Counts of one batch without gradients (evaluation)."""
     with torch.no_grad():

@@ -1,0 +1,173 @@
+"""Everything a run needs before its first step: target, data source, vocab, drafter, splits.
+
+Order matters on warm start: the checkpoint says which target layers it reads (aux layers),
+so it is opened before the target, and the target captures exactly those layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eagle3kit.errors import Eagle3Error, bad
+from eagle3kit.progress import Progress, emit
+from eagle3kit.train import warmstart
+from eagle3kit.train.sources import OfflineSource, OnlineSource, store_vocab, token_counts
+
+
+@dataclass
+class Context:
+    drafter: Any
+    spec: Any
+    source: Any
+    train_idx: list[int]
+    heldout_n: int
+    eval_batches: list[Any]
+    init_info: dict[str, Any] | None
+    reference: dict[str, Any] | None = None  # --reference-target: old target's eval batches
+
+
+def _chunks(xs: list[int], n: int) -> list[list[int]]:
+    return [xs[i : i + n] for i in range(0, len(xs), n)]
+
+
+def _open_source(cfg: Any, target: Any, d2t: torch.Tensor, device: str):
+    if cfg.features:
+        from eagle3kit.data.store import FeatureStore
+
+        store = FeatureStore(cfg.features)
+        have = store_vocab(store, cfg.features)
+        if have is not None and not torch.equal(have[0].cpu(), d2t.cpu()):
+            raise bad(cfg.features, "d2t: the store's teacher columns were taken with another draft vocab than the drafter's")  # fmt: skip
+        return OfflineSource(store, max_len=cfg.max_len), None
+    from eagle3kit.data.prepared import load_prepared
+
+    data = load_prepared(cfg.data)
+    return OnlineSource(data, target, d2t, max_len=cfg.max_len, topk=cfg.topk), data
+
+
+def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(d2t, t2d) for the run, or None to keep the warm-start checkpoint's."""
+    from eagle3kit.model.vocab import build_vocab, load_vocab, validate_vocab
+
+    v = target.vocab_size
+    if init is not None and not cfg.rebuild_vocab:
+        if cfg.vocab or cfg.draft_vocab_size:
+            raise Eagle3Error("--vocab/--draft-vocab-size: a warm start keeps its checkpoint's d2t/t2d; add --rebuild-vocab to replace it")  # fmt: skip
+        return None
+    if cfg.vocab:
+        d2t, t2d = load_vocab(cfg.vocab)
+        validate_vocab(d2t, t2d, v, cfg.vocab)
+        return d2t.long(), t2d.bool()
+    if cfg.features and not cfg.data:
+        from eagle3kit.data.store import FeatureStore
+
+        have = store_vocab(FeatureStore(cfg.features), cfg.features)
+        if have is None:
+            raise Eagle3Error("--features: the store does not record its vocab; pass --vocab VOCAB")
+        d2t, t2d = have
+        if t2d is None:
+            t2d = torch.zeros(v, dtype=torch.bool)
+            t2d[torch.arange(d2t.numel()) + d2t] = True
+        return d2t.long(), t2d.bool()
+    n = cfg.draft_vocab_size or (init.spec.draft_vocab_size if init is not None else v)
+    if n == v and not cfg.rebuild_vocab:
+        return torch.zeros(v, dtype=torch.long), torch.ones(v, dtype=torch.bool)
+    from eagle3kit.data.prepared import load_prepared
+
+    return build_vocab(token_counts(load_prepared(cfg.data), v), n)
+
+
+def _target(cfg: Any, path: str, aux: Any, device: str):
+    from eagle3kit.model.target import TargetModel
+
+    return TargetModel.from_pretrained(path, device=device, dtype=cfg.target_dtype, aux_layers=aux,
+                                       trust_remote_code=cfg.trust_remote_code)  # fmt: skip
+
+
+def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
+    if not cfg.target:
+        raise Eagle3Error("--target: expected the target model (dir or hub id), found none")
+    if bool(cfg.data) == bool(cfg.features):
+        raise Eagle3Error(
+            "expected exactly one of --data DATA (online) or --features STORE (offline)"
+        )
+    if cfg.attention not in ("mha", "mla"):
+        raise Eagle3Error(f"--attention: expected 'mha' or 'mla', found {cfg.attention!r}")
+    if cfg.batch_size < d.world:
+        raise Eagle3Error(f"--batch-size: expected at least one sample per rank ({d.world}), found {cfg.batch_size}")  # fmt: skip
+    init = warmstart.warm_drafter(cfg.init_from, device="cpu") if cfg.init_from else None
+    target = _target(cfg, cfg.target, init.spec.aux_layers if init is not None else None, d.device)
+    emb = target.embed_tokens.weight  # [V, H]
+    info = None
+    if init is not None:
+        warmstart.check_against_target(
+            init.spec, target.vocab_size, emb.shape[1], str(cfg.init_from)
+        )
+        info = warmstart.describe(cfg.init_from, init)
+    vocab = _vocab(cfg, init, target)
+    if init is None:
+        m = warmstart.fresh_drafter(target.config.to_dict(), target.aux_layers, *vocab,
+                                    attention=cfg.attention, seed=cfg.seed)  # fmt: skip
+    elif vocab is not None:
+        m = warmstart.rebuild_vocab(init, *vocab)
+        info["rebuilt_vocab"] = {
+            "draft_vocab_size": int(vocab[0].numel()),
+            "rows_kept": m.rows_kept,
+        }
+    else:
+        m = init
+    m.set_embedding(emb.detach().cpu())
+    m = m.to(d.device)
+    src, data = _open_source(cfg, target, m.d2t.cpu(), d.device)
+    train_idx, held_idx = src.split(cfg.heldout, 0)
+    if cfg.max_samples:
+        train_idx = train_idx[: cfg.max_samples]
+    if not train_idx or not held_idx:
+        raise bad(cfg.data or cfg.features, f"expected training and held-out samples, found {len(train_idx)} and {len(held_idx)} (--heldout {cfg.heldout})")  # fmt: skip
+    held = held_idx[: cfg.eval_samples]
+    eval_batches = []
+    for j, ch in enumerate(_chunks(held, cfg.eval_batch)):
+        eval_batches.append(src.batch(ch).to(d.device))
+        emit(progress, "held-out features", j + 1, -(-len(held) // cfg.eval_batch), "batches")
+    ctx = Context(m, m.spec, src, train_idx, len(held), eval_batches, info)
+    if cfg.reference_target:
+        ctx.reference = _reference_before(cfg, ctx, data, held, d.device)
+    return ctx
+
+
+def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device: str) -> dict:
+    """Accept length of the starting drafter on the old (--reference-target) and new target."""
+    from eagle3kit.train.loop import evaluate
+
+    if data is None:
+        raise Eagle3Error("--reference-target needs --data (the old target runs online)")
+    old = _target(cfg, cfg.reference_target, ctx.spec.aux_layers, device)
+    src = OnlineSource(data, old, ctx.drafter.d2t.cpu(), max_len=cfg.max_len, topk=cfg.topk)
+    old_batches = [src.batch(ch).to(device) for ch in _chunks(held, cfg.eval_batch)]
+    k = cfg.ttt_steps
+    return {
+        "old_batches": old_batches,
+        "before": {"old": evaluate(ctx.drafter, old_batches, k)["sim_accept_len"],
+                   "new": evaluate(ctx.drafter, ctx.eval_batches, k)["sim_accept_len"]},
+        "target": cfg.reference_target,
+        "k": k,
+    }  # fmt: skip
+
+
+def reference_after(ctx: Context, best_dir: Path) -> dict[str, Any]:
+    """{"target", "before": {"old", "new"}, "after": {"old", "new"}} simulated accept lengths."""
+    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.train.loop import evaluate
+
+    ref = ctx.reference
+    dev = ctx.eval_batches[0].input_ids.device
+    best = Eagle3Drafter.from_pretrained(best_dir, device=dev, dtype=torch.float32)
+    best.set_embedding(ctx.drafter.embed_tokens.weight.detach())
+    k = ref["k"]
+    after = {"old": evaluate(best, ref["old_batches"], k)["sim_accept_len"],
+             "new": evaluate(best, ctx.eval_batches, k)["sim_accept_len"]}  # fmt: skip
+    return {"target": ref["target"], "before": ref["before"], "after": after}

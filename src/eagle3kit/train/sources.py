@@ -1,0 +1,91 @@
+"""Where training batches come from: online (the target runs on each batch) or offline (a
+feature store). Both hand out `eagle3kit.data.features.Features` for a list of sample indices,
+so the loop has one path; online and offline batches of the same samples are the same tensors
+up to the store's aux quantisation.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eagle3kit.errors import bad
+
+
+class OnlineSource:
+    """DATA dir + a TargetModel: `compute_features` per batch, nothing written to disk."""
+
+    kind = "online"
+
+    def __init__(self, data: Any, target: Any, d2t: torch.Tensor, *, max_len: int,
+                 topk: int | None = None) -> None:  # fmt: skip
+        self.data, self.target, self.d2t, self.max_len, self.topk = data, target, d2t, max_len, topk
+        self.ids = list(data.ids)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def split(self, heldout: float | int, seed: int = 0) -> tuple[list[int], list[int]]:
+        return self.data.split(heldout, seed)
+
+    def batch(self, indices: list[int]) -> Any:
+        from eagle3kit.data.features import compute_features
+        from eagle3kit.data.prepared import Sample, collate
+
+        samples = []
+        for i in indices:
+            s = self.data[i]
+            samples.append(Sample(s.id, s.input_ids[: self.max_len], s.loss_mask[: self.max_len]))
+        ids, attn, loss = collate(samples)  # [B, T] each
+        return compute_features(self.target, ids, attn, loss, self.d2t, self.topk)
+
+
+class OfflineSource:
+    """A feature store written by `eagle3kit data capture`: `FeatureStore.get` per batch."""
+
+    kind = "offline"
+
+    def __init__(self, store: Any, *, max_len: int) -> None:
+        self.store, self.max_len = store, max_len
+        self.ids = list(getattr(store, "ids", range(len(store))))
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def split(self, heldout: float | int, seed: int = 0) -> tuple[list[int], list[int]]:
+        return self.store.split(heldout, seed)
+
+    def batch(self, indices: list[int]) -> Any:
+        from dataclasses import fields, replace
+
+        f = self.store.get(list(indices))
+        if f.input_ids.shape[1] <= self.max_len:
+            return f
+        return replace(f, **{x.name: getattr(f, x.name)[:, : self.max_len] for x in fields(f)})
+
+
+def token_counts(data: Any, vocab_size: int) -> torch.Tensor:
+    """How often each target id is an assistant (loss-masked) token in DATA: Long [V]."""
+    toks = data.all_input_ids[data.all_loss_mask].long()  # [N_loss]
+    return torch.bincount(toks, minlength=vocab_size)[:vocab_size]
+
+
+def store_vocab(store: Any, where: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The (d2t, t2d) a feature store's teacher columns were taken with, if it records them."""
+    for attr in ("d2t",):
+        d2t = getattr(store, attr, None)
+        if d2t is not None:
+            t2d = getattr(store, "t2d", None)
+            return torch.as_tensor(d2t).long(), None if t2d is None else torch.as_tensor(t2d)
+    vocab = (getattr(store, "manifest", None) or {}).get("vocab")
+    if isinstance(vocab, str):
+        from eagle3kit.model.vocab import load_vocab
+
+        p = Path(vocab)
+        p = p if p.is_absolute() else Path(where) / p
+        if not p.is_file():
+            raise bad(where, f"vocab: the manifest names {vocab}, which does not exist")
+        return load_vocab(p)
+    return None
