@@ -33,9 +33,10 @@ from eagle3kit.cli import data as _data  # noqa: E402
 from eagle3kit.cli import demo as _demo  # noqa: E402
 from eagle3kit.cli import plan as _plan  # noqa: E402
 from eagle3kit.cli import probe as _probe  # noqa: E402
+from eagle3kit.cli import train as _train  # noqa: E402
 from eagle3kit.cli import zoo as _zoo  # noqa: E402
 
-for _mod in (_checkpoint, _plan, _zoo, _data, _probe, _demo):
+for _mod in (_checkpoint, _plan, _zoo, _data, _train, _probe, _demo):
     _mod.register(app)
 
 
