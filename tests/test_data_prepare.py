@@ -146,6 +146,19 @@ def test_sharegpt_system_field_and_bad_inputs(cli, tmp_path, target, tok):
     assert r.code == 2 and "--template-kwargs: expected a JSON object" in r.err
 
 
+def test_json_array_input_and_bom(tmp_path):
+    """A `.json` file holding one array (ShareGPT dumps) is numbered by record; a BOM is fine."""
+    from eagle3kit.data.conversations import read_conversations
+
+    arr = tmp_path / "dump.json"
+    arr.write_text(json.dumps([json.loads(LINES[0]), {"neither": 1}], indent=1))
+    got = [(line, type(x).__name__) for _, line, x in read_conversations([arr])]
+    assert got == [(1, "Conversation"), (2, "Problem")]
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b"\xef\xbb\xbf" + LINES[0].encode() + b"\n")
+    assert [type(x).__name__ for _, _, x in read_conversations([bom])] == ["Conversation"]
+
+
 def _hand_data(path: Path) -> None:
     """Four samples; loss tokens: 5 x3, 7 x2, 9 x1, 3 x1 (and 11 only outside the mask)."""
     w = PreparedWriter(path, shard_tokens=6)  # several shards

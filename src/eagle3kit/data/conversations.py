@@ -174,7 +174,7 @@ def to_form(turns: list[dict[str, str]], form: str) -> list[dict[str, str]]:
 def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
     """(line number from 1, parsed object or Malformed) for each non-blank line."""
     try:
-        fh = open(path, encoding="utf-8", errors="strict")  # noqa: SIM115
+        fh = open(path, encoding="utf-8-sig", errors="strict")  # noqa: SIM115
     except OSError as e:
         raise Eagle3Error(f"{path}: cannot read ({e.strerror or e})") from e
     with fh:
@@ -195,6 +195,25 @@ def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:
                 yield n, Malformed(f"bad JSON: {e.msg} at column {e.colno}")
 
 
+def _json_array_records(path: Path) -> Iterator[tuple[int, Any]]:
+    """(record number from 1, record) of a `.json` file holding one JSON array (ShareGPT dumps)."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise Eagle3Error(f"{path}: expected a JSON array of conversations ({e})") from e
+    if not isinstance(doc, list):
+        raise Eagle3Error(f"{path}: expected a JSON array of conversations, found {type(doc).__name__}")  # fmt: skip
+    yield from enumerate(doc, 1)
+
+
+def _is_json_array(path: Path) -> bool:
+    if path.suffix.lower() != ".json":
+        return False
+    with open(path, "rb") as f:
+        head = f.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
+    return head.startswith(b"[")
+
+
 def _dataset_rows(source: str) -> Iterator[tuple[int, Any]]:
     """(row number from 1, row dict) of a saved Hugging Face dataset (or a hub id)."""
     from eagle3kit.data.hf_datasets import iter_rows
@@ -206,10 +225,11 @@ _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def iter_records(path: str | Path) -> Iterator[tuple[int, Any]]:
-    """Raw records of one input: a JSONL file, a saved `datasets` directory, or a hub dataset id."""
+    """Raw records of one input: a JSONL file, a `.json` array (numbered by record), a saved
+    `datasets` directory (numbered by row), or a hub dataset id."""
     p = Path(path).expanduser()
     if p.is_file():
-        return _jsonl_records(p)
+        return _json_array_records(p) if _is_json_array(p) else _jsonl_records(p)
     if p.is_dir():
         return _dataset_rows(str(p))
     s = str(path)

@@ -72,8 +72,8 @@ def _line_bases(paths: list[str]) -> tuple[dict[str, int], int | None]:
     """Lines before each JSONL input and the total (for the progress bar); None for datasets."""
     bases, n = {}, 0
     for p in paths:
-        if not Path(p).is_file():
-            return {}, None
+        if not Path(p).is_file() or Path(p).suffix.lower() == ".json":
+            return {}, None  # datasets and JSON arrays count records, not lines
         bases[p] = n
         with open(p, "rb") as f:
             n += sum(1 for _ in f)
