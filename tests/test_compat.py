@@ -44,15 +44,17 @@ def test_sglang_layout_ids_are_wrong_for_vllm(tmp_path, target):
     assert res.engines["sglang"]["captures"] == [2, 5, 9]
     assert res.engines["vllm"]["captures"] == [1, 4, 8]
     errs = [f for f in res.findings if f.code == "aux-convention"]
-    assert (
-        len(errs) == 1
-        and errs[0].message.startswith("vllm")
-        and "convert --to vllm" in errs[0].message
-    )
+    assert len(errs) == 1 and errs[0].engine == "vllm" and "convert --to vllm" in errs[0].message
+    assert res.verdict.startswith("SGLang (latest rules: >= 0.5.17): serves it correctly; vLLM")
+    assert res.errors_for("sglang") == 0 and res.errors_for("vllm") == 1
 
 
-def test_no_aux_ids_compatible_with_both_engines(tmp_path, target):
-    assert compat(str(drafter(tmp_path, spec={"aux_layers": None})), str(target)).compatible
+def test_no_aux_ids_is_an_error_per_engine(tmp_path, target):
+    res = compat(str(drafter(tmp_path, spec={"aux_layers": None})), str(target))
+    errs = [f for f in res.findings if f.code == "aux-default"]
+    assert sorted(f.engine for f in errs) == ["sglang", "vllm"]
+    assert all("[2, 6, 9]" in f.message and "PR #50170" in f.message for f in errs)
+    assert res.engines["sglang"]["captures"] == [2, 6, 9] == res.engines["vllm"]["captures"]
 
 
 def test_k2_vs_k25_drop_in(tmp_path):
@@ -75,7 +77,7 @@ def test_k2_vs_k25_drop_in(tmp_path):
     assert all(f["severity"] == "info" for f in doc["findings"])
     assert {f["code"] for f in doc["findings"]} == {"config-metadata"}
     assert set(doc) >= {"compatible", "verdict", "findings"}
-    assert all(set(f) == {"severity", "code", "message"} for f in doc["findings"])
+    assert all(set(f) == {"severity", "code", "message", "engine"} for f in doc["findings"])
 
 
 def test_drafters_with_different_shapes_not_drop_in(tmp_path):
@@ -103,31 +105,14 @@ def test_aux_ids_out_of_range(tmp_path, target):
     assert "14" in msg and "[0, 11]" in msg
 
 
-def test_aux_ids_absent_says_engine_defaults(tmp_path, target):
-    d = drafter(tmp_path, spec={"aux_layers": None})
-    res = compat(str(d), str(target))
-    assert res.compatible
-    info = next(f for f in res.findings if f.code == "aux-absent")
-    assert "SGLang" in info.message and "vLLM" in info.message and "[2, 6, 9]" in info.message
-    assert res.engines["sglang"]["captures"] == [2, 6, 9] == res.engines["vllm"]["captures"]
-
-
 def test_aux_convention_mismatch_drafter_vs_target(tmp_path, target):
-    """ids written in HF convention into an SGLang config: SGLang adds 1 and captures the wrong layers."""
-    d = drafter(
-        tmp_path,
-        config_overrides={
-            "eagle_config": {
-                "eagle_aux_hidden_state_layer_ids": [2, 5, 9],
-                "use_aux_hidden_state": True,
-            }
-        },
-    )
-    res = compat(str(d), str(target), engine="vllm")
-    # SGLang reads these ids as layer outputs -> trained on HF [3, 6, 10]; vLLM reads them as HF [2, 5, 9]
-    assert res.engines["vllm"]["captures"] == [2, 5, 9]
-    assert res.engines["vllm"]["trained_on"] == [3, 6, 10]
-    assert "aux-convention" in codes(res)
+    """h-indices written into eagle_config, with our key saying so: SGLang adds 1 and is wrong."""
+    ids = {"eagle_aux_hidden_state_layer_ids": [2, 5, 9], "use_aux_hidden_state": True}
+    d = drafter(tmp_path, config_overrides={"eagle_config": ids})
+    res = compat(str(d), str(target), engine="both")
+    assert res.engines["vllm"]["captures"] == [2, 5, 9] == res.engines["vllm"]["trained_on"]
+    assert res.engines["sglang"]["captures"] == [3, 6, 10]
+    assert [f.engine for f in res.findings if f.code == "aux-convention"] == ["sglang"]
 
 
 def test_aux_convention_mismatch_between_drafters(tmp_path):
@@ -135,7 +120,10 @@ def test_aux_convention_mismatch_between_drafters(tmp_path):
     b = drafter(
         tmp_path,
         "b",
-        config_overrides={"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 5, 9]}},
+        config_overrides={
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 5, 9]},
+            "eagle3kit": None,  # a third party's file: SGLang's reading, h[3, 6, 10]
+        },
     )
     res = compat(str(a), str(b))
     assert "aux-layers-differ" in codes(res)
@@ -146,7 +134,8 @@ def test_aux_convention_mismatch_between_drafters(tmp_path):
 def test_speculators_layout_to_sglang_engine(tmp_path, target):
     d = drafter(tmp_path, layout="vllm")
     res = compat(str(d), str(target), engine="sglang")
-    assert {"sglang-skipped-names", "architecture"} <= codes(res)
+    assert {"skipped-names", "architecture"} <= codes(res)
+    assert {f.engine for f in res.findings if f.severity == "error"} == {"sglang"}
     assert compat(str(d), str(target), engine="vllm").compatible
 
 
@@ -226,9 +215,11 @@ def test_tokenizers_must_match(tmp_path):
 
 
 def test_cli_exit_codes_and_json(tmp_path, target):
-    good = drafter(tmp_path, "good", spec={"aux_layers": None})
-    r = run_cli("compat", good, target, "--json")
+    good = drafter(tmp_path, "good")
+    r = run_cli("compat", good, target, "--json", "--engine", "sglang")
     assert r.code == 0 and json.loads(r.out)["compatible"] is True
+    r = run_cli("compat", good, target)  # vLLM >= 0.22 reads the nested ids as h-indices
+    assert r.code == 1 and "aux-convention [vllm]" in r.out
     bad = drafter(tmp_path, "bad", omit=("embed_tokens.weight", "lm_head.weight"))
     r = run_cli("compat", bad, target)
     assert r.code == 1 and "missing-lm-head" in r.out
