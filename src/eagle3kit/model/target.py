@@ -204,13 +204,21 @@ class TargetModel:
 
         return hook
 
-    def _run(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, cache: Any):
+    def _run(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        cache: Any,
+        position_ids: torch.Tensor | None = None,
+    ):
         input_ids = torch.as_tensor(input_ids, device=self.device)
         if input_ids.ndim == 1:
             input_ids = input_ids[None]  # [1, T]
         kwargs: dict[str, Any] = {"input_ids": input_ids, "use_cache": cache is not None}
         if attention_mask is not None:
             kwargs["attention_mask"] = attention_mask.to(self.device)
+        if position_ids is not None:
+            kwargs["position_ids"] = position_ids.to(self.device)
         if cache is not None:
             kwargs[self._cache_kwarg] = cache
         self._captured = {}
@@ -262,6 +270,58 @@ class TargetModel:
         if self.cache is None:
             raise Eagle3Error("verify() needs a prefix: call prefill() first")
         return self._run(tokens, None, self.cache)
+
+    def verify_tree(
+        self, tokens: torch.Tensor, position_ids: torch.Tensor, tree_mask: torch.Tensor
+    ) -> TargetOutput:
+        """Run a token tree [1, n] in ONE forward: each token sees the whole cache, then only
+        the tree tokens that ``tree_mask`` allows.
+
+        ``tree_mask`` bool [n, n]: ``tree_mask[i, j]`` True when token i may attend to tree
+        token j (its ancestors and itself). ``position_ids`` [1, n] give each token its depth
+        in the sequence (siblings share one), so rotary embeddings see the path, not the
+        flattened order. The 4D mask [1, 1, n, S] (S = cached + n) goes to the model as an
+        additive float mask (0 = attend, dtype min = masked), which transformers passes
+        through unchanged for every attention implementation. All n tokens enter the cache:
+        ``keep`` the accepted path afterwards.
+        """
+        if self.cache is None:
+            raise Eagle3Error("verify_tree() needs a prefix: call prefill() first")
+        tokens = torch.as_tensor(tokens).reshape(1, -1)  # [1, n]
+        n, past = tokens.shape[1], self.seq_len
+        if tuple(tree_mask.shape) != (n, n):
+            raise Eagle3Error(
+                f"verify_tree: tree_mask must be [{n}, {n}], found {list(tree_mask.shape)}"
+            )
+        allowed = torch.ones(n, past + n, dtype=torch.bool, device=self.device)  # [n, S]
+        allowed[:, past:] = tree_mask.to(self.device)
+        mask = torch.zeros(1, 1, n, past + n, dtype=self.dtype, device=self.device)  # [1, 1, n, S]
+        mask.masked_fill_(~allowed, torch.finfo(self.dtype).min)
+        return self._run(tokens, mask, self.cache, position_ids.reshape(1, -1))
+
+    def keep(self, positions: torch.Tensor | list[int]) -> None:
+        """Keep only the cached positions ``positions`` (ascending), packed to 0..len-1.
+
+        After a tree verify the accepted path is scattered over the cache (siblings of its
+        nodes sit between them); this gathers every layer's keys and values along the
+        sequence axis so the cache holds exactly the path, as if it had been decoded alone.
+        Keys were rotated at their tree positions, which are the path's positions.
+        """
+        idx = torch.as_tensor(positions, dtype=torch.long, device=self.device)  # [n_keep]
+        n = self.seq_len
+        if idx.numel() and (int(idx.min()) < 0 or int(idx.max()) >= n):
+            raise Eagle3Error(f"keep: positions must lie in 0..{n - 1}, found {idx.tolist()}")
+        if idx.numel() > 1 and not bool((idx[1:] > idx[:-1]).all()):
+            raise Eagle3Error(f"keep: positions must be strictly ascending, found {idx.tolist()}")
+        if idx.numel() == n:
+            return  # ascending, in range and n of them: already 0..n-1
+        # only the suffix after the longest untouched prefix needs moving
+        same = int((idx == torch.arange(idx.numel(), device=self.device)).cumprod(0).sum())
+        for layer in self.cache.layers:
+            for name in ("keys", "values"):
+                t = getattr(layer, name)  # [B, heads, n, d]
+                moved = t.index_select(-2, idx[same:])  # [B, heads, n_keep - same, d]
+                setattr(layer, name, torch.cat([t[..., :same, :], moved], dim=-2))
 
     def crop(self, length: int) -> None:
         """Keep only the first ``length`` cached tokens (the accepted prefix)."""

@@ -1,0 +1,200 @@
+"""CLI verbs: `eagle3kit generate | eval | bench` — speculative decoding and its measurements
+(eagle3kit.decode, eagle3kit.evaluate, eagle3kit.bench)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+TARGET_HELP = "Target: a model dir, a hub id, or a zoo member (dsv3-v2, llama-v1-tiny)."
+DRAFTER_HELP = "Drafter dir (any layout: SGLang, speculators/vLLM, EAGLE)."
+DATA_HELP = "A DATA dir from `data prepare`, or a JSONL of conversations."
+
+
+def _tree(tree: bool, topk: int, budget: int):
+    from eagle3kit.decode import TreeShape
+
+    return TreeShape(topk, budget) if tree else None
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("generate")
+    def generate(
+        target: str = typer.Option(..., "--target", help=TARGET_HELP),
+        drafter: str = typer.Option(..., "--drafter", help=DRAFTER_HELP),
+        prompt: str = typer.Option(..., "--prompt", help="Raw text (see --chat)."),
+        chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in the chat template."),
+        max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
+        depth: int = typer.Option(4, "--depth", help="Draft tokens per cycle (tree: depth)."),
+        tree: bool = typer.Option(False, "--tree", help="Draft a tree instead of a chain."),
+        topk: int = typer.Option(4, "--topk", help="Tree: children per expanded node."),
+        budget: int = typer.Option(16, "--budget", help="Tree: draft tokens sent to the target."),
+        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+        top_p: float = typer.Option(1.0, "--top-p"),
+        seed: int = typer.Option(0, "--seed"),
+        device: str = typer.Option("cpu", "--device"),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """Generate with speculative decoding; streams the text, ends with tau and tok/s."""
+        from eagle3kit.cli._render import emit_json
+        from eagle3kit.decode import Sampling, speculative_generate
+        from eagle3kit.decode.loading import load_pair
+
+        tm, d = load_pair(target, drafter, device=device)
+        tok = tm.tokenizer
+        if tok is None:
+            raise typer.BadParameter("the target has no tokenizer", param_hint="--target")
+        if chat:
+            ids = tok.apply_chat_template([{"role": "user", "content": prompt}],
+                                          add_generation_prompt=True, tokenize=True,
+                                          return_dict=True)["input_ids"]  # fmt: skip
+        else:
+            ids = tok(prompt)["input_ids"]
+        stream = None if json_ else _Streamer(tok)
+        g = speculative_generate(tm, d, ids, max_new_tokens=max_new_tokens, depth=depth,
+                                 tree=_tree(tree, topk, budget),
+                                 sampling=Sampling(temperature, top_p),
+                                 eos_token_id=tok.eos_token_id, seed=seed,
+                                 on_tokens=stream)  # fmt: skip
+        text = tok.decode(g.tokens)
+        if json_:
+            emit_json({"prompt_ids": g.prompt_ids, "tokens": g.tokens, "text": text,
+                       "accept_len": g.stats.accept_len, "tokens_per_s": g.stats.tokens_per_s,
+                       "stats": g.stats.summary()})  # fmt: skip
+            return
+        s = g.stats
+        print(f"\n\ntau {s.accept_len:.2f}  {s.tokens_per_s:.1f} tok/s  ({s.new_tokens} tokens, "
+              f"{len(s.cycles)} cycles, draft {s.mean_ms('draft_s'):.2f} ms + verify "
+              f"{s.mean_ms('verify_s'):.2f} ms per cycle)", file=sys.stderr)  # fmt: skip
+
+    @app.command("eval")
+    def eval_(
+        target: str = typer.Option(..., "--target", help=TARGET_HELP),
+        drafter: str = typer.Option(..., "--drafter", help=DRAFTER_HELP),
+        data: Path = typer.Option(..., "--data", help=DATA_HELP),
+        online: bool = typer.Option(False, "--online", help="Also decode for real: tau, tok/s."),
+        depth: int = typer.Option(3, "--depth", help="Draft steps (chain depth)."),
+        max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Online: per prompt."),
+        repeats: int = typer.Option(3, "--repeats", help="Online: repeats (median/min/max)."),
+        limit: int = typer.Option(20, "--limit", help="Online: at most this many prompts."),
+        device: str = typer.Option("cpu", "--device"),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding."""
+        from eagle3kit.cli._progress import bar
+        from eagle3kit.cli._render import emit_json
+        from eagle3kit.decode.loading import load_pair
+        from eagle3kit.evaluate import evaluate, load_eval_data
+
+        tm, d = load_pair(target, drafter, device=device)
+        ev = load_eval_data(data, tm.tokenizer)
+        with bar(not json_) as progress:
+            r = evaluate(tm, d, ev, depth, online=online, max_new_tokens=max_new_tokens,
+                         repeats=repeats, limit=limit, progress=progress)  # fmt: skip
+        if json_:
+            emit_json(r)
+        else:
+            _render_eval(r)
+
+    @app.command("bench")
+    def bench_(
+        target: str = typer.Option(..., "--target", help=TARGET_HELP),
+        drafter: str = typer.Option(None, "--drafter", help=DRAFTER_HELP),
+        data: Path = typer.Option(
+            None, "--data", help=DATA_HELP + " Default: built-in chat prompts."
+        ),
+        prompts: int = typer.Option(8, "--prompts", help="At most this many prompts."),
+        repeats: int = typer.Option(5, "--repeats"),
+        max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
+        depth: int = typer.Option(4, "--depth", help="Chain depth."),
+        tree_depth: int = typer.Option(5, "--tree-depth"),
+        topk: int = typer.Option(4, "--topk"),
+        budget: int = typer.Option(16, "--budget"),
+        lookup: int = typer.Option(10, "--lookup", help="prompt_lookup_num_tokens."),
+        device: str = typer.Option("cpu", "--device"),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
+    ) -> None:
+        """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order)."""
+        from eagle3kit.bench import bench, default_prompts
+        from eagle3kit.cli._progress import bar
+        from eagle3kit.cli._render import emit_json
+        from eagle3kit.decode.loading import load_pair
+        from eagle3kit.evaluate import load_eval_data
+
+        tm, d = load_pair(target, drafter, device=device)
+        if data is not None:
+            ps = load_eval_data(data, tm.tokenizer).prompts[:prompts]
+        else:
+            ps = default_prompts(tm.tokenizer, prompts)
+        with bar(not json_) as progress:
+            r = bench(tm, d, ps, repeats=repeats, max_new_tokens=max_new_tokens, depth=depth,
+                      tree=_tree(True, topk, budget), tree_depth=tree_depth, lookup=lookup,
+                      progress=progress)  # fmt: skip
+        if json_:
+            emit_json(r)
+        else:
+            _render_bench(r)
+
+
+class _Streamer:
+    """Print new text as it comes (decoding the whole continuation keeps merges right)."""
+
+    def __init__(self, tok) -> None:
+        self.tok, self.ids, self.shown = tok, [], ""
+
+    def __call__(self, new: list[int]) -> None:
+        self.ids += new
+        text = self.tok.decode(self.ids)
+        sys.stdout.write(text[len(self.shown) :])
+        sys.stdout.flush()
+        self.shown = text
+
+
+def _fmt_list(xs) -> str:
+    return " ".join(f"{x:.2f}" for x in xs)
+
+
+def _render_eval(r: dict) -> None:
+    from eagle3kit.cli._render import out
+
+    c = out()
+    c.print(f"[bold]{r['mode']}[/] eval, depth {r['depth']}: accept length {r['accept_len']:.2f}")
+    c.print(f"  per-position acceptance  {_fmt_list(r['per_position_acceptance'])}")
+    c.print(f"  conditional acceptance   {_fmt_list(r['conditional_acceptance'])}")
+    if r["mode"] == "online":
+        s, b = r["tokens_per_s_spread"], r["baseline_tokens_per_s_spread"]
+        c.print(f"  speculative {s['median']:.1f} tok/s (min {s['min']:.1f}, max {s['max']:.1f}); "
+                f"greedy {b['median']:.1f} (min {b['min']:.1f}, max {b['max']:.1f}); "
+                f"speedup {r['speedup']:.2f}x")  # fmt: skip
+        c.print(f"  decode step {r['decode_ms']:.2f} ms, cycle {r['cycle_ms']:.2f} ms (draft "
+                f"{r['draft_ms']:.2f} + verify {r['verify_ms']:.2f}); lossless: {r['lossless']}")  # fmt: skip
+        c.print(f"  offline simulated tau {r['offline']['accept_len']:.2f} vs online "
+                f"{r['accept_len']:.2f}: gap {100 * r['offline_online_gap']:+.1f}%")  # fmt: skip
+
+
+def _render_bench(r: dict) -> None:
+    from rich.table import Table
+
+    from eagle3kit.cli._render import out
+
+    e = r["environment"]
+    t = Table(
+        title=f"{r['prompts']} prompts x {r['max_new_tokens']} tokens, {r['repeats']} repeats"
+    )
+    for col in ("method", "tok/s median", "min", "max", "speedup", "tau", "ideal", "of ideal"):
+        t.add_column(col)
+    for m in r["methods"]:
+        tps = m["tokens_per_s"]
+        ideal = m.get("ideal_speedup")
+        t.add_row(m["name"], f"{tps['median']:.1f}", f"{tps['min']:.1f}", f"{tps['max']:.1f}",
+                  f"{m['speedup']:.2f}x", f"{m['accept_len']:.2f}",
+                  f"{ideal:.2f}x" if ideal else "-",
+                  f"{100 * m['fraction_of_ideal']:.0f}%" if ideal else "-")  # fmt: skip
+    c = out()
+    c.print(t)
+    if r["target_distinct4"] is not None:
+        c.print(f"target greedy distinct-4: {r['target_distinct4']:.2f}")
+    c.print(f"{e['cpu']} ({e['cpu_count']} cpus, {e['threads']} threads, load {e['load_avg_1m']}) "
+            f"| python {e['python']} | torch {e['torch']} | transformers {e['transformers']}")  # fmt: skip

@@ -1,0 +1,224 @@
+"""How good is a drafter on a target? Offline (teacher-forced) and online (real decoding).
+
+Offline, on DATA's held-out samples: the training-time-test metrics of `eagle3kit.train.ttt`
+on features from `eagle3kit.data.features.compute_features` (the same code training uses):
+per-position acceptance acc_i, conditional acceptance cond_acc_i and the simulated accept
+length of a greedy chain of depth k,
+
+    tau_sim = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j.
+
+Online, on DATA's prompts (each conversation up to its first assistant turn, chat-templated):
+real greedy chain decoding against plain greedy decoding of the same prompts, `repeats` times
+in alternating order. tau = tokens per target forward; tok/s = new tokens / wall time (prefill
+included) over all prompts of one repeat; median/min/max over repeats. decode_ms is the median
+plain decode step, cycle_ms the mean speculative cycle (draft + verify + bookkeeping), so
+`eagle3kit plan --from` can predict tau / cycle_ms and compare. The offline-online gap is
+tau_sim / tau_online - 1.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from eagle3kit.errors import Eagle3Error, bad
+from eagle3kit.progress import Progress, emit
+
+
+@dataclass
+class EvalData:
+    """Held-out samples (ids, loss mask) for offline eval and chat prompts for online eval."""
+
+    source: str
+    samples: list[tuple[torch.Tensor, torch.Tensor]]  # (input_ids [T], loss_mask [T])
+    prompts: list[list[int]]
+
+
+def _prompt_of(ids: torch.Tensor, mask: torch.Tensor) -> list[int] | None:
+    """The sample up to its first assistant token (the chat template's generation prompt)."""
+    hits = mask.nonzero()
+    return ids[: int(hits[0])].tolist() if len(hits) and int(hits[0]) > 0 else None
+
+
+def load_eval_data(path: str | Path, tokenizer: Any = None, *, heldout: float = 0.05) -> EvalData:
+    """A DATA dir (`data prepare`; its held-out split, the one training leaves out) or a JSONL
+    of conversations (all of them; encoded with the target's chat template)."""
+    p = Path(path)
+    if p.is_dir():
+        from eagle3kit.data.prepared import load_prepared
+
+        data = load_prepared(p)
+        _, held = data.split(heldout) if len(data) > 1 else ([], list(range(len(data))))
+        samples = [(data[i].input_ids, data[i].loss_mask) for i in held]
+    elif p.is_file():
+        samples = _encode_jsonl(p, tokenizer)
+    else:
+        raise Eagle3Error(f"{p}: no such DATA directory or JSONL file")
+    prompts = [pr for ids, m in samples if (pr := _prompt_of(ids, m)) is not None]
+    if not samples:
+        raise bad(str(p), "expected at least one sample with an assistant turn, found none")
+    return EvalData(str(p), samples, prompts)
+
+
+def _encode_jsonl(p: Path, tokenizer: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    from eagle3kit.data.conversations import Problem, read_conversations
+    from eagle3kit.data.templates import ChatEncoder
+
+    if tokenizer is None:
+        raise bad(str(p), "a JSONL of conversations needs the target's tokenizer, found none")
+    enc = ChatEncoder(tokenizer)
+    out = []
+    for file, line, conv in read_conversations([p]):
+        if isinstance(conv, Problem):
+            raise bad(f"{file}:{line}", conv.reason)
+        ids, mask = enc.encode(conv.turns)
+        if any(mask):
+            out.append((torch.tensor(ids), torch.tensor(mask, dtype=torch.bool)))
+    return out
+
+
+def evaluate_offline(target, drafter, data: EvalData, depth: int = 3, *, batch_size: int = 8,
+                     progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+    """Teacher-forced acceptance on the held-out samples (module docstring)."""
+    from eagle3kit.data.features import compute_features
+    from eagle3kit.data.prepared import Sample, collate
+    from eagle3kit.train.ttt import sim_accept_len, ttt_counts
+
+    total = None
+    n = len(data.samples)
+    for start in range(0, n, batch_size):
+        chunk = data.samples[start : start + batch_size]
+        ids, am, lm = collate([Sample(str(i), s, m) for i, (s, m) in enumerate(chunk)])
+        feats = compute_features(target, ids, am, lm, drafter.d2t)
+        feats = feats.to(drafter.fc.weight.device, drafter.fc.weight.dtype)
+        c = ttt_counts(drafter, feats, depth)
+        total = c if total is None else total + c
+        emit(progress, "offline eval", min(start + batch_size, n), n, "samples")
+    m = total.finish()
+    return {
+        "mode": "offline",
+        "depth": depth,
+        "accept_len": sim_accept_len(m["cond_acc"], depth),
+        "per_position_acceptance": m["acc"],
+        "conditional_acceptance": m["cond_acc"],
+        "counted": m["counted"],
+        "samples": n,
+    }
+
+
+def _spread(xs: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
+
+
+def evaluate_online(target, drafter, prompts: list[list[int]], depth: int = 3, *,
+                    max_new_tokens: int = 128, repeats: int = 3, tree=None,
+                    progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+    """Real decoding of `prompts`: speculative (chain, or tree) against plain greedy."""
+    from eagle3kit.decode import greedy_generate, speculative_generate
+
+    if not prompts:
+        raise Eagle3Error("online eval: expected at least one prompt, found none")
+    eos = getattr(target.tokenizer, "eos_token_id", None)
+    spec_tps, base_tps, steps, runs, lossless = [], [], [], [], True
+    for r in range(repeats):
+        times = {"spec": [0.0, 0], "base": [0.0, 0]}
+        for i, ids in enumerate(prompts):
+            order = ("base", "spec") if (r + i) % 2 == 0 else ("spec", "base")
+            out = {}
+            for name in order:
+                if name == "base":
+                    g = greedy_generate(
+                        target, ids, max_new_tokens=max_new_tokens, eos_token_id=eos
+                    )
+                else:
+                    g = speculative_generate(target, drafter, ids, max_new_tokens=max_new_tokens,
+                                             depth=depth, tree=tree, eos_token_id=eos)  # fmt: skip
+                times[name][0] += g.stats.total_s
+                times[name][1] += g.stats.new_tokens
+                out[name] = g
+            lossless &= out["spec"].tokens == out["base"].tokens
+            steps += [c.verify_s for c in out["base"].stats.cycles]
+            runs.append(out["spec"].stats)
+            emit(
+                progress, "online eval", r * len(prompts) + i + 1, repeats * len(prompts), "prompts"
+            )
+        spec_tps.append(times["spec"][1] / times["spec"][0])
+        base_tps.append(times["base"][1] / times["base"][0])
+    return _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, len(prompts), repeats)
+
+
+def _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, n_prompts, repeats):
+    from eagle3kit.decode import DecodeStats
+
+    pooled = DecodeStats(depth=depth, method=runs[0].method)
+    for s in runs:
+        pooled.cycles += s.cycles
+    return {
+        "mode": "online",
+        "method": pooled.method,
+        "depth": depth,
+        "accept_len": pooled.accept_len,
+        "per_position_acceptance": pooled.per_position_acceptance(),
+        "conditional_acceptance": pooled.conditional_acceptance(),
+        "tokens_per_s": statistics.median(spec_tps),
+        "baseline_tokens_per_s": statistics.median(base_tps),
+        "tokens_per_s_spread": _spread(spec_tps),
+        "baseline_tokens_per_s_spread": _spread(base_tps),
+        "speedup": statistics.median(spec_tps) / statistics.median(base_tps),
+        "decode_ms": 1e3 * statistics.median(steps) if steps else None,
+        "cycle_ms": pooled.mean_ms("cycle_s"),
+        "draft_ms": pooled.mean_ms("draft_s"),
+        "verify_ms": pooled.mean_ms("verify_s"),
+        "lossless": lossless,
+        "prompts": n_prompts,
+        "repeats": repeats,
+    }
+
+
+def evaluate(target, drafter, data: EvalData, depth: int = 3, *, online: bool = False,
+             max_new_tokens: int = 128, repeats: int = 3, limit: int | None = 20,
+             progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+    """Offline always; with `online`, also real decoding, and the offline-online gap."""
+    off = evaluate_offline(target, drafter, data, depth, progress=progress)
+    if not online:
+        return off
+    prompts = data.prompts[:limit] if limit else data.prompts
+    on = evaluate_online(target, drafter, prompts, depth, max_new_tokens=max_new_tokens,
+                         repeats=repeats, progress=progress)  # fmt: skip
+    on["offline"] = {k: off[k] for k in ("accept_len", "per_position_acceptance",
+                                         "conditional_acceptance", "samples")}  # fmt: skip
+    on["offline_online_gap"] = off["accept_len"] / on["accept_len"] - 1.0
+    return on
+
+
+def plan_inputs(path: str | Path) -> dict[str, Any]:
+    """What `eagle3kit plan --from eval.json` takes: accept_len, depth, and (online) cycle_ms
+    and decode_ms."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise Eagle3Error(f"{p}: no such file") from None
+    except (OSError, ValueError) as e:
+        raise bad(
+            str(p), f"expected the JSON of `eagle3kit eval --json`, found unreadable JSON ({e})"
+        ) from e
+    if not isinstance(doc, dict) or doc.get("mode") not in ("offline", "online"):
+        raise bad(
+            str(p), "mode: expected 'offline' or 'online' (the output of `eagle3kit eval --json`)"
+        )
+    out: dict[str, Any] = {}
+    for key in ("accept_len", "depth", "cycle_ms", "decode_ms"):
+        v = doc.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise bad(str(p), f"{key}: expected a number, found {v!r}")
+        if v is not None:
+            out[key] = v
+    if "accept_len" not in out:
+        raise bad(str(p), "accept_len: expected a number, found none")
+    return out

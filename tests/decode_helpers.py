@@ -1,0 +1,69 @@
+"""Drafters for the decoding tests: random, or briefly trained on the target's own greedy text."""
+
+from __future__ import annotations
+
+import torch
+
+from eagle3kit.data.features import compute_features
+from eagle3kit.decode import greedy_generate
+from eagle3kit.model.drafter import Eagle3Drafter
+from eagle3kit.model.vocab import build_vocab
+from eagle3kit.spec import DraftSpec
+from eagle3kit.train.ttt import ttt_loss
+
+PROMPTS = [
+    "def ", "import ", "class ", "    return ", "for i in ", "if __name__", "# ", "\"\"\"",
+    "from ", "    def ", "with open(", "try:\n", "    if ", "print(", "self.", "raise ",
+]  # fmt: skip
+HELD_OUT = ["def main(", "    while ", "x = [", "except "]
+
+
+def new_drafter(
+    target, draft_vocab: int | None = None, counts=None, seed: int = 0
+) -> Eagle3Drafter:
+    """A random drafter shaped for `target`, using its embedding; a smaller draft vocabulary
+    takes the `counts` most frequent target ids (d2t/t2d by eagle3kit.model.vocab)."""
+    h, v = target.hidden_size, target.vocab_size
+    spec = DraftSpec(hidden_size=h, intermediate_size=2 * h, num_attention_heads=2,
+                     num_key_value_heads=1, head_dim=h // 2, vocab_size=v,
+                     draft_vocab_size=draft_vocab or v, target_hidden_size=h,
+                     aux_layers=target.aux_layers, dtype="float32")  # fmt: skip
+    torch.manual_seed(seed)
+    d = Eagle3Drafter(spec)
+    if draft_vocab and draft_vocab < v:
+        d2t, t2d = build_vocab(counts, draft_vocab)
+        d.d2t.copy_(d2t)
+        d.t2d.copy_(t2d)
+    d.set_embedding(target.embed_tokens.weight)
+    return d.eval()
+
+
+def self_text(target, prompts=PROMPTS, n: int = 40) -> list[list[int]]:
+    """prompt + the target's greedy continuation (n tokens), as token ids."""
+    eos = target.tokenizer.eos_token_id
+    out = []
+    for p in prompts:
+        ids = target.tokenizer(p)["input_ids"]
+        out.append(ids + greedy_generate(target, ids, max_new_tokens=n, eos_token_id=eos).tokens)
+    return out
+
+
+def train_drafter(target, seqs: list[list[int]], draft_vocab: int | None = None,
+                  steps: int = 200, k: int = 3) -> Eagle3Drafter:  # fmt: skip
+    """A drafter trained by training-time test (eagle3kit.train.ttt) on `seqs`, full batch."""
+    t = max(map(len, seqs))
+    ids = torch.zeros(len(seqs), t, dtype=torch.long)  # [B, T]
+    am = torch.zeros(len(seqs), t, dtype=torch.bool)  # [B, T]
+    for i, s in enumerate(seqs):
+        ids[i, : len(s)], am[i, : len(s)] = torch.tensor(s), True
+    counts = torch.bincount(ids[am], minlength=target.vocab_size)
+    d = new_drafter(target, draft_vocab, counts)
+    feats = compute_features(target, ids, am, am, d.d2t)
+    opt = torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=3e-3)
+    d.train()
+    for _ in range(steps):
+        loss, _ = ttt_loss(d, feats, k)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return d.eval()
