@@ -80,3 +80,48 @@ def register(data_app: typer.Typer) -> None:
                         f"{len(res.failed)} failed, {len(res.skipped)} input lines skipped")  # fmt: skip
         if res.failed:
             raise typer.Exit(1)
+
+    @data_app.command("capture")
+    def capture_cmd(
+        data: Path = typer.Argument(..., help="A DATA directory written by `data prepare`."),
+        target: str = typer.Option(..., "--target", help="The target model (local dir or hub id)."),
+        output: Path = typer.Option(
+            ..., "-o", "--output", help="The feature store directory (a rerun resumes)."
+        ),
+        aux_layers: tuple[int, int, int] = typer.Option(
+            None, "--aux-layers", help="Three HF hidden-state ids (default: the target's default)."
+        ),
+        vocab: Path = typer.Option(
+            None,
+            "--vocab",
+            help="Draft vocab (d2t/t2d safetensors from `data vocab`); default: the full vocab.",
+        ),
+        topk: int = typer.Option(
+            64, "--topk", help="Teacher log-probs kept per token (0 = the whole draft vocab)."
+        ),
+        shard_tokens: int = typer.Option(32768, "--shard-tokens", help="Tokens per shard."),
+        batch_tokens: int = typer.Option(
+            4096, "--batch-tokens", help="Padded tokens per target forward."
+        ),
+        device: str = typer.Option("cpu", "--device"),
+        dtype: str = typer.Option("float32", "--dtype"),
+        trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
+        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
+    ) -> None:
+        """Offline feature store: fp8 aux states + top-K teacher log-probs, sharded, resumable."""
+        from eagle3kit.cli._progress import bar
+        from eagle3kit.cli._render import emit_json, out
+        from eagle3kit.data.store import capture
+
+        tm = _load_target(
+            target, device, dtype, list(aux_layers) if aux_layers else None, trust_remote_code
+        )
+        with bar(not json_) as progress:
+            res = capture(data, tm, output, vocab=vocab, topk=topk or None, shard_tokens=shard_tokens,
+                          batch_tokens=batch_tokens, progress=progress)  # fmt: skip
+        if json_:
+            emit_json(res)
+            return
+        out().print(f"{output}: {res['samples']} samples, {res['tokens']} tokens in {len(res['shards'])} shards, "
+                    f"{res['bytes_per_token']:.0f} bytes/token (aux layers {res['aux_layers']}, top-{res['quantisation']['topk']})"
+                    + (f"; resumed after {res['resumed_from']} samples" if res["resumed_from"] else ""))  # fmt: skip
