@@ -235,13 +235,16 @@ def test_dataset_directory_needs_datasets_or_pyarrow(tmp_path):
         with pytest.raises(Eagle3Error, match="install 'datasets'"):
             list(read_conversations([ds]))
         return
-    rows = [{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo."}]}, {"messages": []}]  # fmt: skip
+    # datasets unify columns: a row lacking one holds None there
+    rows = [{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo."}], "conversations": None},
+            {"messages": [], "conversations": None},
+            {"messages": None, "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo."}]}]  # fmt: skip
     table = pa.Table.from_pylist(rows)
     with pa.OSFile(str(ds / "data-00000-of-00001.arrow"), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:  # fmt: skip
         w.write_table(table)
     (ds / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))  # fmt: skip
     got = list(read_conversations([ds]))
-    assert [(line, type(x).__name__) for _, line, x in got] == [(1, "Conversation"), (2, "Problem")]
+    assert [(line, type(x).__name__) for _, line, x in got] == [(1, "Conversation"), (2, "Problem"), (3, "Conversation")]  # fmt: skip
 
 
 @pytest.mark.slow

@@ -152,7 +152,9 @@ def validate(record: Any) -> Conversation:
     """A raw record -> Conversation, or Malformed(reason)."""
     if not isinstance(record, dict):
         raise Malformed(f"expected a JSON object, found {type(record).__name__}")
-    has_sg, has_oa = "conversations" in record, "messages" in record
+    # a column absent from a row of a datasets table reads as None: treat it as absent
+    has_sg = record.get("conversations") is not None
+    has_oa = record.get("messages") is not None
     if has_sg == has_oa:
         what = "both" if has_sg else "neither"
         raise Malformed(
