@@ -75,8 +75,14 @@ class Checkpoint:
         return read_small_tensor(self, name, max_bytes)
 
 
-def parse_header(raw: bytes, file_size: int, where: str) -> dict[str, TensorInfo]:
-    """Validate one safetensors header (`raw` = the file's first bytes) against the file size."""
+def parse_header(
+    raw: bytes, file_size: int, where: str, file: str | None = None
+) -> dict[str, TensorInfo]:
+    """Validate one safetensors header (`raw` = the file's first bytes) against the file size.
+
+    Local files and Hub files both come through here (Hub: the same bytes by range requests),
+    so both get every check. Offsets in the result are absolute; `file` (default `where`) is
+    what TensorInfo.file records: a local path, or the file name inside a Hub repo."""
     if file_size < 8 or len(raw) < 8:
         raise bad(
             where,
@@ -92,7 +98,7 @@ def parse_header(raw: bytes, file_size: int, where: str) -> dict[str, TensorInfo
     try:
         header = json.loads(raw[8 : 8 + n].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise bad(where, f"header is not valid JSON ({e})") from None
+        raise bad(where, f"header is not valid JSON ({e})") from e
     if not isinstance(header, dict):
         raise bad(where, f"header: expected a JSON object, found {type(header).__name__}")
     data_start = 8 + n
@@ -140,7 +146,7 @@ def parse_header(raw: bytes, file_size: int, where: str) -> dict[str, TensorInfo
                 f"tensor {name!r}: data_offsets {offs} end outside the file (data section is {data_len} bytes)",
             )
         out[name] = TensorInfo(
-            name, dtype, tuple(shape), where, data_start + offs[0], data_start + offs[1]
+            name, dtype, tuple(shape), file or where, data_start + offs[0], data_start + offs[1]
         )
     spans = sorted((t.start, t.end, t.name) for t in out.values() if t.end > t.start)
     for (_s0, e0, n0), (s1, _e1, n1) in zip(spans, spans[1:], strict=False):
@@ -162,7 +168,7 @@ def read_header_file(path: str | Path) -> dict[str, TensorInfo]:
                 if n <= MAX_HEADER_BYTES and 8 + n <= size:
                     head += f.read(n)
     except OSError as e:
-        raise bad(where, f"cannot read: {e.strerror or e}") from None
+        raise bad(where, f"cannot read: {e.strerror or e}") from e
     return parse_header(head, size, where)
 
 
@@ -170,42 +176,107 @@ def _load_json(path: Path) -> Any:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as e:
-        raise bad(str(path), f"cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise bad(str(path), "not UTF-8 text, expected JSON") from None
+        raise bad(str(path), f"cannot read: {e.strerror or e}") from e
+    except UnicodeDecodeError as e:
+        raise bad(str(path), "not UTF-8 text, expected JSON") from e
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise bad(
-            str(path), f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}"
-        ) from None
+        raise bad(str(path), f"not valid JSON: {e.msg} at line {e.lineno} column {e.colno}") from e
 
 
-def _index_files(index_path: Path, root: Path) -> dict[str, str]:
-    """weight_map of a sharded index, with every shard name checked to stay inside `root`."""
-    index = _load_json(index_path)
+def _index_files(index: Any, where: str, root: Path | None) -> dict[str, str]:
+    """weight_map of a sharded index, each shard name checked to stay inside the checkpoint
+    (`root`: the local folder, whose symlinks are resolved too; None for a Hub repo)."""
     wmap = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(wmap, dict) or not wmap:
-        raise bad(
-            str(index_path), "weight_map: expected a non-empty object of tensor name -> shard file"
-        )
-    root_resolved = root.resolve()
+        raise bad(where, "weight_map: expected a non-empty object of tensor name -> shard file")
     for name, fname in wmap.items():
         if not isinstance(fname, str) or not fname:
-            raise bad(
-                str(index_path), f"weight_map[{name!r}]: expected a file name, found {fname!r}"
-            )
+            raise bad(where, f"weight_map[{name!r}]: expected a file name, found {fname!r}")
         p = Path(fname)
-        if (
-            p.is_absolute()
-            or ".." in p.parts
-            or not (root / p).resolve().is_relative_to(root_resolved)
-        ):
-            raise bad(
-                str(index_path),
-                f"weight_map[{name!r}]: shard {fname!r} points outside the checkpoint directory",
-            )
+        outside = p.is_absolute() or ".." in p.parts
+        if root is not None and not outside:
+            outside = not (root / p).resolve().is_relative_to(root.resolve())
+        if outside:
+            raise bad(where, f"weight_map[{name!r}]: shard {fname!r} points outside the checkpoint directory")  # fmt: skip
     return wmap
+
+
+class _Files:
+    """Where a checkpoint's files come from. `_Folder` and `_HubRepo` differ only in how bytes
+    are fetched; `_read_tensors` below is the one code path that checks and merges headers."""
+
+    where: str
+
+    def names(self) -> list[str]: ...  # top-level file names
+    def exists(self, rel: str) -> bool: ...
+    def label(self, rel: str) -> str: ...  # for messages
+    def read_json(self, rel: str) -> Any: ...
+    def header(self, rel: str) -> dict[str, TensorInfo]: ...
+
+
+class _Folder(_Files):
+    def __init__(self, root: Path) -> None:
+        self.root, self.where = root, str(root)
+
+    def names(self) -> list[str]:
+        return sorted(f.name for f in self.root.iterdir() if f.is_file())
+
+    def exists(self, rel: str) -> bool:
+        return (self.root / rel).exists()
+
+    def label(self, rel: str) -> str:
+        return str(self.root / rel)
+
+    def read_json(self, rel: str) -> Any:
+        return _load_json(self.root / rel)
+
+    def header(self, rel: str) -> dict[str, TensorInfo]:
+        return read_header_file(self.root / rel)
+
+
+def _read_tensors(src: _Files) -> tuple[dict[str, TensorInfo], list[str]]:
+    """Every tensor of a folder or repo (sharded index or plain *.safetensors), all headers
+    checked by parse_header; a tensor in two shards, or listed and absent, is an error."""
+    names = src.names()
+    indexes = [n for n in names if n.endswith(".safetensors.index.json")]
+    tensors: dict[str, TensorInfo] = {}
+    files: list[str] = []
+    if indexes:
+        iwhere = src.label(indexes[0])
+        wmap = _index_files(src.read_json(indexes[0]), iwhere, getattr(src, "root", None))
+        for fname in sorted(set(wmap.values())):
+            if not src.exists(fname):
+                raise bad(iwhere, f"shard {fname!r} listed in weight_map is missing")
+            files.append(src.label(fname))
+            for name, info in src.header(fname).items():
+                if wmap.get(name) == fname:
+                    tensors[name] = info
+        for name, fname in wmap.items():
+            if name not in tensors:
+                raise bad(src.label(fname), f"tensor {name!r} is listed in {indexes[0]} but absent from the shard")  # fmt: skip
+    else:
+        for fname in (n for n in names if n.endswith(".safetensors")):
+            for name, info in src.header(fname).items():
+                if name in tensors:
+                    raise bad(src.label(fname), f"tensor {name!r} also appears in {tensors[name].file}")  # fmt: skip
+                tensors[name] = info
+            files.append(src.label(fname))
+    pickles = [n for n in names if Path(n).suffix in PICKLE_SUFFIXES]
+    if not files and pickles:
+        raise bad(src.where, f"only pickle weights found ({', '.join(pickles)}); eagle3kit reads only safetensors, "
+                  "because loading a pickle can run arbitrary code (convert it to safetensors first)")  # fmt: skip
+    return tensors, files
+
+
+def _config(src: _Files) -> dict[str, Any]:
+    config = src.read_json("config.json")
+    if not isinstance(config, dict):
+        raise bad(
+            src.label("config.json"), f"expected a JSON object, found {type(config).__name__}"
+        )
+    return config
 
 
 def load_local(path: str | Path) -> Checkpoint:
@@ -215,124 +286,163 @@ def load_local(path: str | Path) -> Checkpoint:
         raise bad(str(p), "no such file or directory")
     if p.is_file():
         if p.suffix != ".safetensors":
-            raise bad(
-                str(p),
-                f"expected a checkpoint directory or a .safetensors file, found a {p.suffix or 'plain'} file",
-            )
+            raise bad(str(p), f"expected a checkpoint directory or a .safetensors file, found a {p.suffix or 'plain'} file")  # fmt: skip
         tensors = read_header_file(p)
         cfg_path = p.parent / "config.json"
-        config = _load_json(cfg_path) if cfg_path.exists() else {}
-        if not isinstance(config, dict):
-            raise bad(str(cfg_path), f"expected a JSON object, found {type(config).__name__}")
+        config = _config(_Folder(p.parent)) if cfg_path.exists() else {}
         return Checkpoint(str(p), config, str(cfg_path), tensors, [str(p)])
-    cfg_path = p / "config.json"
-    if cfg_path.exists():
-        config = _load_json(cfg_path)
-        if not isinstance(config, dict):
-            raise bad(str(cfg_path), f"expected a JSON object, found {type(config).__name__}")
-    else:
-        raise bad(
-            str(p), "no config.json in the directory (expected a Hugging Face-style checkpoint)"
-        )
-    tensors: dict[str, TensorInfo] = {}
-    files: list[str] = []
-    indexes = sorted(p.glob("*.safetensors.index.json"))
-    if indexes:
-        wmap = _index_files(indexes[0], p)
-        for fname in sorted(set(wmap.values())):
-            shard = p / fname
-            if not shard.exists():
-                raise bad(str(indexes[0]), f"shard {fname!r} listed in weight_map is missing")
-            hdr = read_header_file(shard)
-            files.append(str(shard))
-            for name, info in hdr.items():
-                if wmap.get(name) == fname:
-                    tensors[name] = info
-        for name, fname in wmap.items():
-            if name not in tensors:
-                raise bad(
-                    str(p / fname),
-                    f"tensor {name!r} is listed in {indexes[0].name} but absent from the shard",
-                )
-    else:
-        shards = sorted(p.glob("*.safetensors"))
-        for shard in shards:
-            for name, info in read_header_file(shard).items():
-                if name in tensors:
-                    raise bad(str(shard), f"tensor {name!r} also appears in {tensors[name].file}")
-                tensors[name] = info
-            files.append(str(shard))
-    if not files:
-        pickles = sorted(f.name for f in p.iterdir() if f.suffix in PICKLE_SUFFIXES)
-        if pickles:
-            raise bad(
-                str(p),
-                f"only pickle weights found ({', '.join(pickles)}); eagle3kit reads only safetensors, "
-                "because loading a pickle can run arbitrary code (convert it to safetensors first)",
-            )
-    has_tok = (p / "tokenizer.json").exists() or (p / "tokenizer_config.json").exists()
+    src = _Folder(p)
+    if not (p / "config.json").exists():
+        raise bad(str(p), "no config.json in the directory (expected a Hugging Face-style checkpoint)")  # fmt: skip
+    config = _config(src)
+    tensors, files = _read_tensors(src)
     tok = p / "tokenizer.json"
-    return Checkpoint(str(p), config, str(cfg_path), tensors, files, has_tokenizer=has_tok,
+    has_tok = tok.exists() or (p / "tokenizer_config.json").exists()
+    return Checkpoint(str(p), config, str(p / "config.json"), tensors, files, has_tokenizer=has_tok,
                       tokenizer_file=str(tok) if tok.exists() else None)  # fmt: skip
 
 
-def load_hub(repo_id: str, revision: str | None = None) -> Checkpoint:
-    """Describe a Hub checkpoint from its config.json and safetensors headers (no weights).
+# ---------------------------------------------------------------- the Hub
 
-    Uses huggingface_hub's header-only metadata API (HTTP range requests)."""
+HUB_TIMEOUT = 10.0  # seconds per request; no retries (a mistyped local path fails fast)
+
+
+class _HubStatus(Exception):
+    def __init__(self, status: int, url: str) -> None:
+        super().__init__(f"HTTP {status} for {url}")
+        self.status = status
+
+
+def _http_get(url: str, rng: tuple[int, int] | None = None) -> tuple[bytes, int | None]:
+    """(body, total file size from Content-Range or None): one request, short timeout."""
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    headers = dict(build_hf_headers())
+    if rng is not None:
+        headers["Range"] = f"bytes={rng[0]}-{rng[1]}"
+    sess = get_session()
+    try:  # httpx (huggingface_hub >= 1.0) needs follow_redirects; requests follows by default
+        r = sess.get(url, headers=headers, timeout=HUB_TIMEOUT, follow_redirects=True)
+    except TypeError:
+        r = sess.get(url, headers=headers, timeout=HUB_TIMEOUT)
+    status = int(getattr(r, "status_code", 200))
+    if status >= 400:
+        raise _HubStatus(status, url)
+    body, cr = r.content, (getattr(r, "headers", None) or {}).get("Content-Range")
+    if rng is None:
+        return body, len(body)
+    if status == 206 and cr and "/" in cr and cr.rsplit("/", 1)[1].isdigit():
+        return body, int(cr.rsplit("/", 1)[1])
+    if status == 200:  # the server ignored Range and sent the whole file
+        return body[rng[0] : rng[1] + 1], len(body)
+    return body, None
+
+
+class _HubRepo(_Files):
+    def __init__(self, repo_id: str, revision: str | None) -> None:
+        self.repo_id, self.revision, self.where = repo_id, revision, f"hf://{repo_id}"
+        from huggingface_hub import constants
+
+        api = f"{constants.ENDPOINT}/api/models/{repo_id}"
+        if revision:
+            api += f"/revision/{revision}"
+        info = _hub_call(self.where, lambda: json.loads(_http_get(api)[0]))
+        sib = info.get("siblings") if isinstance(info, dict) else None
+        if not isinstance(sib, list):
+            raise bad(self.where, f"Hub model info: expected a list of siblings, found {sib!r}")
+        self._names = sorted(s["rfilename"] for s in sib if isinstance(s, dict) and isinstance(s.get("rfilename"), str))  # fmt: skip
+
+    def url(self, rel: str) -> str:
+        from huggingface_hub import hf_hub_url
+
+        return hf_hub_url(self.repo_id, rel, revision=self.revision)
+
+    def names(self) -> list[str]:
+        return [n for n in self._names if "/" not in n]
+
+    def exists(self, rel: str) -> bool:
+        return rel in self._names
+
+    def label(self, rel: str) -> str:
+        return f"{self.where}/{rel}"
+
+    def read_json(self, rel: str) -> Any:
+        raw = _hub_call(self.label(rel), lambda: _http_get(self.url(rel))[0])
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise bad(self.label(rel), f"not valid JSON: {e}") from e
+
+    def header(self, rel: str) -> dict[str, TensorInfo]:
+        """The same bytes read_header_file reads, by range requests; header length read once."""
+        where, url = self.label(rel), self.url(rel)
+        head, size = _hub_call(where, lambda: _http_get(url, (0, 7)))
+        if size is None:
+            raise bad(where, "expected the file size in the Hub's Content-Range reply, found none")
+        if len(head) == 8:
+            (n,) = struct.unpack("<Q", head)
+            if 0 < n <= MAX_HEADER_BYTES and 8 + n <= size:
+                head += _hub_call(where, lambda: _http_get(url, (8, 8 + n - 1))[0])
+        return parse_header(head, size, where, file=rel)
+
+
+def _hub_call(where: str, fn: Any) -> Any:
+    """Run one Hub request; any failure becomes one line naming `where` (cause chained)."""
     try:
-        from huggingface_hub import get_safetensors_metadata, hf_hub_download
-        from huggingface_hub.utils import HfHubHTTPError
-    except ImportError as e:  # pragma: no cover - huggingface_hub is a dependency
-        raise Eagle3Error(f"huggingface_hub is needed to read {repo_id}: {e}") from None
-    where = f"hf://{repo_id}"
-    try:
-        cfg_file = hf_hub_download(repo_id, "config.json", revision=revision)
-        meta = get_safetensors_metadata(repo_id, revision=revision)
-    except HfHubHTTPError as e:
-        raise bad(where, f"Hub request failed: {str(e).splitlines()[0]}") from None
-    except Exception as e:  # offline, not found, not safetensors ...
+        return fn()
+    except Eagle3Error:
+        raise
+    except _HubStatus as e:
+        raise bad(where, f"Hub request failed: {e}") from e
+    except Exception as e:  # offline, DNS, timeout ... (kept as __cause__ for --debug)
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise bad(where, f"cannot read from the Hub: {type(e).__name__}: {first}") from e
+
+
+def load_hub(repo_id: str, revision: str | None = None) -> Checkpoint:
+    """Describe a Hub checkpoint from its config.json and safetensors headers (no weights),
+    through the same header checks as a local folder (range requests, no retries)."""
+    src = _HubRepo(repo_id, revision)
+    if not src.exists("config.json"):
         raise bad(
-            where,
-            f"cannot read from the Hub: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}",
-        ) from None
-    config = _load_json(Path(cfg_file))
-    tensors: dict[str, TensorInfo] = {}
-    for fname, fmeta in meta.files_metadata.items():
-        p = Path(fname)
-        if p.is_absolute() or ".." in p.parts:
-            raise bad(where, f"weight_map: shard {fname!r} points outside the repository")
-        for name, t in fmeta.tensors.items():
-            b, e = t.data_offsets
-            if t.dtype not in DTYPE_SIZES:
-                raise bad(f"{where}/{fname}", f"tensor {name!r}: unknown dtype {t.dtype!r}")
-            if e - b != math.prod(t.shape) * DTYPE_SIZES[t.dtype]:
-                raise bad(
-                    f"{where}/{fname}",
-                    f"tensor {name!r}: {t.dtype} x {list(t.shape)} does not match its byte span {e - b}",
-                )
-            # Offsets are relative to the data section; the header length is fetched on demand.
-            tensors[name] = TensorInfo(name, t.dtype, tuple(t.shape), fname, b, e)
-    return Checkpoint(
-        where,
-        config,
-        cfg_file,
-        tensors,
-        sorted(meta.files_metadata),
-        repo_id=repo_id,
-        revision=revision,
-    )
+            src.where, "no config.json in the repo (expected a Hugging Face-style checkpoint)"
+        )
+    config = _config(src)
+    tensors, files = _read_tensors(src)
+    tok_file = None
+    if src.exists("tokenizer.json"):
+        from huggingface_hub import hf_hub_download
+
+        tok_file = _hub_call(src.label("tokenizer.json"), lambda: hf_hub_download(repo_id, "tokenizer.json", revision=revision))  # fmt: skip
+    has_tok = src.exists("tokenizer.json") or src.exists("tokenizer_config.json")
+    return Checkpoint(src.where, config, src.label("config.json"), tensors,
+                      [f.removeprefix(src.where + "/") for f in files], repo_id=repo_id,
+                      revision=revision, has_tokenizer=has_tok, tokenizer_file=tok_file)  # fmt: skip
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def load_checkpoint(path_or_repo: str) -> Checkpoint:
-    """A local path when it exists, else a Hub repo id (`org/name`), else a clear error."""
-    if os.path.exists(path_or_repo):
-        return load_local(path_or_repo)
-    if _REPO_ID.match(path_or_repo) and not path_or_repo.startswith((".", "/")):
-        return load_hub(path_or_repo)
-    raise bad(
-        path_or_repo, "no such file or directory (and not a Hub repo id of the form org/name)"
-    )
+    """A local path when it exists, else a Hub repo id (`org/name`), else a clear error.
+
+    A missing path of the form `dir/name` names both readings in one line, without network
+    retries: at once when `dir` exists locally or HF_HUB_OFFLINE is set."""
+    p = path_or_repo
+    if os.path.exists(p):
+        return load_local(p)
+    if not (_REPO_ID.match(p) and not p.startswith((".", "/"))):
+        raise bad(p, "no such file or directory (and not a Hub repo id of the form org/name)")
+    first = p.split("/")[0]
+    if os.path.isdir(first):
+        raise bad(p, f"no such local path (folder {first}/ exists here, so it is not tried as a Hub repo id)")  # fmt: skip
+    if _offline():
+        raise bad(p, "no such local path; as a Hub repo id it cannot be read offline (HF_HUB_OFFLINE is set)")  # fmt: skip
+    try:
+        return load_hub(p)
+    except Eagle3Error as e:
+        raise bad(p, f"no such local path, and as a Hub repo id: {e}") from e
 
 
 _NP_DTYPES = {"I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?",
@@ -363,24 +473,13 @@ def read_small_tensor(ckpt: Checkpoint, name: str, max_bytes: int = 64 * 1024 * 
 
 
 def _hub_range(ckpt: Checkpoint, info: TensorInfo) -> bytes:
-    """Fetch one tensor's bytes from a Hub file with HTTP range requests (8-byte length first)."""
+    """One tensor's bytes from a Hub file: one range request (offsets are absolute)."""
     from huggingface_hub import hf_hub_url
-    from huggingface_hub.utils import build_hf_headers, get_session
 
+    if info.nbytes == 0:
+        return b""
     url = hf_hub_url(ckpt.repo_id, info.file, revision=ckpt.revision)
-    sess = get_session()
-
-    def get(a: int, b: int) -> bytes:
-        headers = {**build_hf_headers(), "Range": f"bytes={a}-{b}"}
-        try:  # httpx (huggingface_hub >= 1.0) needs follow_redirects; requests follows by default
-            r = sess.get(url, headers=headers, timeout=60, follow_redirects=True)
-        except TypeError:
-            r = sess.get(url, headers=headers, timeout=60)
-        r.raise_for_status()
-        return r.content
-
-    (n,) = struct.unpack("<Q", get(0, 7)[:8])
-    return get(8 + n + info.start, 8 + n + info.end - 1)
+    return _hub_call(f"{ckpt.source}/{info.file}", lambda: _http_get(url, (info.start, info.end - 1))[0])  # fmt: skip
 
 
 # ---------------------------------------------------------------- writing
