@@ -1,6 +1,7 @@
 """torchrun + FSDP2: one code path for one process, CPU ranks (gloo) and GPU ranks (nccl).
 
-Under torchrun (WORLD_SIZE > 1) the drafter's fc, midlayer and lm_head are sharded with
+Under torchrun (WORLD_SIZE > 1) every trainable block of the drafter (fc, the projections,
+norms and MLP of the midlayer, norm, lm_head) is sharded with
 `torch.distributed.fsdp.fully_shard` (the frozen target embedding stays whole on each rank),
 every rank takes its slice of the global batch (`rank::world`), and the loss of each rank is
 its sum of CE divided by the GLOBAL count of counted positions, times world size (FSDP2
@@ -56,16 +57,33 @@ def teardown(d: Dist) -> None:
             dist.destroy_process_group()
 
 
+# Modules whose forward receives the DraftCache. FSDP2's pre-forward copies dataclass
+# arguments under autograd, so an appended K/V would land in a copy: these stay unsharded and
+# their children (projections, norms, MLP: plain tensor in, tensor out) are the FSDP units.
+_CACHE_CARRIERS = ("", "midlayer", "midlayer.self_attn")
+
+
 def shard(drafter: torch.nn.Module, d: Dist) -> torch.nn.Module:
-    """FSDP2 over the trainable blocks (no-op for one process)."""
+    """FSDP2 over every trainable block (no-op for one process); the frozen embedding stays whole."""
     if not d.enabled:
         return drafter
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 
     mesh = init_device_mesh(torch.device(d.device).type, (d.world,))
-    for name in ("fc", "midlayer", "lm_head"):
-        fully_shard(getattr(drafter, name), mesh=mesh)
+    covered: set[str] = set()
+    for parent in _CACHE_CARRIERS:
+        owner = drafter.get_submodule(parent)
+        for name, child in owner.named_children():
+            full_name = f"{parent}.{name}" if parent else name
+            trainable = [n for n, p in child.named_parameters() if p.requires_grad]
+            if full_name in _CACHE_CARRIERS or not trainable:
+                continue
+            fully_shard(child, mesh=mesh)
+            covered |= {f"{full_name}.{n}" for n in trainable}
+    missed = [n for n, p in drafter.named_parameters() if p.requires_grad and n not in covered]
+    if missed:
+        raise RuntimeError(f"FSDP: trainable parameters outside any shard: {missed}")
     return drafter
 
 
