@@ -171,3 +171,20 @@ def test_zoo_template_without_marks_gives_the_same_mask(zoo_tokenizer):
     enc = ChatEncoder(tok, template=plain_tpl)
     assert enc.mode == "prefix-diff" and enc.eot == "</s>" and enc.post == "</s>\n"
     assert enc.encode(TURNS) == marked
+
+
+def test_both_methods_agree_on_zoo_chat_samples(zoo_tokenizer):
+    """Real multi-turn text (stdlib code with its whitespace): generation marks == prefix diff."""
+    from eagle3kit.zoo import _corpus
+
+    pairs = [p["messages"] for p in _corpus.chat_samples(_corpus.files("lib", limit=8))][:30]
+    convs = [pairs[i] + pairs[i + 1] + pairs[i + 2] for i in range(0, len(pairs) - 2, 3)]
+    assert len(convs) >= 5
+    tok = zoo_tokenizer
+    plain = re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", tok.chat_template)
+    marked, diffed = ChatEncoder(tok), ChatEncoder(tok, template=plain)
+    for c in convs:
+        ids, mask = marked.encode(c)
+        assert diffed.encode(c) == (ids, mask)
+        answers = [t["content"] + "</s>" for t in c if t["role"] == "assistant"]
+        assert _masked_runs(tok, ids, mask) == answers
