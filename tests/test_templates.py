@@ -188,3 +188,15 @@ def test_both_methods_agree_on_zoo_chat_samples(zoo_tokenizer):
         assert diffed.encode(c) == (ids, mask)
         answers = [t["content"] + "</s>" for t in c if t["role"] == "assistant"]
         assert _masked_runs(tok, ids, mask) == answers
+
+
+def test_unusable_templates_are_one_clear_error():
+    from eagle3kit.errors import Eagle3Error
+
+    tok = _tokenizer(None, "<|im_end|>", [])
+    with pytest.raises(Eagle3Error, match="found none \\(pass --chat-template FILE\\)"):
+        ChatEncoder(tok)
+    # the answer is not rendered after the generation prompt: no way to tell prompt from answer
+    odd = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}>>{% endif %}"
+    with pytest.raises(Eagle3Error, match="does not extend its generation prompt"):
+        ChatEncoder(tok, template=odd)
