@@ -35,3 +35,26 @@ def test_help_lists_issue_2_verbs():
     r = run_cli("--help")
     for verb in ("inspect", "compat", "convert", "plan", "demo"):
         assert verb in r.out
+
+
+def test_help_has_no_flag_type_tags_nor_braced_argument_names():
+    import re
+
+    for args in ((), ("inspect",), ("compat",), ("convert",), ("plan",), ("zoo", "build")):
+        r = run_cli(*args, "--help")
+        assert r.code == 0, args
+        assert "<bool>" not in r.out, args
+        assert not re.search(r"\{[A-Za-z_]+\}", r.out), (args, r.out)
+    assert "compat [OPTIONS] DRAFTER OTHER" in run_cli("compat", "--help").out
+    assert "zoo build [OPTIONS] [NAME]" in run_cli("zoo", "build", "--help").out
+    root = run_cli("--help").out
+    assert "--debug" in root and "traceback" in root
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "eagle3kit", "--debug", "inspect", str(tmp_path / "nope")],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode != 0 and "Traceback" in r.stderr and "Eagle3Error" in r.stderr

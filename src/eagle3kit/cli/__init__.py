@@ -8,6 +8,7 @@ commands that need them, so `eagle3kit --help` starts fast.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -23,8 +24,42 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    debug: bool = typer.Option(
+        False,
+        "--debug",
+        help="Show the full traceback (with its causes) instead of one error line. "
+        "Accepted anywhere on the command line.",
+    ),
+) -> None:
     """Make EAGLE-3 speculative decoding pay. Add --debug anywhere to see tracebacks."""
+
+
+def _tidy_help(cmd: Any) -> Any:
+    """Help without typer's type tags on flags (`--json <bool>`) and with argument names
+    as written (`compat [OPTIONS] DRAFTER OTHER`, not `{a} {b}`), for every subcommand."""
+    for p in getattr(cmd, "params", []):
+        if getattr(p, "is_flag", False) and p.metavar is None:
+            p.metavar = ""  # shown as nothing: a flag takes no value
+        if getattr(p, "param_type_name", "") == "argument":
+            if p.metavar is None:
+                p.metavar = (p.name or "").upper()
+            p._usage_display_name = lambda p=p: (
+                (p.display_name_raw if p.required else f"[{p.display_name_raw}]")
+                + ("..." if p.nargs != 1 else "")
+            )
+    make_help = cmd.get_help_option
+
+    def help_option(ctx: Any) -> Any:
+        opt = make_help(ctx)
+        if opt is not None and opt.metavar is None:
+            opt.metavar = ""
+        return opt
+
+    cmd.get_help_option = help_option
+    for sub in getattr(cmd, "commands", {}).values():
+        _tidy_help(sub)
+    return cmd
 
 
 # Registration order is the order in --help.
@@ -52,7 +87,8 @@ def main(argv: list[str] | None = None) -> None:
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"] or ["--help"]
     try:
-        rv = app(args=args, prog_name="eagle3kit", standalone_mode=False)
+        cmd = _tidy_help(typer.main.get_command(app))
+        rv = cmd.main(args=args, prog_name="eagle3kit", standalone_mode=False)
     except Eagle3Error as e:
         if debug:
             raise

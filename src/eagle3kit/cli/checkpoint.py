@@ -97,7 +97,10 @@ def register(app: typer.Typer) -> None:
             for f in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "qk_norm")
             if s[f]
         ]
-        con.print(f"  flags: {', '.join(flags) if flags else 'none (original EAGLE-3 layer)'}")
+        con.print(f"  flags: {', '.join(flags) if flags else 'none'} -> {r['variant']}")
+        if s["attention"] == "mla":
+            con.print(f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope {s['qk_nope_head_dim']} "
+                      f"+ rope {s['qk_rope_head_dim']}, v {s['v_head_dim']}, rope_scaling {s['rope_scaling']})")  # fmt: skip
         table = Table(show_lines=False)
         for col in ("name", "shape", "dtype", "bytes", "role"):
             table.add_column(col, overflow="fold")
@@ -129,14 +132,21 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def compat(
-        a: Annotated[str, typer.Argument(help="A drafter (or a target).")],
+        a: Annotated[str, typer.Argument(metavar="DRAFTER", help="A drafter (or a target).")],
         b: Annotated[
             str,
             typer.Argument(
-                help="Another drafter (fine-tuning question) or the target (serving question)."
+                metavar="OTHER",
+                help="Another drafter (fine-tuning question) or the target (serving question).",
             ),
         ],
-        engine: Annotated[str, typer.Option(help="sglang, vllm or both.")] = "both",
+        engine: Annotated[
+            str,
+            typer.Option(
+                help="sglang, vllm or both, each optionally @VERSION (sglang@0.5.12, vllm@0.21); "
+                "without a version, the latest rules plus a warning naming older releases that differ."
+            ),
+        ] = "both",
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
         """Drafter vs drafter: drop-in compatible for fine-tuning? Drafter vs target: will each engine serve it right?
@@ -169,14 +179,17 @@ def register(app: typer.Typer) -> None:
                     style = "green" if row["status"] == "match" else "yellow"
                     t.add_row(row["name"], fa, fb, f"[{style}]{row['status']}[/]")
                 con.print(t)
-            for eng, e in r.engines.items():
-                con.print(
-                    f"  {eng} captures HF hidden states {e['captures']} ({e['why']}); drafter trained on {e['trained_on']}"
-                )
+            from rich.markup import escape
+
+            for e in r.engines.values():
+                con.print(escape(f"  {e['label']}: captures h{e['captures']} ({e['why']}); drafter trained on {e['trained_on']}"))  # fmt: skip
             colour = {"error": "red", "warning": "yellow", "info": "blue"}
             for f in r.findings:
-                con.print(f"  [{colour[f.severity]}]{f.severity:7}[/] {f.code}: {f.message}")
-            con.print(f"[bold {'green' if r.compatible else 'red'}]verdict: {r.verdict}[/]")
+                tag = escape(f" [{f.engine}]") if f.engine else ""
+                con.print(
+                    f"  [{colour[f.severity]}]{f.severity:7}[/] {f.code}{tag}: {escape(f.message)}"
+                )
+            con.print(f"[bold {'green' if r.compatible else 'red'}]verdict: {escape(r.verdict)}[/]")
         if not r.compatible:
             raise typer.Exit(1)
 
