@@ -109,7 +109,7 @@ def test_interrupted_build_leaves_no_cache(monkeypatch, tmp_path):
     from eagle3kit.zoo import _build
 
     def boom(m, size, recipe, out, parent_dir, progress):
-        out.mkdir(parents=True)
+        out.mkdir(parents=True, exist_ok=True)
         (out / "config.json").write_text("{}")
         raise KeyboardInterrupt
 

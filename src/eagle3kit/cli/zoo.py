@@ -64,6 +64,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Build members (v2 builds its v1 first); cached members return at once."""
         from eagle3kit import zoo
+        from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json, out
 
         targets = [name] if name is not None else zoo.names()
@@ -73,7 +74,8 @@ def register(app: typer.Typer) -> None:
         for n in targets:
             cached = not force and zoo.is_built(n, size=size)
             t0 = time.time()
-            p = zoo.build(n, size=size, force=force, progress=True)
+            with bar(True) as progress:  # stderr, so --json stays one document on stdout
+                p = zoo.build(n, size=size, force=force, progress=progress)
             results.append({"name": n, "size": size, "path": str(p), "cached": cached,
                             "seconds": round(time.time() - t0, 2),
                             "manifest": zoo.manifest(n, size=size)})  # fmt: skip

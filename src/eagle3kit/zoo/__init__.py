@@ -37,7 +37,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.atomic import atomic_dir, atomic_write_json
 from eagle3kit.errors import Eagle3Error
+from eagle3kit.progress import Progress
 from eagle3kit.zoo._train import ARCHS, Recipe
 
 SIZES = ("full", "tiny")
@@ -189,7 +191,7 @@ def is_built(name: str, *, size: str = "full") -> bool:
     return manifest(name, size=size) is not None
 
 
-def get(name: str, *, size: str = "full", progress: bool = True) -> Path:
+def get(name: str, *, size: str = "full", progress: Progress | None = None) -> Path:
     """The member's model dir, building it first when it is missing."""
     return build(name, size=size, progress=progress)
 
@@ -211,8 +213,23 @@ def _lock(target: Path) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def build(name: str, *, size: str = "full", progress: bool = True, force: bool = False) -> Path:
-    """Build member ``name`` (and its parent first) unless it is already cached; returns its dir."""
+def _remove_stale(dest: Path) -> None:
+    """Temp/old dirs left by a build killed by a signal (atomic_dir's and the older naming)."""
+    n = re.escape(dest.name)
+    stale = re.compile(rf"\.(tmp|old)-{n}-\d+|\.{n}\.(.+\.tmp|old-\d+)")
+    for p in dest.parent.iterdir():
+        if p.is_dir() and stale.fullmatch(p.name):
+            shutil.rmtree(p, ignore_errors=True)
+
+
+def build(
+    name: str, *, size: str = "full", progress: Progress | None = None, force: bool = False
+) -> Path:
+    """Build member ``name`` (and its parent first) unless it is already cached; returns its dir.
+
+    ``progress`` (eagle3kit.progress) receives one event stream per build stage; the CLI draws
+    it as Rich bars. The folder appears complete or not at all (eagle3kit.atomic.atomic_dir)."""
+    progress = progress if callable(progress) else None  # older callers passed a bool
     m = member(name)
     _check_size(size)
     parent_dir = build(m.parent, size=size, progress=progress) if m.parent else None
@@ -220,25 +237,14 @@ def build(name: str, *, size: str = "full", progress: bool = True, force: bool =
     with _lock(dest):
         if not force and is_built(name, size=size):
             return dest
-        leftover = re.compile(rf"\.(tmp|old)-{re.escape(dest.name)}-\d+")
-        for stale in dest.parent.iterdir():  # left by a build killed by a signal
-            if leftover.fullmatch(stale.name):
-                shutil.rmtree(stale, ignore_errors=True)
-        tmp = dest.parent / f".tmp-{dest.name}-{os.getpid()}"
-        try:
-            from eagle3kit.zoo._build import build_into
+        _remove_stale(dest)
+        from eagle3kit.zoo._build import build_into
 
+        with atomic_dir(dest) as tmp:
             build_into(m, size, recipe(name, size), tmp, parent_dir, progress)
             doc = json.loads((tmp / MANIFEST).read_text())
             doc["recipe_digest"] = recipe_digest(name, size)
-            (tmp / MANIFEST).write_text(json.dumps(doc, indent=2) + "\n")
-            old = dest.parent / f".old-{dest.name}-{os.getpid()}"
-            if dest.exists():
-                os.replace(dest, old)
-            os.replace(tmp, dest)
-            shutil.rmtree(old, ignore_errors=True)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
+            atomic_write_json(tmp / MANIFEST, doc)
     return dest
 
 

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import platform
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3kit.atomic import atomic_write_json
+from eagle3kit.progress import Progress, emit
 from eagle3kit.zoo import _corpus as corpus
 from eagle3kit.zoo import _train as tr
 
@@ -19,58 +19,38 @@ if TYPE_CHECKING:
     from eagle3kit.zoo import Member
 
 
-class _Bar:
-    """A Rich progress bar on stderr (a no-op when disabled) that also times each stage:
-    ``seconds`` maps stage name -> wall seconds, complete once the bar is closed."""
+class _Stages:
+    """Times each build stage (``seconds``: stage name -> wall seconds, complete once closed)
+    and reports it through the progress callback: one event stream per stage."""
 
-    def __init__(self, enabled: bool, label: str) -> None:
-        self.enabled, self.label, self.p = enabled, label, None
+    def __init__(self, progress: Progress | None, label: str) -> None:
+        self.progress, self.label = progress, label
         self.seconds: dict[str, float] = {}
         self._stage: tuple[str, float] | None = None
+        self._done: tuple[int, int] = (1, 1)
 
-    def __enter__(self) -> _Bar:
-        if self.enabled:
-            from rich.console import Console
-            from rich.progress import (
-                BarColumn,
-                MofNCompleteColumn,
-                Progress,
-                TextColumn,
-                TimeElapsedColumn,
-            )
-
-            self.p = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TextColumn("{task.fields[info]}"),
-                TimeElapsedColumn(),
-                console=Console(file=sys.stderr),
-            )
-            self.p.start()
-            self.task = self.p.add_task(self.label, total=None, info="")
+    def __enter__(self) -> _Stages:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._close_stage()
-        if self.p is not None:
-            self.p.stop()
 
     def _close_stage(self) -> None:
         if self._stage is not None:
             name, t = self._stage
             self.seconds[name] = round(time.time() - t, 1)
             self._stage = None
+            emit(self.progress, f"{self.label}: {name}", *self._done)
 
     def stage(self, text: str) -> None:
         self._close_stage()
-        self._stage = (text, time.time())
-        if self.p is not None:
-            self.p.update(self.task, description=f"{self.label}: {text}")
+        self._stage, self._done = (text, time.time()), (1, 1)
+        emit(self.progress, f"{self.label}: {text}", 0, None)
 
     def step(self, step: int, total: int, loss: float) -> None:
-        if self.p is not None:
-            self.p.update(self.task, total=total, completed=step, info=f"loss {loss:.2f}")
+        if self._stage is not None:
+            self._done = (total, total)
+            emit(self.progress, f"{self.label}: {self._stage[0]}", step, total, "step", loss=loss)
 
 
 @contextlib.contextmanager
@@ -125,9 +105,15 @@ def _chat_prompt(tok, conv: dict) -> list[int]:
 
 
 def build_into(
-    m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir: Path | None, progress: bool
+    m: Member,
+    size: str,
+    recipe: tr.Recipe,
+    out: Path,
+    parent_dir: Path | None,
+    progress: Progress | None = None,
 ) -> None:
-    """Build member ``m`` into the (new) directory ``out``; writes the HF files and zoo.json."""
+    """Build member ``m`` into the (new or empty) directory ``out``; writes the HF files and
+    zoo.json. Stages are reported through ``progress`` (eagle3kit.progress) and timed."""
     import tokenizers
     import torch
     import transformers
@@ -136,11 +122,12 @@ def build_into(
     from eagle3kit.zoo import BUILD_THREADS
 
     t0 = time.time()
-    out.mkdir(parents=True)
+    out.mkdir(parents=True, exist_ok=True)
+    progress = progress if callable(progress) else None  # old callers passed a bool
     label = m.name if size == "full" else f"{m.name}-{size}"
     other = "test" if m.slice == "lib" else "lib"
     held_limit = None if recipe.file_limit is None else max(2, recipe.file_limit // 10)
-    with _Bar(progress, f"building {label}") as bar, _deterministic(BUILD_THREADS[size]):
+    with _Stages(progress, f"building {label}") as bar, _deterministic(BUILD_THREADS[size]):
         bar.stage("reading the standard library")
         train_files = corpus.files(m.slice, limit=recipe.file_limit)
         held = corpus.files(m.slice, held_out=True, limit=held_limit)
@@ -251,4 +238,4 @@ def build_into(
         "stage_seconds": bar.seconds,
         "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
-    (out / "zoo.json").write_text(json.dumps(doc, indent=2) + "\n")
+    atomic_write_json(out / "zoo.json", doc)
