@@ -67,3 +67,25 @@ def train_drafter(target, seqs: list[list[int]], draft_vocab: int | None = None,
         loss.backward()
         opt.step()
     return d.eval()
+
+
+def save_drafter_dir(drafter: Eagle3Drafter, out) -> str:
+    """Write `drafter` as an SGLang-layout drafter dir (without embedding: the CLI must take the
+    target's)."""
+    from eagle3kit.formats.convert import save_drafter
+
+    save_drafter(out, drafter.spec, drafter.canonical_state(with_embedding=False), "sglang")
+    return str(out)
+
+
+def chat_jsonl(path, n: int = 4, max_chars: int = 300) -> str:
+    """A JSONL of n OpenAI-form conversations from the zoo's held-out stdlib functions."""
+    import json
+
+    from eagle3kit.zoo._corpus import chat_samples, files, spaced
+
+    convs = spaced(chat_samples(files("lib", held_out=True), max_chars=max_chars), n)
+    with open(path, "w") as f:
+        for c in convs:
+            f.write(json.dumps(c) + "\n")
+    return str(path)

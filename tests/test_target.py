@@ -112,6 +112,67 @@ def test_batch_forward_right_padding(target):
     torch.testing.assert_close(out.aux[1:, :6], single.aux, atol=1e-5, rtol=1e-5)
 
 
+# A tree over the root r (row 0): r -> a, r -> b, b -> c, b -> e, c -> f; rows in that order.
+TREE_PARENTS = [-1, 0, 0, 2, 2, 3]
+TREE_DEPTHS = [0, 1, 1, 2, 2, 3]
+
+
+def _tree_mask() -> torch.Tensor:
+    m = torch.eye(6, dtype=torch.bool)  # [6, 6]
+    for i, p in enumerate(TREE_PARENTS):
+        if p >= 0:
+            m[i] |= m[p]
+    return m
+
+
+def test_verify_tree_equals_each_path_alone(target):
+    """One tree forward (4D mask, explicit positions) gives every node the logits and aux of
+    its own path run as a plain sequence."""
+    prefix = _ids(target, 1, 7, seed=5)  # [1, 7]
+    toks = _ids(target, 1, 6, seed=6)[0]  # [6] tree tokens
+    target.prefill(prefix)
+    pos = torch.tensor([[7 + d for d in TREE_DEPTHS]])  # [1, 6]
+    v = target.verify_tree(toks[None], pos, _tree_mask())
+    assert target.seq_len == 7 + 6
+    for i in range(6):
+        path, j = [], i
+        while j >= 0:
+            path.insert(0, j)
+            j = TREE_PARENTS[j]
+        ref = target(torch.cat([prefix[0], toks[path]])[None])  # the path alone
+        torch.testing.assert_close(v.logits[0, i], ref.logits[0, -1], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(v.aux[0, i], ref.aux[0, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_keep_gathers_a_scattered_path(target):
+    """After a tree verify, keep(prefix + r, b, e) holds exactly that path: the next verify
+    equals a fresh forward over prefix + path + next token."""
+    prefix = _ids(target, 1, 7, seed=5)
+    toks = _ids(target, 1, 6, seed=6)[0]
+    target.prefill(prefix)
+    pos = torch.tensor([[7 + d for d in TREE_DEPTHS]])
+    target.verify_tree(toks[None], pos, _tree_mask())
+    path = [0, 2, 4]  # r, b, e: not contiguous in the cache (a and c sit between)
+    target.keep(list(range(7)) + [7 + i for i in path])
+    assert target.seq_len == 10
+    nxt = torch.tensor([[11, 12]])
+    v = target.verify(nxt)
+    ref = target(torch.cat([prefix[0], toks[path], nxt[0]])[None])
+    torch.testing.assert_close(v.logits[0], ref.logits[0, -2:], atol=1e-5, rtol=1e-5)
+    for layer in target.cache.layers:
+        assert layer.keys.shape[-2] == 12 and layer.values.shape[-2] == 12
+
+
+def test_bad_tree_use(target):
+    target.prefill(torch.tensor([[5, 6, 7]]))
+    with pytest.raises(Eagle3Error, match=r"tree_mask must be \[2, 2\]"):
+        target.verify_tree(torch.tensor([[1, 2]]), torch.tensor([[3, 4]]), torch.ones(3, 3).bool())
+    with pytest.raises(Eagle3Error, match="ascending"):
+        target.keep([0, 2, 1])
+    with pytest.raises(Eagle3Error, match=r"0\.\.2"):
+        target.keep([0, 3])
+
+
 @pytest.mark.parametrize(
     "aux, needle",
     [((2, 4, 8), "aux layer 8 is out of range: valid ids are 0..7"), ((-1, 2, 3), "aux layer -1"),

@@ -22,12 +22,13 @@ import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from eagle3kit.errors import Eagle3Error, bad
 from eagle3kit.progress import Progress, emit
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -66,6 +67,8 @@ def load_eval_data(path: str | Path, tokenizer: Any = None, *, heldout: float = 
 
 
 def _encode_jsonl(p: Path, tokenizer: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    import torch
+
     from eagle3kit.data.conversations import Problem, read_conversations
     from eagle3kit.data.templates import ChatEncoder
 
@@ -221,4 +224,21 @@ def plan_inputs(path: str | Path) -> dict[str, Any]:
             out[key] = v
     if "accept_len" not in out:
         raise bad(str(p), "accept_len: expected a number, found none")
+    return out
+
+
+def plan_args_from_eval(path: str | Path, given: dict[str, Any]) -> dict[str, Any]:
+    """Fill `plan`'s decode_ms, cycle_ms, accept_len and depth from an eval JSON, each only
+    where the user gave nothing for that group (baseline, cycle, acceptance, depth)."""
+    f = plan_inputs(path)
+    out = {k: given.get(k) for k in ("decode_ms", "cycle_ms", "accept_len", "depth")}
+    groups = {
+        "decode_ms": ("baseline_tps", "decode_ms"),
+        "cycle_ms": ("cycle_ms", "draft_ms", "verify_ms", "verify_fit"),
+        "accept_len": ("acceptance", "acceptance_file", "accept_len"),
+        "depth": ("depth",),
+    }
+    for key, group in groups.items():
+        if key in f and all(given.get(g) is None for g in group):
+            out[key] = f[key]
     return out

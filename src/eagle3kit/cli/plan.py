@@ -174,6 +174,14 @@ def register(app: typer.Typer) -> None:
                 "--plot", metavar="FILE.png", help="Write a PNG: throughput against accept length."
             ),
         ] = None,
+        from_: Annotated[
+            Path | None,
+            typer.Option(
+                "--from",
+                metavar="EVAL.json",
+                help="`eagle3kit eval --json` output: its accept length, depth, cycle and decode times (options given here win).",
+            ),
+        ] = None,
         json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
         """Will speculation pay, and what would it take? (cycle model -> speedup, break-even)
@@ -185,6 +193,11 @@ def register(app: typer.Typer) -> None:
         from eagle3kit import plan as planmod
         from eagle3kit.plots import plot_plan
 
+        if from_ is not None:
+            from eagle3kit.evaluate import plan_args_from_eval
+
+            f = plan_args_from_eval(from_, locals())
+            decode_ms, cycle_ms, accept_len, depth = (f[k] for k in ("decode_ms", "cycle_ms", "accept_len", "depth"))  # fmt: skip
         points = [planmod.parse_verify_point(v) for v in verify_ms] if verify_ms else None
         fit = planmod.parse_verify_fit(verify_fit) if verify_fit is not None else None
         rates = planmod.load_per_position(acceptance_file) if acceptance_file is not None else None

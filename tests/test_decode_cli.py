@@ -1,0 +1,72 @@
+"""`eagle3kit generate` end to end on a tiny zoo target with a drafter dir on disk."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from decode_helpers import new_drafter, save_drafter_dir
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    from eagle3kit import zoo
+    from eagle3kit.model.target import TargetModel
+
+    torch.set_num_threads(1)
+    path = zoo.get("llama-v1", size="tiny", progress=False)
+    tm = TargetModel.from_pretrained(path)
+    d = save_drafter_dir(new_drafter(tm, seed=1), tmp_path_factory.mktemp("gen") / "drafter")
+    return str(path), d, tm
+
+
+def test_generate_json_is_the_target_greedy_output(cli, pair):
+    path, d, tm = pair
+    r = cli("generate", "--target", path, "--drafter", d, "--prompt", "def main(",
+            "--max-new-tokens", "16", "--depth", "3", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert set(doc) >= {"prompt_ids", "tokens", "text", "accept_len", "tokens_per_s"}
+    assert doc["prompt_ids"] == tm.tokenizer("def main(")["input_ids"]
+    eos = tm.tokenizer.eos_token_id
+    want = tm.generate_greedy(doc["prompt_ids"], 16, eos_token_id=eos)
+    assert doc["tokens"] == [t for t in want if t != eos]
+    assert doc["text"] == tm.tokenizer.decode(doc["tokens"])
+    assert doc["accept_len"] >= 1.0 and doc["tokens_per_s"] > 0
+
+
+def test_generate_chat_tree_streams_text(cli, pair):
+    path, d, tm = pair
+    r = cli("generate", "--target", path, "--drafter", d, "--prompt", "Write `f`.", "--chat",
+            "--tree", "--topk", "2", "--budget", "6", "--max-new-tokens", "12")  # fmt: skip
+    assert r.code == 0, r.err
+    msgs = [{"role": "user", "content": "Write `f`."}]
+    ids = tm.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
+                                           return_dict=True)["input_ids"]  # fmt: skip
+    eos = tm.tokenizer.eos_token_id
+    want = [t for t in tm.generate_greedy(ids, 12, eos_token_id=eos) if t != eos]
+    assert r.out == tm.tokenizer.decode(want)  # streamed pieces add up to the text
+    assert "tau" in r.err and "tok/s" in r.err
+
+
+def test_generate_sampling_runs_and_is_seeded(cli, pair):
+    path, d, _ = pair
+    args = ("generate", "--target", path, "--drafter", d, "--prompt", "x = ",
+            "--temperature", "0.8", "--top-p", "0.9", "--max-new-tokens", "10", "--json")  # fmt: skip
+    a, b = cli(*args, "--seed", "3"), cli(*args, "--seed", "3")
+    assert a.code == 0, a.err
+    assert json.loads(a.out)["tokens"] == json.loads(b.out)["tokens"]
+
+
+def test_generate_bad_input(cli, pair, tmp_path):
+    path, d, _ = pair
+    r = cli("generate", "--target", path, "--drafter", str(tmp_path / "nope"), "--prompt", "x")
+    assert r.code == 2 and "nope" in r.err and "Traceback" not in r.err
+    r = cli("generate", "--target", path, "--drafter", d, "--prompt", "x", "--depth", "0")
+    assert r.code == 2 and "depth" in r.err
+    other = new_drafter(type("T", (), {"hidden_size": 32, "vocab_size": 300, "aux_layers": (1, 2, 3),
+                                       "embed_tokens": torch.nn.Embedding(300, 32)})())  # fmt: skip
+    bad_dir = save_drafter_dir(other, tmp_path / "wrong_vocab")
+    r = cli("generate", "--target", path, "--drafter", bad_dir, "--prompt", "x")
+    assert r.code == 2 and "vocab_size" in r.err and "512" in r.err
