@@ -200,3 +200,29 @@ def test_unusable_templates_are_one_clear_error():
     odd = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}>>{% endif %}"
     with pytest.raises(Eagle3Error, match="does not extend its generation prompt"):
         ChatEncoder(tok, template=odd)
+
+
+def test_qwen3_thinking_mode_reasoning_dropped_from_history():
+    """Thinking mode (the template's default): the model writes its think block itself, so the
+    last answer's think block is loss; an earlier answer's reasoning is dropped from history by
+    the template, and only what history keeps is masked there."""
+    bos, eos, extra, _, _, _ = GOLDEN["qwen3"]
+    tok = _tokenizer(bos, eos, extra)
+    enc = ChatEncoder(tok, template=(FIXTURES / "qwen3.jinja").read_text())
+    turns = [
+        {"role": "user", "content": "What is the capital of France?"},
+        {"role": "assistant", "content": "<think>\nFrance: Paris.\n</think>\n\nParis."},
+        {"role": "user", "content": "And 1+1?"},
+        {"role": "assistant", "content": "<think>\nadd\n</think>\n\nIt is 2."},
+    ]
+    ids, mask = enc.encode(turns)
+    assert tok.decode(ids) == (
+        "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
+        "<|im_start|>assistant\nParis.<|im_end|>\n"
+        "<|im_start|>user\nAnd 1+1?<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\nadd\n</think>\n\nIt is 2.<|im_end|>\n"
+    )
+    assert _masked_runs(tok, ids, mask) == [
+        "Paris.<|im_end|>",
+        "<think>\nadd\n</think>\n\nIt is 2.<|im_end|>",
+    ]

@@ -21,7 +21,9 @@ Two ways to find those tokens:
    answer_i is then located in the full render R = render(m_0..m_n): at len(P_i) when R
    extends Q_i's prompt there (most templates), else at its next occurrence after the previous
    answer (templates that rewrite history, e.g. Qwen3 drops the empty think block of earlier
-   turns). Tokens of R whose character span overlaps an answer span are masked.
+   turns), else as the template renders it in history (`_history_span`: Qwen3 and Kimi
+   thinking templates drop the reasoning of earlier answers). Tokens of R whose character
+   span overlaps an answer span are masked.
 
 The sequence itself is always the full render R tokenised as the server would tokenise it
 (`add_special_tokens=False`: templates print their own BOS).
@@ -148,24 +150,55 @@ class ChatEncoder:
         spans: list[tuple[int, int]] = []
         cursor = 0
         for i, t in enumerate(turns):
-            if t["role"] != "assistant":
-                continue
-            p = self.render(turns[:i], True)
-            q = self.render(turns[: i + 1])
-            if not q.startswith(p) or not q.endswith(self.post):
-                raise Malformed(f"turn {i + 1}: the chat template renders this answer outside its generation prompt/suffix")  # fmt: skip
-            answer = q[len(p) : len(q) - len(self.post)] + self.eot
-            start = len(p) if len(p) >= cursor and full.startswith(answer, len(p)) else -1
-            if start < 0:
-                start = full.find(answer, cursor)
-            if start < 0 and self.pre and answer.startswith(self.pre):
-                answer = answer[len(self.pre) :]  # history drops what the prompt added
-                start = full.find(answer, cursor)
-            if start < 0:
-                raise Malformed(f"turn {i + 1}: the answer is not found in the full render")
-            spans.append((start, start + len(answer)))
-            cursor = start + len(answer)
+            if t["role"] == "assistant":
+                spans.append(self._locate(turns, i, full, cursor))
+                cursor = spans[-1][1]
         return spans
+
+    def _locate(
+        self, turns: list[dict[str, str]], i: int, full: str, cursor: int
+    ) -> tuple[int, int]:
+        """Where answer i (+ EOT) lies in `full`, at or after `cursor`."""
+        p = self.render(turns[:i], True)
+        q = self.render(turns[: i + 1])
+        if not q.startswith(p) or not q.endswith(self.post):
+            raise Malformed(f"turn {i + 1}: the chat template renders this answer outside its generation prompt/suffix")  # fmt: skip
+        answer = q[len(p) : len(q) - len(self.post)] + self.eot
+        if len(p) >= cursor and full.startswith(answer, len(p)):
+            return len(p), len(p) + len(answer)  # the template only appends
+        start = full.find(answer, cursor)
+        if start < 0 and self.pre and answer.startswith(self.pre):
+            answer = answer[len(self.pre) :]  # history drops what the prompt added
+            start = full.find(answer, cursor)
+        if start >= 0:
+            return start, start + len(answer)
+        span = self._history_span(turns, i, p, full) if i + 1 < len(turns) else None
+        if span is None or span[0] < cursor:
+            raise Malformed(f"turn {i + 1}: the answer is not found in the full render")
+        return span
+
+    def _history_span(
+        self, turns: list[dict[str, str]], i: int, p: str, full: str
+    ) -> tuple[int, int] | None:
+        """Answer i as the template renders it in history (e.g. its reasoning dropped).
+
+        A = render(turns[:i]), H = render(turns[:i+2]) (answer i followed by the next user
+        turn). In H after A come the assistant header, the answer, the EOT: the header is the
+        longest common prefix of that text and the generation prompt P[len(A):]; the answer
+        runs from there to the first EOT. Used only when `full` starts with that much of H.
+        """
+        a = self.render(turns[:i])
+        h = self.render(turns[: i + 2])
+        if not self.eot or not h.startswith(a) or not p.startswith(a):
+            return None
+        rest, gen = h[len(a) :], p[len(a) :]
+        k = 0
+        while k < min(len(rest), len(gen)) and rest[k] == gen[k]:
+            k += 1
+        end = rest.find(self.eot, k)
+        if end < 0 or not full.startswith(h[: len(a) + end + len(self.eot)]):
+            return None
+        return len(a) + k, len(a) + end + len(self.eot)
 
 
 def _mask_from_spans(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[bool]:
