@@ -1,6 +1,7 @@
 import subprocess
 import sys
 
+import pytest
 from conftest import run_cli
 
 
@@ -58,3 +59,18 @@ def test_debug_shows_the_traceback(tmp_path):
         text=True,
     )
     assert r.returncode != 0 and "Traceback" in r.stderr and "Eagle3Error" in r.stderr
+
+
+@pytest.mark.slow
+def test_zoo_build_reports_progress_through_the_callback(monkeypatch, tmp_path):
+    from eagle3kit import zoo
+
+    monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path))
+    events = []
+    zoo.build("llama-v1", size="tiny", progress=events.append)
+    stages = list(dict.fromkeys(e.stage for e in events))
+    assert stages[0] == "building llama-v1-tiny: reading the standard library"
+    train = [e for e in events if e.stage == "building llama-v1-tiny: training"]
+    assert train[-1].done == train[-1].total > 1 and any("loss" in e.info for e in train)
+    timed = zoo.manifest("llama-v1", size="tiny")["stage_seconds"]
+    assert list(timed) == [s.split(": ", 1)[1] for s in stages]  # every reported stage is timed

@@ -243,11 +243,18 @@ def test_accept_len_given():
 
 
 def test_plot_written(tmp_path):
+    import os
+
     png = tmp_path / "plan.png"
-    r = run_cli("plan", *SEED, "--target-tps", "150", "200", "--plot", png)
+    old = os.umask(0o027)
+    try:
+        r = run_cli("plan", *SEED, "--target-tps", "150", "200", "--plot", png)
+    finally:
+        os.umask(old)
     assert r.code == 1
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["plan.png"]  # no temp file left
+    assert png.stat().st_mode & 0o777 == 0o640  # the umask's mode, not mkstemp's 0600
 
 
 def test_plan_module_is_light():
