@@ -89,6 +89,7 @@ def register(app: typer.Typer) -> None:
         eval_samples: int = typer.Option(
             64, "--eval-samples", help="Held-out samples scored per evaluation."
         ),
+        eval_batch: int = typer.Option(8, "--eval-batch", help="Held-out samples per forward."),
         save_every: int = typer.Option(
             None, "--save-every", help="Write RUN/step-N every N steps."
         ),
@@ -126,7 +127,7 @@ def register(app: typer.Typer) -> None:
             ttt_steps=ttt_steps, steps=steps, epochs=epochs, batch_size=batch_size,
             max_len=max_len, max_samples=max_samples, lr=lr, warmup=warmup,
             weight_decay=weight_decay, grad_clip=grad_clip, heldout=heldout,
-            eval_every=eval_every, eval_samples=eval_samples, save_every=save_every, seed=seed,
+            eval_every=eval_every, eval_samples=eval_samples, eval_batch=eval_batch, save_every=save_every, seed=seed,
             device=device, target_dtype=target_dtype, topk=topk,
             trust_remote_code=trust_remote_code,
         )  # fmt: skip

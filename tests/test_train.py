@@ -1,0 +1,80 @@
+"""`eagle3kit train` end to end on a tiny zoo target: the run directory contract, the servable
+checkpoints (inspect reads them, compat passes for SGLang), and bad input (exit 2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_train_helpers import tiny_data, tiny_target, train_args
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    from conftest import run_cli
+
+    out = tmp_path_factory.mktemp("train") / "run"
+    data, target = tiny_data(), tiny_target()
+    r = run_cli(*train_args(out, data, target, "--steps", "6", "--eval-every", "3",
+                            "--save-every", "4", "--json"))  # fmt: skip
+    assert r.code == 0, r.err
+    return out, json.loads(r.out), target
+
+
+def test_run_directory_contract(run):
+    out, summary, _ = run
+    assert {"steps", "best_step", "sim_accept_len", "tokens_per_s", "peak_memory_mb",
+            "init_from"} <= set(summary)  # fmt: skip
+    assert summary["steps"] == 6 and summary["init_from"] is None
+    assert json.loads((out / "summary.json").read_text()) == summary
+    rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [0, 3, 6]
+    for r in rows:
+        assert len(r["loss"]) == len(r["acc"]) == len(r["cond_acc"]) == 3
+        tau = 1.0
+        run_p = 1.0
+        for p in r["cond_acc"]:
+            run_p *= p
+            tau += run_p
+        assert r["sim_accept_len"] == pytest.approx(tau)
+    best = max(rows, key=lambda r: r["sim_accept_len"])
+    assert summary["best_step"] == best["step"]
+    assert summary["sim_accept_len"] == pytest.approx(best["sim_accept_len"])
+    for d in ("best", "step-4", "step-6"):
+        assert (out / d / "config.json").is_file() and (out / d / "model.safetensors").is_file()
+    assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    st = json.loads((out / "state" / "state.json").read_text())
+    assert st["step"] == 6 and st["data_position"] == 24
+    assert (out / "state" / "optim.safetensors").is_file()
+
+
+def test_checkpoints_are_servable(run, cli):
+    out, summary, target = run
+    r = cli("inspect", out / "best", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    text = json.dumps(doc)
+    assert "sglang" in text and '"d2t"' in text and '"t2d"' in text
+    r = cli("compat", out / "step-6", target, "--engine", "sglang")
+    assert r.code == 0, r.out + r.err
+    from safetensors import safe_open
+
+    with safe_open(str(out / "best" / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert {"d2t", "t2d", "lm_head.weight", "fc.weight"} <= names
+    assert "embed_tokens.weight" not in names  # the engine uses the target's
+
+
+def test_bad_input_is_one_line_exit_2(run, cli, tmp_path):
+    out, _, target = run
+    data = tiny_data()
+    r = cli(*train_args(out, data, target, "--steps", "2"))  # the run exists
+    assert r.code == 2 and "--resume" in r.err and len(r.err.strip().splitlines()) == 1
+    r = cli("train", "--target", target, "-o", tmp_path / "x", "--steps", "2")
+    assert r.code == 2 and "--data" in r.err
+    r = cli(*train_args(tmp_path / "y", data, target, "--resume"))
+    assert r.code == 2 and "state" in r.err
+    r = cli(*train_args(tmp_path / "z", data, target, "--attention", "gqa", "--steps", "1"))
+    assert r.code == 2 and "--attention" in r.err
+    r = cli(*train_args(tmp_path / "w", tmp_path / "nope", target, "--steps", "1"))
+    assert r.code == 2 and "nope" in r.err

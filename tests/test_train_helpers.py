@@ -1,0 +1,41 @@
+"""Shared builders for the training tests: a tiny DATA dir on a tiny zoo target (cached)."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+TINY = "dsv3-v1-tiny"
+
+
+def tiny_target(name: str = "dsv3-v1") -> Path:
+    from eagle3kit import zoo
+
+    return zoo.build(name, size="tiny", progress=False)
+
+
+def tiny_data(name: str = "dsv3-v1", n: int = 48, max_length: int = 96) -> Path:
+    """A DATA dir of n zoo chat samples prepared for the tiny target (built once per home)."""
+    from eagle3kit.data.prepare import prepare
+    from eagle3kit.zoo import _corpus
+
+    target = tiny_target(name)
+    home = Path(os.environ["EAGLE3KIT_HOME"]) / "train-tests"
+    out = home / f"data-{name}-{n}-{max_length}"
+    if (out / "data.json").is_file():
+        return out
+    home.mkdir(parents=True, exist_ok=True)
+    convs = _corpus.chat_samples(_corpus.files("lib", limit=12))[:n]
+    src = home / f"convs-{n}.jsonl"
+    src.write_text("".join(json.dumps(c) + "\n" for c in convs))
+    prepare([src], target, out, max_length=max_length)
+    return out
+
+
+def train_args(out: Path, data: Path, target: Path, *extra: str) -> list[str]:
+    """A fast `eagle3kit train` command line (tiny shapes, few steps)."""
+    return ["train", "--target", str(target), "--data", str(data), "-o", str(out),
+            "--draft-vocab-size", "96", "--ttt-steps", "3", "--batch-size", "4",
+            "--max-len", "64", "--heldout", "0.125", "--eval-samples", "6", "--eval-batch", "6",
+            "--threads", "1", *extra]  # fmt: skip

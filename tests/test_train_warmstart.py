@@ -1,0 +1,103 @@
+"""Warm start begins where its checkpoint is: same held-out loss and accuracy at step 0 (no
+re-initialisation, no re-mapped lm_head rows); --rebuild-vocab moves rows with their ids; L2-SP."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from ckpt_helpers import tiny_spec
+from test_train_helpers import tiny_data, tiny_target, train_args
+
+
+@pytest.fixture(scope="module")
+def start(tmp_path_factory):
+    """A drafter trained a few steps on the tiny target (its own held-out metrics recorded)."""
+    from conftest import run_cli
+
+    out = tmp_path_factory.mktemp("warm") / "start"
+    r = run_cli(*train_args(out, tiny_data(), tiny_target(), "--steps", "8", "--lr", "3e-3",
+                            "--eval-every", "8", "--json"))  # fmt: skip
+    assert r.code == 0, r.err
+    return out, json.loads(r.out)
+
+
+def _rows(run):
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_warm_start_step0_equals_the_starting_drafter(start, tmp_path, cli):
+    src, _ = start
+    own = next(r for r in _rows(src) if r["step"] == 8)  # the start's own held-out metrics
+    assert own["acc"][0] > 0  # a trained drafter, so a re-init would show
+    data, target = tiny_data(), tiny_target()
+    args = ["train", "--target", str(target), "--data", str(data), "-o", str(tmp_path / "warm"),
+            "--init-from", str(src / "step-8"), "--ttt-steps", "3", "--batch-size", "4",
+            "--max-len", "64", "--heldout", "0.125", "--eval-samples", "6", "--eval-batch", "6",
+            "--threads", "1", "--steps", "2", "--l2sp", "0.01", "--json"]  # fmt: skip
+    r = cli(*args)
+    assert r.code == 0, r.err
+    step0 = _rows(tmp_path / "warm")[0]
+    assert step0["step"] == 0
+    assert step0["acc"] == own["acc"] and step0["cond_acc"] == own["cond_acc"]
+    assert step0["loss"] == pytest.approx(own["loss"], rel=1e-6)
+    summary = json.loads(r.out)
+    assert summary["init_from"] == str(src / "step-8")
+    # the vocabulary map is the checkpoint's, byte for byte
+    from safetensors.torch import load_file
+
+    a, b = (
+        load_file(str(src / "step-8" / "model.safetensors")),
+        load_file(str(tmp_path / "warm" / "step-2" / "model.safetensors")),
+    )
+    assert torch.equal(a["d2t"], b["d2t"]) and torch.equal(a["t2d"], b["t2d"])
+    # asking for another vocab without --rebuild-vocab is refused
+    r = cli(*args[:-1], "--draft-vocab-size", "64", "-o", str(tmp_path / "w2"))
+    assert r.code == 2 and "--rebuild-vocab" in r.err
+
+
+def test_rebuild_vocab_moves_rows_with_their_ids():
+    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.train.warmstart import rebuild_vocab
+
+    spec = tiny_spec(vocab_size=64, draft_vocab_size=8, hidden_size=16, head_dim=8,
+                     num_attention_heads=2, num_key_value_heads=2, target_hidden_size=16,
+                     intermediate_size=32)  # fmt: skip
+    torch.manual_seed(0)
+    m = Eagle3Drafter(spec)
+    m.set_embedding(torch.randn(64, 16))
+    old_ids = torch.tensor([1, 3, 5, 7, 9, 11, 13, 15])
+    m.d2t.copy_(old_ids - torch.arange(8))
+    m.t2d.zero_()
+    m.t2d[old_ids] = True
+    new_ids = torch.tensor([0, 3, 4, 9, 15, 20])  # 3, 9, 15 survive
+    t2d = torch.zeros(64, dtype=torch.bool)
+    t2d[new_ids] = True
+    n = rebuild_vocab(m, new_ids - torch.arange(6), t2d)
+    assert n.spec.draft_vocab_size == 6 and n.rows_kept == 3
+    w_old, w_new = m.lm_head.weight, n.lm_head.weight
+    for j, tid in enumerate(new_ids.tolist()):
+        if tid in old_ids.tolist():
+            assert torch.equal(w_new[j], w_old[old_ids.tolist().index(tid)])
+        else:
+            assert torch.allclose(w_new[j], w_old.mean(0))
+    assert torch.equal(n.fc.weight, m.fc.weight)
+    # the surviving tokens get the same logits as before
+    ids, aux = torch.randint(0, 64, (1, 5)), torch.randn(1, 5, 48)
+    lo, ln = m(ids, aux).logits, n(ids, aux).logits
+    for j, tid in enumerate(new_ids.tolist()):
+        if tid in old_ids.tolist():
+            torch.testing.assert_close(ln[..., j], lo[..., old_ids.tolist().index(tid)])
+
+
+def test_l2sp_gradient_is_weight_times_distance():
+    from eagle3kit.train.warmstart import add_l2sp_grad, anchor_of
+
+    lin = torch.nn.Linear(3, 2, bias=False)
+    w0 = anchor_of(lin)
+    with torch.no_grad():
+        lin.weight.add_(1.5)
+    lin.weight.grad = torch.zeros_like(lin.weight)
+    add_l2sp_grad(lin, w0, 0.2)
+    torch.testing.assert_close(lin.weight.grad, torch.full((2, 3), 0.3))
