@@ -34,6 +34,7 @@ class FakeOpenAIServer:
         self.mode, self.die_after, self.lifetime, self.name = mode, die_after, lifetime, name
         self.chat_requests = 0  # chat requests received (answered or not)
         self.answered = 0
+        self.bodies: list[dict] = []  # every chat request body, in arrival order
         self._count_lock = threading.Lock()
         self._model_lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -63,6 +64,7 @@ class FakeOpenAIServer:
                 if self.path.rstrip("/") != "/v1/chat/completions":
                     return self._send(404, {"error": "not found"})
                 with server._count_lock:
+                    server.bodies.append(body)
                     server.chat_requests += 1
                     k = server.chat_requests
                 if server.mode == "flaky" and k % 3 == 0:

@@ -122,6 +122,25 @@ def test_servers_match_local_with_failures(tmp_path, target, model_dir):
     assert read_output(tmp_path / "srv.jsonl") == read_output(tmp_path / "local.jsonl")
 
 
+def test_request_body_and_model_name(tmp_path, model_dir):
+    """The model name comes from /v1/models; template kwargs travel as chat_template_kwargs."""
+    from eagle3kit.data.regenerate import regenerate
+
+    inp = tmp_path / "in.jsonl"
+    write_input(inp, 1)
+    with FakeOpenAIServer(model_dir, name="served-name") as a:
+        kw = {"enable_thinking": False}
+        res = regenerate(
+            inp, tmp_path / "o.jsonl", servers=[a.url], max_tokens=3, template_kwargs=kw
+        )
+    assert res.done == 1 and len(a.bodies) == 2  # two assistant turns, one request each
+    b = a.bodies[1]
+    assert (b["model"], b["max_tokens"], b["chat_template_kwargs"]) == ("served-name", 3, kw)
+    first = json.loads((tmp_path / "o.jsonl").read_text())["conversations"][1]["value"]
+    assert [m["role"] for m in b["messages"]] == ["user", "assistant", "user"]
+    assert b["messages"][1]["content"] == first  # the second request saw the regenerated turn
+
+
 @pytest.mark.slow
 def test_server_dies_mid_run(tmp_path, model_dir):
     """One of two servers dies: every sample still finishes. Alone, the dead one's samples fail

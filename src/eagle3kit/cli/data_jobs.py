@@ -47,6 +47,11 @@ def register(data_app: typer.Typer) -> None:
             4, "--retries", help="Retries per request (timeouts, connection errors, 429, 5xx)."
         ),
         timeout: float = typer.Option(300.0, "--timeout", help="Seconds per request."),
+        template_kwargs: str = typer.Option(
+            None,
+            "--template-kwargs",
+            help="JSON for the chat template, e.g. '{\"enable_thinking\": false}' (servers get it as chat_template_kwargs).",
+        ),
         device: str = typer.Option("cpu", "--device"),
         dtype: str = typer.Option("float32", "--dtype"),
         trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
@@ -58,24 +63,28 @@ def register(data_app: typer.Typer) -> None:
         """
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json, err, out
+        from eagle3kit.data.prepare import parse_template_kwargs
         from eagle3kit.data.regenerate import regenerate
         from eagle3kit.errors import Eagle3Error
 
         if (target is None) == (not server):
             raise Eagle3Error("data regenerate: give exactly one of --target or --server")
+        kwargs = parse_template_kwargs(template_kwargs)
         tm = _load_target(target, device, dtype, None, trust_remote_code) if target else None
         with bar(not json_) as progress:
             res = regenerate(input, output, target=tm, servers=server, model=model,
                              max_tokens=max_tokens, temperature=temperature,
                              concurrency=concurrency, retries=retries, timeout=timeout,
-                             progress=progress)  # fmt: skip
+                             template_kwargs=kwargs, progress=progress)  # fmt: skip
         if json_:
             emit_json(res.to_json())
         else:
             for s in res.skipped:
-                err().print(f"skipped {s['file']}:{s['line']}: {s['reason']}", highlight=False)
+                err().print(
+                    f"skipped {s['file']}:{s['line']}: {s['reason']}", markup=False, highlight=False
+                )
             for sid, why in res.errors.items():
-                err().print(f"failed {sid}: {why}", highlight=False)
+                err().print(f"failed {sid}: {why}", markup=False, highlight=False)
             out().print(f"{output}: {res.done} regenerated, {res.already_done} already done, "
                         f"{len(res.failed)} failed, {len(res.skipped)} input lines skipped")  # fmt: skip
         if res.failed:

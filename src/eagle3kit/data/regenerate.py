@@ -166,15 +166,23 @@ def stop_ids(target: Any) -> set[int]:
     return ids
 
 
-def chat_prompt_ids(tokenizer: Any, msgs: Messages) -> list[int]:
+def chat_prompt_ids(
+    tokenizer: Any, msgs: Messages, template_kwargs: dict | None = None
+) -> list[int]:
     """The chat template's tokens for ``msgs`` plus the assistant generation prompt."""
     enc = tokenizer.apply_chat_template(
-        msgs, add_generation_prompt=True, tokenize=True, return_dict=True
+        msgs, add_generation_prompt=True, tokenize=True, return_dict=True, **(template_kwargs or {})
     )
     return list(enc["input_ids"])
 
 
-def local_generator(target: Any, max_tokens: int, temperature: float, seed: int = 0) -> Generate:
+def local_generator(
+    target: Any,
+    max_tokens: int,
+    temperature: float,
+    seed: int = 0,
+    template_kwargs: dict | None = None,
+) -> Generate:
     """Generate with the TargetModel's KV cache: greedy at temperature 0, else sampled.
 
     Sampling draws x ~ softmax(z / temperature) with a generator seeded by (seed, sample id,
@@ -195,7 +203,7 @@ def local_generator(target: Any, max_tokens: int, temperature: float, seed: int 
         return int(torch.multinomial(p, 1, generator=g))
 
     def generate(history: Messages, sid: str) -> str:
-        prompt = chat_prompt_ids(target.tokenizer, history)
+        prompt = chat_prompt_ids(target.tokenizer, history, template_kwargs)
         g = None
         if temperature > 0:
             h = hashlib.sha256(f"{seed}:{sid}:{len(prompt)}".encode()).digest()
@@ -276,13 +284,17 @@ class ServerPool:
 
 def server_generator(
     pool: ServerPool, model: str, max_tokens: int, temperature: float,
-    retries: int = 4, backoff: float = 0.5,
+    retries: int = 4, backoff: float = 0.5, template_kwargs: dict | None = None,
 ) -> Generate:  # fmt: skip
     """Ask ``/v1/chat/completions``; retry with backoff ``backoff * 2^attempt`` (+ jitter, <= 8 s)."""
 
     def generate(history: Messages, sid: str) -> str:
         body = {"model": model, "messages": history, "max_tokens": max_tokens,
                 "temperature": temperature, "stream": False}  # fmt: skip
+        if template_kwargs:
+            body["chat_template_kwargs"] = (
+                template_kwargs  # SGLang and vLLM pass these to the template
+            )
         last = ""
         for attempt in range(retries + 1):
             if attempt:
@@ -350,12 +362,15 @@ def regenerate(
     retries: int = 4,
     timeout: float = 120.0,
     seed: int = 0,
+    template_kwargs: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> RegenResult:
     """Regenerate every assistant turn of INPUT into OUTPUT (resumable; see the module doc).
 
     ``target``: a TargetModel (local generation, one sample at a time); or ``servers``: base
     URLs of OpenAI-compatible servers (``model`` defaults to the name ``/v1/models`` reports).
+    ``template_kwargs`` go to the chat template (locally) or as ``chat_template_kwargs`` (servers),
+    e.g. ``{"enable_thinking": False}`` for Qwen3's non-thinking mode.
     """
     if (target is None) == (not servers):
         raise Eagle3Error("regenerate: give exactly one of a target or --server URLs")
@@ -369,11 +384,15 @@ def regenerate(
     pending = [s for s in samples if s[0] not in finished]
     res = RegenResult(already_done=len(samples) - len(pending), skipped=skipped, output=str(outp))
     if target is not None:
-        generate, concurrency = local_generator(target, max_tokens, temperature, seed), 1
+        generate, concurrency = (
+            local_generator(target, max_tokens, temperature, seed, template_kwargs),
+            1,
+        )
     else:
         pool = ServerPool(list(servers or []), timeout)
+        name = model or pool.model_name()
         generate = server_generator(
-            pool, model or pool.model_name(), max_tokens, temperature, retries
+            pool, name, max_tokens, temperature, retries, template_kwargs=template_kwargs
         )
     outp.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(outp, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
