@@ -167,3 +167,72 @@ def test_header_matches_safetensors_library(tmp_path):
             info = ours[name]
             assert info.shape == tuple(t.shape)
             assert raw[info.start : info.end] == t.contiguous().view(torch.uint8).numpy().tobytes()
+
+
+def test_sparse_writer_round_trips_through_the_safetensors_library(tmp_path):
+    """write_safetensors_sparse: holes for zero runs, bytes the safetensors library reads back."""
+    import os
+
+    import torch
+    from safetensors.torch import load_file
+
+    from eagle3kit.formats.safetensors_io import (
+        SPARSE_CHUNK,
+        read_header_file,
+        write_safetensors_sparse,
+    )
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {
+        "zeros": torch.zeros(3 * SPARSE_CHUNK // 2, dtype=torch.bfloat16),  # 3 MiB of zeros
+        "half": torch.cat(
+            [torch.zeros(SPARSE_CHUNK // 4), torch.randn(SPARSE_CHUNK // 4, generator=g)]
+        ),
+        "ids": torch.arange(7, dtype=torch.int64),
+        "mask": torch.tensor([True, False, True]),
+        "empty": torch.zeros(0, 4),
+    }
+    old = os.umask(0o077)
+    try:
+        written = write_safetensors_sparse(tmp_path / "m.safetensors", tensors, {"format": "pt"})
+    finally:
+        os.umask(old)
+    f = tmp_path / "m.safetensors"
+    assert f.stat().st_mode & 0o777 == 0o600  # the umask decides (here a strict one)
+    back = load_file(f)
+    assert back.keys() == tensors.keys()
+    assert all(back[k].dtype == v.dtype and torch.equal(back[k], v) for k, v in tensors.items())
+    read_header_file(f)  # our own checks accept it too
+    assert written < 2 * SPARSE_CHUNK + 1024  # the 3 MiB zero tensor and the zero half: not written
+    assert f.stat().st_blocks * 512 < f.stat().st_size // 2
+
+
+def test_writers_follow_the_umask(tmp_path):
+    import os
+
+    import torch
+
+    from eagle3kit.formats.safetensors_io import write_json, write_safetensors
+
+    old = os.umask(0o022)
+    try:
+        write_json(tmp_path / "c.json", {"a": 1})
+        write_safetensors(tmp_path / "w.safetensors", {"x": torch.zeros(2)})
+    finally:
+        os.umask(old)
+    for name in ("c.json", "w.safetensors"):
+        assert (tmp_path / name).stat().st_mode & 0o777 == 0o644, name
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.json", "w.safetensors"]
+
+
+def test_large_d2t_is_checked_not_skipped(tmp_path):
+    """A 34 MB d2t (over the old 4M-entry threshold) is still read and checked: inspect fails."""
+    import numpy as np
+
+    d = write_sparse_drafter(tmp_path / "big", tiny_spec(), d2t=np.zeros(4_200_000, dtype=np.int64))
+    r = run_cli("inspect", d, "--json")
+    assert r.code == 1
+    problems = json.loads(r.out)["vocab_map"]["problems"]
+    assert (
+        problems[0]["code"] == "d2t-range" and "expected target ids < 512" in problems[0]["message"]
+    )

@@ -79,7 +79,7 @@ def summarise_vocab(d2t: Any, vocab_size: int) -> dict[str, Any]:
         "target_max": int(tgt.max()) if len(tgt) else None,
         "negative": int((tgt < 0).sum()),
         "out_of_range": int(((tgt < 0) | (tgt >= vocab_size)).sum()),
-        "duplicates": int(len(tgt) - len(np.unique(tgt))),
+        "duplicates": int(np.count_nonzero(np.diff(np.sort(tgt)) == 0)),  # sort: O(N log N)
     }
 
 
