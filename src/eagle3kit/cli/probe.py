@@ -107,3 +107,25 @@ def register(app: typer.Typer) -> None:
             emit_json(r)
         else:
             _render_probe(r)
+
+    @app.command()
+    def report(
+        run_dirs: Annotated[
+            list[str], typer.Argument(help="Run directories (probe, bench, train, plan JSON).")
+        ],
+        out: Annotated[str, typer.Option("-o", "--out", help="Output directory.")],
+        title: Annotated[str, typer.Option(help="Report title.")] = "eagle3kit report",
+        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+    ) -> None:
+        """Write report.md and a self-contained report.html (plots inline) from the runs' JSON artefacts."""
+        from eagle3kit.cli._render import emit_json
+        from eagle3kit.cli._render import out as stdout
+        from eagle3kit.report import report as run_report
+
+        r = run_report(run_dirs, out, title=title)
+        if json_out:
+            emit_json(r)
+        else:
+            stdout().print(
+                f"wrote {r['report_md']} and {r['report_html']} ({len(r['figures'])} figures)"
+            )

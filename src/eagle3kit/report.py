@@ -1,0 +1,347 @@
+"""`eagle3kit report RUN_DIR... -o OUT`: report.md and a self-contained report.html.
+
+Written from the runs' JSON artefacts only, each recognised by its content wherever it lies
+under the run directories:
+
+- probe   (`probe --json`: "verdict", "similarity", "accept_len")
+- bench   ("baseline_tps", "spec_tps", "accept_len": one speculative configuration measured)
+- train   (RUN/summary.json with "best_step", "sim_accept_len"; RUN/metrics.jsonl beside it;
+           RUN/state/state.json for the batch size)
+- plan    (`plan --json`: "break_even_accept_len", "cycle_model")
+
+Every number printed names the file it came from, relative to the run directory it was found
+in. The game plan prices each path from the measured curves: samples seen to reach a held-out
+simulated accept length tau is ``step x batch_size`` at the first evaluation reaching it, and
+its time is ``samples x tokens_per_sample / tokens_per_s`` when the run recorded both.
+The HTML has inline CSS and its PNGs as base64 data URIs: no script, no external request.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eagle3kit.errors import Eagle3Error
+
+MAX_JSON_BYTES = 20 * 2**20
+
+
+@dataclass
+class Found:
+    """The artefacts of the run directories, each with its citation (relative path)."""
+
+    probes: list[tuple[str, dict]] = field(default_factory=list)
+    benches: list[tuple[str, dict]] = field(default_factory=list)
+    runs: list[tuple[str, dict, list[dict], dict]] = field(
+        default_factory=list
+    )  # summary, metrics, config
+    plans: list[tuple[str, dict]] = field(default_factory=list)
+
+
+def _read_json(p: Path) -> Any:
+    try:
+        if p.stat().st_size > MAX_JSON_BYTES:
+            return None
+        return json.loads(p.read_text())
+    except (OSError, ValueError, UnicodeDecodeError):
+        return None
+
+
+def _metrics(path: Path) -> list[dict]:
+    rows = []
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                continue  # a torn last line of a killed run
+    return rows
+
+
+def collect(run_dirs: list[str | Path]) -> Found:
+    """Find and classify the JSON artefacts under ``run_dirs``."""
+    f = Found()
+    for rd in run_dirs:
+        root = Path(rd)
+        if not root.is_dir():
+            raise Eagle3Error(f"report: {rd}: expected a run directory, found no such directory")
+        for p in sorted(root.rglob("*.json")):
+            doc = _read_json(p)
+            if not isinstance(doc, dict):
+                continue
+            cite = str(p.relative_to(root))
+            if {"verdict", "similarity", "accept_len"} <= doc.keys():
+                f.probes.append((cite, doc))
+            elif {"baseline_tps", "spec_tps", "accept_len"} <= doc.keys():
+                f.benches.append((cite, doc))
+            elif {"best_step", "sim_accept_len"} <= doc.keys():
+                state = _read_json(p.parent / "state" / "state.json") or {}
+                f.runs.append(
+                    (cite, doc, _metrics(p.parent / "metrics.jsonl"), state.get("config") or {})
+                )
+            elif {"break_even_accept_len", "cycle_model"} <= doc.keys():
+                f.plans.append((cite, doc))
+    if not (f.probes or f.benches or f.runs or f.plans):
+        raise Eagle3Error(
+            f"report: {', '.join(map(str, run_dirs))}: no probe, bench, train or plan JSON found"
+        )
+    return f
+
+
+# ---------------------------------------------------------------- content as blocks
+
+
+def _n(x: Any, fmt: str = ".3f") -> str:
+    return "-" if x is None else format(x, fmt)
+
+
+def headline(f: Found) -> list[tuple]:
+    if not f.benches:
+        return []
+    rows = []
+    base = f.benches[0][1]
+    rows.append(["baseline (plain decoding)", _n(base["baseline_tps"], ".1f"), "1.00x", "1.00",
+                 f.benches[0][0]])  # fmt: skip
+    for cite, b in f.benches:
+        rows.append([b.get("label", cite), _n(b["spec_tps"], ".1f"), _n(b["speedup"], ".2f") + "x",
+                     _n(b["accept_len"], ".2f"), cite])  # fmt: skip
+    return [("h2", "Headline"), ("table", ["", "tok/s", "speedup", "τ", "source"], rows)]
+
+
+def probe_blocks(f: Found) -> list[tuple]:
+    out: list[tuple] = []
+    for cite, p in f.probes:
+        out.append(("h2", f"Phase 0 probe: verdict {p['verdict']}"))
+        out.append(("p", f"Drafter {p['drafter']} on {p['target']}"
+                         + (f", reference {p['reference']}" if p.get("reference") else "") + f" [{cite}]."))  # fmt: skip
+        out.append(("list", [f"{r} [{cite}]" for r in p["reasons"]]))
+        aux = p.get("aux")
+        if aux:
+            rows = [[c["reading"], str(c["layers"]), "yes" if c["declared"] else "",
+                     _n(aux["acceptance"][c["reading"]]["accept_len"]),
+                     "chosen" if c["reading"] == aux["chosen"]["reading"] else "", cite]
+                    for c in aux["candidates"]]  # fmt: skip
+            out.append(("h3", "Which hidden states was the drafter trained on?"))
+            out.append(
+                ("table", ["reading", "HF layers", "config says", "offline τ", "", "source"], rows)
+            )
+            out.append(("list", [f"{eng}: captures {e['captures']}: " + ("correct" if e["ok"] else f"wrong; {e['fix']}")
+                                 + f" [{cite}]" for eng, e in aux.get("engines", {}).items()]))  # fmt: skip
+        if p["similarity"]:
+            rows = [[f"h[{s['layer']}]", _n(s["cosine_mean"], ".4f"), _n(s["cosine_p10"], ".4f"),
+                     _n(s["cka"], ".4f"), _n(s["norm_ratio"], ".3f"), cite]
+                    for s in p["similarity"] + ([{"layer": "fc", **p["fc_similarity"]}] if p["fc_similarity"] else [])]  # fmt: skip
+            rows[-1][0] = "fc(aux)" if p["fc_similarity"] else rows[-1][0]
+            out.append(("h3", "Hidden-state similarity (reference vs new target, same tokens)"))
+            out.append(
+                (
+                    "table",
+                    ["layer", "cosine mean", "cosine p10", "CKA", "norm ratio", "source"],
+                    rows,
+                )
+            )
+        al = p["accept_len"]
+        out.append(("p", f"Offline accept length (depth {p['depth']}): new target {_n(al['target'])}, "
+                         f"reference {_n(al['reference'])} [{cite}]."))  # fmt: skip
+    return out
+
+
+def _samples_to(rows: list[dict], batch: int, tau: float) -> int | None:
+    """Samples seen (step x batch) at the first evaluation reaching ``tau``."""
+    for r in rows:
+        if r["sim_accept_len"] >= tau:
+            return int(r["step"]) * batch
+    return None
+
+
+def train_blocks(f: Found) -> list[tuple]:
+    if not f.runs:
+        return []
+    rows = []
+    for cite, s, m, cfg in f.runs:
+        first = m[0]["sim_accept_len"] if m else None
+        rows.append([_run_name(cite), "warm start" if s.get("init_from") else "from scratch",
+                     str(s.get("steps")), str(cfg.get("batch_size", "-")), str(s.get("train_samples")),
+                     _n(first), _n(s["sim_accept_len"]), str(s.get("best_step")), cite])  # fmt: skip
+    return [("h2", "Training"), ("table", ["run", "init", "steps", "batch", "train samples",
+             "τ at step 0", "best τ", "best step", "source"], rows)]  # fmt: skip
+
+
+def _run_name(cite: str) -> str:
+    parts = Path(cite).parts
+    return parts[-2] if len(parts) > 1 else cite
+
+
+def game_plan(f: Found) -> list[tuple]:
+    """Each path with its measured result and its cost in samples (and time when known)."""
+    items = []
+    stale = next(((c, b) for c, b in f.benches if b.get("role") == "stale"), None)
+    probe = f.probes[0] if f.probes else None
+    if stale:
+        c, b = stale
+        items.append(f"Plug in as is: 0 samples; measured {b['spec_tps']:.1f} tok/s, {b['speedup']:.2f}x, τ {b['accept_len']:.2f} [{c}]"
+                     + (f"; probe verdict {probe[1]['verdict']} [{probe[0]}]" if probe else ""))  # fmt: skip
+    warm = [r for r in f.runs if r[1].get("init_from")]
+    cold = [r for r in f.runs if not r[1].get("init_from")]
+    for name, group in (("Fine-tune the old drafter", warm), ("Train from scratch", cold)):
+        for cite, s, m, cfg in group:
+            batch = int(cfg.get("batch_size") or 0)
+            n = _samples_to(m, batch, s["sim_accept_len"]) if batch else None
+            b = next(((bc, bb) for bc, bb in f.benches if bb.get("run") == _run_name(cite)), None)
+            t = f"{name} ({_run_name(cite)}): best held-out τ {s['sim_accept_len']:.3f} after {n} samples seen"
+            t += f" ({s.get('best_step')} steps x batch {batch}) [{cite}, {Path(cite).parent / 'state' / 'state.json'}]"
+            if s.get("tokens_per_s") and n is not None and m:
+                tps = s["tokens_per_s"]
+                t += f"; trained at {tps:.0f} tokens/s [{cite}]"
+            if b:
+                t += f"; measured {b[1]['spec_tps']:.1f} tok/s, {b[1]['speedup']:.2f}x, τ {b[1]['accept_len']:.2f} [{b[0]}]"
+            items.append(t)
+    if warm and cold:
+        (wc, _, wm, wcfg), (cc, cs, cm, ccfg) = warm[0], cold[0]
+        target = cs["sim_accept_len"]
+        nw = _samples_to(wm, int(wcfg.get("batch_size") or 0), target)
+        nc = _samples_to(cm, int(ccfg.get("batch_size") or 0), target)
+        if nw is not None and nc:
+            items.append(f"Warm start reaches scratch's best τ {target:.3f} after {nw} samples instead of {nc} "
+                         f"({1 - nw / nc:.0%} fewer) [{wc}, {cc}]")  # fmt: skip
+    for cite, s, m, cfg in f.runs:
+        if m and s.get("best_step") == m[-1]["step"] and len(m) >= 3:
+            a, z = m[len(m) // 2], m[-1]
+            batch = int(cfg.get("batch_size") or 1)
+            gain = (z["sim_accept_len"] - a["sim_accept_len"]) / max(
+                1, (z["step"] - a["step"]) * batch
+            )
+            items.append(f"More data ({_run_name(cite)}): still improving at its last evaluation: "
+                         f"+{gain * 1000:.3f} τ per 1000 samples over its second half [{Path(cite).parent / 'metrics.jsonl'}]")  # fmt: skip
+    if not items:
+        return []
+    return [("h2", "Game plan"), ("list", items)]
+
+
+def figure_blocks(f: Found) -> list[tuple]:
+    from eagle3kit import report_plots as rp
+
+    out: list[tuple] = []
+    pp = {}
+    for cite, p in f.probes:
+        acc = p.get("acceptance") or {}
+        for side in ("target", "reference"):
+            if acc.get(side):
+                pp[f"probe offline, {side} [{cite}]"] = acc[side]["acc"]
+    for cite, b in f.benches:
+        if b.get("per_position_acceptance"):
+            pp[f"{b.get('label', cite)} online [{cite}]"] = b["per_position_acceptance"]
+    out.append(("img", "per_position.png", rp.per_position(pp), "Per-position acceptance"))
+    curves = {f"{_run_name(c)} [{c}]": m for c, s, m, cfg in f.runs}
+    out.append(
+        (
+            "img",
+            "training_curves.png",
+            rp.training_curves(curves),
+            "Training curves (metrics.jsonl)",
+        )
+    )
+    if f.benches:
+        b0 = f.benches[0][1]
+        pts = {b.get("label", c): (b["accept_len"], b["spec_tps"]) for c, b in f.benches}
+        out.append(("img", "throughput.png", rp.throughput(b0["baseline_tps"], b0["cycle_ms"], int(b0.get("depth", 3)), pts),
+                    f"Throughput vs accept length [{f.benches[0][0]}]"))  # fmt: skip
+    if f.probes:
+        c, p = f.probes[0]
+        out.append(
+            (
+                "img",
+                "similarity.png",
+                rp.similarity(p["similarity"], p.get("fc_similarity")),
+                f"Similarity per layer [{c}]",
+            )
+        )
+    ws = {}
+    for c, s, m, cfg in f.runs:
+        batch = int(cfg.get("batch_size") or 0)
+        if batch and m:
+            label = ("warm start" if s.get("init_from") else "from scratch") + f" ({_run_name(c)})"
+            ws[label] = ([r["step"] * batch for r in m], [r["sim_accept_len"] for r in m])
+    out.append(("img", "warm_vs_scratch.png", rp.warm_vs_scratch(ws), "Warm start vs scratch"))
+    return [b for b in out if b[2] is not None]
+
+
+# ---------------------------------------------------------------- rendering
+
+CSS = """
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:980px;margin:2em auto;
+padding:0 1em;color:#1a1a1a;line-height:1.5}
+h1{border-bottom:2px solid #2b6cb0;padding-bottom:.2em}h2{margin-top:1.6em;color:#2b6cb0}
+table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
+th,td{border:1px solid #cbd5e0;padding:.3em .6em;text-align:left}th{background:#edf2f7}
+td.src,span.src{color:#718096;font-size:.85em}figure{margin:1em 0}img{max-width:100%}
+figcaption{color:#4a5568;font-size:.9em}
+"""
+
+
+def _md(blocks: list[tuple], title: str) -> str:
+    lines = [f"# {title}", ""]
+    for b in blocks:
+        if b[0] in ("h2", "h3"):
+            lines += [("## " if b[0] == "h2" else "### ") + b[1], ""]
+        elif b[0] == "p":
+            lines += [b[1], ""]
+        elif b[0] == "list":
+            lines += [f"- {x}" for x in b[1]] + [""]
+        elif b[0] == "table":
+            lines += ["| " + " | ".join(b[1]) + " |", "|" + "---|" * len(b[1])]
+            lines += ["| " + " | ".join(r) + " |" for r in b[2]] + [""]
+        elif b[0] == "img":
+            lines += [f"![{b[3]}]({b[1]})", ""]
+    return "\n".join(lines)
+
+
+def _html(blocks: list[tuple], title: str) -> str:
+    e = html.escape
+    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+             f"<title>{e(title)}</title><style>{CSS}</style></head><body>", f"<h1>{e(title)}</h1>"]  # fmt: skip
+    for b in blocks:
+        if b[0] in ("h2", "h3", "p"):
+            parts.append(f"<{b[0]}>{e(b[1])}</{b[0]}>")
+        elif b[0] == "list":
+            parts.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in b[1]) + "</ul>")
+        elif b[0] == "table":
+            head = "".join(f"<th>{e(h)}</th>" for h in b[1])
+            body = "".join("<tr>" + "".join(
+                f'<td class="src">{e(c)}</td>' if i == len(r) - 1 and b[1][-1] == "source" else f"<td>{e(c)}</td>"
+                for i, c in enumerate(r)) + "</tr>" for r in b[2])  # fmt: skip
+            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
+        elif b[0] == "img":
+            data = base64.b64encode(b[2]).decode("ascii")
+            parts.append(f'<figure><img alt="{e(b[3])}" src="data:image/png;base64,{data}">'
+                         f"<figcaption>{e(b[3])}</figcaption></figure>")  # fmt: skip
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def report(
+    run_dirs: list[str | Path], out: str | Path, *, title: str = "eagle3kit report"
+) -> dict[str, Any]:
+    """Write OUT/report.md (+ its PNGs) and OUT/report.html; returns what was written and found."""
+    from eagle3kit.atomic import atomic_write_bytes, atomic_write_text
+
+    f = collect(run_dirs)
+    blocks = headline(f) + probe_blocks(f) + train_blocks(f) + game_plan(f)
+    figs = figure_blocks(f)
+    blocks += [("h2", "Figures")] + figs if figs else []
+    srcs = ", ".join(str(Path(r)) for r in run_dirs)
+    blocks.append(("p", f"Every number above comes from the JSON artefacts under {srcs}; "
+                        "the bracketed path after it names the file, relative to its run directory."))  # fmt: skip
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for b in figs:
+        atomic_write_bytes(out / b[1], b[2])
+    atomic_write_text(out / "report.md", _md(blocks, title))
+    atomic_write_text(out / "report.html", _html(blocks, title))
+    return {"report_md": str(out / "report.md"), "report_html": str(out / "report.html"),
+            "figures": [b[1] for b in figs], "found": {"probe": [c for c, _ in f.probes],
+            "bench": [c for c, _ in f.benches], "train": [c for c, *_ in f.runs], "plan": [c for c, _ in f.plans]}}  # fmt: skip

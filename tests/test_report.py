@@ -1,0 +1,112 @@
+"""report: written from JSON artefacts only; self-contained HTML that headless Chromium renders."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+from conftest import run_cli
+
+PROBE = {
+    "drafter": "D", "target": "NEW", "reference": "OLD", "depth": 3, "verdict": "fine-tune",
+    "reasons": ["offline accept length 1.869 on the new target vs 2.786 on the reference"],
+    "compat": {"verdict": "sglang: serves it correctly"},
+    "aux": {"candidates": [{"reading": "h[X]", "layers": [1, 3, 4], "declared": False, "writers": "w"},
+                           {"reading": "h[X+1]", "layers": [2, 4, 5], "declared": True, "writers": "w"}],
+            "acceptance": {"h[X]": {"acc": [0.45, 0.43, 0.44], "accept_len": 1.725},
+                           "h[X+1]": {"acc": [0.5, 0.49, 0.46], "accept_len": 1.869}},
+            "chosen": {"reading": "h[X+1]", "layers": [2, 4, 5], "margin_accept_len": 0.144, "clear": True},
+            "engines": {"sglang": {"captures": [2, 4, 5], "ok": True, "fix": None}}},
+    "similarity": [{"layer": 2, "cosine_mean": 0.9062, "cosine_p10": 0.843, "cka": 0.8938, "norm_ratio": 1.118}],
+    "fc_similarity": {"cosine_mean": 0.9847, "cosine_p10": 0.9765, "cka": 0.606, "norm_ratio": 0.975},
+    "acceptance": {"target": {"acc": [0.5, 0.49, 0.46]}, "reference": {"acc": [0.77, 0.76, 0.75]}},
+    "accept_len": {"target": 1.869, "reference": 2.786},
+}  # fmt: skip
+BENCH = {"label": "stale", "role": "stale", "run": None, "depth": 3, "baseline_tps": 100.0,
+         "spec_tps": 123.4, "speedup": 1.234, "accept_len": 2.5, "cycle_ms": 20.0,
+         "per_position_acceptance": [0.7, 0.5, 0.3]}  # fmt: skip
+
+
+def _run_dir(root, name, init, taus, batch=4):
+    d = root / "runs" / name
+    (d / "state").mkdir(parents=True)
+    rows = [
+        {"step": 10 * i, "loss": [3.0 - 0.1 * i], "sim_accept_len": t} for i, t in enumerate(taus)
+    ]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
+    best = max(range(len(taus)), key=lambda i: taus[i])
+    (d / "summary.json").write_text(json.dumps({"steps": 10 * (len(taus) - 1), "best_step": 10 * best,
+                                                "sim_accept_len": taus[best], "init_from": init,
+                                                "train_samples": 100}))  # fmt: skip
+    (d / "state" / "state.json").write_text(json.dumps({"config": {"batch_size": batch}}))
+
+
+@pytest.fixture
+def runs(tmp_path):
+    root = tmp_path / "demo"
+    root.mkdir()
+    (root / "probe.json").write_text(json.dumps(PROBE))
+    (root / "bench-stale.json").write_text(json.dumps(BENCH))
+    _run_dir(root, "finetune", "K2", [1.8, 2.2, 2.6, 2.9])
+    _run_dir(root, "scratch", None, [1.0, 1.5, 2.1, 2.2])
+    return root
+
+
+def test_report_numbers_trace_to_artefacts(runs, tmp_path):
+    r = run_cli("report", runs, "-o", tmp_path / "out", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "123.4" in md and "[bench-stale.json]" in md.replace(
+        "| bench-stale.json |", "[bench-stale.json]"
+    )
+    assert "0.9062" in md and "probe.json" in md
+    # scratch's best tau 2.2 is first reached by the warm start at step 10 (x batch 4 = 40
+    # samples) and by scratch at step 30 (120 samples): 1 - 40/120 = 67% fewer
+    assert "after 40 samples instead of 120 (67% fewer)" in md
+    # fine-tune still improving at its last evaluation: (2.9 - 2.6) / ((30 - 20) * 4) per sample
+    assert "+7.500 τ per 1000 samples" in md
+    assert sorted(doc["figures"]) == sorted(
+        [
+            "per_position.png",
+            "training_curves.png",
+            "throughput.png",
+            "similarity.png",
+            "warm_vs_scratch.png",
+        ]
+    )
+    html = (tmp_path / "out" / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 5
+    assert "<script" not in html
+    assert not re.search(r"""(src|href)=["']?(https?:|//)""", html)  # nothing external
+
+
+def test_report_bad_input(tmp_path):
+    r = run_cli("report", tmp_path / "missing", "-o", tmp_path / "out")
+    assert r.code == 2 and "no such directory" in r.err
+    (tmp_path / "empty").mkdir()
+    r = run_cli("report", tmp_path / "empty", "-o", tmp_path / "out")
+    assert r.code == 2 and "no probe, bench, train or plan JSON" in r.err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_report_renders_in_chromium(runs, tmp_path):
+    out = tmp_path / "out"
+    assert run_cli("report", runs, "-o", out).code == 0
+    shot = tmp_path / "report.png"
+    base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--user-data-dir=" + str(tmp_path / "profile")]  # fmt: skip
+    p = subprocess.run(base + ["--enable-logging=stderr", "--v=0", "--window-size=1100,2600",
+                               f"--screenshot={shot}", (out / "report.html").as_uri()],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert shot.is_file() and shot.stat().st_size > 20_000, p.stderr[-2000:]
+    console = [ln for ln in p.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
+    assert console == [], console
+    # the DOM Chromium built holds the five figures and the game plan
+    dom = subprocess.run(base + ["--dump-dom", (out / "report.html").as_uri()],
+                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert dom.stdout.count("<img") == 5 and "Game plan" in dom.stdout
