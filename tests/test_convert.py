@@ -313,3 +313,13 @@ def test_sparse_source_stays_sparse_and_umask_respected(tmp_path):
     a, b = load_file(src / "model.safetensors"), load_file(f)
     assert {k.replace("layers.0.", "midlayer.") for k in b} == set(a)
     assert all(torch.equal(a[k.replace("layers.0.", "midlayer.")], v) for k, v in b.items())
+
+
+def test_refuses_what_compat_alone_fails(tmp_path):
+    import numpy as np
+
+    spec = tiny_spec(draft_vocab_size=512)  # full vocab: d2t not required
+    t2d = np.zeros(512, dtype=bool)
+    t2d[:10] = True  # marks 10 ids, the config says 512
+    src = _bad_drafter(tmp_path, spec, omit=("embed_tokens.weight", "d2t"), t2d=t2d)
+    _refused(tmp_path, src, "model.safetensors: t2d: expected 512 target ids marked", "found 10")

@@ -93,9 +93,10 @@ def _shape_problem(canon: str, stored: str, spec: DraftSpec, found: tuple[int, .
 def drafter_problems(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) -> list[tuple[str, str]]:  # fmt: skip
     """Every drafter-alone defect as (file, `field: expected ..., found ...`); [] when sound.
 
-    The same checks as compat's drafter-alone findings: shapes vs config, required tensors,
-    and the d2t/t2d pair (model/vocab.py: integer dtype, 0 <= target id < vocab, distinct,
-    t2d agreeing with d2t)."""
+    Shapes vs config (naming the config field for lm_head rows and fc width), required
+    tensors, and the d2t/t2d pair (model/vocab.py: integer dtype, 0 <= target id < vocab,
+    distinct, t2d agreeing with d2t). convert also refuses every error of compat's
+    `drafter_findings`, so nothing compat fails on its own is converted."""
     from eagle3kit.model.vocab import vocab_problems
 
     out: list[tuple[str, str]] = []
@@ -247,7 +248,11 @@ def target_embedding(target: str, spec: DraftSpec) -> Any:
 
 
 def _refuse(src: str, ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str], to: str, embed: bool) -> None:  # fmt: skip
+    from eagle3kit.compat import drafter_findings
+
     problems = drafter_problems(ckpt, spec, names)
+    tensor_file = ckpt.files[0] if ckpt.files else ckpt.source
+    problems += [(tensor_file, f.message) for f in drafter_findings(ckpt, spec, names) if f.severity == "error"]  # fmt: skip
     if problems:
         where, what = problems[0]
         more = f" (and {len(problems) - 1} more problem(s): see `eagle3kit inspect {src}`)" if len(problems) > 1 else ""  # fmt: skip
