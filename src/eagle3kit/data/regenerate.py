@@ -398,6 +398,7 @@ def regenerate(
     fd = os.open(outp, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         emit(progress, "regenerate", 0, len(pending), "sample")
+        t0 = time.monotonic()
         for sid, rec, answers, err in _results(pending, generate, concurrency):
             if answers is None:
                 res.failed.append(sid)
@@ -405,8 +406,17 @@ def regenerate(
             else:
                 append_line(fd, with_answers(rec, sid, answers))
                 res.done += 1
-            emit(progress, "regenerate", res.done + len(res.failed), len(pending), "sample",
-                 failed=len(res.failed))  # fmt: skip
+            n = res.done + len(res.failed)
+            rate = n / max(time.monotonic() - t0, 1e-9)
+            emit(
+                progress,
+                "regenerate",
+                n,
+                len(pending),
+                "sample",
+                failed=len(res.failed),
+                per_s=rate,
+            )
     finally:
         os.close(fd)
     return res

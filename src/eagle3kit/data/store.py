@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any
 
@@ -260,6 +261,7 @@ def _capture_rest(prepared, target, out, man, d2t, k_top, lengths, start, batch_
     parts, ids, n_tok = [], [], 0
     total, done = sum(lengths), sum(lengths[:start])
     emit(progress, "capture", done, total, "tok")
+    t0, first = time.monotonic(), done
     for batch in _batches(lengths, start, batch_tokens):
         samples = [prepared[i] for i in batch]
         f = compute_features(target, *collate(samples), d2t, topk=k_top)
@@ -271,7 +273,8 @@ def _capture_rest(prepared, target, out, man, d2t, k_top, lengths, start, batch_
                 _write_shard(out, man, parts, ids)
                 parts, ids, n_tok = [], [], 0
         done += sum(lengths[i] for i in batch)
-        emit(progress, "capture", done, total, "tok", shards=len(man["shards"]))
+        rate = (done - first) / max(time.monotonic() - t0, 1e-9)
+        emit(progress, "capture", done, total, "tok", shards=len(man["shards"]), per_s=rate)
     if parts:
         _write_shard(out, man, parts, ids)
 
