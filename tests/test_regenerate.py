@@ -171,6 +171,23 @@ def test_server_dies_mid_run(tmp_path, model_dir):
     assert len(read_output(out2)) == 6
 
 
+def test_sampling_is_seeded_per_sample(tmp_path, target):
+    """temperature > 0 samples; the same seed and sample give the same text on a rerun."""
+    from eagle3kit.data.regenerate import regenerate
+
+    inp = tmp_path / "in.jsonl"
+    write_input(inp, 2)
+    outs = []
+    for name, seed in (("a", 0), ("b", 0), ("c", 1)):
+        regenerate(inp, tmp_path / f"{name}.jsonl", target=target, max_tokens=MAX_TOKENS,
+                   temperature=1.5, seed=seed)  # fmt: skip
+        outs.append(read_output(tmp_path / f"{name}.jsonl"))
+    greedy = tmp_path / "g.jsonl"
+    regenerate(inp, greedy, target=target, max_tokens=MAX_TOKENS)
+    assert outs[0] == outs[1]
+    assert outs[0] != outs[2] and outs[0] != read_output(greedy)
+
+
 def test_partial_last_line_is_redone(tmp_path, target):
     from eagle3kit.data.regenerate import regenerate
 
