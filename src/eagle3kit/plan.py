@@ -112,20 +112,20 @@ def load_per_position(path: str | os.PathLike[str]) -> tuple[float, ...]:
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    except FileNotFoundError as e:
         raise Eagle3Error(
             f"{p}: expected a JSON file of per-position acceptance, found no such file"
-        ) from None
+        ) from e
     except (OSError, UnicodeDecodeError) as e:
         raise Eagle3Error(
             f"{p}: expected a readable JSON file, found {type(e).__name__}: {e}"
-        ) from None
+        ) from e
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as e:
         raise Eagle3Error(
             f"{p}: expected JSON, found invalid JSON at line {e.lineno}: {e.msg}"
-        ) from None
+        ) from e
     shape = '{"per_position_acceptance": [p1, p2, ...]} or a list [p1, p2, ...]'
     if isinstance(doc, dict) and "per_position_acceptance" not in doc:
         raise Eagle3Error(f"{p}: expected {shape}, found an object without that key")

@@ -140,10 +140,10 @@ def parse_verify_point(text: str) -> tuple[int, float]:
         if not sep:
             raise ValueError
         n, ms = int(n_s), float(ms_s)
-    except ValueError:
+    except ValueError as e:
         raise Eagle3Error(
             f"--verify-ms: expected N:MS (tokens:milliseconds, e.g. 4:31.5), found {text!r}"
-        ) from None
+        ) from e
     return n, ms
 
 
@@ -154,10 +154,10 @@ def parse_verify_fit(text: str) -> tuple[float, float]:
         if len(parts) != 2:
             raise ValueError
         a, b = float(parts[0]), float(parts[1])
-    except ValueError:
+    except ValueError as e:
         raise Eagle3Error(
             f"--verify-fit: expected INTERCEPT_MS,PER_TOKEN_MS (e.g. 20,1.5), found {text!r}"
-        ) from None
+        ) from e
     return a, b
 
 

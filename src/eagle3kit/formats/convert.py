@@ -143,7 +143,7 @@ def layout_config(spec: DraftSpec, layout: str, verifier: str | None = None) -> 
     try:
         cfg = config_for(spec, layout, verifier=verifier)
     except LossyConversion as e:
-        raise Eagle3Error(f"refusing a lossy conversion to {layout}: {e}") from None
+        raise Eagle3Error(f"refusing a lossy conversion to {layout}: {e}") from e
     if layout == "eagle" and cfg.get("target_hidden_size") == spec.hidden_size:
         del cfg["target_hidden_size"]
     return cfg
