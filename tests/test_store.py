@@ -162,6 +162,14 @@ def test_refusals_leave_things_as_they_were(tmp_path, target, monkeypatch):
         capture(tmp_path / "D", target, tmp_path / "S", topk=8)  # not the same capture
     assert {p.name: p.read_bytes() for p in (tmp_path / "S").iterdir()} == before
 
+    from eagle3kit.data.store import FeatureStore
+
+    man = json.loads((tmp_path / "S" / "manifest.json").read_text())
+    (tmp_path / "S" / "manifest.json").write_text(json.dumps({**man, "complete": False}))
+    with pytest.raises(Eagle3Error, match=r"complete: expected true"):
+        FeatureStore(tmp_path / "S")  # an unfinished capture is not silently a smaller one
+    assert len(FeatureStore(tmp_path / "S", partial=True)) == 3
+
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda p: usage._replace(free=1000))
     with pytest.raises(

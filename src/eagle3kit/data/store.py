@@ -283,11 +283,15 @@ def _capture_rest(prepared, target, out, man, d2t, k_top, lengths, start, batch_
 class FeatureStore:
     """A feature store opened for training: ``len``, ``ids``, ``get(indices) -> Features``, ``split``."""
 
-    def __init__(self, path: str | Path, *, verify: bool = False) -> None:
+    def __init__(self, path: str | Path, *, verify: bool = False, partial: bool = False) -> None:
+        """Open STORE; ``verify`` checks every shard's sha256; ``partial`` accepts an unfinished capture."""
         from safetensors import safe_open
 
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
+        if not partial and self.manifest.get("complete") is not True:
+            raise bad(str(self.path / MANIFEST), "complete: expected true (a finished capture), found "
+                      f"{self.manifest.get('complete')!r}; rerun the same `data capture` command to finish it")  # fmt: skip
         self.ids: list[str] = []
         self._where: list[tuple[int, int, int]] = []  # sample -> (shard, token start, token end)
         for si, s in enumerate(self.manifest["shards"]):
