@@ -19,7 +19,7 @@ import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from eagle3kit.atomic import atomic_write_json, save_safetensors
 from eagle3kit.errors import Eagle3Error, bad
@@ -203,7 +203,7 @@ def _index_files(index: Any, where: str, root: Path | None) -> dict[str, str]:
     return wmap
 
 
-class _Files:
+class _Files(Protocol):
     """Where a checkpoint's files come from. `_Folder` and `_HubRepo` differ only in how bytes
     are fetched; `_read_tensors` below is the one code path that checks and merges headers."""
 
@@ -216,7 +216,7 @@ class _Files:
     def header(self, rel: str) -> dict[str, TensorInfo]: ...
 
 
-class _Folder(_Files):
+class _Folder:
     def __init__(self, root: Path) -> None:
         self.root, self.where = root, str(root)
 
@@ -338,7 +338,7 @@ def _http_get(url: str, rng: tuple[int, int] | None = None) -> tuple[bytes, int 
     return body, None
 
 
-class _HubRepo(_Files):
+class _HubRepo:
     def __init__(self, repo_id: str, revision: str | None) -> None:
         self.repo_id, self.revision, self.where = repo_id, revision, f"hf://{repo_id}"
         from huggingface_hub import constants
