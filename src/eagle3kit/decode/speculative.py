@@ -84,7 +84,7 @@ def speculative_generate(
     ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=dev).reshape(1, -1)  # [1, P]
     stats = DecodeStats(depth=depth, method="tree" if tree else "chain", prompt_tokens=ids.shape[1])
     t_start = time.perf_counter()
-    with torch.no_grad():
+    with torch.inference_mode():
         out = target.prefill(ids)  # logits [1, P, V], aux [1, P, 3Ht]
         x = choose(out.logits[0, -1])
         cache = DraftCache()
@@ -226,7 +226,7 @@ def greedy_generate(
     stats = DecodeStats(depth=0, method="greedy", prompt_tokens=ids.shape[1])
     t_start = time.perf_counter()
     tokens: list[int] = []
-    with torch.no_grad():
+    with torch.inference_mode():
         x = int(target.prefill(ids).logits[0, -1].argmax())
         stats.prefill_s = _now(dev) - t_start
         while not _emit(tokens, [x], eos_token_id, max_new_tokens, None):

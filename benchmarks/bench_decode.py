@@ -1,0 +1,199 @@
+"""Speculative decoding on the zoo's FULL targets: lossless, speed, offline vs online, plan.
+
+    python benchmarks/bench_decode.py [--drafter-dsv3 DIR] [--drafter-llama DIR]
+        [--lossless-members dsv3-v1,dsv3-v2,llama-v1,llama-v2] [--lossless-prompts 50]
+        [--speed-members dsv3-v2,llama-v2] [--prompts 8] [--tokens 128] [--repeats 3]
+        [--depth 4] [--threads 2] [--json results.json]
+
+1. Lossless: on each member, `--lossless-prompts` held-out chat prompts (the zoo's held-out
+   stdlib functions: "Write the Python function ..." rendered with the chat template) x
+   `--tokens` tokens: transformers' `generate(do_sample=False)` against eagle3kit chain and
+   tree (greedy); counts prompts whose outputs are identical token for token. A member without
+   a trained drafter for its architecture gets a random one (losslessness must hold anyway).
+2. Speed (`eagle3kit.bench.bench`): greedy, prompt lookup, chain, tree on the same prompts,
+   rotating order, tok/s median/min/max over `--repeats`, speedup, tau, ideal bound and the
+   fraction of it reached.
+3. Offline simulated tau (teacher-forced on held-out conversations whose answers are the
+   target's own greedy output) vs online chain tau at the same depth on their prompts.
+4. `eval --json` piped into `plan --from`: plan's predicted tok/s (tau / cycle_ms) against the
+   measured tok/s of the same online run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import transformers  # noqa: F401  (so that the environment line names it)
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _env import environment, environment_info  # noqa: E402
+
+from eagle3kit import zoo  # noqa: E402
+from eagle3kit.bench import bench, default_prompts  # noqa: E402
+from eagle3kit.decode import TreeShape, greedy_generate, speculative_generate  # noqa: E402
+from eagle3kit.evaluate import EvalData, evaluate  # noqa: E402
+from eagle3kit.model.target import TargetModel  # noqa: E402
+
+
+def load(member: str, drafter_dir: str | None, size: str = "full"):
+    """(target, drafter, 'trained' | 'random') for a full member."""
+    from eagle3kit.decode.loading import load_pair
+    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.spec import DraftSpec
+
+    if drafter_dir:
+        tm, d = load_pair(str(zoo.get(member, size=size)), drafter_dir)
+        return tm, d, "trained"
+    tm = TargetModel.from_pretrained(zoo.get(member, size=size))
+    h = tm.hidden_size
+    spec = DraftSpec(hidden_size=h, intermediate_size=3 * h, num_attention_heads=2,
+                     num_key_value_heads=2, head_dim=h // 2, vocab_size=tm.vocab_size,
+                     draft_vocab_size=tm.vocab_size, target_hidden_size=h,
+                     aux_layers=tm.aux_layers, dtype="float32")  # fmt: skip
+    torch.manual_seed(0)
+    d = Eagle3Drafter(spec)
+    d.set_embedding(tm.embed_tokens.weight)
+    return tm, d.eval(), "random"
+
+
+def hf_greedy(tm, ids: list[int], n: int) -> list[int]:
+    eos = tm.tokenizer.eos_token_id
+    with torch.no_grad():
+        out = tm.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=n,
+                                eos_token_id=eos, pad_token_id=eos)[0, len(ids):].tolist()  # fmt: skip
+    return out[: out.index(eos)] if eos in out else out
+
+
+def lossless(tm, d, prompts, n: int, depth: int, tree: TreeShape) -> dict:
+    eos = tm.tokenizer.eos_token_id
+    same = {"chain": 0, "tree": 0}
+    taus = {"chain": [], "tree": []}
+    for ids in prompts:
+        want = hf_greedy(tm, ids, n)
+        for name, shape in (("chain", None), ("tree", tree)):
+            g = speculative_generate(tm, d, ids, max_new_tokens=n, depth=depth, tree=shape,
+                                     eos_token_id=eos)  # fmt: skip
+            same[name] += g.tokens == want
+            taus[name].append(g.stats.accept_len)
+    return {"prompts": len(prompts), "identical": same,
+            "mean_tau": {k: sum(v) / len(v) for k, v in taus.items()}}  # fmt: skip
+
+
+def self_conversations(tm, prompts, n: int) -> EvalData:
+    """Held-out prompts with the target's own greedy answers (the data a drafter is trained
+    on after regeneration): samples for offline eval, prompts for online."""
+    eos = tm.tokenizer.eos_token_id
+    samples = []
+    for ids in prompts:
+        ans = greedy_generate(tm, ids, max_new_tokens=n, eos_token_id=eos).tokens + [eos]
+        seq = torch.tensor(ids + ans)  # [T]
+        mask = torch.zeros(len(seq), dtype=torch.bool)
+        mask[len(ids) :] = True
+        samples.append((seq, mask))
+    return EvalData("self", samples, [list(p) for p in prompts])
+
+
+def offline_online_plan(tm, d, prompts, n: int, depth: int, repeats: int) -> dict:
+    from eagle3kit import plan
+
+    data = self_conversations(tm, prompts, n)
+    r = evaluate(tm, d, data, depth, online=True, max_new_tokens=n, repeats=repeats, limit=None)
+    p = plan.plan(decode_ms=r["decode_ms"], cycle_ms=r["cycle_ms"], accept_len=r["accept_len"],
+                  depth=depth)  # fmt: skip
+    return {
+        "depth": depth,
+        "offline_tau": r["offline"]["accept_len"],
+        "online_tau": r["accept_len"],
+        "gap": r["offline_online_gap"],
+        "offline_per_position": r["offline"]["per_position_acceptance"],
+        "online_per_position": r["per_position_acceptance"],
+        "measured_tps": r["tokens_per_s"],
+        "plan_predicted_tps": p.throughput_tps,
+        "plan_error": p.throughput_tps / r["tokens_per_s"] - 1,
+        "decode_ms": r["decode_ms"],
+        "cycle_ms": r["cycle_ms"],
+        "baseline_tps": r["baseline_tokens_per_s"],
+        "lossless": r["lossless"],
+    }
+
+
+def _print_speed(member: str, kind: str, r: dict) -> None:
+    print(f"\n## speed: {member} ({kind} drafter), {r['prompts']} prompts x {r['max_new_tokens']}"
+          f" tokens, {r['repeats']} repeats; decode step {r['decode_ms']:.2f} ms;"
+          f" target greedy distinct-4 {r['target_distinct4']:.2f}")  # fmt: skip
+    print(f"{'method':14} {'tok/s med':>9} {'min':>7} {'max':>7} {'speedup':>8} {'tau':>5}"
+          f" {'ideal':>6} {'of ideal':>8}  draft/verify ms")  # fmt: skip
+    for m in r["methods"]:
+        t = m["tokens_per_s"]
+        ideal = f"{m['ideal_speedup']:.2f}x" if "ideal_speedup" in m else "-"
+        frac = f"{100 * m['fraction_of_ideal']:.0f}%" if "fraction_of_ideal" in m else "-"
+        dv = f"{m['draft_ms']:.1f}/{m['verify_ms']:.1f}" if "draft_ms" in m else ""
+        print(f"{m['name']:14} {t['median']:9.1f} {t['min']:7.1f} {t['max']:7.1f} "
+              f"{m['speedup']:7.2f}x {m['accept_len']:5.2f} {ideal:>6} {frac:>8}  {dv}")  # fmt: skip
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--drafter-dsv3")
+    ap.add_argument("--drafter-llama")
+    ap.add_argument("--lossless-members", default="dsv3-v1,dsv3-v2,llama-v1,llama-v2")
+    ap.add_argument("--lossless-prompts", type=int, default=50)
+    ap.add_argument("--speed-members", default="dsv3-v2,llama-v2")
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--depth", type=int, default=4)
+    ap.add_argument("--tree-depth", type=int, default=5)
+    ap.add_argument("--topk", type=int, default=4)
+    ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--size", default="full", help="tiny: a smoke test of this script")
+    ap.add_argument("--json")
+    a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    drafters = {"dsv3": a.drafter_dsv3, "llama": a.drafter_llama}
+    tree = TreeShape(a.topk, a.budget)
+    out: dict = {"environment": environment_info(), "args": vars(a), "lossless": {}, "speed": {},
+                 "offline_online": {}}  # fmt: skip
+    print(environment())
+    for member in filter(None, a.lossless_members.split(",")):
+        tm, d, kind = load(member, drafters[member.split("-")[0]], a.size)
+        prompts = default_prompts(tm.tokenizer, a.lossless_prompts)
+        t0 = time.perf_counter()
+        r = lossless(tm, d, prompts, a.tokens, a.depth, tree)
+        r.update(drafter=kind, seconds=time.perf_counter() - t0)
+        out["lossless"][member] = r
+        print(f"lossless {member} ({kind} drafter): chain {r['identical']['chain']}/{r['prompts']},"
+              f" tree {r['identical']['tree']}/{r['prompts']} identical to HF generate"
+              f" (tau chain {r['mean_tau']['chain']:.2f}, tree {r['mean_tau']['tree']:.2f};"
+              f" {r['seconds']:.0f} s)", flush=True)  # fmt: skip
+    for member in filter(None, a.speed_members.split(",")):
+        tm, d, kind = load(member, drafters[member.split("-")[0]], a.size)
+        prompts = default_prompts(tm.tokenizer, a.prompts)
+        r = bench(tm, d, prompts, repeats=a.repeats, max_new_tokens=a.tokens, depth=a.depth,
+                  tree=tree, tree_depth=a.tree_depth)  # fmt: skip
+        r["drafter"] = kind
+        out["speed"][member] = r
+        _print_speed(member, kind, r)
+        o = offline_online_plan(tm, d, prompts, a.tokens, a.depth, a.repeats)
+        out["offline_online"][member] = o
+        print(
+            f"offline simulated tau {o['offline_tau']:.2f} vs online chain tau "
+            f"{o['online_tau']:.2f} at depth {a.depth}: gap {100 * o['gap']:+.1f}%"
+        )
+        print(f"plan --from eval: predicted {o['plan_predicted_tps']:.1f} tok/s vs measured "
+              f"{o['measured_tps']:.1f} ({100 * o['plan_error']:+.1f}%); decode "
+              f"{o['decode_ms']:.2f} ms, cycle {o['cycle_ms']:.2f} ms", flush=True)  # fmt: skip
+    if a.json:
+        Path(a.json).write_text(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
