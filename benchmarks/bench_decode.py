@@ -44,20 +44,13 @@ def load(member: str, drafter_dir: str | None, size: str = "full"):
     """(target, drafter, 'trained' | 'random') for a full member."""
     from eagle3kit.decode.loading import load_pair
     from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.spec import DraftSpec
 
     if drafter_dir:
         tm, d = load_pair(str(zoo.get(member, size=size)), drafter_dir)
         return tm, d, "trained"
     tm = TargetModel.from_pretrained(zoo.get(member, size=size))
-    h = tm.hidden_size
-    spec = DraftSpec(hidden_size=h, intermediate_size=3 * h, num_attention_heads=2,
-                     num_key_value_heads=2, head_dim=h // 2, vocab_size=tm.vocab_size,
-                     draft_vocab_size=tm.vocab_size, target_hidden_size=h,
-                     aux_layers=tm.aux_layers, dtype="float32")  # fmt: skip
     torch.manual_seed(0)
-    d = Eagle3Drafter(spec)
-    d.set_embedding(tm.embed_tokens.weight)
+    d = Eagle3Drafter.for_target(tm)
     return tm, d.eval(), "random"
 
 

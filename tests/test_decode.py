@@ -69,6 +69,18 @@ def test_greedy_lossless_random_drafter(target, shape):
     assert all(t >= 1.0 for t in taus)
 
 
+def test_greedy_lossless_mla_drafter(target):
+    """An MLA drafter (Kimi-K2.5's kind) through the same API: chain and tree stay lossless."""
+    from eagle3kit.model.drafter import Eagle3Drafter
+
+    if target.config.model_type == "llama":
+        pytest.skip("MLA drafters go with the DeepSeek-V3 target")
+    torch.manual_seed(0)
+    d = Eagle3Drafter.for_target(target, attention="mla").eval()
+    for shape in SHAPES:
+        _check_lossless(target, d, shape, HELD_OUT[:1])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("shape", ["chain", "tree"])
 def test_greedy_lossless_trained_drafter(target, trained, shape):
