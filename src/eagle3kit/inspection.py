@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from eagle3kit.errors import bad
 from eagle3kit.formats.layouts import is_drafter_config, read_spec
 from eagle3kit.formats.safetensors_io import Checkpoint, load_checkpoint
-from eagle3kit.spec import DraftSpec, default_aux_layers
+from eagle3kit.spec import NORM_FLAGS, DraftSpec, default_aux_layers
 
 
 @dataclass
@@ -69,6 +70,36 @@ def is_drafter(ckpt: Checkpoint) -> bool:
     return is_drafter_config(ckpt.config, set(ckpt.tensors))
 
 
+def _attention_roles(spec: DraftSpec) -> dict[str, str]:
+    """Roles of the midlayer.self_attn.* weights, MHA or MLA."""
+    h2, n, pre = 2 * spec.hidden_size, spec.num_attention_heads, "midlayer.self_attn."
+    if not spec.is_mla:
+        out = {
+            f"{pre}{x}_proj.weight": f"{x}_proj: cat(embed, hidden) {h2} -> {heads}x{spec.head_dim}"
+            for x, heads in (
+                ("q", n),
+                ("k", spec.num_key_value_heads),
+                ("v", spec.num_key_value_heads),
+            )
+        }
+        out[pre + "o_proj.weight"] = f"o_proj: {n}x{spec.head_dim} -> {spec.hidden_size}"
+        return out
+    nope, rope, v = spec.qk_nope_head_dim, spec.qk_rope_head_dim, spec.v_head_dim
+    ql, kvl = spec.q_lora_rank, spec.kv_lora_rank
+    heads_qk = f"{n}x({nope} nope + {rope} rope)"
+    return {
+        pre + "q_proj.weight": f"q_proj (MLA, no q latent): cat(embed, hidden) {h2} -> {heads_qk}",
+        pre + "q_a_proj.weight": f"q_a_proj (MLA): cat(embed, hidden) {h2} -> q latent {ql}",
+        pre + "q_a_layernorm.weight": f"q_a_layernorm (MLA): RMSNorm of the q latent ({ql})",
+        pre + "q_b_proj.weight": f"q_b_proj (MLA): q latent {ql} -> {heads_qk}",
+        pre + "kv_a_proj_with_mqa.weight": f"kv_a_proj_with_mqa (MLA): cat(embed, hidden) {h2} -> "
+        f"kv latent {kvl} + one shared rope key {rope}",
+        pre + "kv_a_layernorm.weight": f"kv_a_layernorm (MLA): RMSNorm of the kv latent ({kvl})",
+        pre + "kv_b_proj.weight": f"kv_b_proj (MLA): kv latent {kvl} -> {n}x({nope} key nope + {v} value)",
+        pre + "o_proj.weight": f"o_proj (MLA): {n}x{v} values -> {spec.hidden_size}",
+    }  # fmt: skip
+
+
 def tensor_role(name: str, spec: DraftSpec) -> str:
     """What a canonical tensor does, in words."""
     h, v, vd = spec.hidden_size, spec.vocab_size, spec.draft_vocab_size
@@ -88,25 +119,37 @@ def tensor_role(name: str, spec: DraftSpec) -> str:
         "midlayer.input_layernorm.weight": "input_layernorm: RMSNorm of the token embedding",
         "midlayer.hidden_norm.weight": "hidden_norm: RMSNorm of the incoming hidden state",
         "midlayer.post_attention_layernorm.weight": "post_attention_layernorm: RMSNorm before the MLP",
-        "midlayer.self_attn.o_proj.weight": f"o_proj: {spec.num_attention_heads}x{spec.head_dim} -> {h}",
         "midlayer.mlp.gate_proj.weight": f"mlp gate: {h} -> {spec.intermediate_size}",
         "midlayer.mlp.up_proj.weight": f"mlp up: {h} -> {spec.intermediate_size}",
         "midlayer.mlp.down_proj.weight": f"mlp down: {spec.intermediate_size} -> {h}",
+        **_attention_roles(spec),
     }
     if name in roles:
         return roles[name]
-    for qkv, heads in (
-        ("q", spec.num_attention_heads),
-        ("k", spec.num_key_value_heads),
-        ("v", spec.num_key_value_heads),
-    ):
-        if name == f"midlayer.self_attn.{qkv}_proj.weight":
-            return f"{qkv}_proj: cat(embed, hidden) {2 * h} -> {heads}x{spec.head_dim}"
+    if name.endswith(".bias") and name[: -len("bias")] + "weight" in roles:
+        return roles[name[: -len("bias")] + "weight"].split(":")[0] + ": bias"
     if name.startswith("fc_norm."):
         return "fc_norm: RMSNorm of one aux hidden state before fc"
     if name.endswith(("q_norm.weight", "k_norm.weight")):
         return "per-head RMSNorm (Qwen3-style qk_norm)"
     return "not part of an EAGLE-3 drafter"
+
+
+def eagle_variant(spec: DraftSpec) -> str:
+    """Name the drafter-layer variant from its norm flags (FORMATS.md "Norm flags").
+
+    "EAGLE 3.1" means two things: vLLM/TorchSpec's fc_norm + norm_output, and speculators'
+    (PR #610) norm_before_fc + norm_output."""
+    on = [f for f in NORM_FLAGS if getattr(spec, f)]
+    extra = [f for f in on if f not in ("fc_norm", "norm_before_fc", "norm_output")]
+    tail = f", plus {', '.join(extra)}" if extra else ""
+    if spec.norm_output and spec.fc_norm and not spec.norm_before_fc:
+        return f"EAGLE 3.1 (vLLM/TorchSpec: fc_norm + norm_output{tail})"
+    if spec.norm_output and spec.norm_before_fc and not spec.fc_norm:
+        return f"EAGLE 3.1 (speculators PR #610: norm_before_fc + norm_output{tail})"
+    if not on:
+        return "EAGLE-3 (original layer: no norm flags)"
+    return f"EAGLE-3 with {', '.join(on)} (not one of the two EAGLE 3.1 variants)"
 
 
 def vocab_map_summary(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) -> dict[str, Any]:
@@ -133,43 +176,93 @@ def vocab_map_summary(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) 
     return out
 
 
-def inspect_checkpoint(path_or_repo: str) -> dict[str, Any]:
+@dataclass
+class InspectResult:
+    """What `inspect` found: a drafter (layout, spec, tensors with roles, what is missing or
+    unexpected, the vocab map) or a target (its layers). `to_json()` is `inspect --json`;
+    `result["key"]` reads the same document (for callers written against the dict form)."""
+
+    kind: str  # "drafter" | "target"
+    source: str
+    format: str  # "sglang" | "vllm" | "eagle" | "target"
+    spec: DraftSpec | None
+    target: TargetInfo | None
+    tensors: list[dict[str, Any]]
+    total_bytes: int
+    has_tokenizer: bool
+    missing: list[str] = field(default_factory=list)
+    unexpected: list[str] = field(default_factory=list)
+    shape_mismatches: list[dict[str, Any]] = field(default_factory=list)
+    vocab_map: dict[str, Any] = field(default_factory=dict)
+    variant: str | None = None  # EAGLE-3 / EAGLE 3.1 naming, from the norm flags
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "kind": self.kind, "source": self.source, "format": self.format,
+            "spec": self.spec.to_json() if self.spec else None,
+            "target": self.target.to_json() if self.target else None,
+            "tensors": self.tensors, "total_bytes": self.total_bytes, "missing": self.missing,
+            "unexpected": self.unexpected, "has_tokenizer": self.has_tokenizer,
+        }  # fmt: skip
+        if self.kind == "drafter":
+            doc.update(shape_mismatches=self.shape_mismatches, vocab_map=self.vocab_map,
+                       variant=self.variant)  # fmt: skip
+        return doc
+
+    def __getitem__(self, key: str) -> Any:
+        return self.to_json()[key]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.to_json().get(key, default)
+
+
+def _require_config(ckpt: Checkpoint) -> None:
+    """A local .safetensors file without config.json beside it: say that, not `hidden_size:
+    missing` for a file that does not exist."""
+    if ckpt.repo_id is None and not Path(ckpt.config_file).exists():
+        raise bad(
+            ckpt.config_file,
+            f"missing: inspect reads the config.json beside {Path(ckpt.source).name} "
+            "(expected the drafter's or target's config.json in that folder)",
+        )
+
+
+def _inspect_target(ckpt: Checkpoint) -> InspectResult:
+    info = target_info(ckpt)
+    rows = [{"name": n, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.nbytes}
+            for n, t in sorted(ckpt.tensors.items())]  # fmt: skip
+    return InspectResult("target", ckpt.source, "target", None, info, rows,
+                         sum(r["bytes"] for r in rows), ckpt.has_tokenizer)  # fmt: skip
+
+
+def inspect_checkpoint(path_or_repo: str) -> InspectResult:
     """Describe a drafter (format, spec, tensors with roles, missing/unexpected) or a target."""
     ckpt = load_checkpoint(path_or_repo)
-    tensors_json = []
-    total = 0
+    _require_config(ckpt)
     if not is_drafter(ckpt):
-        info = target_info(ckpt)
-        for name in sorted(ckpt.tensors):
-            t = ckpt.tensors[name]
-            total += t.nbytes
-            tensors_json.append(
-                {"name": name, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.nbytes}
-            )
-        return {"kind": "target", "source": ckpt.source, "format": "target", "spec": None, "target": info.to_json(),
-                "tensors": tensors_json, "total_bytes": total, "missing": [], "unexpected": [],
-                "has_tokenizer": ckpt.has_tokenizer}  # fmt: skip
+        return _inspect_target(ckpt)
     layout, spec, names = read_spec(ckpt)
     expected = spec.expected_shapes()
-    mismatches = []
+    rows, mismatches = [], []
     for canon in sorted(names, key=_order):
         t = ckpt.tensors[names[canon]]
-        total += t.nbytes
-        tensors_json.append({"name": names[canon], "canonical": canon, "shape": list(t.shape), "dtype": t.dtype,
-                             "bytes": t.nbytes, "role": tensor_role(canon, spec)})  # fmt: skip
+        rows.append({"name": names[canon], "canonical": canon, "shape": list(t.shape), "dtype": t.dtype,
+                     "bytes": t.nbytes, "role": tensor_role(canon, spec)})  # fmt: skip
         if canon in expected and tuple(t.shape) != expected[canon]:
             mismatches.append(
                 {"name": names[canon], "expected": list(expected[canon]), "found": list(t.shape)}
             )
-    missing = [n for n in spec.required_tensors() if n not in names]
-    unexpected = [names[n] for n in sorted(names) if n not in expected]
     vm = {k: v for k, v in vocab_map_summary(ckpt, spec, names).items() if not k.startswith("_")}
-    return {"kind": "drafter", "source": ckpt.source, "format": layout, "spec": spec.to_json(),
-            "tensors": tensors_json, "total_bytes": total, "missing": missing, "unexpected": unexpected,
-            "shape_mismatches": mismatches, "vocab_map": vm, "has_tokenizer": ckpt.has_tokenizer}  # fmt: skip
+    return InspectResult(
+        "drafter", ckpt.source, layout, spec, None, rows, sum(r["bytes"] for r in rows),
+        ckpt.has_tokenizer, missing=[n for n in spec.required_tensors() if n not in names],
+        unexpected=[names[n] for n in sorted(names) if n not in expected],
+        shape_mismatches=mismatches, vocab_map=vm, variant=eagle_variant(spec),
+    )  # fmt: skip
 
 
-_ORDER = ["fc.", "input_norm", "fc_norm", "midlayer.input_layernorm", "midlayer.hidden_norm", "midlayer.self_attn",
+_ORDER = ["fc.", "input_norm", "fc_norm", "midlayer.input_layernorm", "midlayer.hidden_norm",
+          "midlayer.self_attn.q_", "midlayer.self_attn.k", "midlayer.self_attn.v", "midlayer.self_attn",
           "midlayer.post_attention_layernorm", "midlayer.mlp", "norm.", "lm_head", "d2t", "t2d", "embed_tokens"]  # fmt: skip
 
 
