@@ -1,4 +1,4 @@
-"""`eagle3kit demo`: replay the user's story on built-in data, offline."""
+"""`eagle3kit demo`: replay the user's whole story on built-in data, offline."""
 
 from __future__ import annotations
 
@@ -11,24 +11,41 @@ def register(app: typer.Typer) -> None:
     @app.command()
     def demo(
         out: Annotated[
-            str, typer.Option("-o", "--out", help="Directory for the demo's files.")
-        ] = "eagle3kit-demo",
+            str | None,
+            typer.Option(
+                "-o",
+                "--out",
+                help="Directory for the demo's files [default: $EAGLE3KIT_HOME/demo].",
+            ),
+        ] = None,
+        quick: Annotated[
+            bool,
+            typer.Option(
+                "--quick", help="Tiny zoo members and a small recipe (about a minute; tests)."
+            ),
+        ] = False,
         json_out: Annotated[
             bool, typer.Option("--json", help="Print one JSON summary; narration goes to stderr.")
         ] = False,
+        threads: Annotated[
+            int, typer.Option(help="torch threads (1 is fastest for batch-1 decoding of the zoo).")
+        ] = 1,
         size: Annotated[
-            str,
-            typer.Option(help="Zoo size: full (minutes to build once) or tiny (seconds; tests)."),
-        ] = "full",
+            str | None, typer.Option(help="Zoo size: full (default) or tiny (same as --quick).")
+        ] = None,
     ) -> None:
-        """Replay the Kimi-K2 -> K2.5 story: plan, inspect, compat, and the zoo's v1 -> v2 pair."""
+        """The whole story on the zoo's v1 -> v2 pair: bench, plan, compat, probe, fine-tune vs scratch, eval, report.
+
+        Leaves DIR/report.html, DIR/report.md and the runs' JSON artefacts."""
+        from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json, err
         from eagle3kit.cli._render import out as stdout
         from eagle3kit.demo import run_demo
 
         con = err() if json_out else stdout()
-        summary = run_demo(
-            out, say=lambda s: con.print(s, markup=False, highlight=False), size=size
-        )
+        chosen = size or ("tiny" if quick else "full")
+        with bar(True) as progress:
+            summary = run_demo(out, say=lambda s: con.print(s, markup=False, highlight=False),
+                               size=chosen, progress=progress, threads=threads)  # fmt: skip
         if json_out:
             emit_json(summary)
