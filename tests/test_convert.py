@@ -12,6 +12,7 @@ from safetensors.torch import load_file
 
 from eagle3kit.formats.convert import load_drafter_tensors
 from eagle3kit.model.drafter import Eagle3Drafter
+from eagle3kit.spec import NORM_FLAGS
 
 
 def _logits(path) -> torch.Tensor:
@@ -62,7 +63,7 @@ def test_vllm_config_is_explicit(tmp_path):
         and '"method": "eagle3"' in doc["launch_command"]
     )
     cfg = json.loads((tmp_path / "v" / "config.json").read_text())
-    for flag in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output"):
+    for flag in NORM_FLAGS:
         assert cfg[flag] is False
     assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 5, 9]  # HF indices
     assert cfg["speculators_config"]["verifier"]["name_or_path"] == "org/target"

@@ -48,6 +48,7 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from eagle3kit.inspection import inspect_checkpoint
+        from eagle3kit.spec import NORM_FLAGS
 
         r = inspect_checkpoint(path)
         if json_out:
@@ -92,11 +93,7 @@ def register(app: typer.Typer) -> None:
         con.print(
             f"  aux layers: {aux_s}; dtype {s['dtype']}; max positions {s['max_position_embeddings']}"
         )
-        flags = [
-            f
-            for f in ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "qk_norm")
-            if s[f]
-        ]
+        flags = [f for f in (*NORM_FLAGS, "qk_norm") if s[f]]
         con.print(f"  flags: {', '.join(flags) if flags else 'none'} -> {r['variant']}")
         if s["attention"] == "mla":
             con.print(f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope {s['qk_nope_head_dim']} "
