@@ -293,6 +293,20 @@ def test_for_target_runs_on_zoo_dsv3(tiny_dsv3, attention):
     assert d.logits.shape == (1, 6, 64) and torch.isfinite(d.logits).all()
 
 
+def test_mla_runs_in_bfloat16_and_on_a_llama_target_config():
+    """Defaults for a target without MLA dims, in bfloat16 (the checkpoints' dtype)."""
+    llama = {"hidden_size": 32, "num_hidden_layers": 8, "vocab_size": 96, "num_attention_heads": 2,
+             "num_key_value_heads": 1, "intermediate_size": 64}  # fmt: skip
+    spec = spec_for_target(llama, attention="mla", draft_vocab_size=40)
+    assert (spec.q_lora_rank, spec.kv_lora_rank, spec.qk_nope_head_dim, spec.qk_rope_head_dim) == (
+        16, 16, 16, 8)  # fmt: skip
+    m = Eagle3Drafter(spec, dtype=torch.bfloat16)
+    m.set_embedding(torch.randn(96, 32))
+    out = m(torch.randint(0, 96, (1, 5)), torch.randn(1, 5, 96, dtype=torch.bfloat16))
+    assert out.logits.dtype == torch.bfloat16 and out.logits.shape == (1, 5, 40)
+    assert set(m.state_dict()) == set(spec.expected_shapes()) - {"input_norm.weight"}
+
+
 @pytest.fixture(scope="module")
 def tiny_dsv3():
     from eagle3kit import zoo
