@@ -382,3 +382,24 @@ def test_kimi_k25_mla_sparse_round_trip_byte_identical(tmp_path):
     assert doc["format"] == "vllm" and doc["spec"]["attention"] == "mla" and doc["missing"] == []
     assert "layers.0.self_attn.kv_a_proj_with_mqa.weight" in {t["name"] for t in doc["tensors"]}
     assert (tmp_path / "back" / "model.safetensors").stat().st_blocks * 512 < 64 << 20  # sparse
+
+
+def test_kimi_k25_mla_compat_and_eagle_refusal(tmp_path):
+    """Headers only: the export-named (vllm layout) K2.5 MLA drafter against the K2.5 target
+    passes for both engines; the EAGLE layout cannot hold MLA attention (exit 2, nothing
+    written)."""
+    from conftest import run_cli
+
+    from eagle3kit.formats.synthetic import (
+        kimi_k25_mla_spec,
+        kimi_k25_target_config,
+        write_sparse_drafter,
+        write_target_config,
+    )
+
+    d = write_sparse_drafter(tmp_path / "v", kimi_k25_mla_spec(), "vllm")
+    t = write_target_config(tmp_path / "k25", kimi_k25_target_config())
+    r = run_cli("compat", d, t, "--json")
+    assert r.code == 0, r.out + r.err
+    r = run_cli("convert", d, "--to", "eagle", "-o", tmp_path / "e")
+    assert r.code == 2 and "mla" in r.err and not (tmp_path / "e").exists()
