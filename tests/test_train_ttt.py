@@ -144,9 +144,14 @@ def test_loss_ignores_positions_outside_the_loss_mask():
 def test_teacher_top_k_is_renormalised():
     m = _drafter()
     f = _feats(m, 1, 10)
-    top = f.teacher_logp.topk(m.spec.draft_vocab_size, -1)  # all columns, permuted
+    top = f.teacher_logp.topk(40, -1)  # K = 40 of Vd = 128
     g = SimpleNamespace(**{**vars(f), "teacher_ids": top.indices, "teacher_logp": top.values})
-    assert float(ttt_loss(m, g, 2)[0]) == pytest.approx(float(ttt_loss(m, f, 2)[0]), rel=1e-5)
+    # the same teacher written over the full draft vocab: renormalised mass on the K ids, 0 elsewhere
+    full = torch.full_like(f.teacher_logp, float("-inf"))
+    full.scatter_(-1, top.indices, top.values.log_softmax(-1))
+    h = SimpleNamespace(**{**vars(f), "teacher_logp": full})
+    assert float(ttt_loss(m, g, 2)[0]) == pytest.approx(float(ttt_loss(m, h, 2)[0]), rel=1e-5)
+    assert float(ttt_loss(m, g, 2)[0]) != pytest.approx(float(ttt_loss(m, f, 2)[0]), rel=1e-3)
 
 
 def test_sim_accept_len():

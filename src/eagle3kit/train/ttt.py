@@ -128,16 +128,25 @@ class Counts:
 
 
 def step_terms(drafter: Any, feats: Any, logits: torch.Tensor, i: int):
-    """(ce [B, T], loss positions C_i [B, T], hit [B, T], metric positions M_i [B, T]) of step i."""
+    """(ce, loss positions C_i, hit, metric positions M_i), each [B, L] over t = 0..L-1.
+
+    L = T - 2 - i: later positions predict past the end of the sequence. Views, not copies:
+    position t of step i reads the teacher at t+1+i and the loss mask at t+2+i.
+    """
     n = 1 + i  # teacher offset
-    lm = shift(feats.loss_mask, n + 1, False)  # [B, T]: the predicted token is an assistant token
-    tgt = shift(feats.target_argmax, n)  # [B, T] target ids
-    in_vocab = drafter.t2d[tgt]  # [B, T]
-    ids = shift(feats.teacher_ids, n)  # [B, T, K] draft ids
-    p = shift(feats.teacher_logp.float(), n).softmax(-1)  # [B, T, K]
-    logq = F.log_softmax(logits.float(), dim=-1)  # [B, T, Vd]
-    ce = -(p * logq.gather(-1, ids)).sum(-1)  # [B, T]
-    hit = drafter.to_target_ids(logits.argmax(-1)) == tgt  # [B, T]
+    t = feats.input_ids.shape[1]
+    L = max(0, t - n - 1)
+    lm = feats.loss_mask[:, n + 1 :]  # [B, L]: the predicted token is an assistant token
+    tgt = feats.target_argmax[:, n : n + L]  # [B, L] target ids
+    in_vocab = drafter.t2d[tgt]  # [B, L]
+    lp = feats.teacher_logp[:, n : n + L].float()  # [B, L, K]
+    logq = F.log_softmax(logits[:, :L].float(), dim=-1)  # [B, L, Vd]
+    if lp.shape[-1] == logq.shape[-1]:  # the full draft vocab: ids are arange(Vd), p sums to 1
+        ce = -(lp.exp() * logq).sum(-1)  # [B, L]
+    else:  # top-K teacher: renormalise over the K kept ids
+        ids = feats.teacher_ids[:, n : n + L]  # [B, L, K] draft ids
+        ce = -(lp.softmax(-1) * logq.gather(-1, ids)).sum(-1)  # [B, L]
+    hit = drafter.to_target_ids(logits[:, :L].argmax(-1)) == tgt  # [B, L]
     return ce, lm & in_vocab, hit, lm
 
 
@@ -154,6 +163,7 @@ def ttt_loss(
     chain = torch.ones_like(feats.loss_mask)  # [B, T]
     for i, logits in enumerate(unroll(drafter, feats.input_ids, feats.aux.to(_dtype(drafter)), k)):
         ce, cmask, hit, m = step_terms(drafter, feats, logits, i)
+        chain = chain[:, : hit.shape[1]]  # [B, L]: positions that still predict inside T
         s = (ce * cmask).sum()
         n = cmask.sum()
         denom = norm[i] if norm is not None else n.clamp(min=1)
@@ -169,9 +179,11 @@ def ttt_loss(
 def loss_positions(t2d: torch.Tensor, feats: Any, k: int) -> torch.Tensor:
     """|C_i| for i < k, float64 [k]: known before the forward (data-parallel normalisation)."""
     out = torch.zeros(k, dtype=torch.float64)
+    t = feats.input_ids.shape[1]
     for i in range(k):
-        lm = shift(feats.loss_mask, i + 2, False)  # [B, T]
-        out[i] = float((lm & t2d[shift(feats.target_argmax, i + 1)]).sum())
+        L = max(0, t - i - 2)
+        lm = feats.loss_mask[:, i + 2 :]  # [B, L]
+        out[i] = float((lm & t2d[feats.target_argmax[:, i + 1 : i + 1 + L]]).sum())
     return out
 
 
