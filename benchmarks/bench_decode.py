@@ -146,7 +146,7 @@ def main() -> None:
     ap.add_argument("--tree-depth", type=int, default=5)
     ap.add_argument("--topk", type=int, default=4)
     ap.add_argument("--budget", type=int, default=16)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--size", default="full", help="tiny: a smoke test of this script")
     ap.add_argument("--json")
     a = ap.parse_args()

@@ -13,6 +13,13 @@ DRAFTER_HELP = "Drafter dir (any layout: SGLang, speculators/vLLM, EAGLE)."
 DATA_HELP = "A DATA dir from `data prepare`, or a JSONL of conversations."
 
 
+def _threads(n: int | None) -> None:
+    if n is not None:
+        import torch
+
+        torch.set_num_threads(n)
+
+
 def _tree(tree: bool, topk: int, budget: int):
     from eagle3kit.decode import TreeShape
 
@@ -35,6 +42,7 @@ def register(app: typer.Typer) -> None:
         top_p: float = typer.Option(1.0, "--top-p"),
         seed: int = typer.Option(0, "--seed"),
         device: str = typer.Option("cpu", "--device"),
+        threads: int = typer.Option(None, "--threads", help="torch CPU threads."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Generate with speculative decoding; streams the text, ends with tau and tok/s."""
@@ -42,6 +50,7 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.decode import Sampling, speculative_generate
         from eagle3kit.decode.loading import load_pair
 
+        _threads(threads)
         tm, d = load_pair(target, drafter, device=device)
         tok = tm.tokenizer
         if tok is None:
@@ -80,6 +89,7 @@ def register(app: typer.Typer) -> None:
         repeats: int = typer.Option(3, "--repeats", help="Online: repeats (median/min/max)."),
         limit: int = typer.Option(20, "--limit", help="Online: at most this many prompts."),
         device: str = typer.Option("cpu", "--device"),
+        threads: int = typer.Option(None, "--threads", help="torch CPU threads."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding."""
@@ -88,6 +98,7 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.decode.loading import load_pair
         from eagle3kit.evaluate import evaluate, load_eval_data
 
+        _threads(threads)
         tm, d = load_pair(target, drafter, device=device)
         ev = load_eval_data(data, tm.tokenizer)
         with bar(not json_) as progress:
@@ -114,6 +125,7 @@ def register(app: typer.Typer) -> None:
         budget: int = typer.Option(16, "--budget"),
         lookup: int = typer.Option(10, "--lookup", help="prompt_lookup_num_tokens."),
         device: str = typer.Option("cpu", "--device"),
+        threads: int = typer.Option(None, "--threads", help="torch CPU threads."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order)."""
@@ -123,6 +135,7 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.decode.loading import load_pair
         from eagle3kit.evaluate import load_eval_data
 
+        _threads(threads)
         tm, d = load_pair(target, drafter, device=device)
         if data is not None:
             ps = load_eval_data(data, tm.tokenizer).prompts[:prompts]
