@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -73,3 +74,92 @@ def test_similarity_bad_input():
         sim.compare(torch.zeros(3, 2), torch.zeros(4, 2))
     with pytest.raises(Eagle3Error, match="constant"):
         sim.linear_cka(torch.ones(3, 2), torch.randn(3, 2))
+
+
+# ---------------------------------------------------------------- the probe on the zoo (tiny)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """(K2 drafter trained on dsv3-v1-tiny at HF aux layers (2, 4, 5), v1 dir, v2 dir)."""
+    from eagle3kit import zoo
+    from eagle3kit.demo import k2_drafter
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)  # batch-1 decoding of tiny models: 1 thread is much faster
+    yield k2_drafter("tiny"), zoo.get("dsv3-v1", size="tiny"), zoo.get("dsv3-v2", size="tiny")
+    torch.set_num_threads(before)
+
+
+FAST = dict(samples=6, max_len=96, online_prompts=1, online_tokens=16)
+
+
+@pytest.mark.slow
+def test_probe_same_target_is_identity(pair):
+    from eagle3kit.probe import probe
+
+    d, v1, _ = pair
+    r = probe(str(d), str(v1), str(v1), **FAST)
+    assert [s["layer"] for s in r["similarity"]] == [2, 4, 5]
+    for s in r["similarity"] + [r["fc_similarity"]]:
+        assert s["cosine_mean"] == s["cosine_p10"] == s["cka"] == s["norm_ratio"] == 1.0
+    assert r["accept_len"]["target"] == r["accept_len"]["reference"] > 1.0
+    assert r["verdict"] == "plug-in"
+
+
+@pytest.mark.slow
+def test_probe_v1_drafter_on_v2(pair, cli):
+    d, v1, v2 = pair
+    res = cli("probe", "--drafter", d, "--target", v2, "--reference-target", v1, "--samples", "6",
+              "--online-prompts", "1", "--baseline-tps", "100", "--cycle-ms", "20", "--json")  # fmt: skip
+    assert res.code == 0, res.err
+    r = json.loads(res.out)
+    assert {"compat", "aux", "similarity", "fc_similarity", "accept_len", "verdict"} <= r.keys()
+    assert {"candidates", "acceptance", "chosen"} <= r["aux"].keys()
+    assert set(r["similarity"][0]) == {"layer", "cosine_mean", "cosine_p10", "cka", "norm_ratio"}
+    assert all(s["cosine_mean"] < 1.0 and s["cka"] < 1.0 for s in r["similarity"])
+    assert r["accept_len"]["target"] < r["accept_len"]["reference"]
+    assert r["verdict"] in ("plug-in", "fine-tune", "from-scratch")
+    be = r["break_even"]
+    assert be["break_even_accept_len"] == pytest.approx(100 * 0.020)  # baseline x cycle
+    assert be["target"]["tps"] == pytest.approx(min(r["accept_len"]["target"], 4) / 0.020, rel=1e-3)
+
+
+@pytest.mark.slow
+def test_aux_reading_detected_against_a_lying_config(pair, tmp_path):
+    """Trained on h[2, 4, 5]; converted to the speculators/vLLM layout, whose ids are HF indices,
+    with SpecForge-style ids [1, 3, 4] (layer outputs) written in: the file now claims h[1, 3, 4].
+    The probe must find h[X+1] = h[2, 4, 5] from the data."""
+    from eagle3kit.formats.convert import convert
+    from eagle3kit.probe import CLEAR_MARGIN, probe
+
+    d, _, v2 = pair
+    lying = tmp_path / "lying"
+    convert(str(d), "vllm", str(lying))
+    cfg = json.loads((lying / "config.json").read_text())
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == [2, 4, 5]
+    cfg["eagle_aux_hidden_state_layer_ids"] = [1, 3, 4]
+    cfg.pop("eagle3kit", None)  # our own record of the true layers: a third-party file has none
+    (lying / "config.json").write_text(json.dumps(cfg))
+    r = probe(str(lying), str(v2), **{**FAST, "samples": 12})
+    aux = r["aux"]
+    by = {c["reading"]: c for c in aux["candidates"]}
+    assert by["h[X]"]["layers"] == [1, 3, 4] and by["h[X]"]["declared"]
+    assert aux["chosen"]["reading"] == "h[X+1]" and aux["chosen"]["layers"] == [2, 4, 5]
+    acc = aux["acceptance"]
+    assert acc["h[X+1]"]["acc"][0] > acc["h[X]"]["acc"][0] + 0.02
+    assert aux["chosen"]["margin_accept_len"] >= CLEAR_MARGIN and aux["chosen"]["clear"]
+    # vLLM captures the ids as written (h[1, 3, 4]): wrong; the fix names the ids to write
+    assert not aux["engines"]["vllm"]["ok"]
+    assert "[2, 4, 5]" in aux["engines"]["vllm"]["fix"]
+
+
+def test_probe_bad_input(tmp_path, cli):
+    r = cli("probe", "--drafter", tmp_path, "--target", tmp_path, "--baseline-tps", "80")
+    assert r.code == 2 and "--cycle-ms" in r.err
+    bench = tmp_path / "bench.json"
+    bench.write_text('{"baseline_tps": 80}')
+    from eagle3kit.probe import read_bench
+
+    with pytest.raises(Eagle3Error, match="cycle_ms: expected a positive number"):
+        read_bench(str(bench))

@@ -63,7 +63,7 @@ RECIPES = {
     "full": Recipe(v1_samples=1200, v2_samples=800, max_len=256, batch=8, k2_steps=500,
                    tune_steps=150, draft_vocab=2048, ttt_steps=3, depth=3, bench_prompts=6,
                    bench_tokens=96, probe_samples=16),
-    "tiny": Recipe(v1_samples=96, v2_samples=96, max_len=96, batch=8, k2_steps=40, tune_steps=12,
+    "tiny": Recipe(v1_samples=160, v2_samples=96, max_len=96, batch=8, k2_steps=200, tune_steps=12,
                    draft_vocab=256, ttt_steps=3, depth=3, bench_prompts=2, bench_tokens=24,
                    probe_samples=6),
 }  # fmt: skip

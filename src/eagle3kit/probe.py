@@ -193,8 +193,11 @@ def detect_aux(drafter: Any, target: Any, batch: Batch, spec: Any, depth: int) -
             t.close()
         acc[c["reading"]] = offline_acceptance(drafter, feats[c["reading"]], depth)
     order = sorted(acc, key=lambda r: (acc[r]["accept_len"], acc[r]["acc"][0]), reverse=True)
-    chosen = order[0]
-    margin = acc[chosen]["accept_len"] - acc[order[1]]["accept_len"] if len(order) > 1 else None
+    margin = acc[order[0]]["accept_len"] - acc[order[1]]["accept_len"] if len(order) > 1 else None
+    clear = margin is None or margin >= CLEAR_MARGIN
+    declared = [c["reading"] for c in cands if c["declared"]]
+    # data overrides the config only by a clear margin; otherwise the config's reading stands
+    chosen = order[0] if clear or not declared else declared[0]
     layers = next(c["layers"] for c in cands if c["reading"] == chosen)
     return {
         "candidates": cands,
@@ -202,9 +205,10 @@ def detect_aux(drafter: Any, target: Any, batch: Batch, spec: Any, depth: int) -
         "chosen": {
             "reading": chosen,
             "layers": layers,
+            "best_by_data": order[0],
             "margin_accept_len": None if margin is None else round(margin, 6),
-            "clear": margin is None or margin >= CLEAR_MARGIN,
-        },  # fmt: skip
+            "clear": clear,
+        },
         "_features": feats[chosen],
     }
 
@@ -270,6 +274,8 @@ def online_accept_len(drafter: Any, target: Any, batch: Batch, depth: int, n_pro
                       max_new: int) -> dict[str, Any] | None:  # fmt: skip
     """Real chain decoding on the first ``n_prompts`` prompts (the tokens before the first
     assistant token): tau = emitted tokens / target verifies. None without `eagle3kit.decode`."""
+    if n_prompts <= 0:
+        return None
     try:
         from eagle3kit.decode import speculative_generate
     except ImportError:
@@ -489,7 +495,8 @@ def probe(
     verdict, reasons = decide(True, tau, tau_ref, fc_sim["cosine_mean"] if fc_sim else None, be)
     if not aux["chosen"]["clear"]:
         reasons.append(
-            f"aux reading uncertain: margin {aux['chosen']['margin_accept_len']} < {CLEAR_MARGIN}"
+            f"aux reading uncertain: margin {aux['chosen']['margin_accept_len']} < {CLEAR_MARGIN} "
+            "in accept length; kept the config's reading"
         )
     emit(progress, "probe", stages, stages, "stage", doing="done")
     return {**doc, "aux": aux, "similarity": sim, "fc_similarity": fc_sim,

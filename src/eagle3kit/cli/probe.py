@@ -88,6 +88,9 @@ def register(app: typer.Typer) -> None:
         ] = None,
         depth: Annotated[int, typer.Option(help="Draft steps scored.")] = 3,
         samples: Annotated[int, typer.Option(help="Sequences to probe on.")] = 16,
+        online_prompts: Annotated[
+            int, typer.Option(help="Prompts decoded for the online accept length (0: none).")
+        ] = 4,
         device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1 ...")] = "cpu",
         dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
@@ -101,7 +104,7 @@ def register(app: typer.Typer) -> None:
 
         with bar(not json_out) as progress:
             r = run_probe(drafter, target, reference, data, baseline_tps=baseline_tps,
-                          cycle_ms=cycle_ms, bench=bench, depth=depth, samples=samples,
+                          cycle_ms=cycle_ms, bench=bench, depth=depth, samples=samples, online_prompts=online_prompts,
                           device=device, dtype=dtype, progress=progress)  # fmt: skip
         if json_out:
             emit_json(r)
