@@ -296,3 +296,62 @@ def test_mla_norm_flags_the_engine_lacks(tmp_path, flag, engine):
     t = write_target(tmp_path / "k25", kimi_k25_target_config())
     errs = [f for f in compat(str(d), str(t), engine).findings if f.code == "norm-flag"]
     assert len(errs) == 1 and errs[0].engine == engine and "MLA" in errs[0].message
+
+
+LLAMA_NAMES = {"fc.weight", "midlayer.self_attn.q_proj.weight"}
+VLLM_NAMES = {"fc.weight", "layers.0.self_attn.q_proj.weight"}
+
+
+@pytest.mark.parametrize(
+    "config,names,files,name,reading,confidence",
+    [
+        ({"eagle3kit": {"aux_layers_hf": [2, 30, 58]}}, LLAMA_NAMES, (), "eagle3kit", "explicit", "certain"),
+        ({"eagle3kit_aux_layers": [2, 30, 58]}, LLAMA_NAMES, (), "eagle3kit", "explicit", "certain"),
+        ({"eagle3kit_verifier": "org/t", "eagle_config": {}}, LLAMA_NAMES, (), "eagle3kit", "layer_output", "high"),
+        ({"speculators_config": {}, "architectures": ["Eagle3Speculator"]}, VLLM_NAMES, (), "speculators", "h_index", "high"),
+        ({"_torchspec_version": "0.3", "model_type": "kimi_k2"}, LLAMA_NAMES, (), "TorchSpec", "layer_output", "high"),
+        ({"_torchspec_version": "0.3", "model_type": "kimi_k2"}, VLLM_NAMES, (), "TorchSpec", "h_index", "high"),
+        ({"_torchspec_version": "0.3", "model_type": "llama"}, VLLM_NAMES, (), "TorchSpec", "layer_output", "medium"),
+        ({"eagle_config": {"use_mtp_layernorm": False}}, LLAMA_NAMES, (), "ModelOpt", "layer_output", "high"),
+        ({"architectures": ["LlamaForCausalLMEagle3"]}, LLAMA_NAMES, ("training_state.pt",), "SpecForge", "layer_output", "medium"),
+        ({"architectures": ["LlamaForCausalLM"], "draft_vocab_size": 32000}, LLAMA_NAMES, (), "EAGLE", "h_index", "medium"),
+        ({"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {}}, LLAMA_NAMES, (), "unknown", None, "none"),
+    ],
+)  # fmt: skip
+def test_writer_markers(tmp_path, config, names, files, name, reading, confidence):
+    from eagle3kit.formats.writers import infer_writer
+
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    for f in files:
+        (tmp_path / f).write_bytes(b"")
+    w = infer_writer(config, names, "config.json", str(tmp_path))
+    assert (w.name, w.reading, w.confidence) == (name, reading, confidence)
+    assert w.evidence
+
+
+def test_trained_on_by_reading():
+    from eagle3kit.formats.writers import Writer, trained_on
+
+    ids = {"top": None, "nested": (1, 29, 57)}
+    out = Writer("ModelOpt", "layer_output", ["x"], "high")
+    assert trained_on(out, {}, ids, 61, "c") == [2, 30, 58]
+    h = Writer("TorchSpec", "h_index", ["x"], "high")
+    assert trained_on(h, {}, ids, 61, "c") == [1, 29, 57]
+    unk = Writer("unknown", None, [], "none")
+    assert trained_on(unk, {}, ids, 61, "c") == {
+        "layer_output": [2, 30, 58],
+        "h_index": [1, 29, 57],
+    }
+    ours = Writer("eagle3kit", "explicit", ["x"], "certain")
+    assert trained_on(ours, {"eagle3kit": {"aux_layers_hf": [3, 31, 59]}}, ids, 61, "c") == [
+        3,
+        31,
+        59,
+    ]
+    assert trained_on(unk, {}, {"top": None, "nested": None}, 61, "c") == [2, 30, 58]  # the default
+
+
+def test_bad_ids_in_the_config_are_refused(tmp_path):
+    d = third_party(tmp_path, "d", nested=[1, "x", 3])
+    r = run_cli("compat", d, target(tmp_path, "llama"))
+    assert r.code == 2 and "eagle_aux_hidden_state_layer_ids" in r.err and "'x'" in r.err
