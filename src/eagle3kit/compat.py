@@ -306,7 +306,7 @@ class AuxContext:
     num_layers: int
     ids: dict[str, tuple[int, ...] | None]  # the file's engine ids: top / nested
     writer: Writer
-    trained: list[int] | dict[str, list[int]]  # h-indices, or both readings (unknown writer)
+    trained: list[int] | dict[str, list[int]] | None  # h-indices, both readings, None: no ids
     no_ids: bool  # neither engine ids nor our key: every engine uses its default
 
 
@@ -316,8 +316,9 @@ def _aux_context(d: Checkpoint, t: Checkpoint, info_: TargetInfo) -> AuxContext:
     hint = pattern_hint(ids.get("nested") or ids.get("top"), info_.num_layers)
     if hint and not writer.known:
         writer = Writer(writer.name, None, [*writer.evidence, hint], "none")
-    trained = trained_on(writer, d.config, ids, info_.num_layers, d.config_file)
     no_ids = not any(ids.values()) and writer.reading != "explicit"
+    trained = trained_on(writer, d.config, ids, info_.num_layers, d.config_file)
+    trained = None if no_ids and writer.name != "EAGLE" else trained  # unknown: nothing says
     return AuxContext(E.target_family(t.config), info_.num_layers, ids, writer, trained, no_ids)
 
 
@@ -364,10 +365,11 @@ def _fix(eng: str) -> str:
 
 def _default_findings(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> list[Finding]:
     """The engine reads no ids and uses its default."""
-    eng, where = sel.name, f"{sel.label} reads no layer ids ({cap.why})"
+    eng, where = sel.name, f"{sel.label} {cap.why}"
     if ctx.no_ids and ctx.writer.name != "EAGLE":
         return [error("aux-default", f"{where}; nothing in the file says the drafter was trained on those layers "
-                      f"({EVIDENCE_DEFAULT}); record the ids the drafter was trained on in its config", eng)]  # fmt: skip
+                      f"({EVIDENCE_DEFAULT}); record the layers it was trained on in its config "
+                      "(`eagle3kit probe` finds them from data)", eng)]  # fmt: skip
     if cap.captures == ctx.trained:
         why = (
             "original EAGLE always trains on it"

@@ -323,7 +323,7 @@ def capture(
     skip = "; ".join(f"{WHERE[w]} {list(ids[w])} ignored" for w in ignored)
     if read is None:
         dflt = list(default_aux_layers(num_layers))
-        why = f"no ids read{' (' + skip + ')' if skip else ''}: default h[2, L//2, L-3] = {dflt}"
+        why = f"reads no ids{' (' + skip + ')' if skip else ''}: default h[2, L//2, L-3] = {dflt}"
         return Capture(dflt, None, None, "default", rule.allow_last, src.warns_on_default, why,
                        (src.source,))  # fmt: skip
     raw = list(ids[read])
