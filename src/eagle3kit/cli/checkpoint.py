@@ -179,7 +179,7 @@ def register(app: typer.Typer) -> None:
             from rich.markup import escape
 
             for e in r.engines.values():
-                con.print(escape(f"  {e['label']}: captures h{e['captures']} ({e['why']}); drafter trained on {e['trained_on']}"))  # fmt: skip
+                con.print(escape(f"  {e['label']}: captures h{e['captures']} ({e['why']}); drafter trained on {e['trained_on'] or 'unknown (no ids)'}"))  # fmt: skip
             colour = {"error": "red", "warning": "yellow", "info": "blue"}
             for f in r.findings:
                 tag = escape(f" [{f.engine}]") if f.engine else ""
