@@ -56,12 +56,12 @@ class Recipe:
     bench_prompts: int
     bench_tokens: int
     probe_samples: int
-    lr: float = 3e-3
+    lr: float = 3e-3  # from scratch; a warm start uses lr / 3
 
 
 RECIPES = {
-    "full": Recipe(v1_samples=1200, v2_samples=800, max_len=256, batch=8, k2_steps=500,
-                   tune_steps=150, draft_vocab=2048, ttt_steps=3, depth=3, bench_prompts=6,
+    "full": Recipe(v1_samples=1000, v2_samples=600, max_len=128, batch=8, k2_steps=240,
+                   tune_steps=80, draft_vocab=1024, ttt_steps=3, depth=3, bench_prompts=6,
                    bench_tokens=96, probe_samples=16),
     "tiny": Recipe(v1_samples=160, v2_samples=96, max_len=96, batch=8, k2_steps=200, tune_steps=12,
                    draft_vocab=256, ttt_steps=3, depth=3, bench_prompts=2, bench_tokens=24,
@@ -301,7 +301,8 @@ class _Story:
 
         cfg = TrainConfig(out=str(run), target=str(target), data=str(data), init_from=str(init) if init else None,
                           draft_vocab_size=None if init else self.r.draft_vocab, ttt_steps=self.r.ttt_steps,
-                          steps=steps, batch_size=self.r.batch, max_len=self.r.max_len, lr=self.r.lr,
+                          steps=steps, batch_size=self.r.batch, max_len=self.r.max_len,
+                          lr=self.r.lr / 3 if init else self.r.lr,
                           eval_every=max(1, steps // 6), eval_samples=32)  # fmt: skip
         return train(cfg, progress=self.progress)
 

@@ -85,6 +85,8 @@ def collect(run_dirs: list[str | Path]) -> Found:
                 )
             elif {"break_even_accept_len", "cycle_model"} <= doc.keys():
                 f.plans.append((cite, doc))
+    order = {"stale": 0, "finetuned": 1, "scratch": 2}
+    f.benches.sort(key=lambda cb: (order.get(cb[1].get("role"), 3), cb[0]))
     if not (f.probes or f.benches or f.runs or f.plans):
         raise Eagle3Error(
             f"report: {', '.join(map(str, run_dirs))}: no probe, bench, train or plan JSON found"
