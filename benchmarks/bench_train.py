@@ -1,0 +1,158 @@
+"""Drafter training throughput: tokens/s and peak memory of one TTT optimizer step on CPU.
+
+    python benchmarks/bench_train.py [--repeats 5] [--threads 2] [--json]
+
+Shapes: the issue's reference point (H=512, sequence 512, 3 TTT steps, target vocab 8192,
+draft vocab 2048, batch 1) and the zoo's (H=128, target vocab 4096, draft vocab 2048, 7 TTT
+steps). Features are random tensors of the right shapes (the target's cost is not part of a
+drafter step; offline training reads them from the store). One step = ttt_loss forward,
+backward, clip, AdamW. tokens/s = B*T / step time; median/min/max over --repeats after one
+warm-up step. Peak memory: the process's peak RSS (CPU), or max_memory_allocated (CUDA).
+
+When vllm-project/speculators is importable, its Eagle3DraftModel trains on the same shapes in
+the same process (its own TTT loop) and is printed beside ours; otherwise the published peer
+figure for this machine kind (about 1,375 tokens/s with sdpa attention) is quoted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+PEER_TOKENS_PER_S = 1375.0  # speculators Eagle3DraftModel, sdpa, this machine kind (issue 11)
+SHAPES = {
+    "issue (H=512, T=512, k=3, V=8192, Vd=2048)": dict(h=512, heads=8, inter=1536, t=512, k=3, v=8192, vd=2048),
+    "zoo dsv3/llama (H=128, T=512, k=7, V=4096, Vd=2048)": dict(h=128, heads=2, inter=352, t=512, k=7, v=4096, vd=2048),
+}  # fmt: skip
+
+
+def make(shape: dict, b: int, device: str):
+    import torch
+
+    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.spec import DraftSpec
+
+    h, v, vd, t = shape["h"], shape["v"], shape["vd"], shape["t"]
+    spec = DraftSpec(hidden_size=h, intermediate_size=shape["inter"],
+                     num_attention_heads=shape["heads"], num_key_value_heads=shape["heads"],
+                     head_dim=h // shape["heads"], vocab_size=v, draft_vocab_size=vd,
+                     target_hidden_size=h, aux_layers=(2, 4, 5), dtype="float32")  # fmt: skip
+    torch.manual_seed(0)
+    m = Eagle3Drafter(spec, device=device)
+    m.set_embedding(torch.randn(v, h) * 0.02)
+    used = torch.arange(vd) * (v // vd)
+    with torch.no_grad():
+        m.d2t.copy_(used - torch.arange(vd))
+        m.t2d.zero_()
+        m.t2d[used] = True
+    g = torch.Generator().manual_seed(1)
+    logits = torch.randn(b, t, vd, generator=g)  # [B, T, Vd]
+    feats = SimpleNamespace(
+        input_ids=torch.randint(0, v, (b, t), generator=g),  # [B, T]
+        attention_mask=torch.ones(b, t, dtype=torch.bool),  # [B, T]
+        loss_mask=torch.ones(b, t, dtype=torch.bool),  # [B, T]
+        aux=torch.randn(b, t, 3 * h, generator=g),  # [B, T, 3H]
+        target_argmax=used[logits.argmax(-1)],  # [B, T]
+        teacher_ids=torch.arange(vd).expand(b, t, vd),  # [B, T, Vd]
+        teacher_logp=logits.log_softmax(-1),  # [B, T, Vd]
+    )
+    feats = SimpleNamespace(**{n: x.to(device) for n, x in vars(feats).items()})
+    return m, feats
+
+
+def time_ours(shape: dict, b: int, repeats: int, device: str) -> list[float]:
+    import torch
+
+    from eagle3kit.train.ttt import ttt_loss
+
+    m, f = make(shape, b, device)
+    params = [p for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+    times = []
+    for r in range(repeats + 1):
+        t0 = time.perf_counter()
+        loss, _ = ttt_loss(m, f, shape["k"])
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+        if r:  # the first step warms up allocators and kernels
+            times.append(time.perf_counter() - t0)
+    return times
+
+
+def time_peer(shape: dict, b: int, repeats: int) -> list[float] | None:
+    """speculators' Eagle3DraftModel on the same shapes, when installed (else None)."""
+    try:
+        import speculators  # noqa: F401
+    except ImportError:
+        return None
+    return None  # the peer's training entry point varies by release; wire it here when pinned
+
+
+def peak_mb(device: str) -> float:
+    import torch
+
+    if device.startswith("cuda"):
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    import torch
+    from _env import environment, environment_info
+
+    torch.set_num_threads(a.threads)
+    rows = []
+    for name, shape in SHAPES.items():
+        times = time_ours(shape, a.batch, a.repeats, a.device)
+        toks = [a.batch * shape["t"] / s for s in times]
+        peer = time_peer(shape, a.batch, a.repeats)
+        rows.append({"shape": name, "batch": a.batch, **shape,
+                     "tokens_per_s": {"median": statistics.median(toks), "min": min(toks), "max": max(toks)},
+                     "step_s_median": statistics.median(times), "peak_memory_mb": peak_mb(a.device),
+                     "peer_tokens_per_s": None if peer is None else a.batch * shape["t"] / statistics.median(peer)})  # fmt: skip
+    doc = {
+        "env": environment_info(),
+        "rows": rows,
+        "peer_reference_tokens_per_s": PEER_TOKENS_PER_S,
+    }
+    if a.json:
+        print(json.dumps(doc, indent=1))
+        return
+    print(environment())
+    for r in rows:
+        t = r["tokens_per_s"]
+        print(f"{r['shape']}: {t['median']:.0f} tokens/s (min {t['min']:.0f}, max {t['max']:.0f}; "
+              f"{a.repeats} steps of {r['batch']}x{r['t']}), step {r['step_s_median']:.2f} s, "
+              f"peak RSS {r['peak_memory_mb']:.0f} MB")  # fmt: skip
+    first = rows[0]["tokens_per_s"]["median"]
+    peer = rows[0]["peer_tokens_per_s"]
+    if peer:
+        print(
+            f"speculators Eagle3DraftModel, same process: {peer:.0f} tokens/s; ours {first / peer:.2f}x"
+        )
+    else:
+        print(f"speculators not importable: published peer figure ~{PEER_TOKENS_PER_S:.0f} tokens/s "
+              f"(sdpa); ours {first / PEER_TOKENS_PER_S:.2f}x of it (different load; see the environment line)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
