@@ -116,19 +116,19 @@ def test_aux_convention_mismatch_drafter_vs_target(tmp_path, target):
 
 
 def test_aux_convention_mismatch_between_drafters(tmp_path):
-    a = drafter(tmp_path, "a", layout="vllm")  # top-level ids [2, 5, 9], HF convention
-    b = drafter(
-        tmp_path,
-        "b",
-        config_overrides={
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 5, 9]},
-            "eagle3kit": None,  # a third party's file: SGLang's reading, h[3, 6, 10]
-        },
-    )
-    res = compat(str(a), str(b))
-    assert "aux-layers-differ" in codes(res)
+    a = drafter(tmp_path, "a", layout="vllm")  # ours: h[2, 5, 9], top-level ids and our key
+    nested = {"eagle_aux_hidden_state_layer_ids": [2, 5, 9]}
+    b = drafter(tmp_path, "b", config_overrides={"eagle_config": nested, "eagle3kit": None})
+    res = compat(str(a), str(b))  # B's writer is unknown: h[3, 6, 10] or h[2, 5, 9]
+    amb = [f for f in res.findings if f.code == "aux-layers-ambiguous"]
+    assert len(amb) == 1 and "[3, 6, 10]" in amb[0].message and "probe" in amb[0].message
+    assert res.drop_in and res.compatible  # a warning: B may well be the same
+    mo = {**nested, "use_last_layernorm": False}  # ModelOpt's export: layer outputs, h[3, 6, 10]
+    c = drafter(tmp_path, "c", config_overrides={"eagle_config": mo, "eagle3kit": None})
+    res = compat(str(a), str(c))
     msg = next(f.message for f in res.findings if f.code == "aux-layers-differ")
-    assert "[3, 6, 10]" in msg and "SGLang" in msg
+    assert "h[2, 5, 9] (eagle3kit)" in msg and "h[3, 6, 10] (ModelOpt)" in msg
+    assert not res.drop_in
 
 
 def test_speculators_layout_to_sglang_engine(tmp_path, target):

@@ -215,12 +215,30 @@ _ARCH_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_
                 "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", *NORM_FLAGS)  # fmt: skip
 
 
-def _say_aux(s: DraftSpec) -> str:
-    if not s.aux_layers:
-        return "engine defaults (2, L//2, L-3)"
-    if s.aux_convention == "sglang":
-        return f"HF hidden states {list(s.aux_layers)}, file says {list(s.aux_layers_raw or ())} in SGLang's layer-output convention"  # fmt: skip
-    return f"HF hidden states {list(s.aux_layers)}"
+def _aux_candidates(c: Checkpoint) -> tuple[set[tuple[int, ...]], str]:
+    """The h-index lists a drafter may have been trained on (one when the writer is known, both
+    readings when not, empty when the file holds no ids), and how that was read."""
+    ids = E.file_ids(c.config, c.config_file)
+    w = infer_writer(c.config, set(c.tensors), c.config_file, c.source)
+    if w.reading != "explicit" and not any(ids.values()):
+        return set(), "no ids (the engine's default for the target's L)"
+    t = trained_on(w, c.config, ids, 0, c.config_file)
+    if isinstance(t, dict):
+        return {
+            tuple(h) for h in t.values()
+        }, f"h{t['layer_output']} or h{t['h_index']} (writer unknown)"
+    return {tuple(t)}, f"h{t} ({w.name})"
+
+
+def _aux_findings_drafters(a: Checkpoint, b: Checkpoint) -> list[Finding]:
+    """Same aux layers? Errors when no reading agrees, a warning when only some do."""
+    (ca, sa), (cb, sb) = _aux_candidates(a), _aux_candidates(b)
+    if ca == cb and len(ca) <= 1:
+        return []
+    msg = f"aux layers: A was trained on {sa}; B on {sb}"
+    if ca & cb:
+        return [warning("aux-layers-ambiguous", f"{msg}: the same only under one reading; {PROBE}")]
+    return [error("aux-layers-differ", msg)]
 
 
 def _spec_findings(la: str, sa: DraftSpec, lb: str, sb: DraftSpec) -> list[Finding]:
@@ -228,12 +246,6 @@ def _spec_findings(la: str, sa: DraftSpec, lb: str, sb: DraftSpec) -> list[Findi
            for f in _ARCH_FIELDS if getattr(sa, f, None) != getattr(sb, f, None)]  # fmt: skip
     if la != lb:
         out.append(info("layout-differs", f"layouts differ: A is {la}, B is {lb} (names are mapped; compared canonically)"))  # fmt: skip
-    if sa.aux_layers != sb.aux_layers:
-        out.append(
-            error(
-                "aux-layers-differ", f"aux layers: A reads {_say_aux(sa)}; B reads {_say_aux(sb)}"
-            )
-        )
     return out
 
 
@@ -278,7 +290,7 @@ def compare_drafters(a: Checkpoint, b: Checkpoint) -> CompatResult:
     lb, sb, nb = read_spec(b)
     res = CompatResult("drafter-drafter", a.source, b.source)
     res.config_diff = _config_diff(a.config, b.config) if la == lb else []
-    res.findings += _spec_findings(la, sa, lb, sb)
+    res.findings += _spec_findings(la, sa, lb, sb) + _aux_findings_drafters(a, b)
     res.findings += [info("config-metadata", f"{r['key']}: A {r['a']!r}, B {r['b']!r} (metadata: no tensor or math changes)")
                      for r in res.config_diff if r["kind"] == "metadata"]  # fmt: skip
     for n in sorted(set(na) | set(nb)):
