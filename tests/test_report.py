@@ -39,9 +39,13 @@ def _run_dir(root, name, init, taus, batch=4):
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
     best = max(range(len(taus)), key=lambda i: taus[i])
     (d / "summary.json").write_text(json.dumps({"steps": 10 * (len(taus) - 1), "best_step": 10 * best,
-                                                "sim_accept_len": taus[best], "init_from": init,
+                                                "sim_accept_len": taus[best], "init_from": init, "tokens_per_s": 400.0,
                                                 "train_samples": 100}))  # fmt: skip
-    (d / "state" / "state.json").write_text(json.dumps({"config": {"batch_size": batch}}))
+    data = root / "data"
+    data.mkdir(exist_ok=True)
+    (data / "data.json").write_text(json.dumps({"samples": 10, "tokens": 1000}))
+    cfg = {"batch_size": batch, "data": str(data), "max_len": 512}
+    (d / "state" / "state.json").write_text(json.dumps({"config": cfg}))
 
 
 @pytest.fixture
@@ -69,6 +73,8 @@ def test_report_numbers_trace_to_artefacts(runs, tmp_path):
     assert "after 40 samples instead of 120 (67% fewer)" in md
     # fine-tune still improving at its last evaluation: (2.9 - 2.6) / ((30 - 20) * 4) per sample
     assert "+7.500 τ per 1000 samples" in md
+    # time: 120 samples x (1000 tokens / 10 samples) / 400 tokens/s = 30 s
+    assert "best held-out τ 2.900 after 120 samples seen" in md and "≈ 30 s of training" in md
     assert sorted(doc["figures"]) == sorted(
         [
             "per_position.png",

@@ -178,6 +178,18 @@ def _run_name(cite: str) -> str:
     return parts[-2] if len(parts) > 1 else cite
 
 
+def _tokens_per_sample(cfg: dict) -> tuple[float, str] | None:
+    """Mean tokens per training sample (the DATA dir's data.json, capped at max_len) and its path."""
+    data = cfg.get("data")
+    doc = _read_json(Path(data) / "data.json") if data else None
+    if not isinstance(doc, dict) or not doc.get("samples") or not doc.get("tokens"):
+        return None
+    per = doc["tokens"] / doc["samples"]
+    if cfg.get("max_len"):
+        per = min(per, float(cfg["max_len"]))
+    return per, str(Path(data) / "data.json")
+
+
 def game_plan(f: Found) -> list[tuple]:
     """Each path with its measured result and its cost in samples (and time when known)."""
     items = []
@@ -196,9 +208,11 @@ def game_plan(f: Found) -> list[tuple]:
             b = next(((bc, bb) for bc, bb in f.benches if bb.get("run") == _run_name(cite)), None)
             t = f"{name} ({_run_name(cite)}): best held-out τ {s['sim_accept_len']:.3f} after {n} samples seen"
             t += f" ({s.get('best_step')} steps x batch {batch}) [{cite}, {Path(cite).parent / 'state' / 'state.json'}]"
-            if s.get("tokens_per_s") and n is not None and m:
-                tps = s["tokens_per_s"]
-                t += f"; trained at {tps:.0f} tokens/s [{cite}]"
+            per = _tokens_per_sample(cfg)
+            if s.get("tokens_per_s") and n is not None and per:
+                secs = n * per[0] / s["tokens_per_s"]
+                t += (f"; ≈ {secs:.0f} s of training at {s['tokens_per_s']:.0f} tokens/s and "
+                      f"{per[0]:.0f} tokens/sample [{cite}, {per[1]}]")  # fmt: skip
             if b:
                 t += f"; measured {b[1]['spec_tps']:.1f} tok/s, {b[1]['speedup']:.2f}x, τ {b[1]['accept_len']:.2f} [{b[0]}]"
             items.append(t)
