@@ -42,10 +42,14 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.cli._render import out as stdout
         from eagle3kit.demo import run_demo
 
-        con = err() if json_out else stdout()
+        def say(text: str) -> None:
+            # a Console per line, on the current sys.stdout/stderr: while the progress bars are
+            # live, Rich redirects both, so narration prints above the bars instead of through them
+            (err() if json_out else stdout()).print(text, markup=False, highlight=False)
+
         chosen = size or ("tiny" if quick else "full")
         with bar(True) as progress:
-            summary = run_demo(out, say=lambda s: con.print(s, markup=False, highlight=False),
+            summary = run_demo(out, say=say,
                                size=chosen, progress=progress, threads=threads)  # fmt: skip
         if json_out:
             emit_json(summary)
