@@ -151,6 +151,7 @@ def offline_acceptance(drafter: Any, feats: list[Any], depth: int) -> dict[str, 
         "acc": [round(x, 6) for x in m["acc"]],
         "cond_acc": [round(x, 6) for x in m["cond_acc"]],
         "counted": m["counted"],
+        "loss": [round(x, 6) for x in m["loss"]],  # cross-entropy to the target's distribution
         "accept_len": round(sim_accept_len(m["cond_acc"]), 6),
     }
 
