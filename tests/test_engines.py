@@ -173,6 +173,9 @@ def test_eagle3kit_key_makes_our_files_unambiguous(tmp_path):
     assert res.engines["vllm"]["captures"] == [1, 29, 57]
     err = next(f for f in res.findings if f.code == "aux-convention")
     assert err.engine == "vllm" and "convert --to vllm" in err.message
+    old = next(f for f in res.findings if f.code == "aux-older-releases")
+    assert old.engine == "vllm" and old.message.startswith("vLLM < 0.22 captures h[2, 30, 58]")
+    assert "right for this drafter" in old.message  # vLLM 0.21 ignores the ids: its default fits
 
 
 @pytest.mark.parametrize(

@@ -428,9 +428,21 @@ def _older_findings(sel: E.EngineSel, ctx: AuxContext) -> list[Finding]:
     for label, cap in E.other_releases(sel.name, ctx.family, ctx.ids, ctx.num_layers):
         notes = [n for (eng, v), n in E.VERSION_NOTES.items() if eng == sel.name and ".".join(map(str, v)) in label]  # fmt: skip
         note = f" ({'; '.join(notes)})" if notes else ""
-        out.append(warning("aux-older-releases", f"{label} captures h{cap}{note}; pass --engine {sel.name}@VERSION "
-                           "for the rules of the release you run", sel.name))  # fmt: skip
+        out.append(warning("aux-older-releases", f"{label} captures h{cap}{note}{_verdict_on(cap, ctx.trained)}; "
+                           f"pass --engine {sel.name}@VERSION for the rules of the release you run", sel.name))  # fmt: skip
     return out
+
+
+def _verdict_on(cap: list[int], trained: list[int] | dict[str, list[int]] | None) -> str:
+    """', right for this drafter' / ', wrong for ...' / ', right if the ids are ...'."""
+    if isinstance(trained, list):
+        return (
+            ", right for this drafter"
+            if cap == trained
+            else f", wrong for this drafter (trained on h{trained})"
+        )
+    hit = [r for r, h in (trained or {}).items() if h == cap]
+    return f", right if the ids are {MEANS[hit[0]]}" if hit else ""
 
 
 def _flag_findings(sel: E.EngineSel, spec: DraftSpec, family: str) -> list[Finding]:
