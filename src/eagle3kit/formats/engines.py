@@ -100,6 +100,10 @@ CAPTURE_RULES = (
     CaptureRule("sglang", (0, 5, 17), None, frozenset({"gpt-oss"}), "as_is", True, "SGLang PR #32334"),
 )  # fmt: skip
 
+# Not EAGLE-3, kept so the table is whole: vLLM's DFlash/DSpark drafters name their target
+# layers in `target_layer_ids`, and id x captures h[x + 1] (FORMATS.md, "Which layers are aux").
+OTHER_ID_KEYS = {("vllm", "dflash_config.target_layer_ids"): "plus1"}
+
 
 @dataclass(frozen=True)
 class FlagRule:
