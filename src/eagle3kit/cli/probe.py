@@ -28,7 +28,7 @@ def _render_probe(r: dict[str, Any]) -> None:
             mark = "  <- chosen" if c["reading"] == aux["chosen"]["reading"] else ""
             decl = " (the config's reading)" if c["declared"] else ""
             con.print(
-                f"  aux {c['reading']} = h{c['layers']}{decl}: acc {a['acc']}, tau {a['accept_len']:.3f}{mark}"
+                f"  aux {c['reading']} = h{c['layers']}{decl}: acc {[round(x, 3) for x in a['acc']]}, tau {a['accept_len']:.3f}{mark}"
             )
         ch = aux["chosen"]
         con.print(
