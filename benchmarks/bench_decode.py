@@ -171,7 +171,8 @@ def main() -> None:
         tm, d, kind = load(member, drafters[member.split("-")[0]], a.size)
         prompts = default_prompts(tm.tokenizer, a.prompts)
         r = bench(tm, d, prompts, repeats=a.repeats, max_new_tokens=a.tokens, depth=a.depth,
-                  tree=tree, tree_depth=a.tree_depth)  # fmt: skip
+                  tree=tree, tree_depth=a.tree_depth,
+                  methods=("greedy", "hf-greedy", "prompt-lookup", "chain", "tree"))  # fmt: skip
         r["drafter"] = kind
         out["speed"][member] = r
         _print_speed(member, kind, r)

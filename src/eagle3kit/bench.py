@@ -29,7 +29,7 @@ import torch
 from eagle3kit.errors import Eagle3Error
 from eagle3kit.progress import Progress, emit
 
-METHODS = ("greedy", "prompt-lookup", "chain", "tree")
+METHODS = ("greedy", "prompt-lookup", "chain", "tree")  # also accepted: "hf-greedy"
 
 
 def environment() -> dict[str, Any]:
@@ -86,8 +86,11 @@ class _ForwardCounter:
         self._h.remove()
 
 
-def _run_lookup(target, ids: list[int], n_new: int, eos, lookup: int) -> tuple[list[int], int]:
-    """transformers' assisted generation with prompt lookup: (new tokens, target forwards)."""
+def _run_lookup(
+    target, ids: list[int], n_new: int, eos, lookup: int | None
+) -> tuple[list[int], int]:
+    """transformers' generate (assisted by prompt lookup when `lookup`): (new tokens, target
+    forwards)."""
     count = _ForwardCounter(target.model)
     try:
         with torch.no_grad():
@@ -109,8 +112,12 @@ def _run(method, target, drafter, ids, cfg) -> dict[str, Any]:
 
     eos = getattr(target.tokenizer, "eos_token_id", None)
     t0 = time.perf_counter()
-    if method == "prompt-lookup":
-        toks, fwd = _run_lookup(target, ids, cfg["max_new_tokens"], eos, cfg["lookup"])
+    if method in (
+        "prompt-lookup",
+        "hf-greedy",
+    ):  # hf-greedy: generate()'s own overhead, for reference
+        lookup = cfg["lookup"] if method == "prompt-lookup" else None
+        toks, fwd = _run_lookup(target, ids, cfg["max_new_tokens"], eos, lookup)
         return {"tokens": toks, "s": time.perf_counter() - t0, "forwards": fwd - 1, "stats": None}
     if method == "greedy":
         g = greedy_generate(target, ids, max_new_tokens=cfg["max_new_tokens"], eos_token_id=eos)
@@ -134,6 +141,9 @@ def bench(target, drafter=None, prompts: list[list[int]] | None = None, *, repea
         raise Eagle3Error(f"repeats: expected >= 1, found {repeats}")
     prompts = prompts or default_prompts(target.tokenizer)
     names = list(methods or (METHODS if drafter is not None else METHODS[:2]))
+    unknown = [m for m in names if m not in (*METHODS, "hf-greedy")]
+    if unknown:
+        raise Eagle3Error(f"bench: unknown methods {unknown}, expected some of {list(METHODS)}")
     if drafter is None and {"chain", "tree"} & set(names):
         raise Eagle3Error("bench: the chain and tree methods need --drafter")
     cfg = {"max_new_tokens": max_new_tokens, "depth": depth, "tree": tree or TreeShape(),
