@@ -102,6 +102,7 @@ def test_no_ids_is_the_default_and_an_error_everywhere(tmp_path, family):
         assert [f.severity for f in errs] == ["error"] and errs[0].engine == name
         assert "[2, 32, 61]" in errs[0].message and "1.036" in errs[0].message
         assert "0.70-0.79x" in errs[0].message
+        assert ("warning in its log" in res.engines[name]["why"]) == (v == "vllm@0.22")  # PR #50170
 
 
 def test_no_version_warns_about_older_releases(tmp_path):

@@ -328,6 +328,7 @@ def capture(
     if read is None:
         dflt = list(default_aux_layers(num_layers))
         why = f"reads no ids{' (' + skip + ')' if skip else ''}: default h[2, L//2, L-3] = {dflt}"
+        why += ", with a warning in its log" if src.warns_on_default else ""
         return Capture(dflt, None, None, "default", rule.allow_last, src.warns_on_default, why,
                        (src.source,))  # fmt: skip
     raw = list(ids[read])
