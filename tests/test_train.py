@@ -78,3 +78,13 @@ def test_bad_input_is_one_line_exit_2(run, cli, tmp_path):
     assert r.code == 2 and "--attention" in r.err
     r = cli(*train_args(tmp_path / "w", tmp_path / "nope", target, "--steps", "1"))
     assert r.code == 2 and "nope" in r.err
+
+
+def test_time_limit_stops_after_one_step(cli, tmp_path):
+    out = tmp_path / "t"
+    r = cli(*train_args(out, tiny_data(), tiny_target(), "--steps", "50", "--time-limit", "0",
+                        "--eval-samples", "2", "--json"))  # fmt: skip
+    assert r.code == 0, r.err
+    s = json.loads(r.out)
+    assert s["steps"] == 1 and s["planned_steps"] == 50
+    assert (out / "step-1" / "model.safetensors").is_file()

@@ -60,8 +60,14 @@ def naive_chain(m: Eagle3Drafter, ids: torch.Tensor, aux: torch.Tensor, t: int, 
     return logits
 
 
-def test_ttt_equals_chain_decoding_recomputed_from_scratch():
-    m = _drafter()
+MLA = dict(attention="mla", num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
+           qk_rope_head_dim=4, v_head_dim=10, architecture="Eagle3DeepseekV2ForCausalLM",
+           model_type="kimi_k2")  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["mha", "mla"])
+def test_ttt_equals_chain_decoding_recomputed_from_scratch(kind):
+    m = _drafter(**(MLA if kind == "mla" else {}))
     k, t = 3, 10
     f = _feats(m, 1, t)
     steps = ttt_forward(m, f, k)

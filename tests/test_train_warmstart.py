@@ -101,3 +101,22 @@ def test_l2sp_gradient_is_weight_times_distance():
     lin.weight.grad = torch.zeros_like(lin.weight)
     add_l2sp_grad(lin, w0, 0.2)
     torch.testing.assert_close(lin.weight.grad, torch.full((2, 3), 0.3))
+
+
+@pytest.mark.slow
+def test_reference_target_reports_before_and_after(start, tmp_path, cli):
+    """v1 drafter warm-started on v2: 'before' on the old target is the drafter's own score."""
+    src, _ = start
+    own = next(r for r in _rows(src) if r["step"] == 8)
+    v1, v2 = tiny_target("dsv3-v1"), tiny_target("dsv3-v2")
+    args = ["train", "--target", str(v2), "--reference-target", str(v1), "--data", str(tiny_data()),
+            "-o", str(tmp_path / "ref"), "--init-from", str(src / "step-8"), "--ttt-steps", "3",
+            "--batch-size", "4", "--max-len", "64", "--heldout", "0.125", "--eval-samples", "6",
+            "--eval-batch", "6", "--threads", "1", "--steps", "2", "--json"]  # fmt: skip
+    r = cli(*args)
+    assert r.code == 0, r.err
+    ref = json.loads(r.out)["reference"]
+    assert ref["before"]["old"] == pytest.approx(own["sim_accept_len"])
+    step0 = _rows(tmp_path / "ref")[0]
+    assert ref["before"]["new"] == pytest.approx(step0["sim_accept_len"])
+    assert set(ref["after"]) == {"old", "new"}

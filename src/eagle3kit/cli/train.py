@@ -101,6 +101,11 @@ def register(app: typer.Typer) -> None:
         topk: int = typer.Option(
             None, "--topk", help="Online: keep the teacher's top-K draft ids only."
         ),
+        time_limit: float = typer.Option(
+            None,
+            "--time-limit",
+            help="Stop after this many seconds of training (evaluate and save first).",
+        ),
         resume: bool = typer.Option(
             False, "--resume", help="Continue RUN exactly (its saved settings)."
         ),
@@ -129,7 +134,7 @@ def register(app: typer.Typer) -> None:
             weight_decay=weight_decay, grad_clip=grad_clip, heldout=heldout,
             eval_every=eval_every, eval_samples=eval_samples, eval_batch=eval_batch, save_every=save_every, seed=seed,
             device=device, target_dtype=target_dtype, topk=topk,
-            trust_remote_code=trust_remote_code,
+            trust_remote_code=trust_remote_code, time_limit=time_limit,
         )  # fmt: skip
         import os
 

@@ -72,6 +72,9 @@ class TrainConfig:
     target_dtype: str = "float32"
     topk: int | None = None
     trust_remote_code: bool = False
+    time_limit: float | None = (
+        None  # seconds of training: stop (evaluate, save) after the step that passes it
+    )
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TrainConfig:
@@ -190,7 +193,7 @@ def _run(
         run.mkdir(parents=True, exist_ok=True)
         _after_eval(run, cfg, m, opt, anchor, meta, 0, evaluate(m, ctx.eval_batches, k), d, ctx)
     m.train()
-    tokens, busy = 0, 0.0
+    tokens, busy, t_start = 0, 0.0, time.perf_counter()
     for step in range(meta["step"], n_steps):
         t0 = time.perf_counter()
         for g in opt.param_groups:
@@ -210,13 +213,23 @@ def _run(
         busy += time.perf_counter() - t0
         done = step + 1
         emit(progress, "train", done, n_steps, "steps", loss=float(dist_.all_sum(loss.detach().double().cpu(), d)))  # fmt: skip
-        if done % eval_every == 0 or done == n_steps:
-            _after_eval(
-                run, cfg, m, opt, anchor, meta, done, evaluate(m, ctx.eval_batches, k), d, ctx
-            )
-        if (cfg.save_every and done % cfg.save_every == 0) or done == n_steps:
+        last = done == n_steps or _out_of_time(cfg, t_start, d)
+        if done % eval_every == 0 or last:
+            met = evaluate(m, ctx.eval_batches, k)
+            _after_eval(run, cfg, m, opt, anchor, meta, done, met, d, ctx)
+        if (cfg.save_every and done % cfg.save_every == 0) or last:
             _save_point(run, cfg, m, opt, anchor, meta, done, d, ctx, step_dir=True)
+        if last:
+            break
     return _finish(run, cfg, meta, n_steps, tokens, busy, d, ctx)
+
+
+def _out_of_time(cfg: TrainConfig, t_start: float, d: dist_.Dist) -> bool:
+    """--time-limit passed (summed over ranks, so every rank stops at the same step)."""
+    if cfg.time_limit is None:
+        return False
+    over = float(time.perf_counter() - t_start > cfg.time_limit)
+    return bool(dist_.all_sum(torch.tensor([over], dtype=torch.float64), d) > 0)
 
 
 def _after_eval(run, cfg, m, opt, anchor, meta, step, met, d, ctx) -> None:
@@ -258,7 +271,8 @@ def _save_point(
 
 def _finish(run, cfg, meta, n_steps, tokens, busy, d, ctx) -> dict[str, Any]:
     summary = {
-        "steps": n_steps,
+        "steps": meta["step"],
+        "planned_steps": n_steps,
         "best_step": meta["best_step"],
         "sim_accept_len": meta["best_sim_accept_len"],
         "tokens_per_s": tokens / busy if busy > 0 else None,

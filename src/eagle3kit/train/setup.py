@@ -34,14 +34,17 @@ def _chunks(xs: list[int], n: int) -> list[list[int]]:
     return [xs[i : i + n] for i in range(0, len(xs), n)]
 
 
-def _open_source(cfg: Any, target: Any, d2t: torch.Tensor, device: str):
+def _open_source(cfg: Any, target: Any, d2t: torch.Tensor, aux_layers: Any):
     if cfg.features:
         from eagle3kit.data.store import FeatureStore
 
         store = FeatureStore(cfg.features)
-        have = store_vocab(store, cfg.features)
-        if have is not None and not torch.equal(have[0].cpu(), d2t.cpu()):
-            raise bad(cfg.features, "d2t: the store's teacher columns were taken with another draft vocab than the drafter's")  # fmt: skip
+        have, _ = store_vocab(store, cfg.features)
+        if not torch.equal(have, d2t.cpu()):
+            raise bad(cfg.features, "vocab: the store's teacher columns were taken with another draft vocab (d2t) than the drafter's")  # fmt: skip
+        got = list(store.manifest.get("aux_layers") or [])
+        if got != list(aux_layers):
+            raise bad(cfg.features, f"aux_layers: expected the drafter's {list(aux_layers)}, found {got}")  # fmt: skip
         return OfflineSource(store, max_len=cfg.max_len), None
     from eagle3kit.data.prepared import load_prepared
 
@@ -65,14 +68,10 @@ def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor
     if cfg.features and not cfg.data:
         from eagle3kit.data.store import FeatureStore
 
-        have = store_vocab(FeatureStore(cfg.features), cfg.features)
-        if have is None:
-            raise Eagle3Error("--features: the store does not record its vocab; pass --vocab VOCAB")
-        d2t, t2d = have
-        if t2d is None:
-            t2d = torch.zeros(v, dtype=torch.bool)
-            t2d[torch.arange(d2t.numel()) + d2t] = True
-        return d2t.long(), t2d.bool()
+        d2t, t2d = store_vocab(FeatureStore(cfg.features), cfg.features)
+        if t2d.numel() != v:
+            raise bad(cfg.features, f"vocab: t2d covers {t2d.numel()} ids, expected the target's {v}")  # fmt: skip
+        return d2t, t2d
     n = cfg.draft_vocab_size or (init.spec.draft_vocab_size if init is not None else v)
     if n == v and not cfg.rebuild_vocab:
         return torch.zeros(v, dtype=torch.long), torch.ones(v, dtype=torch.bool)
@@ -122,7 +121,7 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         m = init
     m.set_embedding(emb.detach().cpu())
     m = m.to(d.device)
-    src, data = _open_source(cfg, target, m.d2t.cpu(), d.device)
+    src, data = _open_source(cfg, target, m.d2t.cpu(), m.spec.aux_layers)
     train_idx, held_idx = src.split(cfg.heldout, 0)
     if cfg.max_samples:
         train_idx = train_idx[: cfg.max_samples]

@@ -72,20 +72,21 @@ def token_counts(data: Any, vocab_size: int) -> torch.Tensor:
     return torch.bincount(toks, minlength=vocab_size)[:vocab_size]
 
 
-def store_vocab(store: Any, where: str) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The (d2t, t2d) a feature store's teacher columns were taken with, if it records them."""
-    for attr in ("d2t",):
-        d2t = getattr(store, attr, None)
-        if d2t is not None:
-            t2d = getattr(store, "t2d", None)
-            return torch.as_tensor(d2t).long(), None if t2d is None else torch.as_tensor(t2d)
-    vocab = (getattr(store, "manifest", None) or {}).get("vocab")
-    if isinstance(vocab, str):
-        from eagle3kit.model.vocab import load_vocab
+def store_vocab(store: Any, where: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (d2t, t2d) a feature store's teacher columns were taken with (its manifest's vocab)."""
+    from eagle3kit.data.prepared import sha256_file
+    from eagle3kit.model.vocab import load_vocab
 
-        p = Path(vocab)
-        p = p if p.is_absolute() else Path(where) / p
-        if not p.is_file():
-            raise bad(where, f"vocab: the manifest names {vocab}, which does not exist")
-        return load_vocab(p)
-    return None
+    man = store.manifest
+    v = man.get("vocab") or {}
+    size = int((man.get("target") or {}).get("vocab_size") or 0)
+    if v.get("file") is None:  # captured over the full target vocab
+        n = int(v.get("draft_vocab_size") or size)
+        return torch.zeros(n, dtype=torch.long), torch.ones(n, dtype=torch.bool)
+    p = Path(v["file"])
+    if not p.is_file():
+        raise bad(where, f"vocab.file: the manifest names {p}, which does not exist")
+    if v.get("sha256") and sha256_file(p) != v["sha256"]:
+        raise bad(str(p), "sha256: not the vocab file the store was captured with")
+    d2t, t2d = load_vocab(p)
+    return d2t.long(), t2d.bool()
