@@ -16,28 +16,34 @@ vocab keeps, sum(top-N counts) / sum(counts), the ceiling on what a drafter can 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
 
 from eagle3kit.atomic import save_safetensors
 from eagle3kit.errors import Eagle3Error, bad
 
+if TYPE_CHECKING:  # torch is imported where tensors are made: inspect/compat stay torch-free
+    import torch
+
 
 def _as_numpy(x: Any) -> np.ndarray:
-    if isinstance(x, torch.Tensor):
+    if hasattr(x, "detach"):  # a torch tensor
         return x.detach().cpu().numpy()
     return np.asarray(x)
 
 
 def _top_ids(counts: torch.Tensor, n: int) -> torch.Tensor:
     """The n ids with the largest counts, ties by lower id, in order of rank."""
+    import torch
+
     # stable sort of -counts keeps equal counts in ascending id order
     return torch.argsort(-counts.long(), stable=True)[:n]  # [n]
 
 
 def _check_counts(counts: Any, where: str) -> torch.Tensor:
+    import torch
+
     counts = torch.as_tensor(counts)
     if counts.dim() != 1:
         raise bad(
@@ -52,6 +58,8 @@ def _check_counts(counts: Any, where: str) -> torch.Tensor:
 
 def build_vocab(counts: torch.Tensor, draft_vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-N ids by count -> (d2t int64 [N], t2d bool [V]); see the module docstring."""
+    import torch
+
     counts = _check_counts(counts, "build_vocab")
     v = counts.shape[0]
     if not 0 < draft_vocab_size <= v:
@@ -124,6 +132,8 @@ def validate_vocab(d2t: Any, t2d: Any | None, vocab_size: int, where: str) -> No
 
 def save_vocab(path: str | Path, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
     """Write {d2t int64 [N], t2d bool [V]} to a safetensors file, atomically."""
+    import torch
+
     d2t = torch.as_tensor(d2t)
     t2d = torch.as_tensor(t2d)
     validate_vocab(d2t, t2d, t2d.shape[0], str(path))
@@ -132,6 +142,7 @@ def save_vocab(path: str | Path, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
 
 def load_vocab(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
     """Read and validate a vocab file written by `save_vocab` -> (d2t int64 [N], t2d bool [V])."""
+    import torch
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
@@ -156,6 +167,8 @@ def load_vocab(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
 
 def coverage(counts: torch.Tensor, sizes: list[int] | tuple[int, ...]) -> dict[int, float]:
     """{N: sum(top-N counts) / sum(counts)} for each N in sizes (0.0 when nothing was counted)."""
+    import torch
+
     counts = _check_counts(counts, "coverage")
     total = int(counts.sum())
     ranked = torch.sort(counts, descending=True).values  # [V]
