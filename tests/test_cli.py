@@ -21,6 +21,15 @@ def test_help_does_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+def test_header_only_commands_do_not_import_torch():
+    """inspect and compat read headers only: importing them must not pull in torch (~3 s)."""
+    code = (
+        "import sys; import eagle3kit.inspection, eagle3kit.compat, eagle3kit.model.vocab; "
+        "assert 'torch' not in sys.modules, 'torch imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
 def test_usage_errors_are_one_line():
     for args in (
         ("no-such-verb",),
