@@ -1,6 +1,11 @@
 """Drafter training throughput: tokens/s and peak memory of one TTT optimizer step on CPU.
 
     python benchmarks/bench_train.py [--repeats 5] [--threads 2] [--json]
+    python benchmarks/bench_train.py --draft-step RUN_A/best RUN_B/best [--context 256]
+
+`--draft-step` instead times one decoding draft step (one new token against a cache of
+--context positions, no grad) of saved drafters: the per-token cost an engine pays, e.g. MHA
+against MLA.
 
 Shapes: the issue's reference point (H=512, sequence 512, 3 TTT steps, target vocab 8192,
 draft vocab 2048, batch 1) and the zoo's (H=128, target vocab 4096, draft vocab 2048, 7 TTT
@@ -100,6 +105,44 @@ def time_peer(shape: dict, b: int, repeats: int) -> list[float] | None:
     return None  # the peer's training entry point varies by release; wire it here when pinned
 
 
+def draft_step_ms(path: str, context: int, repeats: int) -> dict:
+    """Median/min/max ms of one draft step (1 token, cache of `context`) of a saved drafter."""
+    import torch
+
+    from eagle3kit.model.drafter import DraftCache, Eagle3Drafter
+
+    m = Eagle3Drafter.from_pretrained(path, dtype=torch.float32)
+    s = m.spec
+    m.set_embedding(torch.randn(s.vocab_size, s.hidden_size) * 0.02)
+    times = []
+    with torch.no_grad():
+        for _ in range(repeats + 1):
+            cache = DraftCache()
+            m(torch.zeros(1, context, dtype=torch.long), torch.randn(1, context, s.fc_in_features), cache, from_aux=True)  # fmt: skip
+            h = torch.randn(1, 1, s.hidden_size)  # [1, 1, H]
+            t0 = time.perf_counter()
+            for _ in range(10):
+                out = m(torch.zeros(1, 1, dtype=torch.long), h, cache, from_aux=False)
+                h = out.hidden
+            times.append((time.perf_counter() - t0) / 10 * 1e3)
+    times = times[1:]
+    return {"path": path, "attention": getattr(s, "attention", "mha"), "context": context,
+            "params": sum(p.numel() for n, p in m.named_parameters() if n != "embed_tokens.weight"),
+            "ms_median": statistics.median(times), "ms_min": min(times), "ms_max": max(times)}  # fmt: skip
+
+
+def matmul_gflops(n: int = 512, reps: int = 20) -> float:
+    """This process's fp32 matmul speed right now (the host's speed swings; normalise by it)."""
+    import torch
+
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    a @ b
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    return 2 * n**3 * reps / (time.perf_counter() - t0) / 1e9
+
+
 def peak_mb(device: str) -> float:
     import torch
 
@@ -120,6 +163,7 @@ def main() -> None:
     from _env import environment, environment_info
 
     torch.set_num_threads(a.threads)
+    gflops = matmul_gflops()
     rows = []
     for name, shape in SHAPES.items():
         times = time_ours(shape, a.batch, a.repeats, a.device)
@@ -138,6 +182,7 @@ def main() -> None:
         print(json.dumps(doc, indent=1))
         return
     print(environment())
+    print(f"machine speed now: {gflops:.1f} GFLOPS (fp32 512x512 matmul, {a.threads} threads)")
     for r in rows:
         t = r["tokens_per_s"]
         print(f"{r['shape']}: {t['median']:.0f} tokens/s (min {t['min']:.0f}, max {t['max']:.0f}; "

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_warmstart.py data --member dsv3-v1 --out /tmp/e3k_bench/data-v1
     python benchmarks/bench_warmstart.py run --v1-drafter /tmp/e3k_drafters/dsv3-v1 \
-        --sizes 64,128,256,512 --steps-per-sample 0.25 [--json]
+        --sizes 64,128,256,512 --epochs 2 [--size full|tiny] [--json]
 
 `data` turns the zoo's own chat samples of a member's slice (v1: stdlib library, v2: stdlib
 tests; zoo/_corpus.py) into a DATA dir through the prepared-data path (`data.prepare` with the
@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def zoo_data(member: str, out: Path, *, files: int | None = 400, max_length: int = 512,
-             held_out_files: bool = False) -> Path:  # fmt: skip
+             held_out_files: bool = False, size: str = "full") -> Path:  # fmt: skip
     """DATA dir of the zoo chat samples of `member`'s slice, tokenised for that member."""
     from eagle3kit import zoo
     from eagle3kit.data.prepare import prepare
@@ -34,7 +34,7 @@ def zoo_data(member: str, out: Path, *, files: int | None = 400, max_length: int
 
     if (out / "data.json").is_file():
         return out
-    target = zoo.build(member)
+    target = zoo.build(member, size=size)
     m = zoo.member(member)
     convs = _corpus.chat_samples(_corpus.files(m.slice, held_out=held_out_files, limit=files))
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -62,8 +62,9 @@ def run(args: argparse.Namespace) -> dict:
     from eagle3kit import zoo
 
     torch.set_num_threads(args.threads)
-    target = str(zoo.build(args.member))
-    data = zoo_data(args.member, Path(args.work) / f"data-{args.member}", files=args.files)
+    target = str(zoo.build(args.member, size=args.size))
+    data = zoo_data(args.member, Path(args.work) / f"data-{args.member}-{args.size}",
+                    files=args.files, max_length=args.max_len, size=args.size)  # fmt: skip
     sizes = [int(x) for x in args.sizes.split(",")]
     rows = []
     common = dict(target=target, data=str(data), ttt_steps=args.ttt_steps, batch_size=args.batch,
@@ -123,6 +124,7 @@ def main() -> None:
     d.add_argument("--max-length", type=int, default=512)
     r = sub.add_parser("run", help="scratch vs warm start at several data sizes")
     r.add_argument("--member", default="dsv3-v2")
+    r.add_argument("--size", default="full", help="zoo size of the member: full or tiny")
     r.add_argument("--v1-drafter", default="/tmp/e3k_drafters/dsv3-v1")
     r.add_argument("--work", default="/tmp/e3k_bench/warmstart")
     r.add_argument("--files", type=int, default=400)
