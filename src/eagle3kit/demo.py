@@ -21,7 +21,6 @@ run would regenerate the answers with the target (`eagle3kit data regenerate`) f
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ class Recipe:
     ttt_steps: int
     depth: int  # chain depth for bench and plan
     bench_prompts: int
+    bench_repeats: int
     bench_tokens: int
     probe_samples: int
     lr: float = 3e-3  # from scratch; a warm start uses lr / 3
@@ -61,10 +61,10 @@ class Recipe:
 
 RECIPES = {
     "full": Recipe(v1_samples=1000, v2_samples=600, max_len=128, batch=8, k2_steps=240,
-                   tune_steps=80, draft_vocab=1024, ttt_steps=3, depth=3, bench_prompts=6,
+                   tune_steps=80, draft_vocab=1024, ttt_steps=3, depth=3, bench_prompts=4, bench_repeats=2,
                    bench_tokens=96, probe_samples=16),
     "tiny": Recipe(v1_samples=160, v2_samples=96, max_len=96, batch=8, k2_steps=200, tune_steps=12,
-                   draft_vocab=256, ttt_steps=3, depth=3, bench_prompts=2, bench_tokens=24,
+                   draft_vocab=256, ttt_steps=3, depth=3, bench_prompts=2, bench_repeats=1, bench_tokens=24,
                    probe_samples=6),
 }  # fmt: skip
 PAIR = ("dsv3-v1", "dsv3-v2")
@@ -191,29 +191,6 @@ def _conversations(slice_name: str, n: int, path: Path) -> Path:
     return path
 
 
-def _bench_json(base: dict[str, Any], runs: list[Any], label: str, role: str, run: str | None,
-                depth: int, lossless: bool) -> dict[str, Any]:  # fmt: skip
-    """One speculative configuration against the plain baseline, from decode's per-cycle stats."""
-    cycles = [c for r in runs for c in r.stats.cycles]
-    tokens = sum(r.stats.new_tokens for r in runs)
-    secs = sum(r.stats.total_s for r in runs)
-    tau = sum(c.accepted + 1 for c in cycles) / len(cycles)
-    spec_tps = tokens / secs
-    return {
-        "label": label, "role": role, "run": run, "depth": depth, "method": "chain, greedy",
-        "baseline_tps": round(base["tps"], 3), "decode_ms": round(base["decode_ms"], 3),
-        "spec_tps": round(spec_tps, 3), "speedup": round(spec_tps / base["tps"], 4),
-        "accept_len": round(tau, 4),
-        "per_position_acceptance": [round(sum(c.accepted >= i for c in cycles) / len(cycles), 4)
-                                    for i in range(1, depth + 1)],
-        "cycle_ms": round(1e3 * statistics.fmean(c.cycle_s for c in cycles), 3),
-        "draft_ms": round(1e3 * statistics.fmean(c.draft_s for c in cycles), 3),
-        "verify_ms": round(1e3 * statistics.fmean(c.verify_s for c in cycles), 3),
-        "prompts": len(runs), "new_tokens": tokens, "cycles": len(cycles),
-        "lossless": lossless,
-    }  # fmt: skip
-
-
 class _Story:
     """The zoo story, step by step; each method is one verb (see the module docstring)."""
 
@@ -275,6 +252,15 @@ class _Story:
         prepare([src], target, data, max_length=self.r.max_len, progress=self.progress)
         return data
 
+    def k2_key(self) -> dict[str, Any]:
+        """What the K2 drafter depends on (a change rebuilds it)."""
+        fields = ("v1_samples", "max_len", "batch", "k2_steps", "draft_vocab", "ttt_steps", "lr")
+        return {
+            "recipe": {f: getattr(self.r, f) for f in fields},
+            "target": str(self.p1),
+            "version": 1,
+        }
+
     def k2_drafter(self) -> Path:
         """$EAGLE3KIT_HOME/drafters/dsv3-v1-eagle3[-tiny]: trained once, then reused."""
         from eagle3kit.atomic import atomic_dir, atomic_write_json
@@ -282,7 +268,7 @@ class _Story:
 
         name = "dsv3-v1-eagle3" + ("" if self.size == "full" else f"-{self.size}")
         final = home() / "drafters" / name
-        key = {"recipe": self.r.__dict__, "target": str(self.p1), "version": 1}
+        key = self.k2_key()
         done = final / "demo-drafter.json"
         if done.is_file() and json.loads(done.read_text()) == key:
             return final / "run" / "best"
@@ -327,32 +313,29 @@ class _Story:
         return d
 
     def bench(self, path: Path, label: str, role: str, run: str | None) -> dict[str, Any]:
-        """Speculative decoding with the drafter at `path` on v2, beside the plain baseline."""
+        """`eagle3kit bench` (greedy and chain, interleaved, `bench_repeats` repeats) with the
+        drafter at `path` on v2; its document plus the demo's summary keys."""
         from eagle3kit.atomic import atomic_write_json
-        from eagle3kit.decode import greedy_generate, speculative_generate
+        from eagle3kit.bench import bench
 
-        prompts, d, r = self._prompts(), self._drafter(path), self.r
-        if not hasattr(self, "plain"):  # the plain baseline, measured once on the same prompts
-            self.plain = [
-                greedy_generate(self.v2, p, max_new_tokens=r.bench_tokens) for p in prompts
-            ]
-            toks = sum(g.stats.new_tokens for g in self.plain)
-            steps = [c.verify_s for g in self.plain for c in g.stats.cycles]
-            self.base = {"tps": toks / sum(g.stats.total_s for g in self.plain),
-                         "decode_ms": 1e3 * statistics.fmean(steps)}  # fmt: skip
-        runs = []
-        for j, p in enumerate(prompts):
-            runs.append(
-                speculative_generate(self.v2, d, p, max_new_tokens=r.bench_tokens, depth=r.depth)
-            )
-            emit(self.progress, f"bench {label}", j + 1, len(prompts), "prompts")
-        same = all(a.tokens == b.tokens for a, b in zip(runs, self.plain, strict=True))
-        doc = _bench_json(self.base, runs, label, role, run, r.depth, same)
+        r = self.r
+        doc = bench(self.v2, self._drafter(path), self._prompts(), repeats=r.bench_repeats,
+                    max_new_tokens=r.bench_tokens, depth=r.depth, methods=("greedy", "chain"),
+                    progress=self.progress)  # fmt: skip
+        rows = {m["name"]: m for m in doc["methods"]}
+        g, c = rows["greedy"], rows["chain"]
+        doc.update({"label": label, "role": role, "run": run, "depth": r.depth,
+                    "baseline_tps": round(g["tokens_per_s"]["median"], 3),
+                    "spec_tps": round(c["tokens_per_s"]["median"], 3), "speedup": round(c["speedup"], 4),
+                    "accept_len": round(c["tau"], 4), "cycle_ms": round(c["cycle_ms"], 3),
+                    "draft_ms": round(c["draft_ms"], 3), "verify_ms": round(c["verify_ms"], 3),
+                    "per_position_acceptance": [round(x, 4) for x in c["per_position_acceptance"]],
+                    "lossless": c.get("same_tokens_as_greedy")})  # fmt: skip
         atomic_write_json(self.out / f"bench-{role}.json", doc)
         self.say(f"   {label}: {doc['spec_tps']:.1f} tok/s vs plain {doc['baseline_tps']:.1f} "
                  f"({doc['speedup']:.2f}x), tau {doc['accept_len']:.2f}, cycle {doc['cycle_ms']:.1f} ms "
-                 f"(draft {doc['draft_ms']:.1f} + verify {doc['verify_ms']:.1f}); output identical to plain "
-                 f"greedy: {same} [bench-{role}.json]")  # fmt: skip
+                 f"(draft {doc['draft_ms']:.1f} + verify {doc['verify_ms']:.1f}); medians of {r.bench_repeats}; "
+                 f"output identical to plain greedy: {doc['lossless']} [bench-{role}.json]")  # fmt: skip
         return doc
 
     def bench_stale(self) -> dict[str, Any]:
@@ -538,9 +521,10 @@ class _Story:
                  "eagle3kit train --target NEW --data DATA --init-from DRAFTER -o RUN; eagle3kit report RUN -o OUT")  # fmt: skip
         self.say(f"  vLLM reads the K2 drafter's ids differently (compat.json): eagle3kit convert {k2} --to vllm "
                  f"-o {out}/k2-vllm --verifier {self.p2}")  # fmt: skip
-        text = (
-            self.v2.tokenizer.decode(self.plain[0].tokens) if self.v2.tokenizer is not None else ""
-        )
+        from eagle3kit.decode import greedy_generate
+
+        ids = greedy_generate(self.v2, self._prompts()[0], max_new_tokens=32).tokens
+        text = self.v2.tokenizer.decode(ids) if self.v2.tokenizer is not None else str(ids)
         self.say(f"  {PAIR[1]} answered the first bench prompt with: {text[:160]!r}")
         self.say("  why the zoo's text reads oddly: its targets are a few million parameters trained for minutes "
                  "on the standard library's source; they continue code plausibly but are not assistants "

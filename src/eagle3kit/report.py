@@ -62,6 +62,18 @@ def _metrics(path: Path) -> list[dict]:
     return rows
 
 
+def _bench_summary(doc: dict) -> dict | None:
+    """The report's bench keys from an `eagle3kit bench --json` document (greedy + chain/tree)."""
+    rows = {m.get("name"): m for m in doc.get("methods") or [] if isinstance(m, dict)}
+    g, c = rows.get("greedy"), rows.get("chain") or rows.get("tree")
+    if not g or not c or "tau" not in c:
+        return None
+    return {"label": c["name"], "baseline_tps": g["tokens_per_s"]["median"],
+            "spec_tps": c["tokens_per_s"]["median"], "speedup": c["speedup"], "accept_len": c["tau"],
+            "cycle_ms": c["cycle_ms"], "depth": c["depth"],
+            "per_position_acceptance": c["per_position_acceptance"]}  # fmt: skip
+
+
 def collect(run_dirs: list[str | Path]) -> Found:
     """Find and classify the JSON artefacts under ``run_dirs``."""
     f = Found()
@@ -78,6 +90,8 @@ def collect(run_dirs: list[str | Path]) -> Found:
                 f.probes.append((cite, doc))
             elif {"baseline_tps", "spec_tps", "accept_len"} <= doc.keys():
                 f.benches.append((cite, doc))
+            elif {"methods", "decode_ms"} <= doc.keys() and _bench_summary(doc):
+                f.benches.append((cite, _bench_summary(doc)))  # a plain `eagle3kit bench --json`
             elif {"best_step", "sim_accept_len"} <= doc.keys():
                 state = _read_json(p.parent / "state" / "state.json") or {}
                 f.runs.append(
