@@ -84,7 +84,12 @@ def test_eval_bad_input(cli, setup, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{"nope": 1}\n')
     r = cli(*base, "--data", str(bad))
-    assert r.code == 2 and "bad.jsonl:" in r.err
+    assert r.code == 2 and "bad.jsonl" in r.err and "2 unusable" in r.err and "bad.jsonl:1" in r.err
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text(open(setup["jsonl"]).readline() + '{"nope": 1}\n')
+    r = cli(*base, "--data", str(mixed), "--depth", "1", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["skipped"] == 1 and json.loads(r.out)["samples"] == 1
     junk = tmp_path / "eval.json"
     junk.write_text('{"mode": "offline"}')
     r = cli("plan", "--from", str(junk))

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import json
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +38,7 @@ class EvalData:
     source: str
     samples: list[tuple[torch.Tensor, torch.Tensor]]  # (input_ids [T], loss_mask [T])
     prompts: list[list[int]]
+    skipped: list[str] = field(default_factory=list)  # "file:line: reason" of unusable records
 
 
 def _prompt_of(ids: torch.Tensor, mask: torch.Tensor) -> list[int] | None:
@@ -55,18 +56,22 @@ def load_eval_data(path: str | Path, tokenizer: Any = None, *, heldout: float = 
 
         data = load_prepared(p)
         _, held = data.split(heldout) if len(data) > 1 else ([], list(range(len(data))))
-        samples = [(data[i].input_ids, data[i].loss_mask) for i in held]
+        samples, skipped = [(data[i].input_ids, data[i].loss_mask) for i in held], []
     elif p.is_file():
-        samples = _encode_jsonl(p, tokenizer)
+        samples, skipped = _encode_jsonl(p, tokenizer)
     else:
         raise Eagle3Error(f"{p}: no such DATA directory or JSONL file")
     prompts = [pr for ids, m in samples if (pr := _prompt_of(ids, m)) is not None]
     if not samples:
-        raise bad(str(p), "expected at least one sample with an assistant turn, found none")
-    return EvalData(str(p), samples, prompts)
+        why = f" ({len(skipped)} unusable, first: {skipped[0]})" if skipped else ""
+        raise bad(str(p), f"expected at least one sample with an assistant turn, found none{why}")
+    return EvalData(str(p), samples, prompts, skipped)
 
 
-def _encode_jsonl(p: Path, tokenizer: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def _encode_jsonl(
+    p: Path, tokenizer: Any
+) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], list[str]]:
+    """(samples, skipped): malformed records are skipped and named, as `data prepare` does."""
     import torch
 
     from eagle3kit.data.conversations import Problem, read_conversations
@@ -75,14 +80,15 @@ def _encode_jsonl(p: Path, tokenizer: Any) -> list[tuple[torch.Tensor, torch.Ten
     if tokenizer is None:
         raise bad(str(p), "a JSONL of conversations needs the target's tokenizer, found none")
     enc = ChatEncoder(tokenizer)
-    out = []
-    for file, line, conv in read_conversations([p]):
+    out, skipped = [], []
+    for _file, _line, conv in read_conversations([p]):
         if isinstance(conv, Problem):
-            raise bad(f"{file}:{line}", conv.reason)
+            skipped.append(str(conv))
+            continue
         ids, mask = enc.encode(conv.turns)
         if any(mask):
             out.append((torch.tensor(ids), torch.tensor(mask, dtype=torch.bool)))
-    return out
+    return out, skipped
 
 
 def evaluate_offline(target, drafter, data: EvalData, depth: int = 3, *, batch_size: int = 8,
@@ -111,6 +117,7 @@ def evaluate_offline(target, drafter, data: EvalData, depth: int = 3, *, batch_s
         "conditional_acceptance": m["cond_acc"],
         "counted": m["counted"],
         "samples": n,
+        "skipped": len(data.skipped),
     }
 
 
