@@ -158,11 +158,23 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--draft-step", nargs="+", metavar="DRAFTER", help="time draft steps instead")
+    ap.add_argument("--context", type=int, default=256)
     a = ap.parse_args()
     import torch
     from _env import environment, environment_info
 
     torch.set_num_threads(a.threads)
+    if a.draft_step:
+        rows = [draft_step_ms(p, a.context, a.repeats) for p in a.draft_step]
+        if a.json:
+            print(json.dumps({"env": environment_info(), "rows": rows}, indent=1))
+            return
+        print(environment())
+        for r in rows:
+            print(f"{r['path']} ({r['attention']}, {r['params'] / 1e6:.2f}M params): draft step "
+                  f"{r['ms_median']:.2f} ms (min {r['ms_min']:.2f}, max {r['ms_max']:.2f}) at context {r['context']}")  # fmt: skip
+        return
     gflops = matmul_gflops()
     rows = []
     for name, shape in SHAPES.items():
@@ -177,6 +189,7 @@ def main() -> None:
         "env": environment_info(),
         "rows": rows,
         "peer_reference_tokens_per_s": PEER_TOKENS_PER_S,
+        "matmul_gflops": gflops,
     }
     if a.json:
         print(json.dumps(doc, indent=1))
