@@ -418,6 +418,27 @@ def _online(d: Any, target: Any, layers: Sequence[int], own_embed: bool, batch: 
         t.close()
 
 
+def _against_reference(d: Any, new: Any, ref: Any, batch: Batch, layers: Sequence[int], own_embed: bool,
+                       depth: int, online_args: tuple[int, int], progress: Progress | None):  # fmt: skip
+    """Similarity OLD vs NEW, D's offline acceptance on OLD, and online decoding on both."""
+    stages = 5
+    emit(progress, "probe", 2, stages, "stage", doing="similarity")
+    sim, fc_sim, acc_ref = [], None, None
+    if ref is not None:
+        sim, fc_sim = hidden_similarity(ref, new, d, batch, layers)
+        emit(progress, "probe", 3, stages, "stage", doing="reference acceptance")
+        tref = _with_aux(ref, layers)
+        try:
+            acc_ref = offline_acceptance(_on(d, ref, own_embed), _features(tref, batch, d), depth)
+        finally:
+            tref.close()
+    emit(progress, "probe", 4, stages, "stage", doing="online decoding")
+    online = {"target": _online(d, new, layers, own_embed, batch, depth, *online_args)}
+    if ref is not None:
+        online["reference"] = _online(d, ref, layers, own_embed, batch, depth, *online_args)
+    return sim, fc_sim, acc_ref, online
+
+
 def probe(
     drafter: str,
     target: str,
@@ -468,27 +489,11 @@ def probe(
     aux = detect_aux(_on(d, new, own_embed), new, batch, spec, depth)
     layers = aux["chosen"]["layers"]
     aux["engines"] = engine_capture(spec, layout, new, layers, drafter)
-    feats_new = aux.pop("_features")
+    aux.pop("_features")  # the chosen reading's features (kept for callers that want them)
     acc_new = aux["acceptance"][aux["chosen"]["reading"]]
-    emit(progress, "probe", 2, stages, "stage", doing="similarity")
-    sim, fc_sim, acc_ref = [], None, None
-    if ref is not None:
-        sim, fc_sim = hidden_similarity(ref, new, d, batch, layers)
-        emit(progress, "probe", 3, stages, "stage", doing="reference acceptance")
-        tref = _with_aux(ref, layers)
-        try:
-            acc_ref = offline_acceptance(_on(d, ref, own_embed), _features(tref, batch, d), depth)
-        finally:
-            tref.close()
-    emit(progress, "probe", 4, stages, "stage", doing="online decoding")
-    online = {
-        "target": _online(d, new, layers, own_embed, batch, depth, online_prompts, online_tokens)
-    }
-    if ref is not None:
-        online["reference"] = _online(
-            d, ref, layers, own_embed, batch, depth, online_prompts, online_tokens
-        )
-    del feats_new
+    sim, fc_sim, acc_ref, online = _against_reference(
+        d, new, ref, batch, layers, own_embed, depth, (online_prompts, online_tokens), progress
+    )
     tau, tau_ref = acc_new["accept_len"], acc_ref["accept_len"] if acc_ref else None
     be = None
     if baseline_tps is not None:
