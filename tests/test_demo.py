@@ -45,3 +45,33 @@ def test_demo_default_out_is_under_home(monkeypatch, tmp_path):
 
     monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path))
     assert default_out() == tmp_path / "demo"
+
+
+@pytest.mark.slow
+def test_demo_killed_during_training_resumes(tmp_path):
+    """kill -9 while the fine-tune run is training; the next demo resumes it and finishes."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "demo"
+    state = out / "runs" / "finetune" / "state" / "state.json"
+    cmd = [sys.executable, "-m", "eagle3kit", "demo", "--quick", "-o", str(out), "--json"]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
+    try:
+        deadline = time.time() + 300
+        while not state.is_file() and p.poll() is None and time.time() < deadline:
+            time.sleep(0.2)
+        assert state.is_file(), "the demo never reached the fine-tune run"
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    assert not (out / "runs" / "finetune" / "summary.json").is_file()  # killed mid-run
+    r = run_cli("demo", "--quick", "-o", out, "--json")
+    assert r.code == 0, r.err
+    assert "finetune: resuming an interrupted run" in r.err
+    assert (out / "report.html").is_file() and (
+        out / "runs" / "finetune" / "summary.json"
+    ).is_file()
