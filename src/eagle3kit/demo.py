@@ -335,7 +335,8 @@ class _Story:
         self.say(f"   {label}: {doc['spec_tps']:.1f} tok/s vs plain {doc['baseline_tps']:.1f} "
                  f"({doc['speedup']:.2f}x), tau {doc['accept_len']:.2f}, cycle {doc['cycle_ms']:.1f} ms "
                  f"(draft {doc['draft_ms']:.1f} + verify {doc['verify_ms']:.1f}); medians of {r.bench_repeats}; "
-                 f"output identical to plain greedy: {doc['lossless']} [bench-{role}.json]")  # fmt: skip
+                 f"output identical to plain greedy: {doc['lossless']}; the target's distinct-4 "
+                 f"{doc['target_distinct4']:.2f} (a looping target is easy to predict) [bench-{role}.json]")  # fmt: skip
         return doc
 
     def bench_stale(self) -> dict[str, Any]:
