@@ -214,30 +214,49 @@ def detect_aux(drafter: Any, target: Any, batch: Batch, spec: Any, depth: int) -
     }
 
 
+def _fix_ids(engine: str, family: str, chosen: list[int], num_layers: int) -> list[int]:
+    """File ids that make `engine` capture h[chosen]: every release when possible, else latest."""
+    from eagle3kit.formats import engines as E
+
+    where = "nested" if engine == "sglang" else "top"
+    cands = [[i - 1 for i in chosen], chosen] if engine == "sglang" else [chosen]
+    cands = [c for c in cands if min(c) >= 0]
+
+    def ok(ids: list[int]) -> list[str]:
+        return E.releases_capturing(engine, family, {where: tuple(ids)}, num_layers, chosen)
+
+    n_bands = len(E.bands(engine))
+    best = max(cands, key=lambda c: (len(ok(c)) == n_bands, bool(ok(c))))
+    return best
+
+
 def engine_capture(
     spec: Any, layout: str, target: Any, chosen: Sequence[int], src: str
 ) -> dict[str, Any]:
     """What each engine captures for D as written, whether that is ``chosen``, and the fix."""
     from eagle3kit.compat import captured_layers
+    from eagle3kit.formats import engines as E
 
     chosen = list(chosen)
+    family = E.target_family(target.config.to_dict())
     declared_ok = spec.aux_layers is not None and list(spec.aux_layers) == chosen
     out: dict[str, Any] = {}
-    for eng, key, ids, note in (
-        ("sglang", "eagle_config.eagle_aux_hidden_state_layer_ids", [i - 1 for i in chosen],
-         "SGLang captures h[id + 1]"),
-        ("vllm", "eagle_aux_hidden_state_layer_ids (top level)", chosen,
-         "vLLM reads HF indices; <= 0.21 ignores the nested eagle_config"),
-    ):  # fmt: skip
-        cap, why = captured_layers(eng, spec, layout, target.num_layers)
+    for eng, key in (
+        ("sglang", "eagle_config.eagle_aux_hidden_state_layer_ids"),
+        ("vllm", "eagle_aux_hidden_state_layer_ids (top level)"),
+    ):
+        cap, why = captured_layers(eng, spec, layout, target.num_layers, family=family)
         fix = None
         if cap != chosen:
-            fix = f"set {key} to {ids} in config.json ({note})"
+            ids = _fix_ids(eng, family, chosen, target.num_layers)
+            where = "nested" if eng == "sglang" else "top"
+            serves = E.releases_capturing(eng, family, {where: tuple(ids)}, target.num_layers,
+                                          chosen)  # fmt: skip
+            fix = f"set {key} to {ids} in config.json (captured right by {', '.join(serves)})"
             if declared_ok:
                 fix = f"eagle3kit convert {src} --to {eng} -o OUT  (or {fix})"
         out[eng] = {"captures": cap, "why": why, "ok": cap == chosen, "fix": fix}
-    mt = str(getattr(target.config, "model_type", ""))
-    if mt.startswith(("deepseek", "kimi")):
+    if family == "deepseek":
         out["sglang"]["versions"] = (
             "DeepSeek/Kimi targets: SGLang < 0.5.13 captures h[id + 1]; >= 0.5.13 (PR #25454) "
             "h[id + 1] only when the first id is 1, else h[id]"
