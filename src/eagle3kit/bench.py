@@ -172,7 +172,9 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
             rs = [x for x in runs[m] if x["repeat"] == r]
             tps.append(sum(len(x["tokens"]) for x in rs) / sum(x["s"] for x in rs))
         fwd = sum(x["forwards"] for x in runs[m])
-        new = sum(max(len(x["tokens"]) - 1, 0) for x in runs[m])  # the first comes from prefill
+        # tokens after the prefill's one, counting an EOS that ended a run (it cost a forward)
+        ended = [len(x["tokens"]) < cfg["max_new_tokens"] for x in runs[m]]
+        new = sum(len(x["tokens"]) + e - 1 for x, e in zip(runs[m], ended, strict=True))
         row = {"name": m, "tokens_per_s": {"median": statistics.median(tps), "min": min(tps),
                "max": max(tps)}, "accept_len": new / fwd if fwd else 1.0}  # fmt: skip
         if greedy_tokens:
