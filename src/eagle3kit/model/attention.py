@@ -173,12 +173,15 @@ class _RopeMixin(nn.Module):
         return (freqs.cos() * self.rope_scale).to(dtype), (freqs.sin() * self.rope_scale).to(dtype)
 
 
-def _attend(q, k, v, cache, attn_mask, t, scale=None) -> torch.Tensor:
-    """Append k/v to the cache, then softmax attention with the mask; returns [B, h, T, dv]."""
+def _attend(q, k, v, cache, attn_mask, t, scale=None, rep: int = 1) -> torch.Tensor:
+    """Append k/v to the cache, repeat kv heads `rep` times (GQA), then softmax attention with
+    the mask (default causal over cache + new); returns [B, h, T, dv]."""
     past = 0
     if cache is not None:
         past = cache.length
         k, v = cache.append(k, v)
+    if rep > 1:
+        k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     mask = attn_mask if attn_mask is not None else causal_mask(t, past, q.device)
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
@@ -219,15 +222,7 @@ class Attention(_RopeMixin):
         cos, sin = self._cos_sin(pos, q.dtype)
         q = apply_rope(q.transpose(1, 2), cos, sin, interleave=False)  # [B, nh, T, hd]
         k = apply_rope(k.transpose(1, 2), cos, sin, interleave=False)  # [B, nkv, T, hd]
-        if cache is not None:
-            k, v = cache.append(k, v)
-            cache = None  # appended; _attend only masks
-        rep = self.n_heads // self.n_kv
-        if rep > 1:
-            k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-        past = k.shape[2] - t
-        mask = attn_mask if attn_mask is not None else causal_mask(t, past, x.device)
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)  # [B, nh, T, hd]
+        o = _attend(q, k, v, cache, attn_mask, t, rep=self.n_heads // self.n_kv)  # [B, nh, T, hd]
         return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
 
 
