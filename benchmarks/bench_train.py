@@ -14,9 +14,11 @@ drafter step; offline training reads them from the store). One step = ttt_loss f
 backward, clip, AdamW. tokens/s = B*T / step time; median/min/max over --repeats after one
 warm-up step. Peak memory: the process's peak RSS (CPU), or max_memory_allocated (CUDA).
 
-When vllm-project/speculators is importable, its Eagle3DraftModel trains on the same shapes in
-the same process (its own TTT loop) and is printed beside ours; otherwise the published peer
-figure for this machine kind (about 1,375 tokens/s with sdpa attention) is quoted.
+When vllm-project/speculators is importable (written against 0.9.0), its Eagle3DraftModel
+trains on the same shapes in the same process (its own TTT loop, sdpa attention), in steps
+alternating with a fresh copy of ours so both see the same host load, and is printed beside
+ours with the median per-pair ratio; otherwise the published peer figure for this machine kind
+(about 1,375 tokens/s with sdpa attention) is quoted.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import resource
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -73,7 +76,8 @@ def make(shape: dict, b: int, device: str):
     return m, feats
 
 
-def time_ours(shape: dict, b: int, repeats: int, device: str) -> list[float]:
+def ours_step(shape: dict, b: int, device: str):
+    """One training step of our drafter on `shape`: ttt_loss forward, backward, clip, AdamW."""
     import torch
 
     from eagle3kit.train.ttt import ttt_loss
@@ -81,28 +85,127 @@ def time_ours(shape: dict, b: int, repeats: int, device: str) -> list[float]:
     m, f = make(shape, b, device)
     params = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4)
-    times = []
-    for r in range(repeats + 1):
-        t0 = time.perf_counter()
+
+    def step() -> None:
         loss, _ = ttt_loss(m, f, shape["k"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-        if r:  # the first step warms up allocators and kernels
-            times.append(time.perf_counter() - t0)
-    return times
+
+    return step
 
 
-def time_peer(shape: dict, b: int, repeats: int) -> list[float] | None:
-    """speculators' Eagle3DraftModel on the same shapes, when installed (else None)."""
+def timed(step, device: str) -> float:
+    """Wall seconds of one call of `step`."""
+    import torch
+
+    t0 = time.perf_counter()
+    step()
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def time_ours(shape: dict, b: int, repeats: int, device: str) -> list[float]:
+    step = ours_step(shape, b, device)
+    return [timed(step, device) for _ in range(repeats + 1)][1:]  # step 1 warms up allocators
+
+
+def peer_step(shape: dict, b: int, device: str = "cpu"):
+    """One training step of speculators' Eagle3DraftModel on `shape`, when installed (else None).
+
+    Written against speculators 0.9.0. One step = its forward (its own TTT loop over
+    shape["k"] steps, its default KL loss against a frozen verifier head), backward, clip,
+    AdamW over the parameters it leaves trainable (embedding and lm_head frozen). Sequences
+    are packed into one row of B*T with a document id each, the layout its trainer feeds;
+    sdpa attention.
+    """
     try:
         import speculators  # noqa: F401
     except ImportError:
         return None
-    return None  # the peer's training entry point varies by release; wire it here when pinned
+    import torch
+    from speculators import (
+        Eagle3DraftModel,
+        Eagle3SpeculatorConfig,
+        SpeculatorsConfig,
+        VerifierConfig,
+    )
+    from speculators.losses import resolve_loss_config
+    from speculators.proposals.greedy import GreedyTokenProposalConfig
+    from transformers import LlamaConfig
+
+    h, v, vd, t, k = shape["h"], shape["v"], shape["vd"], shape["t"], shape["k"]
+    layer = LlamaConfig(hidden_size=h, intermediate_size=shape["inter"], num_hidden_layers=1,
+                        num_attention_heads=shape["heads"], num_key_value_heads=shape["heads"],
+                        head_dim=h // shape["heads"], vocab_size=v, max_position_embeddings=4 * t)  # fmt: skip
+    layer._attn_implementation = "sdpa"
+    spec = SpeculatorsConfig(algorithm="eagle3", default_proposal_method="greedy",
+                             proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=k)],
+                             verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]))  # fmt: skip
+    config = Eagle3SpeculatorConfig(transformer_layer_config=layer, draft_vocab_size=vd,
+                                    eagle_aux_hidden_state_layer_ids=[2, 4, 5], speculators_config=spec)  # fmt: skip
+    torch.manual_seed(0)
+    m = Eagle3DraftModel(config).float()
+    used = torch.arange(vd) * (v // vd)
+    t2d = torch.zeros(v, dtype=torch.bool)
+    t2d[used] = True
+    m.load_vocab_mappings(t2d, used - torch.arange(vd))
+    with torch.no_grad():  # the verifier's weights, which its trainer loads (NaN until then)
+        m.embed_tokens.weight.copy_(torch.randn(v, h) * 0.02)
+        m.lm_head.weight.copy_(torch.randn(vd, h) * 0.02)
+        m.verifier_lm_head.weight.copy_(torch.randn(vd, h) * 0.02)
+    m.to(device).train()
+    warnings.filterwarnings("ignore", "`past_key_values` is deprecated", FutureWarning)
+    g = torch.Generator().manual_seed(1)
+    batch = dict(
+        hidden_states=torch.randn(1, b * t, 3 * h, generator=g),  # [1, B*T, 3H]
+        input_ids=torch.randint(0, v, (1, b * t), generator=g),  # [1, B*T]
+        document_ids=torch.arange(b).repeat_interleave(t)[None],  # [1, B*T]
+        loss_mask=torch.ones(1, b * t, dtype=torch.bool),  # [1, B*T]
+        position_ids=torch.arange(t).repeat(b)[None],  # [1, B*T]
+        verifier_last_hidden_states=torch.randn(1, b * t, h, generator=g),  # [1, B*T, H]
+    )
+    batch = {n: x.to(device) for n, x in batch.items()}
+    # its default KL loss; "eager" is its non-Triton implementation (its fused one needs Triton)
+    loss_config = resolve_loss_config("kl_div", "fused" if device.startswith("cuda") else "eager")
+    params = [p for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-4)
+
+    def step() -> None:
+        _, loss, _ = m(**batch, ttt_steps=k, loss_config=loss_config)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step
+
+
+def time_peer(shape: dict, b: int, repeats: int, device: str = "cpu") -> list[float] | None:
+    """Per-step wall seconds of speculators' Eagle3DraftModel on `shape` (None if not installed)."""
+    step = peer_step(shape, b, device)
+    if step is None:
+        return None
+    return [timed(step, device) for _ in range(repeats + 1)][1:]  # step 1 warms up allocators
+
+
+def time_pair(
+    shape: dict, b: int, repeats: int, device: str
+) -> tuple[list[float], list[float]] | None:
+    """Ours and the peer in alternating steps, so both see the same host load (None: no peer).
+
+    The host's speed swings several-fold within minutes; timed one after the other, the ratio
+    would measure the swing. Returns (our step times, the peer's), pair i run back to back.
+    """
+    peer = peer_step(shape, b, device)
+    if peer is None:
+        return None
+    ours = ours_step(shape, b, device)
+    ours(), peer()  # warm-up
+    pairs = [(timed(ours, device), timed(peer, device)) for _ in range(repeats)]
+    return [o for o, _ in pairs], [p for _, p in pairs]
 
 
 def draft_step_ms(path: str, context: int, repeats: int) -> dict:
@@ -180,11 +283,19 @@ def main() -> None:
     for name, shape in SHAPES.items():
         times = time_ours(shape, a.batch, a.repeats, a.device)
         toks = [a.batch * shape["t"] / s for s in times]
-        peer = time_peer(shape, a.batch, a.repeats)
         rows.append({"shape": name, "batch": a.batch, **shape,
                      "tokens_per_s": {"median": statistics.median(toks), "min": min(toks), "max": max(toks)},
-                     "step_s_median": statistics.median(times), "peak_memory_mb": peak_mb(a.device),
-                     "peer_tokens_per_s": None if peer is None else a.batch * shape["t"] / statistics.median(peer)})  # fmt: skip
+                     "step_s_median": statistics.median(times), "peak_memory_mb": peak_mb(a.device)})  # fmt: skip
+    # the peer runs after ours (our rows' peak RSS excludes it), in steps alternating with ours
+    for r, shape in zip(rows, SHAPES.values(), strict=True):
+        pair = time_pair(shape, a.batch, a.repeats, a.device)
+        r["peer"] = None
+        if pair is not None:
+            ours, peer = pair
+            n = a.batch * shape["t"]
+            r["peer"] = {"tokens_per_s": n / statistics.median(peer), "step_s": peer,
+                         "ours_tokens_per_s": n / statistics.median(ours), "ours_step_s": ours,
+                         "ours_over_peer": statistics.median(p / o for o, p in zip(ours, peer, strict=True))}  # fmt: skip
     doc = {
         "env": environment_info(),
         "rows": rows,
@@ -202,11 +313,13 @@ def main() -> None:
               f"{a.repeats} steps of {r['batch']}x{r['t']}), step {r['step_s_median']:.2f} s, "
               f"peak RSS {r['peak_memory_mb']:.0f} MB")  # fmt: skip
     first = rows[0]["tokens_per_s"]["median"]
-    peer = rows[0]["peer_tokens_per_s"]
-    if peer:
-        print(
-            f"speculators Eagle3DraftModel, same process: {peer:.0f} tokens/s; ours {first / peer:.2f}x"
-        )
+    if rows[0]["peer"]:
+        for r in rows:
+            p = r["peer"]
+            print(f"speculators Eagle3DraftModel, same process, {r['shape']}: {p['tokens_per_s']:.0f} tokens/s "
+                  f"(step {statistics.median(p['step_s']):.2f} s, min {min(p['step_s']):.2f}, max {max(p['step_s']):.2f}); "
+                  f"ours in the same alternating steps {p['ours_tokens_per_s']:.0f} tokens/s; "
+                  f"ours/peer {p['ours_over_peer']:.2f}x (median over {a.repeats} step pairs)")  # fmt: skip
     else:
         print(f"speculators not importable: published peer figure ~{PEER_TOKENS_PER_S:.0f} tokens/s "
               f"(sdpa); ours {first / PEER_TOKENS_PER_S:.2f}x of it (different load; see the environment line)")  # fmt: skip
