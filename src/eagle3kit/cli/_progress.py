@@ -19,10 +19,12 @@ def bar(enabled: bool = True) -> Iterator[Progress | None]:
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
-        Progress as RichProgress,
         TextColumn,
         TimeElapsedColumn,
         TimeRemainingColumn,
+    )
+    from rich.progress import (
+        Progress as RichProgress,
     )
 
     p = RichProgress(
