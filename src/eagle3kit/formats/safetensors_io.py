@@ -257,10 +257,12 @@ def _read_tensors(src: _Files) -> tuple[dict[str, TensorInfo], list[str]]:
             if name not in tensors:
                 raise bad(src.label(fname), f"tensor {name!r} is listed in {indexes[0]} but absent from the shard")  # fmt: skip
     else:
+        first: dict[str, str] = {}  # tensor name -> the file that holds it
         for fname in (n for n in names if n.endswith(".safetensors")):
             for name, info in src.header(fname).items():
-                if name in tensors:
-                    raise bad(src.label(fname), f"tensor {name!r} also appears in {tensors[name].file}")  # fmt: skip
+                if name in first:
+                    raise bad(src.label(fname), f"tensor {name!r} also appears in {src.label(first[name])}")  # fmt: skip
+                first[name] = fname
                 tensors[name] = info
             files.append(src.label(fname))
     pickles = [n for n in names if Path(n).suffix in PICKLE_SUFFIXES]
