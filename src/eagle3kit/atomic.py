@@ -33,16 +33,16 @@ def _fsync_dir(folder: Path) -> None:
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
-    """`with atomic_open(p, "w") as f: f.write(...)`: p appears complete, or not at all."""
-    path = Path(path)
+def _replacing(path: Path) -> Iterator[str]:
+    """Yield a temp file name beside `path`; when the block ends, fsync it and rename it over
+    `path` (mode from the umask); on any error the temp file is removed and `path` untouched."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
     try:
-        os.fchmod(fd, _umask_mode())
-        with os.fdopen(fd, mode) as f:
-            yield f
-            f.flush()
+        yield tmp
+        os.chmod(tmp, _umask_mode())
+        with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
@@ -50,6 +50,13 @@ def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
             os.unlink(tmp)
         raise
     _fsync_dir(path.parent)
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "wb") -> Iterator[IO[Any]]:
+    """`with atomic_open(p, "w") as f: f.write(...)`: p appears complete, or not at all."""
+    with _replacing(Path(path)) as tmp, open(tmp, mode) as f:
+        yield f
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
@@ -69,21 +76,8 @@ def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> 
 def atomic_write_with(path: str | Path, write: Callable[[str], None]) -> None:
     """For writers that want a file name (safetensors' save_file, matplotlib's savefig):
     `write(tmp_name)` writes the temp file, which is then fsynced and renamed into place."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
+    with _replacing(Path(path)) as tmp:
         write(tmp)
-        os.chmod(tmp, _umask_mode())
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    _fsync_dir(path.parent)
 
 
 def save_safetensors(

@@ -6,7 +6,7 @@ import contextlib
 import platform
 import time
 from collections.abc import Iterator
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,6 +104,106 @@ def _chat_prompt(tok, conv: dict) -> list[int]:
     return tok.encode(text).ids
 
 
+@dataclass
+class _Data:
+    """The token streams and samples one build trains and evaluates on."""
+
+    train_files: list
+    held: list
+    convs: list
+    raw: Any  # [N] training tokens
+    chat: Any  # [M] chat-sample tokens
+    held_raw: Any
+    held_other_raw: Any
+    held_convs: list
+    chat_prompts: list
+
+
+def _metrics(model, tok, special, recipe: tr.Recipe, d: _Data, other: str,
+             last_loss: float) -> dict[str, Any]:  # fmt: skip
+    """Held-out losses and greedy-loop metrics of the trained model (zoo.json "metrics")."""
+    vocab = model.config.vocab_size
+    eos, pad = special[corpus.EOS], special[corpus.PAD]
+    samples = tr.greedy_samples(model, d.held_raw, recipe, eos, pad)
+    d4 = [tr.distinct_ngram_ratio(s) for s in samples]
+    d4_other = [
+        tr.distinct_ngram_ratio(s)
+        for s in tr.greedy_samples(model, d.held_other_raw, recipe, eos, pad)
+    ]
+    answers = tr.greedy(model, d.chat_prompts, recipe.gen_tokens, eos, pad, stop_at_eos=True)
+    d4_chat = [tr.distinct_ngram_ratio(a) for a in answers]
+    windows = tr.prompt_windows(d.held_raw, recipe)  # [P, prompt_len + gen_tokens]
+    prompt = windows[0, : recipe.prompt_len].tolist()
+    ref = [tr.distinct_ngram_ratio(w[recipe.prompt_len :].tolist()) for w in windows]
+    metrics: dict[str, Any] = {
+        "heldout_loss": round(tr.heldout_loss(model, d.held_raw, recipe), 4),
+        "unigram_loss": round(tr.unigram_loss(d.raw, d.held_raw, vocab, recipe), 4),
+        "heldout_loss_other_slice": round(tr.heldout_loss(model, d.held_other_raw, recipe), 4),
+        "other_slice": other,
+        "train_loss_last": round(last_loss, 4),
+        "distinct4_mean": round(sum(d4) / len(d4), 4),
+        "distinct4_min": round(min(d4), 4),
+        "distinct4": [round(x, 4) for x in d4],
+        "distinct4_reference": round(sum(ref) / len(ref), 4),  # the true continuations
+        "distinct4_other_slice_mean": round(sum(d4_other) / len(d4_other), 4),
+        "chat": {  # greedy answers (stop at EOS, at most gen_tokens) to held-out requests
+            "prompts": len(answers),
+            "distinct4_mean": round(sum(d4_chat) / len(d4_chat), 4),
+            "distinct4_min": round(min(d4_chat), 4),
+            "ended": round(sum(len(a) < recipe.gen_tokens for a in answers) / len(answers), 4),
+            "mean_tokens": round(sum(map(len, answers)) / len(answers), 1),
+            "sample": {
+                "request": d.held_convs[0]["messages"][0]["content"],
+                "answer": tok.decode(answers[0]),
+            },
+        },
+        "greedy_tokens": recipe.gen_tokens,
+        "sample": {"prompt": tok.decode(prompt), "greedy": tok.decode(samples[0])},
+    }
+    return metrics
+
+
+def _manifest(m: Member, label: str, size: str, recipe: tr.Recipe, model, d: _Data,
+              metrics: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """zoo.json without the timing fields (the caller adds them)."""
+    import torch
+    import transformers
+
+    from eagle3kit.zoo import BUILD_THREADS
+
+    cfg = model.config
+    return {
+        "name": label,
+        "member": m.name,
+        "size": size,
+        "architecture": type(model).__name__,
+        "version": m.version,
+        "parent": m.parent,
+        "seed": m.seed,
+        "data": {
+            "source": "python stdlib",
+            "stdlib": str(corpus.stdlib_root()),
+            "slice": m.slice,
+            "train_files": len(d.train_files),
+            "heldout_files": len(d.held),
+            "train_tokens": int(d.raw.numel()),
+            "chat_samples": len(d.convs),
+            "chat_tokens": int(d.chat.numel()),
+        },
+        "recipe": asdict(recipe),
+        "tokens_seen": recipe.steps * recipe.batch * recipe.seq_len,
+        "params": sum(p.numel() for p in model.parameters()),
+        "num_layers": cfg.num_hidden_layers,
+        "hidden_size": cfg.hidden_size,
+        "vocab_size": cfg.vocab_size,
+        "metrics": metrics,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "threads": BUILD_THREADS[size],
+    }
+
+
 def build_into(
     m: Member,
     size: str,
@@ -116,7 +216,6 @@ def build_into(
     zoo.json. Stages are reported through ``progress`` (eagle3kit.progress) and timed."""
     import tokenizers
     import torch
-    import transformers
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from eagle3kit.zoo import BUILD_THREADS
@@ -164,78 +263,13 @@ def build_into(
                       special[corpus.PAD], answer_starts=starts, progress=bar.step)  # fmt: skip
 
         bar.stage("evaluating")
-        vocab = model.config.vocab_size
-        eos, pad = special[corpus.EOS], special[corpus.PAD]
-        samples = tr.greedy_samples(model, held_raw, recipe, eos, pad)
-        d4 = [tr.distinct_ngram_ratio(s) for s in samples]
-        d4_other = [
-            tr.distinct_ngram_ratio(s)
-            for s in tr.greedy_samples(model, held_other_raw, recipe, eos, pad)
-        ]
-        answers = tr.greedy(model, chat_prompts, recipe.gen_tokens, eos, pad, stop_at_eos=True)
-        d4_chat = [tr.distinct_ngram_ratio(a) for a in answers]
-        windows = tr.prompt_windows(held_raw, recipe)  # [P, prompt_len + gen_tokens]
-        prompt = windows[0, : recipe.prompt_len].tolist()
-        ref = [tr.distinct_ngram_ratio(w[recipe.prompt_len :].tolist()) for w in windows]
-        metrics: dict[str, Any] = {
-            "heldout_loss": round(tr.heldout_loss(model, held_raw, recipe), 4),
-            "unigram_loss": round(tr.unigram_loss(raw, held_raw, vocab, recipe), 4),
-            "heldout_loss_other_slice": round(tr.heldout_loss(model, held_other_raw, recipe), 4),
-            "other_slice": other,
-            "train_loss_last": round(last_loss, 4),
-            "distinct4_mean": round(sum(d4) / len(d4), 4),
-            "distinct4_min": round(min(d4), 4),
-            "distinct4": [round(x, 4) for x in d4],
-            "distinct4_reference": round(sum(ref) / len(ref), 4),  # the true continuations
-            "distinct4_other_slice_mean": round(sum(d4_other) / len(d4_other), 4),
-            "chat": {  # greedy answers (stop at EOS, at most gen_tokens) to held-out requests
-                "prompts": len(answers),
-                "distinct4_mean": round(sum(d4_chat) / len(d4_chat), 4),
-                "distinct4_min": round(min(d4_chat), 4),
-                "ended": round(sum(len(a) < recipe.gen_tokens for a in answers) / len(answers), 4),
-                "mean_tokens": round(sum(map(len, answers)) / len(answers), 1),
-                "sample": {
-                    "request": held_convs[0]["messages"][0]["content"],
-                    "answer": tok.decode(answers[0]),
-                },
-            },
-            "greedy_tokens": recipe.gen_tokens,
-            "sample": {"prompt": tok.decode(prompt), "greedy": tok.decode(samples[0])},
-        }
+        d = _Data(train_files, held, convs, raw, chat, held_raw, held_other_raw, held_convs,
+                  chat_prompts)  # fmt: skip
+        metrics = _metrics(model, tok, special, recipe, d, other, last_loss)
         bar.stage("saving")
         model.save_pretrained(str(out))
-    cfg = model.config
-    doc = {
-        "name": label,
-        "member": m.name,
-        "size": size,
-        "architecture": type(model).__name__,
-        "version": m.version,
-        "parent": m.parent,
-        "seed": m.seed,
-        "data": {
-            "source": "python stdlib",
-            "stdlib": str(corpus.stdlib_root()),
-            "slice": m.slice,
-            "train_files": len(train_files),
-            "heldout_files": len(held),
-            "train_tokens": int(raw.numel()),
-            "chat_samples": len(convs),
-            "chat_tokens": int(chat.numel()),
-        },
-        "recipe": asdict(recipe),
-        "tokens_seen": recipe.steps * recipe.batch * recipe.seq_len,
-        "params": sum(p.numel() for p in model.parameters()),
-        "num_layers": cfg.num_hidden_layers,
-        "hidden_size": cfg.hidden_size,
-        "vocab_size": cfg.vocab_size,
-        "metrics": metrics,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "threads": BUILD_THREADS[size],
-        "build_seconds": round(time.time() - t0, 1),
-        "stage_seconds": bar.seconds,
-        "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-    }
+    doc = _manifest(m, label, size, recipe, model, d, metrics)
+    doc["build_seconds"] = round(time.time() - t0, 1)
+    doc["stage_seconds"] = bar.seconds
+    doc["built_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     atomic_write_json(out / "zoo.json", doc)
