@@ -13,10 +13,13 @@
 2. Speed (`eagle3kit.bench.bench`): greedy, prompt lookup, chain, tree on the same prompts,
    rotating order, tok/s median/min/max over `--repeats`, speedup, tau, ideal bound and the
    fraction of it reached.
-3. Offline simulated tau (teacher-forced on held-out conversations whose answers are the
-   target's own greedy output) vs online chain tau at the same depth on their prompts.
-4. `eval --json` piped into `plan --from`: plan's predicted tok/s (tau / cycle_ms) against the
-   measured tok/s of the same online run.
+3. Offline simulated tau (the chain cycles walked teacher-forced on held-out conversations
+   whose answers are the target's own greedy output) vs online chain tau at the same depth on
+   their prompts; beside it, offline tau on the same prompts with the corpus's own answers
+   (DATA before regeneration) and training's every-position tau.
+4. `eval --json` piped into `plan --from`: plan's predicted tok/s per request (prefill, then
+   (N-1)/tau cycles) against the measured tok/s of the same online run and of the bench run
+   (a separate run on the same prompts); plan's decode-phase tau / cycle_ms beside it.
 """
 
 from __future__ import annotations
@@ -36,7 +39,7 @@ from _env import environment, environment_info  # noqa: E402
 from eagle3kit import zoo  # noqa: E402
 from eagle3kit.bench import bench, default_prompts  # noqa: E402
 from eagle3kit.decode import TreeShape, greedy_generate, speculative_generate  # noqa: E402
-from eagle3kit.evaluate import EvalData, evaluate  # noqa: E402
+from eagle3kit.evaluate import EvalData, evaluate, evaluate_offline, load_eval_data  # noqa: E402
 from eagle3kit.model.target import TargetModel  # noqa: E402
 
 
@@ -91,23 +94,48 @@ def self_conversations(tm, prompts, n: int) -> EvalData:
     return EvalData("self", samples, [list(p) for p in prompts])
 
 
-def offline_online_plan(tm, d, prompts, n: int, depth: int, repeats: int) -> dict:
+def original_conversations(tm, n_prompts: int) -> EvalData:
+    """The same held-out prompts with the corpus's own answers (the functions' source), as a
+    user's DATA would hold before regeneration."""
+    import tempfile
+
+    from eagle3kit.zoo._corpus import chat_samples, files, spaced
+
+    convs = spaced(chat_samples(files("lib", held_out=True)), n_prompts)
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "original.jsonl"
+        p.write_text("".join(json.dumps(c) + "\n" for c in convs))
+        return load_eval_data(p, tm.tokenizer)
+
+
+def offline_online_plan(tm, d, prompts, n: int, depth: int, repeats: int,
+                        bench_chain_tps: float) -> dict:  # fmt: skip
     from eagle3kit import plan
 
     data = self_conversations(tm, prompts, n)
     r = evaluate(tm, d, data, depth, online=True, max_new_tokens=n, repeats=repeats, limit=None)
+    orig = evaluate_offline(tm, d, original_conversations(tm, len(prompts)), depth)
     p = plan.plan(decode_ms=r["decode_ms"], cycle_ms=r["cycle_ms"], accept_len=r["accept_len"],
-                  depth=depth)  # fmt: skip
+                  depth=depth, new_tokens=r["new_tokens"], prefill_ms=r["prefill_ms"])  # fmt: skip
     return {
         "depth": depth,
         "offline_tau": r["offline"]["accept_len"],
         "online_tau": r["accept_len"],
         "gap": r["offline_online_gap"],
+        "offline_tau_all_positions": r["offline"]["all_positions"]["accept_len"],
+        "offline_tau_original_answers": orig["accept_len"],
+        "gap_original_answers": orig["accept_len"] / r["accept_len"] - 1,
         "offline_per_position": r["offline"]["per_position_acceptance"],
         "online_per_position": r["per_position_acceptance"],
         "measured_tps": r["tokens_per_s"],
-        "plan_predicted_tps": p.throughput_tps,
-        "plan_error": p.throughput_tps / r["tokens_per_s"] - 1,
+        "plan_predicted_tps": p.request.tps,
+        "plan_error": p.request.tps / r["tokens_per_s"] - 1,
+        "plan_decode_phase_tps": p.throughput_tps,
+        "plan_decode_phase_error": p.throughput_tps / r["tokens_per_s"] - 1,
+        "bench_chain_tps": bench_chain_tps,
+        "plan_error_vs_bench_run": p.request.tps / bench_chain_tps - 1,
+        "prefill_ms": r["prefill_ms"],
+        "new_tokens": r["new_tokens"],
         "decode_ms": r["decode_ms"],
         "cycle_ms": r["cycle_ms"],
         "baseline_tps": r["baseline_tokens_per_s"],
@@ -176,15 +204,24 @@ def main() -> None:
         r["drafter"] = kind
         out["speed"][member] = r
         _print_speed(member, kind, r)
-        o = offline_online_plan(tm, d, prompts, a.tokens, a.depth, a.repeats)
+        chain = next(m for m in r["methods"] if m["name"] == "chain")
+        o = offline_online_plan(tm, d, prompts, a.tokens, a.depth, a.repeats,
+                                chain["tokens_per_s"]["median"])  # fmt: skip
         out["offline_online"][member] = o
         print(
             f"offline simulated tau {o['offline_tau']:.2f} vs online chain tau "
-            f"{o['online_tau']:.2f} at depth {a.depth}: gap {100 * o['gap']:+.1f}%"
+            f"{o['online_tau']:.2f} at depth {a.depth}: gap {100 * o['gap']:+.1f}% (answers the "
+            f"target wrote; every position as a cycle start: {o['offline_tau_all_positions']:.2f});"
+            f" on the corpus's own answers {o['offline_tau_original_answers']:.2f}, gap "
+            f"{100 * o['gap_original_answers']:+.1f}%"
         )
-        print(f"plan --from eval: predicted {o['plan_predicted_tps']:.1f} tok/s vs measured "
-              f"{o['measured_tps']:.1f} ({100 * o['plan_error']:+.1f}%); decode "
-              f"{o['decode_ms']:.2f} ms, cycle {o['cycle_ms']:.2f} ms", flush=True)  # fmt: skip
+        print(f"plan --from eval: predicted {o['plan_predicted_tps']:.1f} tok/s per request "
+              f"({o['new_tokens']:.0f} tokens, prefill {o['prefill_ms']:.1f} ms) vs measured "
+              f"{o['measured_tps']:.1f} in the eval run ({100 * o['plan_error']:+.1f}%) and "
+              f"{o['bench_chain_tps']:.1f} in the bench run above "
+              f"({100 * o['plan_error_vs_bench_run']:+.1f}%); decode-phase tau/cycle "
+              f"{o['plan_decode_phase_tps']:.1f} ({100 * o['plan_decode_phase_error']:+.1f}%); "
+              f"decode {o['decode_ms']:.2f} ms, cycle {o['cycle_ms']:.2f} ms", flush=True)  # fmt: skip
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))
 

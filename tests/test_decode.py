@@ -175,14 +175,26 @@ def test_sampling_matches_target_distribution(target, trained, shape):
     counts = torch.zeros(target.vocab_size)
     accepted = 0
     for seed in range(n):
-        g = speculative_generate(target, trained, ids, max_new_tokens=2, depth=2,
+        g = speculative_generate(target, trained, ids, max_new_tokens=3, depth=2,
                                  tree=SHAPES[shape], sampling=s, seed=seed)  # fmt: skip
         counts[g.tokens[1]] += 1
-        accepted += g.stats.cycles[0].accepted > 0
+        accepted += g.stats.cycles[0].accepted > 0  # room for 2: the first draft counts
     law = second_token_law(target, ids, s)
     assert 0 < accepted < n  # drafts were both accepted and rejected
     assert chi2_pvalue(counts, n * law) > 0.01
     assert counts[law == 0].sum() == 0  # never a token the target's law excludes
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_cycles_count_only_what_was_produced(target, trained, shape):
+    """The token limit cuts the last cycle: tau counts the tokens emitted, not the drafts the
+    target would have accepted past the end (the prefill emits the first token)."""
+    ids = target.tokenizer(HELD_OUT[0])["input_ids"]
+    for n in (2, 5, 11, 24):
+        g = speculative_generate(target, trained, ids, max_new_tokens=n, depth=4,
+                                 tree=SHAPES[shape])  # fmt: skip
+        assert len(g.tokens) == n
+        assert sum(c.accepted + 1 for c in g.stats.cycles) == n - 1
 
 
 def test_stats_from_cycles():

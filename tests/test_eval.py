@@ -6,7 +6,14 @@ import json
 
 import pytest
 import torch
-from decode_helpers import chat_jsonl, new_drafter, save_drafter_dir, self_text, train_drafter
+from decode_helpers import (
+    PROMPTS,
+    chat_jsonl,
+    new_drafter,
+    save_drafter_dir,
+    self_text,
+    train_drafter,
+)
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +39,53 @@ def test_offline_json_contract(cli, setup):
     acc, cond = doc["per_position_acceptance"], doc["conditional_acceptance"]
     assert len(acc) == len(cond) == 3
     assert all(0.0 <= x <= 1.0 for x in acc + cond)
-    # tau = 1 + sum_i prod_{j<=i} cond_j, written out by hand
-    want = 1 + cond[0] + cond[0] * cond[1] + cond[0] * cond[1] * cond[2]
-    assert abs(doc["accept_len"] - want) < 1e-9
-    assert doc["samples"] == 3 and min(doc["counted"]) > 0
+    assert acc[0] >= acc[1] >= acc[2]  # P(a >= i) over walked cycles
+    assert abs(doc["accept_len"] - (1 + sum(acc))) < 1e-9 and doc["cycles"] > 0
+    u = doc["all_positions"]  # training's metric: tau = 1 + sum_i prod_{j<=i} cond_j
+    c = u["conditional_acceptance"]
+    assert abs(u["accept_len"] - (1 + c[0] + c[0] * c[1] + c[0] * c[1] * c[2])) < 1e-9
+    assert doc["samples"] == 3 and min(u["counted"]) > 0
+
+
+def test_walk_by_hand():
+    """Cycles of greedy chain decoding replayed on the data, counted by hand."""
+    from eagle3kit.train.ttt import walk
+
+    k, T = 3, 16
+    ok = torch.zeros(1, T, k, dtype=torch.bool)
+    lm = torch.zeros(1, T, dtype=torch.bool)
+    lm[0, 3:10] = True  # span 1: x[3..9]; the prompt's prefill emits x[3]
+    lm[0, 12:16] = True  # span 2: x[12..15] (a second assistant turn)
+    ok[0, 2, :2] = True  # t=2: drafts x[4], x[5] hit, x[6] misses -> a=2, next t=5
+    ok[0, 3, :] = True  # t=3 is skipped over by the walk
+    ok[0, 5, 1:] = True  # t=5: the first draft misses -> a=0 (later hits do not count)
+    ok[0, 6, :] = True  # t=6: a=3, but only x[8], x[9] remain: a=1 (2 tokens), done
+    ok[0, 11, :] = True  # t=11: x[13..15] remain; 3 hits but 2 drafts + bonus fill it
+    assert walk(ok, lm) == [2, 0, 1, 2]
+
+
+def test_offline_walk_replays_online_chain(setup):
+    """On answers the target wrote itself, offline eval walks the same cycles as decoding."""
+    from eagle3kit.decode import greedy_generate, speculative_generate
+    from eagle3kit.decode.loading import load_pair
+    from eagle3kit.evaluate import EvalData, evaluate_offline
+
+    tm, d = load_pair(setup["target"], setup["drafter"])
+    eos = tm.tokenizer.eos_token_id
+    prompts = [tm.tokenizer(p)["input_ids"] for p in PROMPTS[:4]]
+    samples, online = [], []
+    for ids in prompts:
+        g = greedy_generate(tm, ids, max_new_tokens=40, eos_token_id=eos)
+        ans = g.tokens + ([eos] if len(g.tokens) < 40 else [])
+        mask = torch.tensor([False] * len(ids) + [True] * len(ans))
+        samples.append((torch.tensor(ids + ans), mask))
+        s = speculative_generate(tm, d, ids, max_new_tokens=40, depth=3, eos_token_id=eos)
+        assert s.tokens == g.tokens
+        online += [c.accepted for c in s.stats.cycles]
+    off = evaluate_offline(tm, d, EvalData("self", samples, prompts), 3)
+    assert off["cycles"] == len(online)
+    assert abs(off["accept_len"] - (1 + sum(online) / len(online))) < 1e-9
+    assert sum(online) > 0  # the drafter accepted something: the walk was exercised
 
 
 def test_online_json_contract_and_plan_from(cli, setup):
@@ -62,6 +112,10 @@ def test_online_json_contract_and_plan_from(cli, setup):
     plan = json.loads(p.out)
     assert abs(plan["accept_len"] - doc["accept_len"]) < 1e-6
     assert abs(plan["baseline_tps"] - 1000 / doc["decode_ms"]) < 1e-6 * plan["baseline_tps"]
+    # the request end to end: the prefill emits one token, (N-1)/tau cycles the rest
+    n, pre = doc["new_tokens"], doc["prefill_ms"]
+    want = 1000 * n / (pre + (n - 1) / doc["accept_len"] * doc["cycle_ms"])
+    assert n > 1 and pre > 0 and abs(plan["request"]["tps"] - want) < 1e-3 * want
 
 
 def test_eval_on_a_data_dir(cli, setup):

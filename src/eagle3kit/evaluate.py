@@ -2,10 +2,15 @@
 
 Offline, on DATA's held-out samples: the training-time-test metrics of `eagle3kit.train.ttt`
 on features from `eagle3kit.data.features.compute_features` (the same code training uses):
-per-position acceptance acc_i, conditional acceptance cond_acc_i and the simulated accept
-length of a greedy chain of depth k,
+the cycles greedy chain decoding of depth k goes through on each held-out answer (`ttt.walk`:
+a cycle starts where the previous one ended), their accept length tau_sim = mean(a + 1),
+per-position acceptance P(a >= i) and conditional acceptance P(a >= i | a >= i-1); on answers
+the target wrote itself with greedy decoding this replays online chain decoding exactly.
+`all_positions` has training's metric beside it: every position as a cycle start,
 
-    tau_sim = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j.
+    tau_uniform = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j,
+
+which reads higher, since real cycles often start right after a token the drafter missed.
 
 Online, on DATA's prompts (each conversation up to its first assistant turn, chat-templated):
 real greedy chain decoding against plain greedy decoding of the same prompts, `repeats` times
@@ -13,7 +18,8 @@ in alternating order. tau = tokens per target forward; tok/s = new tokens / wall
 included) over all prompts of one repeat; median/min/max over repeats. decode_ms is the median
 plain decode step, cycle_ms the mean speculative cycle (draft + verify + bookkeeping), so
 `eagle3kit plan --from` can predict tau / cycle_ms and compare. The offline-online gap is
-tau_sim / tau_online - 1.
+tau_sim / tau_online - 1, with tau_sim taken on the answers decoding covered: the same samples,
+each cut at the end of its first assistant turn or after max_new_tokens answer tokens.
 """
 
 from __future__ import annotations
@@ -109,16 +115,32 @@ def evaluate_offline(target, drafter, data: EvalData, depth: int = 3, *, batch_s
         total = c if total is None else total + c
         emit(progress, "offline eval", min(start + batch_size, n), n, "samples")
     m = total.finish()
+    walked = m["walk_acc"]
     return {
         "mode": "offline",
         "depth": depth,
-        "accept_len": sim_accept_len(m["cond_acc"], depth),
-        "per_position_acceptance": m["acc"],
-        "conditional_acceptance": m["cond_acc"],
-        "counted": m["counted"],
+        "accept_len": m["walk_tau"],
+        "per_position_acceptance": walked,
+        "conditional_acceptance": _conditional(walked),
+        "cycles": m["walk_cycles"],
+        "all_positions": {  # every position as a cycle start (training's metric)
+            "accept_len": sim_accept_len(m["cond_acc"], depth),
+            "per_position_acceptance": m["acc"],
+            "conditional_acceptance": m["cond_acc"],
+            "counted": m["counted"],
+        },
         "samples": n,
         "skipped": len(data.skipped),
     }
+
+
+def _conditional(per_position: list[float]) -> list[float]:
+    """P(a >= i | a >= i-1) from P(a >= i), i = 1..k."""
+    prev, out = 1.0, []
+    for p in per_position:
+        out.append(p / prev if prev > 0 else 0.0)
+        prev = p
+    return out
 
 
 def _spread(xs: list[float]) -> dict[str, float]:
@@ -184,6 +206,8 @@ def _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, n_prompts,
         "cycle_ms": pooled.mean_ms("cycle_s"),
         "draft_ms": pooled.mean_ms("draft_s"),
         "verify_ms": pooled.mean_ms("verify_s"),
+        "prefill_ms": 1e3 * statistics.fmean(s.prefill_s for s in runs),
+        "new_tokens": statistics.fmean(s.new_tokens for s in runs),
         "lossless": lossless,
         "prompts": n_prompts,
         "repeats": repeats,
@@ -193,22 +217,44 @@ def _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, n_prompts,
 def evaluate(target, drafter, data: EvalData, depth: int = 3, *, online: bool = False,
              max_new_tokens: int = 128, repeats: int = 3, limit: int | None = 20,
              progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
-    """Offline always; with `online`, also real decoding, and the offline-online gap."""
+    """Offline always; with `online`, also real decoding, and the offline-online gap, taken
+    against offline on the very answers decoding covered (`_as_decoded`)."""
     off = evaluate_offline(target, drafter, data, depth, progress=progress)
     if not online:
         return off
-    prompts = data.prompts[:limit] if limit else data.prompts
-    on = evaluate_online(target, drafter, prompts, depth, max_new_tokens=max_new_tokens,
+    same = _as_decoded(data, limit, max_new_tokens)
+    on = evaluate_online(target, drafter, same.prompts, depth, max_new_tokens=max_new_tokens,
                          repeats=repeats, progress=progress)  # fmt: skip
-    on["offline"] = {k: off[k] for k in ("accept_len", "per_position_acceptance",
-                                         "conditional_acceptance", "samples")}  # fmt: skip
-    on["offline_online_gap"] = off["accept_len"] / on["accept_len"] - 1.0
+    keys = ("accept_len", "per_position_acceptance", "conditional_acceptance", "cycles",
+            "all_positions", "samples")  # fmt: skip
+    on["offline"] = {k: off[k] for k in keys}
+    off_same = evaluate_offline(target, drafter, same, depth)
+    on["offline_same_answers"] = {k: off_same[k] for k in keys}
+    on["offline_online_gap"] = off_same["accept_len"] / on["accept_len"] - 1.0
     return on
 
 
+def _as_decoded(data: EvalData, limit: int | None, max_new_tokens: int) -> EvalData:
+    """The first `limit` samples with a prompt, each cut where online decoding stops: the end
+    of its first assistant turn or `max_new_tokens` answer tokens, whichever comes first."""
+    samples, prompts = [], []
+    for ids, mask in data.samples:
+        pr = _prompt_of(ids, mask)
+        if pr is None:
+            continue
+        p = len(pr)
+        rest = (~mask[p:]).nonzero()
+        end = min(p + (int(rest[0]) if len(rest) else len(mask) - p), p + max_new_tokens)
+        samples.append((ids[:end], mask[:end]))
+        prompts.append(pr)
+        if limit and len(prompts) == limit:
+            break
+    return EvalData(data.source, samples, prompts, data.skipped)
+
+
 def plan_inputs(path: str | Path) -> dict[str, Any]:
-    """What `eagle3kit plan --from eval.json` takes: accept_len, depth, and (online) cycle_ms
-    and decode_ms."""
+    """What `eagle3kit plan --from eval.json` takes: accept_len, depth, and (online) cycle_ms,
+    decode_ms, and the request shape new_tokens and prefill_ms."""
     p = Path(path)
     try:
         doc = json.loads(p.read_text())
@@ -223,7 +269,7 @@ def plan_inputs(path: str | Path) -> dict[str, Any]:
             str(p), "mode: expected 'offline' or 'online' (the output of `eagle3kit eval --json`)"
         )
     out: dict[str, Any] = {}
-    for key in ("accept_len", "depth", "cycle_ms", "decode_ms"):
+    for key in ("accept_len", "depth", "cycle_ms", "decode_ms", "new_tokens", "prefill_ms"):
         v = doc.get(key)
         if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
             raise bad(str(p), f"{key}: expected a number, found {v!r}")
@@ -238,8 +284,11 @@ def plan_args_from_eval(path: str | Path, given: dict[str, Any]) -> dict[str, An
     """Fill `plan`'s decode_ms, cycle_ms, accept_len and depth from an eval JSON, each only
     where the user gave nothing for that group (baseline, cycle, acceptance, depth)."""
     f = plan_inputs(path)
-    out = {k: given.get(k) for k in ("decode_ms", "cycle_ms", "accept_len", "depth")}
+    out = {k: given.get(k) for k in ("decode_ms", "cycle_ms", "accept_len", "depth",
+                                     "new_tokens", "prefill_ms")}  # fmt: skip
     groups = {
+        "new_tokens": ("new_tokens",),
+        "prefill_ms": ("prefill_ms",),
         "decode_ms": ("baseline_tps", "decode_ms"),
         "cycle_ms": ("cycle_ms", "draft_ms", "verify_ms", "verify_fit"),
         "accept_len": ("acceptance", "acceptance_file", "accept_len"),

@@ -279,6 +279,7 @@ class PlanResult:
     max_depth: int
     targets: tuple[TargetResult, ...] = ()
     depths: tuple[DepthPoint, ...] = field(default=())  # composed cycle only
+    request: RequestResult | None = None  # with new_tokens and prefill_ms
 
     @property
     def speedup(self) -> float:
@@ -320,7 +321,30 @@ class PlanResult:
             "best_depth_accept_len": _r(self.best_depth_accept_len),
             "max_depth": self.max_depth if self.cycle.composed else None,
             "depths": [{k: _r(v) for k, v in asdict(d).items()} for d in self.depths],
+            "request": {k: _r(v) for k, v in asdict(self.request).items()}
+            if self.request
+            else None,
         }
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """One request end to end: the prefill emits its first token, cycles the other N - 1.
+
+    tps = N / (prefill_ms + (N - 1) / tau * cycle_ms) * 1000
+    """
+
+    new_tokens: float
+    prefill_ms: float
+    tps: float
+
+
+def request_tps(new_tokens: float, prefill_ms: float, tau: float, cycle_ms: float) -> RequestResult:
+    n = _positive("--new-tokens", new_tokens, "tokens per request")
+    if not _number(prefill_ms) or prefill_ms < 0:
+        raise Eagle3Error(f"--prefill-ms: expected a time in ms >= 0, found {prefill_ms!r}")
+    p = float(prefill_ms)
+    return RequestResult(n, p, 1000.0 * n / (p + (n - 1) / tau * cycle_ms))
 
 
 def plan(
@@ -337,13 +361,16 @@ def plan(
     depth: int | None = None,
     max_depth: int | None = None,
     target_tps: Sequence[float] = (),
+    new_tokens: float | None = None,
+    prefill_ms: float | None = None,
 ) -> PlanResult:
     """Plan speculation: tau, throughput, break-even, targets and best depth.
 
     Give one baseline (`baseline_tps` | `decode_ms`), one cycle (`cycle_ms` | `draft_ms` with
     `verify_ms` points or `verify_fit`), one acceptance (`acceptance` p | `per_position`
     [p1..pk] | `accept_len` tau). `depth` defaults to len(per_position), else 3. A given tau is
-    read as the constant p it implies at `depth` when other depths are priced.
+    read as the constant p it implies at `depth` when other depths are priced. With
+    `new_tokens` and `prefill_ms`, also one request's end-to-end tok/s (`RequestResult`).
     """
     base = make_baseline(baseline_tps, decode_ms)
     cycle = make_cycle(cycle_ms, draft_ms, verify_ms, verify_fit)
@@ -428,4 +455,7 @@ def plan(
         max_depth=kmax,
         targets=tuple(targets),
         depths=tuple(depths),
+        request=None
+        if new_tokens is None or prefill_ms is None
+        else request_tps(new_tokens, prefill_ms, tau, cyc_ms),
     )

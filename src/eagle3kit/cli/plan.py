@@ -174,6 +174,22 @@ def register(app: typer.Typer) -> None:
                 "--plot", metavar="FILE.png", help="Write a PNG: throughput against accept length."
             ),
         ] = None,
+        new_tokens: Annotated[
+            float | None,
+            typer.Option(
+                "--new-tokens",
+                metavar="N",
+                help="Request: tokens generated per request (with --prefill-ms: end-to-end tok/s).",
+            ),
+        ] = None,
+        prefill_ms: Annotated[
+            float | None,
+            typer.Option(
+                "--prefill-ms",
+                metavar="MS",
+                help="Request: prefill time, ms (the prompt's forward; it emits the first token).",
+            ),
+        ] = None,
         from_: Annotated[
             Path | None,
             typer.Option(
@@ -197,7 +213,7 @@ def register(app: typer.Typer) -> None:
             from eagle3kit.evaluate import plan_args_from_eval
 
             f = plan_args_from_eval(from_, locals())
-            decode_ms, cycle_ms, accept_len, depth = (f[k] for k in ("decode_ms", "cycle_ms", "accept_len", "depth"))  # fmt: skip
+            decode_ms, cycle_ms, accept_len, depth, new_tokens, prefill_ms = (f[k] for k in ("decode_ms", "cycle_ms", "accept_len", "depth", "new_tokens", "prefill_ms"))  # fmt: skip
         points = [planmod.parse_verify_point(v) for v in verify_ms] if verify_ms else None
         fit = planmod.parse_verify_fit(verify_fit) if verify_fit is not None else None
         rates = planmod.load_per_position(acceptance_file) if acceptance_file is not None else None
@@ -214,6 +230,8 @@ def register(app: typer.Typer) -> None:
             depth=depth,
             max_depth=max_depth,
             target_tps=target_tps or (),
+            new_tokens=new_tokens,
+            prefill_ms=prefill_ms,
         )
         written = plot_plan(result, plot) if plot is not None else None
         if json_:
@@ -252,6 +270,10 @@ def _render(r: PlanResult, plot: Path | None) -> None:
         "accept length τ", f"{r.accept_len:.4g}  (per-step p {_pct(r.per_step_acceptance)}{p_note})"
     )
     t.add_row("throughput", f"{r.throughput_tps:.4g} tok/s = τ / cycle")
+    if r.request is not None:
+        q = r.request
+        t.add_row("per request", f"{q.tps:.4g} tok/s end to end: {q.new_tokens:.4g} tokens, "
+                  f"prefill {q.prefill_ms:.4g} ms + (N-1)/τ cycles")  # fmt: skip
     verdict = "[green]pays[/]" if r.pays else "[red]below break-even[/]"
     t.add_row("speedup", f"{r.speedup:.3f}×  {verdict}")
     be_k = r.break_even_per_step_acceptance_at_depth

@@ -93,7 +93,7 @@ def speculative_generate(
         _sync(dev)
         stats.prefill_s = time.perf_counter() - t_start
         tokens: list[int] = []
-        done = _emit(tokens, [x], eos_token_id, max_new_tokens, on_tokens)
+        done = _emit(tokens, [x], eos_token_id, max_new_tokens, on_tokens)[0]
         while not done:
             t0 = time.perf_counter()
             m = target.seq_len  # x_m = tokens[-1] sits at position m
@@ -101,14 +101,15 @@ def speculative_generate(
             step = _tree_cycle if tree is not None else _chain_cycle
             r = step(target, drafter, cache, logits, hidden, tokens[-1], depth, tree, sampling, gen)
             cache.crop(m)
-            done = _emit(tokens, r.new, eos_token_id, max_new_tokens, on_tokens)
+            done, made = _emit(tokens, r.new, eos_token_id, max_new_tokens, on_tokens)
             t3 = time.perf_counter()
             if not done:  # catch the drafter up: pairs (aux of kept row, the token after it)
                 aux = r.aux.to(drafter.fc.weight.dtype)  # [1, a+1, 3Ht]
                 d = drafter(ids.new_tensor([r.new]), aux, cache, from_aux=True)
             t4 = _now(dev)
             draft_s = (r.t_drafted - t0) + (t4 - t3)
-            stats.cycles.append(Cycle(r.drafted, r.accepted, draft_s, r.verify_s, t4 - t0))
+            accepted = min(r.accepted, made - 1)  # the end (EOS, limit) cuts the last cycle
+            stats.cycles.append(Cycle(r.drafted, accepted, draft_s, r.verify_s, t4 - t0))
     stats.total_s = time.perf_counter() - t_start
     stats.new_tokens = len(tokens)
     return Generation(ids[0].tolist(), tokens, stats)
@@ -199,17 +200,20 @@ def _draft_chain(drafter, cache, logits, hidden, k: int, s: Sampling, gen):
     return drafts, (torch.stack(qs) if qs else None)
 
 
-def _emit(tokens: list[int], new: list[int], eos: int | None, limit: int, on_tokens) -> bool:
-    """Append the cycle's tokens up to EOS (dropped) or the limit; True when generation ends."""
-    done = False
+def _emit(tokens: list[int], new: list[int], eos: int | None, limit: int, on_tokens):
+    """Append the cycle's tokens up to EOS (dropped) or the limit. (done, made): True when
+    generation ends; how many of `new` were produced, an EOS included."""
+    done, made = False, len(new)
     if eos is not None and eos in new:
-        new, done = new[: new.index(eos)], True
+        made = new.index(eos) + 1
+        new, done = new[: made - 1], True
     if len(tokens) + len(new) >= limit:
         new, done = new[: limit - len(tokens)], True
+        made = min(made, len(new))
     tokens.extend(new)
     if on_tokens is not None and new:
         on_tokens(new)
-    return done
+    return done, made
 
 
 def greedy_generate(
@@ -229,7 +233,7 @@ def greedy_generate(
     with torch.inference_mode():
         x = int(target.prefill(ids).logits[0, -1].argmax())
         stats.prefill_s = _now(dev) - t_start
-        while not _emit(tokens, [x], eos_token_id, max_new_tokens, None):
+        while not _emit(tokens, [x], eos_token_id, max_new_tokens, None)[0]:
             t0 = time.perf_counter()
             x = int(target.verify(ids.new_tensor([[x]])).logits[0, -1].argmax())
             dt = _now(dev) - t0

@@ -7,6 +7,8 @@ With a_c the drafts accepted in cycle c (0..k) over C cycles:
     conditional acceptance_i  = #{c: a_c >= i} / #{c: a_c >= i-1}
 
 For a tree, a_c is the length of the accepted path and position i is depth i.
+The last cycle counts only what it produced before generation ended (EOS included, the
+token limit), so tau is the tokens a target forward actually produced.
 """
 
 from __future__ import annotations

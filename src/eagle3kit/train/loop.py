@@ -236,7 +236,7 @@ def _after_eval(run, cfg, m, opt, anchor, meta, step, met, d, ctx) -> None:
     """Log one evaluation; keep RUN/best by simulated accept length; save the state."""
     row = {"step": step, "loss": met["loss"], "acc": met["acc"], "cond_acc": met["cond_acc"],
            "sim_accept_len": met["sim_accept_len"], "sim_accept_len_by_depth": met["sim_accept_len_by_depth"],
-           "counted": met["counted"]}  # fmt: skip
+           "counted": met["counted"], "walk_accept_len": met["walk_tau"]}  # fmt: skip
     tensors = dist_.model_state(m)  # collective
     if met["sim_accept_len"] > meta["best_sim_accept_len"]:
         meta["best_step"], meta["best_sim_accept_len"] = step, met["sim_accept_len"]

@@ -27,7 +27,19 @@ hit_i(t)): a chain through a prompt token is not one decoding would draft.
     cond_acc_i = |{t in M_i: chain_i}| / |{t in M_i: chain_{i-1}}|       (chain_{-1} = true)
     tau        = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j                 (sim_accept_len)
 
-tau is the accept length a greedy chain of k drafts would reach, teacher-forced on the data.
+tau is the accept length a greedy chain of k drafts would reach from a position drawn
+uniformly from the data. Decoding does not start cycles uniformly: a cycle starts right after
+the previous one ended, often just after a token the drafter missed. `walk` replays that: in
+each assistant span [s, e) the first cycle drafts from t = s-1 (the prompt's prefill emitted
+x[s]); a cycle at t accepts a(t) = the leading run of chain hits at t (at most k) and emits
+a(t)+1 tokens (fewer when the span ends first, as decoding stops at EOS), so the next cycle
+starts at t + a(t) + 1, until t + 2 >= e. Over the C cycles
+walked:
+
+    walk_acc_i = #{cycles: a >= i} / C,   walk_tau = 1 + sum_i walk_acc_i
+
+On data the target wrote itself with greedy decoding, this is exactly the cycle sequence greedy
+chain decoding of those prompts goes through.
 """
 
 from __future__ import annotations
@@ -84,6 +96,9 @@ def _dtype(drafter: Any) -> torch.dtype:
     return drafter.fc.weight.dtype
 
 
+_FIELDS = ("loss_sum", "loss_n", "hits", "counted", "chain", "chain_prev", "walk_ge", "walk_n")
+
+
 @dataclass
 class Counts:
     """Sums over positions, per step; add them across batches and ranks, then `finish`."""
@@ -95,16 +110,17 @@ class Counts:
     counted: torch.Tensor = field(default=None)  # [k] |M_i|
     chain: torch.Tensor = field(default=None)  # [k] |{M_i: chain_i}|
     chain_prev: torch.Tensor = field(default=None)  # [k] |{M_i: chain_{i-1}}|
+    walk_ge: torch.Tensor = field(default=None)  # [k] #{walked cycles: a >= i+1}
+    walk_n: torch.Tensor = field(default=None)  # [k] #walked cycles (the same in every column)
 
     def __post_init__(self) -> None:
-        for name in ("loss_sum", "loss_n", "hits", "counted", "chain", "chain_prev"):
+        for name in _FIELDS:
             if getattr(self, name) is None:
                 setattr(self, name, torch.zeros(self.k, dtype=torch.float64))
 
     def stacked(self) -> torch.Tensor:
-        """[6, k] float64 (one all_reduce for all of them)."""
-        return torch.stack([self.loss_sum, self.loss_n, self.hits, self.counted, self.chain,
-                            self.chain_prev])  # fmt: skip
+        """[8, k] float64 (one all_reduce for all of them)."""
+        return torch.stack([getattr(self, name) for name in _FIELDS])
 
     @classmethod
     def from_stacked(cls, s: torch.Tensor) -> Counts:
@@ -114,7 +130,8 @@ class Counts:
         return Counts.from_stacked(self.stacked() + o.stacked())
 
     def finish(self) -> dict[str, list[float]]:
-        """acc, cond_acc, loss, counted per step (0.0 where nothing was counted)."""
+        """acc, cond_acc, loss, counted, walk_acc per step (0.0 where nothing was counted),
+        and walk_tau and walk_cycles."""
 
         def ratio(a: torch.Tensor, b: torch.Tensor) -> list[float]:
             return [float(x / y) if y > 0 else 0.0 for x, y in zip(a, b, strict=True)]
@@ -124,6 +141,9 @@ class Counts:
             "cond_acc": ratio(self.chain, self.chain_prev),
             "loss": ratio(self.loss_sum, self.loss_n),
             "counted": [int(c) for c in self.counted],
+            "walk_acc": ratio(self.walk_ge, self.walk_n),
+            "walk_tau": 1.0 + sum(ratio(self.walk_ge, self.walk_n)),
+            "walk_cycles": int(self.walk_n[0]) if self.k else 0,
         }
 
 
@@ -161,6 +181,7 @@ def ttt_loss(
     c = Counts(k)
     total = torch.zeros((), device=feats.input_ids.device)
     chain = torch.ones_like(feats.loss_mask)  # [B, T]
+    ok = torch.zeros(*feats.loss_mask.shape, k, dtype=torch.bool)  # [B, T, k] hit_i & M_i at t
     for i, logits in enumerate(unroll(drafter, feats.input_ids, feats.aux.to(_dtype(drafter)), k)):
         ce, cmask, hit, m = step_terms(drafter, feats, logits, i)
         chain = chain[:, : hit.shape[1]]  # [B, L]: positions that still predict inside T
@@ -173,7 +194,34 @@ def ttt_loss(
             c.loss_sum[i], c.loss_n[i] = float(s.detach()), float(n)
             c.hits[i], c.counted[i] = float((hit & m).sum()), float(m.sum())
             c.chain[i], c.chain_prev[i] = float((chain & m).sum()), float((prev & m).sum())
+            ok[:, : hit.shape[1], i] = (hit & m).cpu()
+    cycles = walk(ok, feats.loss_mask.cpu())
+    for i in range(k):
+        c.walk_ge[i], c.walk_n[i] = float(sum(a > i for a in cycles)), float(len(cycles))
     return total, c
+
+
+def walk(ok: torch.Tensor, loss_mask: torch.Tensor) -> list[int]:
+    """Accepted drafts of each cycle greedy chain decoding goes through on the data (module
+    docstring). ok [B, T, k]: step i hits at t and counts (hit_i & M_i); loss_mask [B, T]."""
+    runs = ok.int().cumprod(-1).sum(-1).tolist()  # [B][T]: a(t), the leading run of hits
+    out: list[int] = []
+    for run, lm in zip(runs, loss_mask.tolist(), strict=True):
+        n, s = len(lm), 0
+        while s < n:
+            if not lm[s]:
+                s += 1
+                continue
+            e = s
+            while e < n and lm[e]:
+                e += 1
+            t = max(s - 1, 0)
+            while t + 2 < e:  # x[t+2..e-1] still to emit
+                a = min(run[t], e - t - 3)  # the span's end stops the cycle, as EOS does
+                out.append(a)
+                t += a + 1
+            s = e
+    return out
 
 
 def loss_positions(t2d: torch.Tensor, feats: Any, k: int) -> torch.Tensor:
