@@ -7,8 +7,9 @@
 
 1. Lossless: on each member, `--lossless-prompts` held-out chat prompts (the zoo's held-out
    stdlib functions: "Write the Python function ..." rendered with the chat template) x
-   `--tokens` tokens: transformers' `generate(do_sample=False)` against eagle3kit chain and
-   tree (greedy); counts prompts whose outputs are identical token for token. A member without
+   exactly `--tokens` tokens (decoding goes on through EOS): transformers'
+   `generate(do_sample=False)` against eagle3kit chain and tree (greedy); counts prompts whose
+   outputs are identical token for token. A member without
    a trained drafter for its architecture gets a random one (losslessness must hold anyway).
 2. Speed (`eagle3kit.bench.bench`): greedy, prompt lookup, chain, tree on the same prompts,
    rotating order, tok/s median/min/max over `--repeats`, speedup, tau, ideal bound and the
@@ -58,25 +59,32 @@ def load(member: str, drafter_dir: str | None, size: str = "full"):
 
 
 def hf_greedy(tm, ids: list[int], n: int) -> list[int]:
-    eos = tm.tokenizer.eos_token_id
-    with torch.no_grad():
-        out = tm.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=n,
-                                eos_token_id=eos, pad_token_id=eos)[0, len(ids):].tolist()  # fmt: skip
-    return out[: out.index(eos)] if eos in out else out
+    """transformers' greedy `generate`: exactly n tokens, through EOS (no stop token)."""
+    cfg = tm.model.generation_config
+    saved, cfg.eos_token_id = cfg.eos_token_id, None
+    try:
+        with torch.no_grad():
+            out = tm.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=n,
+                                    min_new_tokens=0, eos_token_id=None, pad_token_id=0)  # fmt: skip
+    finally:
+        cfg.eos_token_id = saved
+    return out[0, len(ids) :].tolist()
 
 
 def lossless(tm, d, prompts, n: int, depth: int, tree: TreeShape) -> dict:
-    eos = tm.tokenizer.eos_token_id
+    """Each prompt decodes exactly n tokens, through EOS, so every comparison covers n."""
     same = {"chain": 0, "tree": 0}
     taus = {"chain": [], "tree": []}
+    tokens = 0
     for ids in prompts:
         want = hf_greedy(tm, ids, n)
+        assert len(want) == n
+        tokens += len(want)
         for name, shape in (("chain", None), ("tree", tree)):
-            g = speculative_generate(tm, d, ids, max_new_tokens=n, depth=depth, tree=shape,
-                                     eos_token_id=eos)  # fmt: skip
+            g = speculative_generate(tm, d, ids, max_new_tokens=n, depth=depth, tree=shape)
             same[name] += g.tokens == want
             taus[name].append(g.stats.accept_len)
-    return {"prompts": len(prompts), "identical": same,
+    return {"prompts": len(prompts), "tokens": tokens, "identical": same,
             "mean_tau": {k: sum(v) / len(v) for k, v in taus.items()}}  # fmt: skip
 
 
@@ -193,7 +201,8 @@ def main() -> None:
         out["lossless"][member] = r
         print(f"lossless {member} ({kind} drafter): chain {r['identical']['chain']}/{r['prompts']},"
               f" tree {r['identical']['tree']}/{r['prompts']} identical to HF generate"
-              f" (tau chain {r['mean_tau']['chain']:.2f}, tree {r['mean_tau']['tree']:.2f};"
+              f" ({r['tokens']} tokens; tau chain {r['mean_tau']['chain']:.2f}, tree"
+              f" {r['mean_tau']['tree']:.2f};"
               f" {r['seconds']:.0f} s)", flush=True)  # fmt: skip
     for member in filter(None, a.speed_members.split(",")):
         tm, d, kind = load(member, drafters[member.split("-")[0]], a.size)
