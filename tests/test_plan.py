@@ -251,6 +251,10 @@ def test_request_end_to_end():
     assert plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, depth=4).request is None
     with pytest.raises(Eagle3Error, match="--prefill-ms"):
         plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, new_tokens=9, prefill_ms=-1)
+    with pytest.raises(Eagle3Error, match="--prefill-ms: expected it with --new-tokens"):
+        plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, new_tokens=9)
+    with pytest.raises(Eagle3Error, match="--new-tokens: expected it with --prefill-ms"):
+        plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, prefill_ms=9)
 
 
 def test_plot_written(tmp_path):

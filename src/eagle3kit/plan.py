@@ -372,6 +372,11 @@ def plan(
     read as the constant p it implies at `depth` when other depths are priced. With
     `new_tokens` and `prefill_ms`, also one request's end-to-end tok/s (`RequestResult`).
     """
+    if (new_tokens is None) != (prefill_ms is None):
+        given, missing = ("--new-tokens", "--prefill-ms")[:: 1 if prefill_ms is None else -1]
+        raise Eagle3Error(
+            f"{missing}: expected it with {given} (one request needs both), found none"
+        )
     base = make_baseline(baseline_tps, decode_ms)
     cycle = make_cycle(cycle_ms, draft_ms, verify_ms, verify_fit)
     acc = make_acceptance(acceptance, per_position, accept_len)
