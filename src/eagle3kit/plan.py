@@ -372,31 +372,11 @@ def plan(
     read as the constant p it implies at `depth` when other depths are priced. With
     `new_tokens` and `prefill_ms`, also one request's end-to-end tok/s (`RequestResult`).
     """
-    if (new_tokens is None) != (prefill_ms is None):
-        given, missing = ("--new-tokens", "--prefill-ms")[:: 1 if prefill_ms is None else -1]
-        raise Eagle3Error(
-            f"{missing}: expected it with {given} (one request needs both), found none"
-        )
+    _check_request(new_tokens, prefill_ms)
     base = make_baseline(baseline_tps, decode_ms)
     cycle = make_cycle(cycle_ms, draft_ms, verify_ms, verify_fit)
     acc = make_acceptance(acceptance, per_position, accept_len)
-    if depth is None:
-        depth = acc.max_depth() or DEFAULT_DEPTH
-    k = _depth("--depth", depth)
-    if acc.per_position is not None and k > len(acc.per_position):
-        raise Eagle3Error(
-            f"--depth: expected at most {len(acc.per_position)} (the rates the acceptance file "
-            f"gives), found {k}"
-        )
-    if acc.tau is not None and acc.tau > k + 1:
-        raise Eagle3Error(
-            f"--accept-len: expected at most depth+1 = {k + 1} at --depth {k}, found {acc.tau:g}"
-        )
-    kmax = _depth("--max-depth", max_depth if max_depth is not None else max(DEFAULT_MAX_DEPTH, k))
-    if acc.per_position is not None:
-        kmax = min(kmax, len(acc.per_position))
-    if not cycle.valid(k):
-        cycle.ms(k)  # raises the --verify-ms message naming the smallest measured n
+    k, kmax = _depths(acc, cycle, depth, max_depth)
 
     # tau, throughput = tau / cycle_s, and the break-even accept length baseline_tps * cycle_s
     cyc_ms = cycle.ms(k)
@@ -404,42 +384,9 @@ def plan(
     tau = acc.accept_len(k, k)
     tps = tau / cycle_s
     tau_be = base * cycle_s
-
-    # best depth: argmax_k tau(k) / cycle_s(k), only when depth costs time (composed cycle)
-    depths: list[DepthPoint] = []
-    if cycle.composed:
-        for d in range(1, kmax + 1):
-            if cycle.valid(d):
-                c = cycle.ms(d)
-                t = acc.accept_len(d, k)
-                depths.append(DepthPoint(d, c, t, t / (c / 1000.0)))
+    depths = _depth_points(cycle, acc, k, kmax)
     best = max(depths, key=lambda d: d.tps) if depths else None  # first max: shallowest
-
-    targets = []
-    for target in target_tps:
-        t = _positive("--target-tps", target, "a rate in tok/s")
-        if t <= base:
-            raise Eagle3Error(
-                f"--target-tps: expected a target above the baseline, found {t:g} tok/s, which "
-                f"needs no speculation: the baseline already gives {base:g} tok/s"
-            )
-        need = t * cycle_s  # tau needed at this depth's cycle time
-        easiest = None
-        for dp in depths:  # composed: the depth whose own cycle time asks the least of p
-            p_d = rate_for_accept_len(t * dp.cycle_ms / 1000.0, dp.depth)
-            if p_d is not None and (easiest is None or p_d < easiest[1]):
-                easiest = (dp.depth, p_d)
-        targets.append(
-            TargetResult(
-                tps=t,
-                accept_len=need,
-                per_step_acceptance=rate_for_accept_len(need, math.inf),  # type: ignore[arg-type]
-                per_step_acceptance_at_depth=rate_for_accept_len(need, k),
-                depth=k,
-                easiest_depth=easiest[0] if easiest else None,
-                easiest_per_step_acceptance=easiest[1] if easiest else None,
-            )
-        )
+    targets = [_target(t, base, cycle_s, k, depths) for t in target_tps]
 
     return PlanResult(
         baseline_tps=base,
@@ -460,7 +407,73 @@ def plan(
         max_depth=kmax,
         targets=tuple(targets),
         depths=tuple(depths),
-        request=None
-        if new_tokens is None or prefill_ms is None
-        else request_tps(new_tokens, prefill_ms, tau, cyc_ms),
+        request=None if new_tokens is None else request_tps(new_tokens, prefill_ms, tau, cyc_ms),
+    )
+
+
+def _check_request(new_tokens: float | None, prefill_ms: float | None) -> None:
+    if (new_tokens is None) != (prefill_ms is None):
+        given, missing = ("--new-tokens", "--prefill-ms")[:: 1 if prefill_ms is None else -1]
+        raise Eagle3Error(
+            f"{missing}: expected it with {given} (one request needs both), found none"
+        )
+
+
+def _depths(acc: Acceptance, cycle: CycleModel, depth: int | None, max_depth: int | None):
+    """(k, kmax): the depth planned and the best-depth search's range, validated."""
+    if depth is None:
+        depth = acc.max_depth() or DEFAULT_DEPTH
+    k = _depth("--depth", depth)
+    if acc.per_position is not None and k > len(acc.per_position):
+        raise Eagle3Error(
+            f"--depth: expected at most {len(acc.per_position)} (the rates the acceptance file "
+            f"gives), found {k}"
+        )
+    if acc.tau is not None and acc.tau > k + 1:
+        raise Eagle3Error(
+            f"--accept-len: expected at most depth+1 = {k + 1} at --depth {k}, found {acc.tau:g}"
+        )
+    kmax = _depth("--max-depth", max_depth if max_depth is not None else max(DEFAULT_MAX_DEPTH, k))
+    if acc.per_position is not None:
+        kmax = min(kmax, len(acc.per_position))
+    if not cycle.valid(k):
+        cycle.ms(k)  # raises the --verify-ms message naming the smallest measured n
+    return k, kmax
+
+
+def _depth_points(cycle: CycleModel, acc: Acceptance, k: int, kmax: int) -> list[DepthPoint]:
+    """tau(d) / cycle_s(d) for d = 1..kmax, only when depth costs time (composed cycle)."""
+    out: list[DepthPoint] = []
+    if cycle.composed:
+        for d in range(1, kmax + 1):
+            if cycle.valid(d):
+                c = cycle.ms(d)
+                t = acc.accept_len(d, k)
+                out.append(DepthPoint(d, c, t, t / (c / 1000.0)))
+    return out
+
+
+def _target(target: float, base: float, cycle_s: float, k: int,
+            depths: list[DepthPoint]) -> TargetResult:  # fmt: skip
+    """What a target tok/s needs at depth k, and (composed) the depth that asks the least."""
+    t = _positive("--target-tps", target, "a rate in tok/s")
+    if t <= base:
+        raise Eagle3Error(
+            f"--target-tps: expected a target above the baseline, found {t:g} tok/s, which "
+            f"needs no speculation: the baseline already gives {base:g} tok/s"
+        )
+    need = t * cycle_s  # tau needed at this depth's cycle time
+    easiest = None
+    for dp in depths:  # composed: the depth whose own cycle time asks the least of p
+        p_d = rate_for_accept_len(t * dp.cycle_ms / 1000.0, dp.depth)
+        if p_d is not None and (easiest is None or p_d < easiest[1]):
+            easiest = (dp.depth, p_d)
+    return TargetResult(
+        tps=t,
+        accept_len=need,
+        per_step_acceptance=rate_for_accept_len(need, math.inf),  # type: ignore[arg-type]
+        per_step_acceptance_at_depth=rate_for_accept_len(need, k),
+        depth=k,
+        easiest_depth=easiest[0] if easiest else None,
+        easiest_per_step_acceptance=easiest[1] if easiest else None,
     )

@@ -65,186 +65,86 @@ class _PlanCommand(TyperCommand):
         return super().parse_args(ctx, expand_list_option(list(args)))
 
 
+_BASE, _CYCLE, _ACC = "Baseline (one of)", "Cycle (one of)", "Acceptance (one of)"
+
+
+def _o(flag: str, help: str, *, metavar: str | None = None, panel: str | None = None) -> Any:
+    return typer.Option(flag, metavar=metavar, help=help, rich_help_panel=panel)
+
+
 def register(app: typer.Typer) -> None:
     @app.command(cls=_PlanCommand)
     def plan(
-        baseline_tps: Annotated[
-            float | None,
-            typer.Option(
-                "--baseline-tps",
-                help="Plain-decode throughput, tok/s (e.g. 82).",
-                rich_help_panel="Baseline (one of)",
-            ),
-        ] = None,
-        decode_ms: Annotated[
-            float | None,
-            typer.Option(
-                "--decode-ms",
-                help="Plain decode step, ms (tok/s = 1000 / ms).",
-                rich_help_panel="Baseline (one of)",
-            ),
-        ] = None,
-        cycle_ms: Annotated[
-            float | None,
-            typer.Option(
-                "--cycle-ms",
-                help="Whole speculative cycle (draft + verify), ms; depth then costs nothing.",
-                rich_help_panel="Cycle (one of)",
-            ),
-        ] = None,
-        draft_ms: Annotated[
-            float | None,
-            typer.Option(
-                "--draft-ms",
-                help="One draft step, ms; cycle(k) = k*draft + verify(k+1).",
-                rich_help_panel="Cycle (one of)",
-            ),
-        ] = None,
-        verify_ms: Annotated[
-            list[str] | None,
-            typer.Option(
-                "--verify-ms",
-                metavar="N:MS",
-                help="Measured verify time of N tokens (repeat). Linear between points, along the last segment beyond; refused below the smallest N.",
-                rich_help_panel="Cycle (one of)",
-            ),
-        ] = None,
-        verify_fit: Annotated[
-            str | None,
-            typer.Option(
-                "--verify-fit",
-                metavar="INTERCEPT,PER_TOKEN",
-                help="Verify time = INTERCEPT + PER_TOKEN * n, ms.",
-                rich_help_panel="Cycle (one of)",
-            ),
-        ] = None,
-        acceptance: Annotated[
-            float | None,
-            typer.Option(
-                "--acceptance",
-                metavar="P",
-                help="Constant per-step conditional acceptance, in [0, 1).",
-                rich_help_panel="Acceptance (one of)",
-            ),
-        ] = None,
-        acceptance_file: Annotated[
-            Path | None,
-            typer.Option(
-                "--acceptance-file",
-                metavar="FILE.json",
-                help='Per-position rates: {"per_position_acceptance": \\[p1, p2, ...]} or \\[p1, ...].',
-                rich_help_panel="Acceptance (one of)",
-            ),
-        ] = None,
-        accept_len: Annotated[
-            float | None,
-            typer.Option(
-                "--accept-len",
-                metavar="TAU",
-                help="Measured accept length (tokens per verify), >= 1.",
-                rich_help_panel="Acceptance (one of)",
-            ),
-        ] = None,
-        depth: Annotated[
-            int | None,
-            typer.Option(
-                "--depth",
-                metavar="K",
-                help="Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 (SGLang's usual --speculative-num-steps).",
-            ),
-        ] = None,
-        max_depth: Annotated[
-            int | None,
-            typer.Option(
-                "--max-depth",
-                help="Best-depth search over 1..N (composed cycle only). Default max(10, depth).",
-            ),
-        ] = None,
-        target_tps: Annotated[
-            list[float] | None,
-            typer.Option(
-                "--target-tps",
-                metavar="TPS...",
-                help="Target tok/s; several: --target-tps 150 200 (or repeat the option).",
-            ),
-        ] = None,
-        plot: Annotated[
-            Path | None,
-            typer.Option(
-                "--plot", metavar="FILE.png", help="Write a PNG: throughput against accept length."
-            ),
-        ] = None,
-        new_tokens: Annotated[
-            float | None,
-            typer.Option(
-                "--new-tokens",
-                metavar="N",
-                help="Request: tokens generated per request (with --prefill-ms: end-to-end tok/s).",
-            ),
-        ] = None,
-        prefill_ms: Annotated[
-            float | None,
-            typer.Option(
-                "--prefill-ms",
-                metavar="MS",
-                help="Request: prefill time, ms (the prompt's forward; it emits the first token).",
-            ),
-        ] = None,
-        from_: Annotated[
-            Path | None,
-            typer.Option(
-                "--from",
-                metavar="EVAL.json",
-                help="`eagle3kit eval --json` output: its accept length, depth, cycle and decode times (options given here win).",
-            ),
-        ] = None,
+        baseline_tps: Annotated[float | None, _o("--baseline-tps", "Plain-decode throughput, tok/s (e.g. 82).", panel=_BASE)] = None,
+        decode_ms: Annotated[float | None, _o("--decode-ms", "Plain decode step, ms (tok/s = 1000 / ms).", panel=_BASE)] = None,
+        cycle_ms: Annotated[float | None, _o("--cycle-ms", "Whole speculative cycle (draft + verify), ms; depth then costs nothing.", panel=_CYCLE)] = None,
+        draft_ms: Annotated[float | None, _o("--draft-ms", "One draft step, ms; cycle(k) = k*draft + verify(k+1).", panel=_CYCLE)] = None,
+        verify_ms: Annotated[list[str] | None, _o("--verify-ms", "Measured verify time of N tokens (repeat). Linear between points, along the last segment beyond; refused below the smallest N.", metavar="N:MS", panel=_CYCLE)] = None,
+        verify_fit: Annotated[str | None, _o("--verify-fit", "Verify time = INTERCEPT + PER_TOKEN * n, ms.", metavar="INTERCEPT,PER_TOKEN", panel=_CYCLE)] = None,
+        acceptance: Annotated[float | None, _o("--acceptance", "Constant per-step conditional acceptance, in [0, 1).", metavar="P", panel=_ACC)] = None,
+        acceptance_file: Annotated[Path | None, _o("--acceptance-file", 'Per-position rates: {"per_position_acceptance": \\[p1, p2, ...]} or \\[p1, ...].', metavar="FILE.json", panel=_ACC)] = None,
+        accept_len: Annotated[float | None, _o("--accept-len", "Measured accept length (tokens per verify), >= 1.", metavar="TAU", panel=_ACC)] = None,
+        depth: Annotated[int | None, _o("--depth", "Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 (SGLang's usual --speculative-num-steps).", metavar="K")] = None,
+        max_depth: Annotated[int | None, _o("--max-depth", "Best-depth search over 1..N (composed cycle only). Default max(10, depth).")] = None,
+        target_tps: Annotated[list[float] | None, _o("--target-tps", "Target tok/s; several: --target-tps 150 200 (or repeat the option).", metavar="TPS...")] = None,
+        plot: Annotated[Path | None, _o("--plot", "Write a PNG: throughput against accept length.", metavar="FILE.png")] = None,
+        new_tokens: Annotated[float | None, _o("--new-tokens", "Request: tokens generated per request (with --prefill-ms: end-to-end tok/s).", metavar="N")] = None,
+        prefill_ms: Annotated[float | None, _o("--prefill-ms", "Request: prefill time, ms (the prompt's forward; it emits the first token).", metavar="MS")] = None,
+        from_: Annotated[Path | None, _o("--from", "`eagle3kit eval --json` output: its accept length, depth, cycle and decode times, new tokens and prefill (options given here win).", metavar="EVAL.json")] = None,
         json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Will speculation pay, and what would it take? (cycle model -> speedup, break-even)
 
         tau = 1 + sum_i prod_{j<=i} p_j; throughput = tau / cycle; break-even tau =
         baseline_tps * cycle. Exit 0 when speculation at least matches the baseline, 1 when it
         is below break-even (throughput < baseline), 2 on bad input.
         """
-        from eagle3kit import plan as planmod
-        from eagle3kit.plots import plot_plan
-
-        if from_ is not None:
-            from eagle3kit.evaluate import plan_args_from_eval
-
-            f = plan_args_from_eval(from_, locals())
-            decode_ms, cycle_ms, accept_len, depth, new_tokens, prefill_ms = (f[k] for k in ("decode_ms", "cycle_ms", "accept_len", "depth", "new_tokens", "prefill_ms"))  # fmt: skip
-        points = [planmod.parse_verify_point(v) for v in verify_ms] if verify_ms else None
-        fit = planmod.parse_verify_fit(verify_fit) if verify_fit is not None else None
-        rates = planmod.load_per_position(acceptance_file) if acceptance_file is not None else None
-        result = planmod.plan(
-            baseline_tps=baseline_tps,
-            decode_ms=decode_ms,
-            cycle_ms=cycle_ms,
-            draft_ms=draft_ms,
-            verify_ms=points,
-            verify_fit=fit,
-            acceptance=acceptance,
-            per_position=rates,
-            accept_len=accept_len,
-            depth=depth,
-            max_depth=max_depth,
-            target_tps=target_tps or (),
-            new_tokens=new_tokens,
-            prefill_ms=prefill_ms,
-        )
-        written = plot_plan(result, plot) if plot is not None else None
-        if json_:
-            from eagle3kit.cli._render import emit_json
-
-            doc = result.to_json()
-            if written is not None:
-                doc["plot"] = str(written)
-            emit_json(doc)
-        else:
-            _render(result, written)
+        result = _plan(dict(locals()))
+        _show(result, plot, json_)
         if not result.pays:
             raise typer.Exit(1)
+
+
+def _plan(o: dict[str, Any]) -> PlanResult:
+    """The options (and `--from`'s figures where the options give none) -> plan()."""
+    from eagle3kit import plan as planmod
+
+    if o["from_"] is not None:
+        from eagle3kit.evaluate import plan_args_from_eval
+
+        o.update(plan_args_from_eval(o["from_"], o))
+    verify, fit, rates = o["verify_ms"], o["verify_fit"], o["acceptance_file"]
+    return planmod.plan(
+        baseline_tps=o["baseline_tps"],
+        decode_ms=o["decode_ms"],
+        cycle_ms=o["cycle_ms"],
+        draft_ms=o["draft_ms"],
+        verify_ms=[planmod.parse_verify_point(v) for v in verify] if verify else None,
+        verify_fit=planmod.parse_verify_fit(fit) if fit is not None else None,
+        acceptance=o["acceptance"],
+        per_position=planmod.load_per_position(rates) if rates is not None else None,
+        accept_len=o["accept_len"],
+        depth=o["depth"],
+        max_depth=o["max_depth"],
+        target_tps=o["target_tps"] or (),
+        new_tokens=o["new_tokens"],
+        prefill_ms=o["prefill_ms"],
+    )
+
+
+def _show(result: PlanResult, plot: Path | None, json_: bool) -> None:
+    from eagle3kit.plots import plot_plan
+
+    written = plot_plan(result, plot) if plot is not None else None
+    if json_:
+        from eagle3kit.cli._render import emit_json
+
+        doc = result.to_json()
+        if written is not None:
+            doc["plot"] = str(written)
+        emit_json(doc)
+    else:
+        _render(result, written)
 
 
 def _pct(p: float | None) -> str:
