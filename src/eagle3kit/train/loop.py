@@ -201,7 +201,7 @@ def _run(
         glob = batch_indices(step, ctx.train_idx, cfg.batch_size, cfg.seed)
         feats = src.batch(glob[d.rank :: d.world]).to(d.device)
         norm = dist_.all_sum(loss_positions(m.t2d, feats, k), d)
-        loss, counts = ttt_loss(m, feats, k, norm=norm.clamp(min=1).to(d.device))
+        loss, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1).to(d.device), counts=False)
         (loss * d.world).backward()
         if anchor is not None:
             add_l2sp_grad(m, anchor, cfg.l2sp)

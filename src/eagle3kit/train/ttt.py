@@ -171,12 +171,13 @@ def step_terms(drafter: Any, feats: Any, logits: torch.Tensor, i: int):
 
 
 def ttt_loss(
-    drafter: Any, feats: Any, k: int, *, norm: torch.Tensor | None = None
+    drafter: Any, feats: Any, k: int, *, norm: torch.Tensor | None = None, counts: bool = True
 ) -> tuple[torch.Tensor, Counts]:
     """(sum_i 0.8^i L_i, the step's Counts). The loss keeps autograd; counts are detached.
 
     `norm` [k] replaces |C_i| as the denominator (data-parallel training divides every rank's
     sum by the global count, so the summed gradients equal one process on the whole batch).
+    `counts=False` skips the metrics (host syncs and the walk): the Counts stay zero.
     """
     c = Counts(k)
     total = torch.zeros((), device=feats.input_ids.device)
@@ -189,15 +190,18 @@ def ttt_loss(
         n = cmask.sum()
         denom = norm[i] if norm is not None else n.clamp(min=1)
         total = total + (STEP_DECAY**i) * s / denom
+        if not counts:
+            continue
         with torch.no_grad():
             prev, chain = chain, chain & hit & m
             c.loss_sum[i], c.loss_n[i] = float(s.detach()), float(n)
             c.hits[i], c.counted[i] = float((hit & m).sum()), float(m.sum())
             c.chain[i], c.chain_prev[i] = float((chain & m).sum()), float((prev & m).sum())
             ok[:, : hit.shape[1], i] = (hit & m).cpu()
-    cycles = walk(ok, feats.loss_mask.cpu())
-    for i in range(k):
-        c.walk_ge[i], c.walk_n[i] = float(sum(a > i for a in cycles)), float(len(cycles))
+    if counts:
+        cycles = walk(ok, feats.loss_mask.cpu())
+        for i in range(k):
+            c.walk_ge[i], c.walk_n[i] = float(sum(a > i for a in cycles)), float(len(cycles))
     return total, c
 
 
