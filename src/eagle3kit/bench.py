@@ -28,6 +28,7 @@ import torch
 
 from eagle3kit.errors import Eagle3Error
 from eagle3kit.progress import Progress, emit
+from eagle3kit.zoo._train import distinct_ngram_ratio
 
 METHODS = ("greedy", "prompt-lookup", "chain", "tree")  # also accepted: "hf-greedy"
 
@@ -65,11 +66,6 @@ def default_prompts(tokenizer: Any, n: int = 8) -> list[list[int]]:
     return [tokenizer.apply_chat_template(c["messages"][:1], add_generation_prompt=True,
                                           tokenize=True, return_dict=True)["input_ids"]
             for c in convs]  # fmt: skip
-
-
-def distinct4(ids: list[int]) -> float:
-    grams = [tuple(ids[i : i + 4]) for i in range(len(ids) - 3)]
-    return len(set(grams)) / len(grams) if grams else 1.0
 
 
 class _ForwardCounter:
@@ -200,7 +196,7 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
         "repeats": repeats,
         "max_new_tokens": cfg["max_new_tokens"],
         "decode_ms": 1e3 * t_decode if t_decode else None,
-        "target_distinct4": statistics.fmean(distinct4(t) for t in greedy_tokens)
+        "target_distinct4": statistics.fmean(distinct_ngram_ratio(t, 4) for t in greedy_tokens)
         if greedy_tokens
         else None,
         "methods": methods,

@@ -102,6 +102,7 @@ def evaluate_offline(target, drafter, data: EvalData, depth: int = 3, *, batch_s
     """Teacher-forced acceptance on the held-out samples (module docstring)."""
     from eagle3kit.data.features import compute_features
     from eagle3kit.data.prepared import Sample, collate
+    from eagle3kit.decode.stats import conditional
     from eagle3kit.train.ttt import sim_accept_len, ttt_counts
 
     total = None
@@ -121,7 +122,7 @@ def evaluate_offline(target, drafter, data: EvalData, depth: int = 3, *, batch_s
         "depth": depth,
         "accept_len": m["walk_tau"],
         "per_position_acceptance": walked,
-        "conditional_acceptance": _conditional(walked),
+        "conditional_acceptance": conditional(walked),
         "cycles": m["walk_cycles"],
         "all_positions": {  # every position as a cycle start (training's metric)
             "accept_len": sim_accept_len(m["cond_acc"], depth),
@@ -132,15 +133,6 @@ def evaluate_offline(target, drafter, data: EvalData, depth: int = 3, *, batch_s
         "samples": n,
         "skipped": len(data.skipped),
     }
-
-
-def _conditional(per_position: list[float]) -> list[float]:
-    """P(a >= i | a >= i-1) from P(a >= i), i = 1..k."""
-    prev, out = 1.0, []
-    for p in per_position:
-        out.append(p / prev if prev > 0 else 0.0)
-        prev = p
-    return out
 
 
 def _spread(xs: list[float]) -> dict[str, float]:

@@ -90,15 +90,14 @@ def speculative_generate(
         cache = DraftCache()
         nxt = torch.cat([ids[:, 1:], ids.new_tensor([[x]])], dim=1)  # [1, P]: x_{t+1}
         d = drafter(nxt, out.aux.to(drafter.fc.weight.dtype), cache, from_aux=True)
-        _sync(dev)
-        stats.prefill_s = time.perf_counter() - t_start
+        stats.prefill_s = _now(dev) - t_start
         tokens: list[int] = []
         done = _emit(tokens, [x], eos_token_id, max_new_tokens, on_tokens)[0]
+        step = _tree_cycle if tree is not None else _chain_cycle
         while not done:
             t0 = time.perf_counter()
             m = target.seq_len  # x_m = tokens[-1] sits at position m
             logits, hidden = d.logits[0, -1], d.hidden[:, -1:]  # [Vd], [1, 1, H]
-            step = _tree_cycle if tree is not None else _chain_cycle
             r = step(target, drafter, cache, logits, hidden, tokens[-1], depth, tree, sampling, gen)
             cache.crop(m)
             done, made = _emit(tokens, r.new, eos_token_id, max_new_tokens, on_tokens)

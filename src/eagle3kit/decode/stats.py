@@ -14,8 +14,17 @@ token limit), so tau is the tokens a target forward actually produced.
 from __future__ import annotations
 
 import statistics
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
+
+
+def conditional(per_position: list[float]) -> list[float]:
+    """P(a >= i | a >= i-1) from P(a >= i), i = 1..k (0.0 past a position never reached)."""
+    prev, out = 1.0, []
+    for p in per_position:
+        out.append(p / prev if prev > 0 else 0.0)
+        prev = p
+    return out
 
 
 @dataclass
@@ -53,11 +62,7 @@ class DecodeStats:
                 for i in range(1, self.depth + 1)]  # fmt: skip
 
     def conditional_acceptance(self) -> list[float]:
-        out = []
-        for i in range(1, self.depth + 1):
-            prev = sum(c.accepted >= i - 1 for c in self.cycles)
-            out.append(sum(c.accepted >= i for c in self.cycles) / prev if prev else 0.0)
-        return out
+        return conditional(self.per_position_acceptance())
 
     @property
     def tokens_per_s(self) -> float:
@@ -86,6 +91,3 @@ class DecodeStats:
             "verify_ms": self.mean_ms("verify_s"),
             "cycle_ms": self.mean_ms("cycle_s"),
         }
-
-    def to_json(self) -> dict[str, Any]:
-        return {**self.summary(), "per_cycle": [asdict(c) for c in self.cycles]}
