@@ -18,8 +18,6 @@ easy to predict, and its tau says little about real text.
 
 from __future__ import annotations
 
-import os
-import platform
 import statistics
 import time
 from typing import Any
@@ -35,26 +33,11 @@ METHODS = ("greedy", "prompt-lookup", "chain", "tree")  # also accepted: "hf-gre
 
 def environment() -> dict[str, Any]:
     """Python, OS, CPU, threads, load average, torch and transformers versions."""
-    import transformers
+    import transformers  # noqa: F401  (so that the versions name it)
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(
-                (ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu
-            )
-    except OSError:
-        pass
-    return {
-        "python": platform.python_version(),
-        "os": f"{platform.system()} {platform.machine()}",
-        "cpu": cpu,
-        "cpu_count": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
+    from eagle3kit.environment import environment_info
+
+    return environment_info()
 
 
 def default_prompts(tokenizer: Any, n: int = 8) -> list[list[int]]:

@@ -1,0 +1,39 @@
+"""Where a measurement ran: Python, OS, CPU, load, and torch/transformers when imported.
+
+benchmarks/ print it beside every figure; `eagle3kit bench` writes it into its JSON.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from typing import Any
+
+
+def environment_info() -> dict[str, Any]:
+    """Python, OS, CPU, load average, and torch/transformers when the benchmark imported them."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    info: dict[str, Any] = {
+        "python": platform.python_version(),
+        "os": f"{platform.system()} {platform.machine()}",
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+    }
+    if "torch" in sys.modules:
+        import torch
+
+        info["torch"] = torch.__version__
+        info["threads"] = torch.get_num_threads()
+    if "transformers" in sys.modules:
+        info["transformers"] = sys.modules["transformers"].__version__
+    return info
