@@ -390,10 +390,15 @@ def regenerate(
         )
     else:
         pool = ServerPool(list(servers or []), timeout)
-        name = model or pool.model_name()
-        generate = server_generator(
-            pool, name, max_tokens, temperature, retries, template_kwargs=template_kwargs
-        )
+        generate = server_generator(pool, model or pool.model_name(), max_tokens, temperature,
+                                    retries, template_kwargs=template_kwargs)  # fmt: skip
+    _write(outp, pending, generate, concurrency, res, progress)
+    return res
+
+
+def _write(outp: Path, pending: list, generate: Generate, concurrency: int, res: RegenResult,
+           progress: Progress | None) -> None:  # fmt: skip
+    """Append each finished sample to OUTPUT as it completes; failures go to `res`."""
     outp.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(outp, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
@@ -408,15 +413,7 @@ def regenerate(
                 res.done += 1
             n = res.done + len(res.failed)
             rate = n / max(time.monotonic() - t0, 1e-9)
-            emit(
-                progress,
-                "regenerate",
-                n,
-                len(pending),
-                "sample",
-                failed=len(res.failed),
-                per_s=rate,
-            )
+            emit(progress, "regenerate", n, len(pending), "sample", failed=len(res.failed),
+                 per_s=rate)  # fmt: skip
     finally:
         os.close(fd)
-    return res
