@@ -83,6 +83,21 @@ def parse_header(
     Local files and Hub files both come through here (Hub: the same bytes by range requests),
     so both get every check. Offsets in the result are absolute; `file` (default `where`) is
     what TensorInfo.file records: a local path, or the file name inside a Hub repo."""
+    header, data_start = _header_json(raw, file_size, where)
+    out = {
+        name: _tensor_info(name, entry, where, file or where, data_start, file_size - data_start)
+        for name, entry in header.items()
+        if name != "__metadata__"
+    }
+    spans = sorted((t.start, t.end, t.name) for t in out.values() if t.end > t.start)
+    for (_s0, e0, n0), (s1, _e1, n1) in zip(spans, spans[1:], strict=False):
+        if s1 < e0:
+            raise bad(where, f"tensors {n0!r} and {n1!r} overlap in the file (byte {s1} < {e0})")
+    return out
+
+
+def _header_json(raw: bytes, file_size: int, where: str) -> tuple[dict, int]:
+    """(the header's JSON object, where the data section starts), the length checked."""
     if file_size < 8 or len(raw) < 8:
         raise bad(
             where,
@@ -101,58 +116,51 @@ def parse_header(
         raise bad(where, f"header is not valid JSON ({e})") from e
     if not isinstance(header, dict):
         raise bad(where, f"header: expected a JSON object, found {type(header).__name__}")
-    data_start = 8 + n
-    data_len = file_size - data_start
-    out: dict[str, TensorInfo] = {}
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        if not isinstance(entry, dict):
-            raise bad(where, f"tensor {name!r}: expected an object, found {entry!r}")
-        dtype = entry.get("dtype")
-        if dtype not in DTYPE_SIZES:
-            raise bad(
-                where, f"tensor {name!r}: unknown dtype {dtype!r} (known: {', '.join(DTYPE_SIZES)})"
-            )
-        shape = entry.get("shape")
-        if not isinstance(shape, list) or not all(
-            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-        ):
-            raise bad(
-                where,
-                f"tensor {name!r}: shape must be a list of non-negative ints, found {shape!r}",
-            )
-        offs = entry.get("data_offsets")
-        if (
-            not isinstance(offs, list)
-            or len(offs) != 2
-            or not all(isinstance(o, int) and not isinstance(o, bool) for o in offs)
-            or not 0 <= offs[0] <= offs[1]
-        ):
-            raise bad(
-                where,
-                f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, found {offs!r}",
-            )
-        span = offs[1] - offs[0]
-        expected = math.prod(shape) * DTYPE_SIZES[dtype]
-        if span != expected:
-            raise bad(
-                where,
-                f"tensor {name!r}: {dtype} x {shape} needs {expected} bytes, data_offsets span {span}",
-            )
-        if offs[1] > data_len:
-            raise bad(
-                where,
-                f"tensor {name!r}: data_offsets {offs} end outside the file (data section is {data_len} bytes)",
-            )
-        out[name] = TensorInfo(
-            name, dtype, tuple(shape), file or where, data_start + offs[0], data_start + offs[1]
+    return header, 8 + n
+
+
+def _tensor_info(name: str, entry: Any, where: str, file: str, data_start: int,
+                 data_len: int) -> TensorInfo:  # fmt: skip
+    """One header entry, checked: dtype, shape, offsets, and its span against the file."""
+    if not isinstance(entry, dict):
+        raise bad(where, f"tensor {name!r}: expected an object, found {entry!r}")
+    dtype = entry.get("dtype")
+    if dtype not in DTYPE_SIZES:
+        raise bad(
+            where, f"tensor {name!r}: unknown dtype {dtype!r} (known: {', '.join(DTYPE_SIZES)})"
         )
-    spans = sorted((t.start, t.end, t.name) for t in out.values() if t.end > t.start)
-    for (_s0, e0, n0), (s1, _e1, n1) in zip(spans, spans[1:], strict=False):
-        if s1 < e0:
-            raise bad(where, f"tensors {n0!r} and {n1!r} overlap in the file (byte {s1} < {e0})")
-    return out
+    shape = entry.get("shape")
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise bad(
+            where,
+            f"tensor {name!r}: shape must be a list of non-negative ints, found {shape!r}",
+        )
+    offs = entry.get("data_offsets")
+    if (
+        not isinstance(offs, list)
+        or len(offs) != 2
+        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offs)
+        or not 0 <= offs[0] <= offs[1]
+    ):
+        raise bad(
+            where,
+            f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, found {offs!r}",
+        )
+    span = offs[1] - offs[0]
+    expected = math.prod(shape) * DTYPE_SIZES[dtype]
+    if span != expected:
+        raise bad(
+            where,
+            f"tensor {name!r}: {dtype} x {shape} needs {expected} bytes, data_offsets span {span}",
+        )
+    if offs[1] > data_len:
+        raise bad(
+            where,
+            f"tensor {name!r}: data_offsets {offs} end outside the file (data section is {data_len} bytes)",
+        )
+    return TensorInfo(name, dtype, tuple(shape), file, data_start + offs[0], data_start + offs[1])
 
 
 def read_header_file(path: str | Path) -> dict[str, TensorInfo]:
