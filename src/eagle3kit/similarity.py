@@ -60,8 +60,8 @@ def cosine_stats(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
 def linear_cka(a: torch.Tensor, b: torch.Tensor) -> float:
     """Linear CKA of ``a`` [N, D] and ``b`` [N, D'] (see the module docstring)."""
     _check_rows(a, b, same_width=False)
-    A = a.double() - a.double().mean(dim=0)  # [N, D]
-    B = b.double() - b.double().mean(dim=0)  # [N, D']
+    a, b = a.double(), b.double()
+    A, B = a - a.mean(dim=0), b - b.mean(dim=0)  # [N, D], [N, D']
     n, d, e = A.shape[0], A.shape[1], B.shape[1]
     if n < max(d, e):  # Gram form: N x N
         ka, kb = A @ A.T, B @ B.T  # [N, N]
@@ -86,6 +86,7 @@ def norm_ratio(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def compare(a: torch.Tensor, b: torch.Tensor) -> dict[str, float]:
     """cosine_mean, cosine_p10, cka and norm_ratio of ``a`` (reference) vs ``b`` (new)."""
+    a, b = a.double(), b.double()  # once: the metrics' own .double() then copy nothing
     mean, p10 = cosine_stats(a, b)
     return {
         "cosine_mean": round(mean, 6),

@@ -109,11 +109,6 @@ def mla_softmax_scale(spec: DraftSpec) -> float:
     return scale
 
 
-def _rotate_half(x: torch.Tensor) -> torch.Tensor:
-    x1, x2 = x.chunk(2, dim=-1)
-    return torch.cat((-x2, x1), dim=-1)
-
-
 def apply_rope(
     x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, interleave: bool
 ) -> torch.Tensor:
