@@ -264,24 +264,18 @@ def engine_capture(
     return out
 
 
-def hidden_similarity(ref: Any, new: Any, drafter: Any, batch: Batch, layers: Sequence[int],
-                      chunk: int = 8) -> tuple[list[dict[str, Any]], dict[str, float]]:  # fmt: skip
-    """OLD vs NEW at ``layers`` on the batch's real tokens; and on fc(aux), D's view of them."""
+def hidden_similarity(ref_feats: list[Any], new_feats: list[Any], drafter: Any,
+                      layers: Sequence[int]) -> tuple[list[dict[str, Any]], dict[str, float]]:  # fmt: skip
+    """OLD vs NEW at ``layers`` on the batch's real tokens, from each target's features of the
+    same batch; and on fc(aux), D's view of them."""
     import torch
 
     from eagle3kit.similarity import aux_similarity, compare
 
-    tr, tn = _with_aux(ref, layers), _with_aux(new, layers)
-    try:
-        ra, na = [], []
-        for s in range(0, batch.input_ids.shape[0], chunk):
-            ids, att = batch.input_ids[s : s + chunk], batch.attention_mask[s : s + chunk]
-            ra.append(tr.forward(ids, att.long()).aux[att.to(tr.device)].float().cpu())  # [n, 3H]
-            na.append(tn.forward(ids, att.long()).aux[att.to(tn.device)].float().cpu())  # [n, 3H]
-    finally:
-        tr.close()
-        tn.close()
-    a, b = torch.cat(ra), torch.cat(na)  # [N, 3H] each
+    def real(feats: list[Any]) -> torch.Tensor:  # [N, 3H]: the real tokens' aux rows
+        return torch.cat([f.aux[f.attention_mask].float().cpu() for f in feats])
+
+    a, b = real(ref_feats), real(new_feats)
     rows = aux_similarity(a, b, layers)
     dev, dt = drafter.fc.weight.device, drafter.fc.weight.dtype
     with torch.no_grad():
@@ -438,19 +432,22 @@ def _online(d: Any, target: Any, layers: Sequence[int], own_embed: bool, batch: 
 
 
 def _against_reference(d: Any, new: Any, ref: Any, batch: Batch, layers: Sequence[int], own_embed: bool,
-                       depth: int, online_args: tuple[int, int], progress: Progress | None):  # fmt: skip
-    """Similarity OLD vs NEW, D's offline acceptance on OLD, and online decoding on both."""
+                       depth: int, online_args: tuple[int, int], progress: Progress | None,
+                       new_feats: list[Any]):  # fmt: skip
+    """Similarity OLD vs NEW, D's offline acceptance on OLD, and online decoding on both.
+    ``new_feats``: NEW's features of the batch at ``layers`` (from detect_aux)."""
     stages = 5
     emit(progress, "probe", 2, stages, "stage", doing="similarity")
     sim, fc_sim, acc_ref = [], None, None
     if ref is not None:
-        sim, fc_sim = hidden_similarity(ref, new, d, batch, layers)
-        emit(progress, "probe", 3, stages, "stage", doing="reference acceptance")
         tref = _with_aux(ref, layers)
         try:
-            acc_ref = offline_acceptance(_on(d, ref, own_embed), _features(tref, batch, d), depth)
+            ref_feats = _features(tref, batch, d)
         finally:
             tref.close()
+        sim, fc_sim = hidden_similarity(ref_feats, new_feats, d, layers)
+        emit(progress, "probe", 3, stages, "stage", doing="reference acceptance")
+        acc_ref = offline_acceptance(_on(d, ref, own_embed), ref_feats, depth)
     emit(progress, "probe", 4, stages, "stage", doing="online decoding")
     online = {"target": _online(d, new, layers, own_embed, batch, depth, *online_args)}
     if ref is not None:
@@ -508,10 +505,19 @@ def probe(
     aux = detect_aux(_on(d, new, own_embed), new, batch, spec, depth)
     layers = aux["chosen"]["layers"]
     aux["engines"] = engine_capture(spec, layout, new, layers, drafter)
-    aux.pop("_features")  # the chosen reading's features (kept for callers that want them)
+    new_feats = aux.pop("_features")  # the chosen reading's features, for the similarity
     acc_new = aux["acceptance"][aux["chosen"]["reading"]]
     sim, fc_sim, acc_ref, online = _against_reference(
-        d, new, ref, batch, layers, own_embed, depth, (online_prompts, online_tokens), progress
+        d,
+        new,
+        ref,
+        batch,
+        layers,
+        own_embed,
+        depth,
+        (online_prompts, online_tokens),
+        progress,
+        new_feats,
     )
     tau, tau_ref = acc_new["accept_len"], acc_ref["accept_len"] if acc_ref else None
     be = None
