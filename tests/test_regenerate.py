@@ -258,3 +258,18 @@ def test_kill9_then_rerun_loses_and_duplicates_nothing(tmp_path, model_dir):
     )
     got = read_output(outp)  # every line parses, no duplicate id
     assert set(got) == ids
+
+
+def test_answers_go_where_validate_read_the_turns():
+    """A `datasets` row carries every column: an absent one reads as None, as in validate."""
+    from eagle3kit.data.conversations import validate
+    from eagle3kit.data.regenerate import with_answers
+
+    rec = {"conversations": None, "messages": [{"role": "user", "content": "hi"},
+                                               {"role": "assistant", "content": "old"}]}  # fmt: skip
+    assert validate(rec).form == "openai"
+    out = with_answers(rec, "s1", ["new"])
+    assert out["messages"][1]["content"] == "new" and out["conversations"] is None
+    sg = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "old"}],
+          "messages": None}  # fmt: skip
+    assert with_answers(sg, "s2", ["new"])["conversations"][1]["value"] == "new"

@@ -38,8 +38,6 @@ SHAREGPT_ROLES = {
     "system": "system",
 }
 OPENAI_ROLES = ("system", "user", "assistant")
-# The role an OpenAI role is written back as in ShareGPT form (regenerate keeps the input's form).
-SHAREGPT_NAMES = {"system": "system", "user": "human", "assistant": "gpt"}
 
 
 class Malformed(ValueError):
@@ -164,13 +162,6 @@ def validate(record: Any) -> Conversation:
     turns = _sharegpt_turns(record) if has_sg else _openai_turns(record)
     check_turns(turns)
     return Conversation(sample_id(record, turns), form, turns)
-
-
-def to_form(turns: list[dict[str, str]], form: str) -> list[dict[str, str]]:
-    """Turns written back in the input's form: ShareGPT `[{from, value}]` or OpenAI `[{role, content}]`."""
-    if form == "openai":
-        return [{"role": t["role"], "content": t["content"]} for t in turns]
-    return [{"from": SHAREGPT_NAMES[t["role"]], "value": t["content"]} for t in turns]
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:

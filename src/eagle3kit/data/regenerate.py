@@ -68,7 +68,7 @@ def with_answers(rec: dict[str, Any], sid: str, answers: list[str]) -> dict[str,
 
     Every other field (of the record and of each turn) is kept as it was.
     """
-    sharegpt = "conversations" in rec
+    sharegpt = rec.get("conversations") is not None  # validate's rule: None reads as absent
     out = dict(rec)
     out["id"] = sid
     it = iter(answers)
