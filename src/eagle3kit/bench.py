@@ -43,12 +43,11 @@ def environment() -> dict[str, Any]:
 def default_prompts(tokenizer: Any, n: int = 8) -> list[list[int]]:
     """Chat prompts from the zoo's held-out stdlib files ("Write the Python function ..."),
     rendered with the target's chat template up to the assistant turn."""
+    from eagle3kit.data.regenerate import chat_prompt_ids
     from eagle3kit.zoo._corpus import chat_samples, files, spaced
 
     convs = spaced(chat_samples(files("lib", held_out=True)), n)
-    return [tokenizer.apply_chat_template(c["messages"][:1], add_generation_prompt=True,
-                                          tokenize=True, return_dict=True)["input_ids"]
-            for c in convs]  # fmt: skip
+    return [chat_prompt_ids(tokenizer, c["messages"][:1]) for c in convs]
 
 
 class _ForwardCounter:

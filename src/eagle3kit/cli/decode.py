@@ -13,11 +13,24 @@ DRAFTER_HELP = "Drafter dir (any layout: SGLang, speculators/vLLM, EAGLE)."
 DATA_HELP = "A DATA dir from `data prepare`, or a JSONL of conversations."
 
 
-def _threads(n: int | None) -> None:
-    if n is not None:
+def _load(target: str, drafter: str | None, device: str, threads: int | None):
+    """(TargetModel, drafter) on `device`, torch using `threads` CPU threads when given."""
+    from eagle3kit.decode.loading import load_pair
+
+    if threads is not None:
         import torch
 
-        torch.set_num_threads(n)
+        torch.set_num_threads(threads)
+    return load_pair(target, drafter, device=device)
+
+
+def _output(r: dict, json_: bool, render) -> None:
+    from eagle3kit.cli._render import emit_json
+
+    if json_:
+        emit_json(r)
+    else:
+        render(r)
 
 
 def _tree(tree: bool, topk: int, budget: int):
@@ -47,20 +60,15 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Generate with speculative decoding; streams the text, ends with tau and tok/s."""
         from eagle3kit.cli._render import emit_json
+        from eagle3kit.data.regenerate import chat_prompt_ids
         from eagle3kit.decode import Sampling, speculative_generate
-        from eagle3kit.decode.loading import load_pair
 
-        _threads(threads)
-        tm, d = load_pair(target, drafter, device=device)
+        tm, d = _load(target, drafter, device, threads)
         tok = tm.tokenizer
         if tok is None:
             raise typer.BadParameter("the target has no tokenizer", param_hint="--target")
-        if chat:
-            ids = tok.apply_chat_template([{"role": "user", "content": prompt}],
-                                          add_generation_prompt=True, tokenize=True,
-                                          return_dict=True)["input_ids"]  # fmt: skip
-        else:
-            ids = tok(prompt)["input_ids"]
+        user = [{"role": "user", "content": prompt}]
+        ids = chat_prompt_ids(tok, user) if chat else tok(prompt)["input_ids"]
         stream = None if json_ else _Streamer(tok)
         g = speculative_generate(tm, d, ids, max_new_tokens=max_new_tokens, depth=depth,
                                  tree=_tree(tree, topk, budget),
@@ -94,20 +102,14 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding."""
         from eagle3kit.cli._progress import bar
-        from eagle3kit.cli._render import emit_json
-        from eagle3kit.decode.loading import load_pair
         from eagle3kit.evaluate import evaluate, load_eval_data
 
-        _threads(threads)
-        tm, d = load_pair(target, drafter, device=device)
+        tm, d = _load(target, drafter, device, threads)
         ev = load_eval_data(data, tm.tokenizer)
         with bar(not json_) as progress:
             r = evaluate(tm, d, ev, depth, online=online, max_new_tokens=max_new_tokens,
                          repeats=repeats, limit=limit, progress=progress)  # fmt: skip
-        if json_:
-            emit_json(r)
-        else:
-            _render_eval(r)
+        _output(r, json_, _render_eval)
 
     @app.command("bench")
     def bench_(
@@ -131,24 +133,19 @@ def register(app: typer.Typer) -> None:
         """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order)."""
         from eagle3kit.bench import bench, default_prompts
         from eagle3kit.cli._progress import bar
-        from eagle3kit.cli._render import emit_json
-        from eagle3kit.decode.loading import load_pair
+        from eagle3kit.decode import TreeShape
         from eagle3kit.evaluate import load_eval_data
 
-        _threads(threads)
-        tm, d = load_pair(target, drafter, device=device)
+        tm, d = _load(target, drafter, device, threads)
         if data is not None:
             ps = load_eval_data(data, tm.tokenizer).prompts[:prompts]
         else:
             ps = default_prompts(tm.tokenizer, prompts)
         with bar(not json_) as progress:
             r = bench(tm, d, ps, repeats=repeats, max_new_tokens=max_new_tokens, depth=depth,
-                      tree=_tree(True, topk, budget), tree_depth=tree_depth, lookup=lookup,
+                      tree=TreeShape(topk, budget), tree_depth=tree_depth, lookup=lookup,
                       progress=progress)  # fmt: skip
-        if json_:
-            emit_json(r)
-        else:
-            _render_bench(r)
+        _output(r, json_, _render_bench)
 
 
 class _Streamer:
