@@ -316,9 +316,6 @@ class FeatureStore:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def lengths(self) -> torch.Tensor:
-        return torch.tensor([b - a for _, a, b in self._where], dtype=torch.int64)  # [n]
-
     def split(self, heldout: float | int = 0.05, seed: int = 0) -> tuple[list[int], list[int]]:
         """(train, held-out) indices: the same ids split as in the prepared DATA (``split_ids``)."""
         return split_ids(self.ids, heldout, seed)

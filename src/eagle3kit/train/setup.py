@@ -15,7 +15,7 @@ import torch
 from eagle3kit.errors import Eagle3Error, bad
 from eagle3kit.progress import Progress, emit
 from eagle3kit.train import warmstart
-from eagle3kit.train.sources import OfflineSource, OnlineSource, store_vocab, token_counts
+from eagle3kit.train.sources import OfflineSource, OnlineSource, store_vocab
 
 
 @dataclass
@@ -76,8 +76,9 @@ def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor
     if n == v and not cfg.rebuild_vocab:
         return torch.zeros(v, dtype=torch.long), torch.ones(v, dtype=torch.bool)
     from eagle3kit.data.prepared import load_prepared
+    from eagle3kit.data.vocab_counts import loss_token_counts
 
-    return build_vocab(token_counts(load_prepared(cfg.data), v), n)
+    return build_vocab(loss_token_counts(load_prepared(cfg.data), v), n)
 
 
 def _target(cfg: Any, path: str, aux: Any, device: str):

@@ -22,10 +22,6 @@ class OnlineSource:
     def __init__(self, data: Any, target: Any, d2t: torch.Tensor, *, max_len: int,
                  topk: int | None = None) -> None:  # fmt: skip
         self.data, self.target, self.d2t, self.max_len, self.topk = data, target, d2t, max_len, topk
-        self.ids = list(data.ids)
-
-    def __len__(self) -> int:
-        return len(self.ids)
 
     def split(self, heldout: float | int, seed: int = 0) -> tuple[list[int], list[int]]:
         return self.data.split(heldout, seed)
@@ -49,10 +45,6 @@ class OfflineSource:
 
     def __init__(self, store: Any, *, max_len: int) -> None:
         self.store, self.max_len = store, max_len
-        self.ids = list(getattr(store, "ids", range(len(store))))
-
-    def __len__(self) -> int:
-        return len(self.store)
 
     def split(self, heldout: float | int, seed: int = 0) -> tuple[list[int], list[int]]:
         return self.store.split(heldout, seed)
@@ -64,12 +56,6 @@ class OfflineSource:
         if f.input_ids.shape[1] <= self.max_len:
             return f
         return replace(f, **{x.name: getattr(f, x.name)[:, : self.max_len] for x in fields(f)})
-
-
-def token_counts(data: Any, vocab_size: int) -> torch.Tensor:
-    """How often each target id is an assistant (loss-masked) token in DATA: Long [V]."""
-    toks = data.all_input_ids[data.all_loss_mask].long()  # [N_loss]
-    return torch.bincount(toks, minlength=vocab_size)[:vocab_size]
 
 
 def store_vocab(store: Any, where: str) -> tuple[torch.Tensor, torch.Tensor]:
