@@ -154,6 +154,13 @@ def test_refuses_fc_width_not_target_hidden_size(tmp_path):
     _refused(tmp_path, src, "fc.weight: expected 192 columns", "target_hidden_size=64", "found 256")
 
 
+def test_one_defect_is_told_once(tmp_path):
+    """compat's finding of the same defect is not counted as another problem."""
+    src = _bad_drafter(tmp_path, shape_overrides={"fc.weight": (64, 256)})
+    r = run_cli("convert", src, "--to", "vllm", "-o", tmp_path / "out")
+    assert r.code == 2 and "fc.weight" in r.err and "more problem" not in r.err, r.err
+
+
 def test_refuses_missing_lm_head(tmp_path):
     src = _bad_drafter(tmp_path, omit=("embed_tokens.weight", "lm_head.weight"))
     _refused(tmp_path, src, "model.safetensors: lm_head.weight: expected a tensor", "found none")

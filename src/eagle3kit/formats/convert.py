@@ -90,8 +90,9 @@ def _shape_problem(canon: str, stored: str, spec: DraftSpec, found: tuple[int, .
     return f"{stored}: expected shape {list(exp)} from the config, found {list(found)}"
 
 
-def drafter_problems(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) -> list[tuple[str, str]]:  # fmt: skip
-    """Every drafter-alone defect as (file, `field: expected ..., found ...`); [] when sound.
+def drafter_problems(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) -> list[tuple[str, str, str]]:  # fmt: skip
+    """Every drafter-alone defect as (file, compat's code, `field: expected ..., found ...`);
+    [] when sound.
 
     Shapes vs config (naming the config field for lm_head rows and fc width), required
     tensors, and the d2t/t2d pair (model/vocab.py: integer dtype, 0 <= target id < vocab,
@@ -99,23 +100,29 @@ def drafter_problems(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) -
     `drafter_findings`, so nothing compat fails on its own is converted."""
     from eagle3kit.model.vocab import vocab_problems
 
-    out: list[tuple[str, str]] = []
-    tensor_file = ckpt.files[0] if ckpt.files else ckpt.source
+    out: list[tuple[str, str, str]] = []
+    missing = {"lm_head.weight": "missing-lm-head", "d2t": "missing-d2t"}
     for req in spec.required_tensors():
         if req not in names:
             why = f" (config declares draft_vocab_size={spec.draft_vocab_size})" if req == "lm_head.weight" else ""  # fmt: skip
-            out.append((tensor_file, f"{req}: expected a tensor{why}, found none"))
+            code = missing.get(req, "missing-tensor")
+            out.append((_tensor_file(ckpt), code, f"{req}: expected a tensor{why}, found none"))
     expected = spec.expected_shapes()
     for canon, stored in sorted(names.items()):
         t = ckpt.tensors[stored]
         if canon in expected and tuple(t.shape) != expected[canon]:
-            out.append((t.file, _shape_problem(canon, stored, spec, tuple(t.shape))))
+            code = "embed-shape" if canon == "embed_tokens.weight" else "tensor-shape"
+            out.append((t.file, code, _shape_problem(canon, stored, spec, tuple(t.shape))))
     if "d2t" in names:
         d2t = ckpt.read_small_tensor(names["d2t"])
         t2d = ckpt.read_small_tensor(names["t2d"]) if "t2d" in names else None
-        for _, msg in vocab_problems(d2t, t2d, spec.vocab_size):
-            out.append((ckpt.tensors[names["d2t"]].file, msg))
+        for code, msg in vocab_problems(d2t, t2d, spec.vocab_size):
+            out.append((ckpt.tensors[names["d2t"]].file, code, msg))
     return out
+
+
+def _tensor_file(ckpt: Checkpoint) -> str:
+    return ckpt.files[0] if ckpt.files else ckpt.source
 
 
 def eagle_refusals(spec: DraftSpec, has_embedding: bool) -> list[str]:
@@ -251,10 +258,11 @@ def _refuse(src: str, ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str], 
     from eagle3kit.compat import drafter_findings
 
     problems = drafter_problems(ckpt, spec, names)
-    tensor_file = ckpt.files[0] if ckpt.files else ckpt.source
-    problems += [(tensor_file, f.message) for f in drafter_findings(ckpt, spec, names) if f.severity == "error"]  # fmt: skip
+    told = {code for _, code, _ in problems}  # compat's findings of these codes say it again
+    problems += [(_tensor_file(ckpt), f.code, f.message) for f in drafter_findings(ckpt, spec, names)
+                 if f.severity == "error" and f.code not in told]  # fmt: skip
     if problems:
-        where, what = problems[0]
+        where, _, what = problems[0]
         more = f" (and {len(problems) - 1} more problem(s): see `eagle3kit inspect {src}`)" if len(problems) > 1 else ""  # fmt: skip
         raise bad(where, what + more)
     unknown = [n for n in names if n not in spec.expected_shapes() and n not in TRAINING_ONLY]
