@@ -31,6 +31,81 @@ def _inspect_failures(r: dict) -> list[str]:
     return out
 
 
+def _render_target(r: dict) -> None:
+    con = out()
+    t = r["target"]
+    con.print(
+        f"[bold]{r['source']}[/]: target model [cyan]{t['architecture']}[/] ({t['model_type']})"
+    )
+    con.print(
+        f"  layers {t['num_layers']}, hidden size {t['hidden_size']}, vocab {t['vocab_size']}, "
+        f"max positions {t['max_position_embeddings']}"
+    )
+    con.print(f"  default EAGLE-3 aux layers (HF hidden-state indices): {t['default_aux_layers']}")
+    con.print(
+        f"  {len(r['tensors'])} tensors, {_fmt_bytes(r['total_bytes'])}; tokenizer: {'yes' if r['has_tokenizer'] else 'no'}"
+    )
+
+
+def _render_drafter(r: dict) -> None:
+    """The spec in a few lines, the tensor table, the vocab map, mismatches, errors."""
+    from rich.table import Table
+
+    from eagle3kit.spec import NORM_FLAGS
+
+    con = out()
+    s = r["spec"]
+    con.print(
+        f"[bold]{r['source']}[/]: EAGLE-3 drafter, [cyan]{r['format']}[/] layout ({s['architecture']})"
+    )
+    aux = s["aux_layers"]
+    aux_s = (
+        f"{aux} (HF hidden-state indices"
+        + (
+            f"; file says {s['aux_layers_raw']} in SGLang's convention)"
+            if s["aux_convention"] == "sglang"
+            else ")"
+        )
+        if aux
+        else "not recorded: engines use (2, L//2, L-3)"
+    )
+    con.print(f"  hidden {s['hidden_size']} (target {s['target_hidden_size']}), intermediate {s['intermediate_size']}, "
+              f"heads {s['num_attention_heads']}/{s['num_key_value_heads']} x {s['head_dim']}, vocab {s['draft_vocab_size']} of {s['vocab_size']}")  # fmt: skip
+    con.print(
+        f"  aux layers: {aux_s}; dtype {s['dtype']}; max positions {s['max_position_embeddings']}"
+    )
+    flags = [f for f in (*NORM_FLAGS, "qk_norm") if s[f]]
+    con.print(f"  flags: {', '.join(flags) if flags else 'none'} -> {r['variant']}")
+    if s["attention"] == "mla":
+        con.print(f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope {s['qk_nope_head_dim']} "
+                  f"+ rope {s['qk_rope_head_dim']}, v {s['v_head_dim']}, rope_scaling {s['rope_scaling']})")  # fmt: skip
+    table = Table(show_lines=False)
+    for col in ("name", "shape", "dtype", "bytes", "role"):
+        table.add_column(col, overflow="fold")
+    for t in r["tensors"]:
+        table.add_row(t["name"], str(t["shape"]), t["dtype"], _fmt_bytes(t["bytes"]), t["role"])
+    con.print(table)
+    con.print(f"  total {_fmt_bytes(r['total_bytes'])}")
+    if r["vocab_map"]:
+        vm = r["vocab_map"]
+        parts = []
+        if "d2t" in vm:
+            parts.append(
+                f"d2t -> target ids {vm['d2t']['target_min']}..{vm['d2t']['target_max']}, {vm['d2t']['out_of_range']} out of range"
+            )
+        if "t2d" in vm:
+            parts.append(f"t2d marks {vm['t2d']['count']} ids")
+        con.print("  vocab map: " + "; ".join(parts))
+    for m in r["shape_mismatches"]:
+        con.print(
+            f"  [red]shape mismatch[/] {m['name']}: expected {m['expected']}, found {m['found']}"
+        )
+    con.print(f"  missing: {', '.join(r['missing']) or 'none'}")
+    con.print(f"  unexpected: {', '.join(r['unexpected']) or 'none'}")
+    for f in _inspect_failures(r):
+        con.print(f"  [red]error[/] {f}", markup=True, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def inspect(
@@ -45,86 +120,17 @@ def register(app: typer.Typer) -> None:
         """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers only.
 
         Exit 1 when the drafter is broken (vocab map, shapes vs config, a required tensor missing)."""
-        from rich.table import Table
-
         from eagle3kit.inspection import inspect_checkpoint
-        from eagle3kit.spec import NORM_FLAGS
 
         r = inspect_checkpoint(path)
         if json_out:
             emit_json(r)
-            if _inspect_failures(r):
-                raise typer.Exit(1)
+        elif r["kind"] == "target":
+            _render_target(r)
             return
-        con = out()
-        if r["kind"] == "target":
-            t = r["target"]
-            con.print(
-                f"[bold]{r['source']}[/]: target model [cyan]{t['architecture']}[/] ({t['model_type']})"
-            )
-            con.print(
-                f"  layers {t['num_layers']}, hidden size {t['hidden_size']}, vocab {t['vocab_size']}, "
-                f"max positions {t['max_position_embeddings']}"
-            )
-            con.print(
-                f"  default EAGLE-3 aux layers (HF hidden-state indices): {t['default_aux_layers']}"
-            )
-            con.print(
-                f"  {len(r['tensors'])} tensors, {_fmt_bytes(r['total_bytes'])}; tokenizer: {'yes' if r['has_tokenizer'] else 'no'}"
-            )
-            return
-        s = r["spec"]
-        con.print(
-            f"[bold]{r['source']}[/]: EAGLE-3 drafter, [cyan]{r['format']}[/] layout ({s['architecture']})"
-        )
-        aux = s["aux_layers"]
-        aux_s = (
-            f"{aux} (HF hidden-state indices"
-            + (
-                f"; file says {s['aux_layers_raw']} in SGLang's convention)"
-                if s["aux_convention"] == "sglang"
-                else ")"
-            )
-            if aux
-            else "not recorded: engines use (2, L//2, L-3)"
-        )
-        con.print(f"  hidden {s['hidden_size']} (target {s['target_hidden_size']}), intermediate {s['intermediate_size']}, "
-                  f"heads {s['num_attention_heads']}/{s['num_key_value_heads']} x {s['head_dim']}, vocab {s['draft_vocab_size']} of {s['vocab_size']}")  # fmt: skip
-        con.print(
-            f"  aux layers: {aux_s}; dtype {s['dtype']}; max positions {s['max_position_embeddings']}"
-        )
-        flags = [f for f in (*NORM_FLAGS, "qk_norm") if s[f]]
-        con.print(f"  flags: {', '.join(flags) if flags else 'none'} -> {r['variant']}")
-        if s["attention"] == "mla":
-            con.print(f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope {s['qk_nope_head_dim']} "
-                      f"+ rope {s['qk_rope_head_dim']}, v {s['v_head_dim']}, rope_scaling {s['rope_scaling']})")  # fmt: skip
-        table = Table(show_lines=False)
-        for col in ("name", "shape", "dtype", "bytes", "role"):
-            table.add_column(col, overflow="fold")
-        for t in r["tensors"]:
-            table.add_row(t["name"], str(t["shape"]), t["dtype"], _fmt_bytes(t["bytes"]), t["role"])
-        con.print(table)
-        con.print(f"  total {_fmt_bytes(r['total_bytes'])}")
-        if r["vocab_map"]:
-            vm = r["vocab_map"]
-            parts = []
-            if "d2t" in vm:
-                parts.append(
-                    f"d2t -> target ids {vm['d2t']['target_min']}..{vm['d2t']['target_max']}, {vm['d2t']['out_of_range']} out of range"
-                )
-            if "t2d" in vm:
-                parts.append(f"t2d marks {vm['t2d']['count']} ids")
-            con.print("  vocab map: " + "; ".join(parts))
-        for m in r["shape_mismatches"]:
-            con.print(
-                f"  [red]shape mismatch[/] {m['name']}: expected {m['expected']}, found {m['found']}"
-            )
-        con.print(f"  missing: {', '.join(r['missing']) or 'none'}")
-        con.print(f"  unexpected: {', '.join(r['unexpected']) or 'none'}")
-        failures = _inspect_failures(r)
-        for f in failures:
-            con.print(f"  [red]error[/] {f}", markup=True, highlight=False)
-        if failures:
+        else:
+            _render_drafter(r)
+        if _inspect_failures(r):
             raise typer.Exit(1)
 
     @app.command()
