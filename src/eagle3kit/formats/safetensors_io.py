@@ -17,6 +17,7 @@ import math
 import os
 import re
 import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -526,8 +527,6 @@ def write_safetensors_sparse(
     """
     import numpy as np
 
-    from eagle3kit.atomic import atomic_open
-
     names = sorted(tensors)
     dtypes = {v: k for k, v in _torch_dtypes().items()}
     header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
@@ -539,22 +538,36 @@ def write_safetensors_sparse(
         size = t.numel() * t.element_size()
         header[n] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}  # fmt: skip
         offset += size
+
+    def chunks():  # (offset in the data section, bytes): the non-zero SPARSE_CHUNK runs
+        for n in names:
+            raw = _tensor_bytes(tensors[n])  # [nbytes] uint8
+            start = header[n]["data_offsets"][0]
+            for a in range(0, raw.shape[0], SPARSE_CHUNK):
+                chunk = raw[a : a + SPARSE_CHUNK]
+                if np.any(chunk):
+                    yield start + a, chunk.tobytes()
+
+    return write_with_holes(path, header, offset, chunks())
+
+
+def write_with_holes(path: str | Path, header: dict[str, Any], total: int,
+                     chunks: Iterable[tuple[int, bytes]]) -> int:  # fmt: skip
+    """A safetensors file from its header and (offset in the data section, bytes) chunks; the
+    rest of the `total`-byte data section stays holes. Atomic; returns the data bytes written."""
+    from eagle3kit.atomic import atomic_open
+
     hjson = json.dumps(header, separators=(",", ":")).encode()
-    hjson += b" " * (-len(hjson) % 8)
+    hjson += b" " * (-len(hjson) % 8)  # 8-byte aligned data
     written = 0
     with atomic_open(path, "wb") as f:
         f.write(struct.pack("<Q", len(hjson)) + hjson)
         base = 8 + len(hjson)
-        for n in names:
-            raw = _tensor_bytes(tensors[n])  # [nbytes] uint8
-            start = base + header[n]["data_offsets"][0]
-            for a in range(0, raw.shape[0], SPARSE_CHUNK):
-                chunk = raw[a : a + SPARSE_CHUNK]
-                if np.any(chunk):
-                    f.seek(start + a)
-                    f.write(chunk.tobytes())
-                    written += chunk.shape[0]
-        f.truncate(base + offset)
+        for off, raw in chunks:
+            f.seek(base + off)
+            f.write(raw)
+            written += len(raw)
+        f.truncate(base + total)
     return written
 
 

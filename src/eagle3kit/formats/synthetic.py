@@ -8,16 +8,15 @@ scale without downloading anything.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from eagle3kit.atomic import atomic_open, atomic_write_json
+from eagle3kit.atomic import atomic_write_json
 from eagle3kit.formats.layouts import MLA_ARCH, canonical_to_file, config_for
-from eagle3kit.formats.safetensors_io import DTYPE_SIZES
+from eagle3kit.formats.safetensors_io import DTYPE_SIZES, write_with_holes
 from eagle3kit.spec import DraftSpec
 
 _WEIGHT_DTYPE = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
@@ -90,16 +89,7 @@ def write_sparse_drafter(
         if raw is not None:
             blobs.append((offset, raw))
         offset += size
-    hjson = json.dumps(header, separators=(",", ":")).encode()
-    hjson += b" " * (-len(hjson) % 8)
-    with atomic_open(out / "model.safetensors", "wb") as f:
-        f.write(len(hjson).to_bytes(8, "little"))
-        f.write(hjson)
-        base = 8 + len(hjson)
-        for off, raw in blobs:
-            f.seek(base + off)
-            f.write(raw)
-        f.truncate(base + offset)
+    write_with_holes(out / "model.safetensors", header, offset, blobs)
     atomic_write_json(out / "config.json", cfg)
     return out
 
