@@ -399,15 +399,14 @@ def decide(
 
 
 def _load(drafter: str, target: str, reference: str | None, device: str, dtype: str):
-    from eagle3kit.formats.layouts import read_spec
-    from eagle3kit.formats.safetensors_io import load_checkpoint
+    from eagle3kit.formats.convert import load_drafter_tensors
     from eagle3kit.model.drafter import Eagle3Drafter
     from eagle3kit.model.target import TargetModel, _parse_dtype
 
-    layout, spec, _ = read_spec(load_checkpoint(drafter))
+    spec, tensors, layout = load_drafter_tensors(drafter)  # the checkpoint is read once
     new = TargetModel.from_pretrained(target, device=device, dtype=dtype)
     ref = TargetModel.from_pretrained(reference, device=device, dtype=dtype) if reference else None
-    d = Eagle3Drafter.from_pretrained(drafter, device=device, dtype=_parse_dtype(dtype))
+    d = Eagle3Drafter.from_tensors(spec, tensors, device=device, dtype=_parse_dtype(dtype))
     return layout, spec, d.eval().requires_grad_(False), new, ref
 
 

@@ -231,8 +231,14 @@ class Eagle3Drafter(nn.Module):
         from eagle3kit.formats.convert import load_drafter_tensors
 
         spec, tensors, _layout = load_drafter_tensors(str(path))
-        dt = dtype or getattr(torch, spec.dtype, torch.float32)
-        model = cls(spec, device=device, dtype=dt)
+        return cls.from_tensors(spec, tensors, device=device, dtype=dtype)
+
+    @classmethod
+    def from_tensors(cls, spec: DraftSpec, tensors: dict[str, torch.Tensor], *,
+                     device: torch.device | str = "cpu",
+                     dtype: torch.dtype | None = None) -> Eagle3Drafter:  # fmt: skip
+        """A drafter of `spec` holding canonical-named `tensors` (dtype default: the spec's)."""
+        model = cls(spec, device=device, dtype=dtype or getattr(torch, spec.dtype, torch.float32))
         model.load_canonical(tensors)
         return model
 
