@@ -191,7 +191,8 @@ def _run(
             outputs.write_metrics(metrics_path, outputs.read_metrics(metrics_path, meta["step"]))
     else:
         run.mkdir(parents=True, exist_ok=True)
-        _after_eval(run, cfg, m, opt, anchor, meta, 0, evaluate(m, ctx.eval_batches, k), d, ctx)
+        met = evaluate(m, ctx.eval_batches, k)
+        _after_eval(run, cfg, m, opt, anchor, meta, 0, met, d, ctx, step_dir=False)
     m.train()
     tokens, busy, t_start = 0, 0.0, time.perf_counter()
     for step in range(meta["step"], n_steps):
@@ -214,10 +215,11 @@ def _run(
         done = step + 1
         emit(progress, "train", done, n_steps, "steps", loss=float(dist_.all_sum(loss.detach().double().cpu(), d)))  # fmt: skip
         last = done == n_steps or _out_of_time(cfg, t_start, d)
-        if done % eval_every == 0 or last:
+        step_dir = bool(cfg.save_every and done % cfg.save_every == 0) or last
+        if done % eval_every == 0 or last:  # evaluates, then saves the state (and RUN/step-N)
             met = evaluate(m, ctx.eval_batches, k)
-            _after_eval(run, cfg, m, opt, anchor, meta, done, met, d, ctx)
-        if (cfg.save_every and done % cfg.save_every == 0) or last:
+            _after_eval(run, cfg, m, opt, anchor, meta, done, met, d, ctx, step_dir)
+        elif step_dir:
             _save_point(run, cfg, m, opt, anchor, meta, done, d, ctx, step_dir=True)
         if last:
             break
@@ -232,7 +234,7 @@ def _out_of_time(cfg: TrainConfig, t_start: float, d: dist_.Dist) -> bool:
     return bool(dist_.all_sum(torch.tensor([over], dtype=torch.float64), d) > 0)
 
 
-def _after_eval(run, cfg, m, opt, anchor, meta, step, met, d, ctx) -> None:
+def _after_eval(run, cfg, m, opt, anchor, meta, step, met, d, ctx, step_dir: bool) -> None:
     """Log one evaluation; keep RUN/best by simulated accept length; save the state."""
     row = {"step": step, "loss": met["loss"], "acc": met["acc"], "cond_acc": met["cond_acc"],
            "sim_accept_len": met["sim_accept_len"], "sim_accept_len_by_depth": met["sim_accept_len_by_depth"],
@@ -247,7 +249,7 @@ def _after_eval(run, cfg, m, opt, anchor, meta, step, met, d, ctx) -> None:
         outputs.plot_curves(
             run / "curves.png", outputs.read_metrics(run / "metrics.jsonl"), cfg.ttt_steps
         )
-    _save_point(run, cfg, m, opt, anchor, meta, step, d, ctx, step_dir=False, tensors=tensors)
+    _save_point(run, cfg, m, opt, anchor, meta, step, d, ctx, step_dir=step_dir, tensors=tensors)
 
 
 def _save_point(
