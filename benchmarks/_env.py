@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import statistics
 
-from eagle3kit.environment import environment_info
+from eagle3kit.core.environment import environment_info
 
 
 def environment() -> str:

@@ -11,7 +11,7 @@
    `generate(do_sample=False)` against eagle3kit chain and tree (greedy); counts prompts whose
    outputs are identical token for token. A member without
    a trained drafter for its architecture gets a random one (losslessness must hold anyway).
-2. Speed (`eagle3kit.bench.bench`): greedy, prompt lookup, chain, tree on the same prompts,
+2. Speed (`eagle3kit.measure.bench.bench`): greedy, prompt lookup, chain, tree on the same prompts,
    rotating order, tok/s median/min/max over `--repeats`, speedup, tau, ideal bound and the
    fraction of it reached.
 3. Offline simulated tau (the chain cycles walked teacher-forced on held-out conversations
@@ -38,15 +38,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _env import environment, environment_info  # noqa: E402
 
 from eagle3kit import zoo  # noqa: E402
-from eagle3kit.bench import bench, default_prompts  # noqa: E402
+from eagle3kit.measure.bench import bench, default_prompts  # noqa: E402
 from eagle3kit.decode import TreeShape, greedy_generate, speculative_generate  # noqa: E402
-from eagle3kit.evaluate import EvalData, evaluate, evaluate_offline, load_eval_data  # noqa: E402
+from eagle3kit.measure.evaluate import EvalData, evaluate, evaluate_offline, load_eval_data  # noqa: E402
 from eagle3kit.model.target import TargetModel  # noqa: E402
 
 
 def load(member: str, drafter_dir: str | None, size: str = "full"):
     """(target, drafter, 'trained' | 'random') for a full member."""
-    from eagle3kit.decode.loading import load_pair
+    from eagle3kit.model.loading import load_pair
     from eagle3kit.model.drafter import Eagle3Drafter
 
     if drafter_dir:
@@ -107,7 +107,7 @@ def original_conversations(tm, n_prompts: int) -> EvalData:
     user's DATA would hold before regeneration."""
     import tempfile
 
-    from eagle3kit.zoo._corpus import chat_samples, files, spaced
+    from eagle3kit.zoo.corpus import chat_samples, files, spaced
 
     convs = spaced(chat_samples(files("lib", held_out=True)), n_prompts)
     with tempfile.TemporaryDirectory() as tmp:

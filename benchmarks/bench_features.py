@@ -54,7 +54,7 @@ def build_data(member: str, size: str, tmp: Path, n: int) -> tuple[Path, Path, P
     from eagle3kit import zoo
     from eagle3kit.data.prepare import prepare
     from eagle3kit.data.vocab_counts import draft_vocab
-    from eagle3kit.zoo import _corpus
+    from eagle3kit.zoo import corpus as _corpus
 
     model = zoo.build(member, size=size)
     convs = _corpus.chat_samples(_corpus.files("lib", held_out=True))
@@ -72,7 +72,7 @@ def fidelity(target, data: Path, store: Path, vocab: Path, ks: list[int]) -> dic
     from eagle3kit.data.features import compute_features
     from eagle3kit.data.prepared import collate, load_prepared
     from eagle3kit.data.store import FeatureStore
-    from eagle3kit.model.vocab import load_vocab
+    from eagle3kit.core.vocab import load_vocab
 
     d, fs = load_prepared(data), FeatureStore(store)
     d2t = load_vocab(vocab)[0]

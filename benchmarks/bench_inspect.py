@@ -1,7 +1,7 @@
 """Header-only `inspect` vs loading every tensor, on a Kimi-K2-shaped drafter (about 2.2 GiB).
 
 Writes the drafter with real (pseudo-random) bytes to a temporary directory, then measures:
-  1. eagle3kit.inspection.inspect_checkpoint (headers + d2t/t2d only), in-process;
+  1. eagle3kit.checkpoint.inspection.inspect_checkpoint (headers + d2t/t2d only), in-process;
   2. safe_open(...).get_tensor(...).clone() for every tensor (clone forces the bytes to be read;
      the page cache is warm after the first repeat: the best case for it);
   3. peak RSS growth of a fresh process running inspect_checkpoint;
@@ -30,7 +30,7 @@ def write_real_drafter(out: Path) -> Path:
     """A Kimi-K2-shaped SGLang drafter whose weight bytes are real, non-zero data."""
     import numpy as np
 
-    from eagle3kit.formats.synthetic import kimi_k2_spec, write_sparse_drafter
+    from eagle3kit.checkpoint.synthetic import kimi_k2_spec, write_sparse_drafter
 
     write_sparse_drafter(out, kimi_k2_spec())  # headers, d2t, t2d
     f = out / "model.safetensors"
@@ -61,7 +61,7 @@ def rss_kb():
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):
             return int(line.split()[1])
-from eagle3kit.inspection import inspect_checkpoint
+from eagle3kit.checkpoint.inspection import inspect_checkpoint
 before, cur0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rss_kb()
 r = inspect_checkpoint(sys.argv[1])
 after, cur1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rss_kb()
@@ -84,7 +84,7 @@ def main() -> None:
         print(f"environment: {environment()}")
         print(f"drafter: {d} ({size / 2**30:.2f} GiB, written in {time.perf_counter() - t0:.1f} s)")
 
-        from eagle3kit.inspection import inspect_checkpoint
+        from eagle3kit.checkpoint.inspection import inspect_checkpoint
 
         header = []
         for _ in range(args.repeats):

@@ -36,8 +36,8 @@ def main() -> None:
 
     from eagle3kit import zoo
     from eagle3kit.model.target import TargetModel
-    from eagle3kit.zoo import _corpus as corpus
-    from eagle3kit.zoo._train import distinct_ngram_ratio
+    from eagle3kit.zoo import corpus as corpus
+    from eagle3kit.zoo.training import distinct_ngram_ratio
 
     torch.set_num_threads(2)
     print("environment: " + environment())

@@ -27,7 +27,7 @@ from _env import environment, environment_info, stats  # noqa: E402
 
 
 def conversations(n: int) -> dict[str, list[list[dict]]]:
-    from eagle3kit.zoo import _corpus
+    from eagle3kit.zoo import corpus as _corpus
 
     pairs = _corpus.chat_samples(_corpus.files("lib", limit=200))
     pairs = [p["messages"] for p in pairs][: 3 * n]

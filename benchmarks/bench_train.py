@@ -46,7 +46,7 @@ def make(shape: dict, b: int, device: str):
     import torch
 
     from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.spec import DraftSpec
+    from eagle3kit.core.spec import DraftSpec
 
     h, v, vd, t = shape["h"], shape["v"], shape["vd"], shape["t"]
     spec = DraftSpec(hidden_size=h, intermediate_size=shape["inter"],

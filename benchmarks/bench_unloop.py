@@ -45,7 +45,7 @@ def main() -> None:
     import torch  # noqa: F401  (so that the environment line names it)
 
     from eagle3kit import zoo
-    from eagle3kit.zoo._build import build_into
+    from eagle3kit.zoo.builder import build_into
 
     print("environment: " + environment())
     rows = []

@@ -30,7 +30,7 @@ def zoo_data(member: str, out: Path, *, files: int | None = 400, max_length: int
     """DATA dir of the zoo chat samples of `member`'s slice, tokenised for that member."""
     from eagle3kit import zoo
     from eagle3kit.data.prepare import prepare
-    from eagle3kit.zoo import _corpus
+    from eagle3kit.zoo import corpus as _corpus
 
     if (out / "data.json").is_file():
         return out

@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from eagle3kit import zoo
-from eagle3kit.zoo._corpus import chat_samples, files, spaced
+from eagle3kit.zoo.corpus import chat_samples, files, spaced
 
 
 def prompts(n: int) -> list[dict]:

@@ -6,7 +6,7 @@ import json
 import struct
 from pathlib import Path
 
-from eagle3kit.spec import DraftSpec
+from eagle3kit.core.spec import DraftSpec
 
 
 def tiny_spec(**kw) -> DraftSpec:
@@ -64,8 +64,8 @@ def random_drafter(out: Path, spec: DraftSpec, layout: str = "sglang", seed: int
     """A real (random-weight) drafter checkpoint written through eagle3kit's own writer."""
     import torch
 
-    from eagle3kit.formats.convert import save_drafter
-    from eagle3kit.formats.synthetic import default_vocab_map
+    from eagle3kit.checkpoint.convert import save_drafter
+    from eagle3kit.checkpoint.synthetic import default_vocab_map
     from eagle3kit.model.drafter import Eagle3Drafter
 
     torch.manual_seed(seed)

@@ -7,8 +7,8 @@ import torch
 from eagle3kit.data.features import compute_features
 from eagle3kit.decode import greedy_generate
 from eagle3kit.model.drafter import Eagle3Drafter
-from eagle3kit.model.vocab import build_vocab
-from eagle3kit.spec import DraftSpec
+from eagle3kit.core.vocab import build_vocab
+from eagle3kit.core.spec import DraftSpec
 from eagle3kit.train.ttt import ttt_loss
 
 PROMPTS = [
@@ -22,7 +22,7 @@ def new_drafter(
     target, draft_vocab: int | None = None, counts=None, seed: int = 0
 ) -> Eagle3Drafter:
     """A random drafter shaped for `target`, using its embedding; a smaller draft vocabulary
-    takes the `counts` most frequent target ids (d2t/t2d by eagle3kit.model.vocab)."""
+    takes the `counts` most frequent target ids (d2t/t2d by eagle3kit.core.vocab)."""
     h, v = target.hidden_size, target.vocab_size
     spec = DraftSpec(hidden_size=h, intermediate_size=2 * h, num_attention_heads=2,
                      num_key_value_heads=1, head_dim=h // 2, vocab_size=v,
@@ -72,7 +72,7 @@ def train_drafter(target, seqs: list[list[int]], draft_vocab: int | None = None,
 def save_drafter_dir(drafter: Eagle3Drafter, out) -> str:
     """Write `drafter` as an SGLang-layout drafter dir (without embedding: the CLI must take the
     target's)."""
-    from eagle3kit.formats.convert import save_drafter
+    from eagle3kit.checkpoint.convert import save_drafter
 
     save_drafter(out, drafter.spec, drafter.canonical_state(with_embedding=False), "sglang")
     return str(out)
@@ -82,7 +82,7 @@ def chat_jsonl(path, n: int = 4, max_chars: int = 300) -> str:
     """A JSONL of n OpenAI-form conversations from the zoo's held-out stdlib functions."""
     import json
 
-    from eagle3kit.zoo._corpus import chat_samples, files, spaced
+    from eagle3kit.zoo.corpus import chat_samples, files, spaced
 
     convs = spaced(chat_samples(files("lib", held_out=True), max_chars=max_chars), n)
     with open(path, "w") as f:

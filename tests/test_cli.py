@@ -24,7 +24,7 @@ def test_help_does_not_import_torch():
 def test_header_only_commands_do_not_import_torch():
     """inspect and compat read headers only: importing them must not pull in torch (~3 s)."""
     code = (
-        "import sys; import eagle3kit.inspection, eagle3kit.compat, eagle3kit.model.vocab; "
+        "import sys; import eagle3kit.checkpoint.inspection, eagle3kit.checkpoint.compat, eagle3kit.core.vocab; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

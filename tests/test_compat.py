@@ -9,8 +9,8 @@ import pytest
 from ckpt_helpers import tiny_spec, write_target_config
 from conftest import run_cli
 
-from eagle3kit.compat import compat
-from eagle3kit.formats.synthetic import default_vocab_map, kimi_k2_spec, write_sparse_drafter
+from eagle3kit.checkpoint.compat import compat
+from eagle3kit.checkpoint.synthetic import default_vocab_map, kimi_k2_spec, write_sparse_drafter
 
 
 def codes(res, severity="error"):

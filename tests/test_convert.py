@@ -10,9 +10,9 @@ from ckpt_helpers import random_drafter, tiny_spec
 from conftest import run_cli
 from safetensors.torch import load_file
 
-from eagle3kit.formats.convert import load_drafter_tensors
+from eagle3kit.checkpoint.convert import load_drafter_tensors
 from eagle3kit.model.drafter import Eagle3Drafter
-from eagle3kit.spec import NORM_FLAGS
+from eagle3kit.core.spec import NORM_FLAGS
 
 
 def _logits(path) -> torch.Tensor:
@@ -88,7 +88,7 @@ def test_refuses_lossy_conversion(tmp_path):
 
 
 def test_refuses_unknown_tensors(tmp_path):
-    from eagle3kit.formats.safetensors_io import write_safetensors
+    from eagle3kit.checkpoint.safetensors_io import write_safetensors
 
     src = random_drafter(tmp_path / "src", tiny_spec(), "sglang")
     t = load_file(src / "model.safetensors")
@@ -118,13 +118,13 @@ def test_bad_layout_name(tmp_path):
 
 
 def _bad_drafter(tmp_path, spec=None, **kw):
-    from eagle3kit.formats.synthetic import write_sparse_drafter
+    from eagle3kit.checkpoint.synthetic import write_sparse_drafter
 
     return write_sparse_drafter(tmp_path / "src", spec or tiny_spec(), "sglang", **kw)
 
 
 def _vocab():
-    from eagle3kit.formats.synthetic import default_vocab_map
+    from eagle3kit.checkpoint.synthetic import default_vocab_map
 
     return default_vocab_map(tiny_spec())  # d2t int64 [128], t2d bool [512]: every 4th id
 
@@ -198,7 +198,7 @@ def test_refuses_duplicate_d2t(tmp_path):
 
 
 def test_refuses_float_d2t(tmp_path):
-    from eagle3kit.atomic import save_safetensors
+    from eagle3kit.core.atomic import save_safetensors
 
     src = random_drafter(tmp_path / "src", tiny_spec(), "sglang")
     t = load_file(src / "model.safetensors")
@@ -277,7 +277,7 @@ def test_vllm_verifier_from_source_or_note(tmp_path):
 
 
 def test_embed_from_target(tmp_path):
-    from eagle3kit.atomic import atomic_write_json, save_safetensors
+    from eagle3kit.core.atomic import atomic_write_json, save_safetensors
 
     tgt = tmp_path / "target"
     emb = torch.randn(512, 64, generator=torch.Generator().manual_seed(5))  # [V, H]
@@ -303,7 +303,7 @@ def test_embed_from_target(tmp_path):
 def test_sparse_source_stays_sparse_and_umask_respected(tmp_path):
     import os
 
-    from eagle3kit.formats.convert import convert
+    from eagle3kit.checkpoint.convert import convert
 
     spec = tiny_spec(hidden_size=256, intermediate_size=1024, head_dim=64, target_hidden_size=256,
                      vocab_size=4096, draft_vocab_size=1024)  # fmt: skip

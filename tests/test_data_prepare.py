@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from eagle3kit.data.prepared import PreparedWriter, collate, load_prepared, split_ids
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 
 @pytest.fixture(scope="module")
@@ -170,7 +170,7 @@ def _hand_data(path: Path) -> None:
 
 
 def test_vocab_from_loss_tokens(cli, tmp_path):
-    from eagle3kit.model.vocab import load_vocab
+    from eagle3kit.core.vocab import load_vocab
 
     _hand_data(tmp_path / "D")
     r = cli("data", "vocab", tmp_path / "D", "--draft-vocab-size", "2", "-o", tmp_path / "v.safetensors", "--json")  # fmt: skip

@@ -16,7 +16,7 @@ from eagle3kit.decode import (
     speculative_generate,
 )
 from eagle3kit.decode.sampling import accept_sampled, probs
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 ARCHS = ["llama-v1", "dsv3-v1"]
 N_NEW = 24

@@ -113,7 +113,7 @@ def test_kv_cache_incremental_equals_full():
 
 
 def test_d2t_maps_to_target_ids():
-    from eagle3kit.formats.synthetic import default_vocab_map
+    from eagle3kit.checkpoint.synthetic import default_vocab_map
 
     m = _random(tiny_spec())
     d2t, _ = default_vocab_map(m.spec)
@@ -141,7 +141,7 @@ def test_dtype_and_norm_flags_run():
 
 
 def test_embedding_must_match_shape():
-    from eagle3kit.errors import Eagle3Error
+    from eagle3kit.core.errors import Eagle3Error
 
     m = Eagle3Drafter(tiny_spec())
     with pytest.raises(Eagle3Error, match="embed_tokens"):
@@ -152,7 +152,7 @@ def test_embedding_must_match_shape():
 
 def test_forward_refuses_a_random_embedding():
     """No embedding loaded: refuse, and say how to fix it (the target's, or a checkpoint's)."""
-    from eagle3kit.errors import Eagle3Error
+    from eagle3kit.core.errors import Eagle3Error
 
     m = Eagle3Drafter(tiny_spec())
     ids, aux = torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, 2, 192)

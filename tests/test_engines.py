@@ -14,10 +14,10 @@ import pytest
 from ckpt_helpers import tiny_spec
 from conftest import run_cli
 
-from eagle3kit.compat import compat
-from eagle3kit.errors import Eagle3Error
-from eagle3kit.formats import engines as E
-from eagle3kit.formats.synthetic import write_sparse_drafter
+from eagle3kit.checkpoint.compat import compat
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.checkpoint import engines as E
+from eagle3kit.checkpoint.synthetic import write_sparse_drafter
 
 A, B = [1, 29, 57], [2, 30, 58]
 D = [2, 32, 61]  # default h[2, L//2, L-3] for L = 64
@@ -267,8 +267,8 @@ def test_cli_engine_version_json(tmp_path):
 def test_kimi_k25_mla_drafter_on_k25(tmp_path):
     """lightseekorg's K2.5 MLA drafter as TorchSpec's native export writes it ([1, 29, 57]
     layer outputs in eagle_config = h[2, 30, 58]), header-exact and sparse, on a K2.5 config."""
-    from eagle3kit.formats.synthetic import kimi_k25_mla_spec, kimi_k25_target_config
-    from eagle3kit.formats.synthetic import write_target_config as write_target
+    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec, kimi_k25_target_config
+    from eagle3kit.checkpoint.synthetic import write_target_config as write_target
 
     over = {"eagle3kit": None, "_torchspec_version": "0.3.0"}
     d = write_sparse_drafter(tmp_path / "mla", kimi_k25_mla_spec(), "sglang", config_overrides=over)
@@ -288,8 +288,8 @@ def test_kimi_k25_mla_drafter_on_k25(tmp_path):
 
 @pytest.mark.parametrize("flag,engine", [("norm_before_fc", "vllm"), ("fc_norm", "sglang")])
 def test_mla_norm_flags_the_engine_lacks(tmp_path, flag, engine):
-    from eagle3kit.formats.synthetic import kimi_k25_mla_spec, kimi_k25_target_config
-    from eagle3kit.formats.synthetic import write_target_config as write_target
+    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec, kimi_k25_target_config
+    from eagle3kit.checkpoint.synthetic import write_target_config as write_target
 
     spec = kimi_k25_mla_spec()  # the writer refuses the flag for vLLM; a third party's file has it
     extra = {"norm_before_fc": {"input_norm.weight": (3 * 7168,)},
@@ -323,7 +323,7 @@ VLLM_NAMES = {"fc.weight", "layers.0.self_attn.q_proj.weight"}
     ],
 )  # fmt: skip
 def test_writer_markers(tmp_path, config, names, files, name, reading, confidence):
-    from eagle3kit.formats.writers import infer_writer
+    from eagle3kit.checkpoint.writers import infer_writer
 
     (tmp_path / "config.json").write_text(json.dumps(config))
     for f in files:
@@ -334,7 +334,7 @@ def test_writer_markers(tmp_path, config, names, files, name, reading, confidenc
 
 
 def test_trained_on_by_reading():
-    from eagle3kit.formats.writers import Writer, trained_on
+    from eagle3kit.checkpoint.writers import Writer, trained_on
 
     ids = {"top": None, "nested": (1, 29, 57)}
     out = Writer("ModelOpt", "layer_output", ["x"], "high")

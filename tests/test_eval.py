@@ -67,8 +67,8 @@ def test_walk_by_hand():
 def test_offline_walk_replays_online_chain(setup):
     """On answers the target wrote itself, offline eval walks the same cycles as decoding."""
     from eagle3kit.decode import greedy_generate, speculative_generate
-    from eagle3kit.decode.loading import load_pair
-    from eagle3kit.evaluate import EvalData, evaluate_offline
+    from eagle3kit.model.loading import load_pair
+    from eagle3kit.measure.evaluate import EvalData, evaluate_offline
 
     tm, d = load_pair(setup["target"], setup["drafter"])
     eos = tm.tokenizer.eos_token_id
@@ -152,8 +152,8 @@ def test_eval_bad_input(cli, setup, tmp_path):
 
 def test_offline_random_drafter_accepts_less_than_trained(setup):
     """The offline metric separates a trained drafter from a random one (it can fail)."""
-    from eagle3kit.decode.loading import load_pair
-    from eagle3kit.evaluate import evaluate_offline, load_eval_data
+    from eagle3kit.model.loading import load_pair
+    from eagle3kit.measure.evaluate import evaluate_offline, load_eval_data
 
     tm, trained = load_pair(setup["target"], setup["drafter"])
     data = load_eval_data(setup["jsonl"], tm.tokenizer)

@@ -8,7 +8,7 @@ import pytest
 from ckpt_helpers import tiny_spec, write_target_config
 from conftest import run_cli
 
-from eagle3kit.formats.synthetic import kimi_k2_spec, write_sparse_drafter
+from eagle3kit.checkpoint.synthetic import kimi_k2_spec, write_sparse_drafter
 
 
 def test_inspect_kimi_k2_json(tmp_path):
@@ -105,7 +105,7 @@ MLA_ATTN = ("q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa", "kv_a
 
 @pytest.mark.parametrize("layout", ["sglang", "vllm"])
 def test_inspect_kimi_k25_mla_every_tensor_has_a_role(tmp_path, layout):
-    from eagle3kit.formats.synthetic import kimi_k25_mla_spec
+    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec
 
     d = write_sparse_drafter(tmp_path / layout, kimi_k25_mla_spec(), layout)
     r = run_cli("inspect", d, "--json")
@@ -136,7 +136,7 @@ def test_inspect_modelopt_kimik2_export(tmp_path):
     """ModelOpt's kimik2 template: V2 architecture, model_type kimi_k2, layers.0.* names, no
     draft_vocab_size key (the vocab comes from lm_head), ModelOpt keys in eagle_config, no
     embed_tokens or t2d."""
-    from eagle3kit.formats.synthetic import kimi_k25_mla_spec
+    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec
 
     spec = kimi_k25_mla_spec().replace(draft_vocab_size=32000)
     eagle_cfg = {"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True,
@@ -171,8 +171,8 @@ def test_inspect_names_the_eagle31_variant(tmp_path):
 
 
 def test_inspect_json_attention_mha_and_dataclass(tmp_path):
-    from eagle3kit.inspection import InspectResult, inspect_checkpoint
-    from eagle3kit.spec import DraftSpec
+    from eagle3kit.checkpoint.inspection import InspectResult, inspect_checkpoint
+    from eagle3kit.core.spec import DraftSpec
 
     d = write_sparse_drafter(tmp_path / "k2", kimi_k2_spec())
     assert json.loads(run_cli("inspect", d, "--json").out)["spec"]["attention"] == "mha"

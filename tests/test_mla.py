@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.model.drafter import DraftCache, Eagle3Drafter, causal_mask
-from eagle3kit.spec import DraftSpec, spec_for_target
+from eagle3kit.core.spec import DraftSpec, spec_for_target
 
 YARN = {"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0,
         "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1}  # fmt: skip
@@ -241,7 +241,7 @@ def test_forward_refuses_without_embedding():
 
 
 def test_kimi_k25_mla_shapes():
-    from eagle3kit.formats.synthetic import kimi_k25_mla_spec
+    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec
 
     shapes = kimi_k25_mla_spec().expected_shapes()
     a = "midlayer.self_attn."
@@ -255,7 +255,7 @@ def test_kimi_k25_mla_shapes():
 
 
 def test_spec_for_target_takes_deepseek_mla_dims():
-    from eagle3kit.formats.synthetic import kimi_k25_target_config
+    from eagle3kit.checkpoint.synthetic import kimi_k25_target_config
 
     cfg = kimi_k25_target_config()
     s = spec_for_target(cfg, attention="mla", draft_vocab_size=32000)
@@ -365,7 +365,7 @@ def test_kimi_k25_mla_sparse_round_trip_byte_identical(tmp_path):
     the export names on the way, and holes stay holes."""
     from conftest import run_cli
 
-    from eagle3kit.formats.synthetic import kimi_k25_mla_spec, write_sparse_drafter
+    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec, write_sparse_drafter
 
     src = write_sparse_drafter(tmp_path / "sg", kimi_k25_mla_spec())
     r = run_cli("convert", src, "--to", "vllm", "-o", tmp_path / "v", "--json")
@@ -390,7 +390,7 @@ def test_kimi_k25_mla_compat_and_eagle_refusal(tmp_path):
     written)."""
     from conftest import run_cli
 
-    from eagle3kit.formats.synthetic import (
+    from eagle3kit.checkpoint.synthetic import (
         kimi_k25_mla_spec,
         kimi_k25_target_config,
         write_sparse_drafter,

@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eagle3kit.cli.plan import expand_list_option
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.plan import (
     accept_len,
     accept_len_const,

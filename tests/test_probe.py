@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from eagle3kit import similarity as sim
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.measure import similarity as sim
+from eagle3kit.core.errors import Eagle3Error
 
 # ---------------------------------------------------------------- similarity, by hand
 
@@ -96,7 +96,7 @@ FAST = dict(samples=6, max_len=96, online_prompts=1, online_tokens=16)
 
 @pytest.mark.slow
 def test_probe_same_target_is_identity(pair):
-    from eagle3kit.probe import probe
+    from eagle3kit.measure.probe import probe
 
     d, v1, _ = pair
     r = probe(str(d), str(v1), str(v1), **FAST)
@@ -130,8 +130,8 @@ def test_aux_reading_detected_against_a_lying_config(pair, tmp_path):
     """Trained on h[2, 4, 5]; converted to the speculators/vLLM layout, whose ids are HF indices,
     with SpecForge-style ids [1, 3, 4] (layer outputs) written in: the file now claims h[1, 3, 4].
     The probe must find h[X+1] = h[2, 4, 5] from the data."""
-    from eagle3kit.formats.convert import convert
-    from eagle3kit.probe import CLEAR_MARGIN, probe
+    from eagle3kit.checkpoint.convert import convert
+    from eagle3kit.measure.probe import CLEAR_MARGIN, probe
 
     d, _, v2 = pair
     lying = tmp_path / "lying"
@@ -159,7 +159,7 @@ def test_probe_bad_input(tmp_path, cli):
     assert r.code == 2 and "--cycle-ms" in r.err
     bench = tmp_path / "bench.json"
     bench.write_text('{"baseline_tps": 80}')
-    from eagle3kit.probe import read_bench
+    from eagle3kit.measure.probe import read_bench
 
     with pytest.raises(Eagle3Error, match="cycle_ms: expected a positive number"):
         read_bench(str(bench))

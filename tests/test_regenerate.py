@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 sys.path.insert(0, str(Path(__file__).parent))
 from openai_server import FakeOpenAIServer  # noqa: E402

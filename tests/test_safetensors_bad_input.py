@@ -8,7 +8,7 @@ import pytest
 from ckpt_helpers import raw_safetensors, tiny_spec
 from conftest import run_cli
 
-from eagle3kit.formats.synthetic import write_sparse_drafter
+from eagle3kit.checkpoint.synthetic import write_sparse_drafter
 
 
 def _assert_bad(r, needle: str, *also: str):
@@ -131,7 +131,7 @@ def test_sharded_checkpoint_reads(tmp_path):
     """A sharded checkpoint (index + two shards) is read through its weight_map."""
     import torch
 
-    from eagle3kit.formats.safetensors_io import load_local, write_safetensors
+    from eagle3kit.checkpoint.safetensors_io import load_local, write_safetensors
 
     d = tmp_path / "sharded"
     d.mkdir()
@@ -151,7 +151,7 @@ def test_header_matches_safetensors_library(tmp_path):
     import torch
     from safetensors import safe_open
 
-    from eagle3kit.formats.safetensors_io import read_header_file, write_safetensors
+    from eagle3kit.checkpoint.safetensors_io import read_header_file, write_safetensors
 
     tensors = {
         "a": torch.randn(3, 5),
@@ -176,7 +176,7 @@ def test_sparse_writer_round_trips_through_the_safetensors_library(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from eagle3kit.formats.safetensors_io import (
+    from eagle3kit.checkpoint.safetensors_io import (
         SPARSE_CHUNK,
         read_header_file,
         write_safetensors_sparse,
@@ -212,7 +212,7 @@ def test_writers_follow_the_umask(tmp_path):
 
     import torch
 
-    from eagle3kit.formats.safetensors_io import write_json, write_safetensors
+    from eagle3kit.checkpoint.safetensors_io import write_json, write_safetensors
 
     old = os.umask(0o022)
     try:

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +50,7 @@ def make_data(folder: Path, vocab_size: int, n: int = 7, seed: int = 0) -> list[
 
 
 def make_vocab(path: Path, vocab_size: int, vd: int) -> torch.Tensor:
-    from eagle3kit.model.vocab import save_vocab
+    from eagle3kit.core.vocab import save_vocab
 
     used = torch.arange(0, vocab_size, vocab_size // vd)[:vd]  # [Vd] every (V/Vd)-th id
     t2d = torch.zeros(vocab_size, dtype=torch.bool)

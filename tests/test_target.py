@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 ARCHS = ["llama-v1", "dsv3-v1"]
 

@@ -73,7 +73,7 @@ _TEXTS = [
 def _tokenizer(bos, eos, extra):
     from transformers import PreTrainedTokenizerFast
 
-    from eagle3kit.zoo._corpus import train_tokenizer
+    from eagle3kit.zoo.corpus import train_tokenizer
 
     kw = dict(bos_token=bos) if bos else {}
     return PreTrainedTokenizerFast(
@@ -175,7 +175,7 @@ def test_zoo_template_without_marks_gives_the_same_mask(zoo_tokenizer):
 
 def test_both_methods_agree_on_zoo_chat_samples(zoo_tokenizer):
     """Real multi-turn text (stdlib code with its whitespace): generation marks == prefix diff."""
-    from eagle3kit.zoo import _corpus
+    from eagle3kit.zoo import corpus as _corpus
 
     pairs = [p["messages"] for p in _corpus.chat_samples(_corpus.files("lib", limit=8))][:30]
     convs = [pairs[i] + pairs[i + 1] + pairs[i + 2] for i in range(0, len(pairs) - 2, 3)]
@@ -191,7 +191,7 @@ def test_both_methods_agree_on_zoo_chat_samples(zoo_tokenizer):
 
 
 def test_unusable_templates_are_one_clear_error():
-    from eagle3kit.errors import Eagle3Error
+    from eagle3kit.core.errors import Eagle3Error
 
     tok = _tokenizer(None, "<|im_end|>", [])
     with pytest.raises(Eagle3Error, match="found none \\(pass --chat-template FILE\\)"):

@@ -18,7 +18,7 @@ def tiny_target(name: str = "dsv3-v1") -> Path:
 def tiny_data(name: str = "dsv3-v1", n: int = 48, max_length: int = 96) -> Path:
     """A DATA dir of n zoo chat samples prepared for the tiny target (built once per home)."""
     from eagle3kit.data.prepare import prepare
-    from eagle3kit.zoo import _corpus
+    from eagle3kit.zoo import corpus as _corpus
 
     target = tiny_target(name)
     home = Path(os.environ["EAGLE3KIT_HOME"]) / "train-tests"

@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from eagle3kit.errors import Eagle3Error
-from eagle3kit.model.vocab import build_vocab, coverage, load_vocab, save_vocab, validate_vocab
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.vocab import build_vocab, coverage, load_vocab, save_vocab, validate_vocab
 
 
 def test_build_vocab_top_n_ties_by_lower_id():

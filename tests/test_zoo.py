@@ -9,7 +9,7 @@ import time
 import pytest
 
 from eagle3kit import zoo
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 
 def _sha(p) -> str:
@@ -57,7 +57,7 @@ def test_v2_builds_v1_first_and_shares_its_tokenizer():
 def test_hf_dir_and_chat_template():
     from transformers import AutoConfig, AutoTokenizer
 
-    from eagle3kit.zoo._corpus import render_chat
+    from eagle3kit.zoo.corpus import render_chat
 
     p = zoo.get("dsv3-v1", size="tiny", progress=False)
     cfg = AutoConfig.from_pretrained(p)
@@ -106,7 +106,7 @@ def test_cli_cached_then_bit_identical_rebuild(cli, monkeypatch, tmp_path):
 
 def test_interrupted_build_leaves_no_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path))
-    from eagle3kit.zoo import _build
+    from eagle3kit.zoo import builder as _build
 
     def boom(m, size, recipe, out, parent_dir, progress):
         out.mkdir(parents=True, exist_ok=True)
@@ -130,7 +130,7 @@ def test_interrupted_build_leaves_no_cache(monkeypatch, tmp_path):
 
 
 def test_distinct_ngram_ratio():
-    from eagle3kit.zoo._train import distinct_ngram_ratio
+    from eagle3kit.zoo.training import distinct_ngram_ratio
 
     assert distinct_ngram_ratio(list(range(10))) == 1.0
     assert distinct_ngram_ratio([1, 2] * 20) == 2 / 37
@@ -140,7 +140,7 @@ def test_distinct_ngram_ratio():
 def test_repeat_mask_marks_repeated_4grams_after_the_prompt():
     import torch
 
-    from eagle3kit.zoo._train import repeat_mask
+    from eagle3kit.zoo.training import repeat_mask
 
     # prompt 9 9 | 1 2 3 4 5 1 2 3 4 6: the second "1 2 3 4" repeats the first
     seq = torch.tensor([[9, 9, 1, 2, 3, 4, 5, 1, 2, 3, 4, 6]])
@@ -171,7 +171,7 @@ def _fit(stream):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from eagle3kit.zoo._train import sample_batch
+    from eagle3kit.zoo.training import sample_batch
 
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
@@ -193,7 +193,7 @@ def test_unloop_breaks_greedy_loops(monkeypatch):
     the same steps with no repeat candidates (likelihood only) do not."""
     import torch
 
-    from eagle3kit.zoo import _train as tr
+    from eagle3kit.zoo import training as tr
 
     stream = _markov_stream(20000)
     prompts = [stream[i : i + 4].tolist() for i in (100, 2000, 5000, 9000)]
@@ -225,7 +225,7 @@ def test_unloop_ends_with_the_moving_average_of_its_steps():
     from torch.optim.optimizer import register_optimizer_step_post_hook
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from eagle3kit.zoo import _train as tr
+    from eagle3kit.zoo import training as tr
 
     stream = _markov_stream(2000)
     rec = tr.Recipe(vocab_size=64, file_limit=None, steps=0, batch=4, seq_len=16, lr=1e-2,
@@ -273,8 +273,8 @@ def test_full_llama_v1_greedy_text_does_not_loop():
     from transformers import AutoTokenizer
 
     from eagle3kit.model.target import TargetModel
-    from eagle3kit.zoo import _corpus as corpus
-    from eagle3kit.zoo._train import distinct_ngram_ratio
+    from eagle3kit.zoo import corpus as corpus
+    from eagle3kit.zoo.training import distinct_ngram_ratio
 
     p = zoo.get("llama-v1", progress=False)
     tok = AutoTokenizer.from_pretrained(p)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.progress import Progress, emit
+from eagle3kit.core.progress import Progress, emit
 
 # The seed's measurements (FORMATS.md "Numbers from the seeds").
 SEED = {
@@ -89,11 +89,11 @@ def _k25_target_config(d: Path) -> Path:
 
 def _prologue(out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """The situation in the seed: plan on its numbers; inspect and compat the Kimi drafters."""
-    from eagle3kit.compat import compat
-    from eagle3kit.formats.synthetic import kimi_k2_spec, write_sparse_drafter
-    from eagle3kit.inspection import inspect_checkpoint
+    from eagle3kit.checkpoint.compat import compat
+    from eagle3kit.checkpoint.synthetic import kimi_k2_spec, write_sparse_drafter
+    from eagle3kit.checkpoint.inspection import inspect_checkpoint
     from eagle3kit.plan import plan
-    from eagle3kit.plots import plot_plan
+    from eagle3kit.plan.plots import plot_plan
 
     steps: list[dict[str, Any]] = []
     say(
@@ -149,7 +149,7 @@ def run_demo(
     `size="tiny"` (`demo --quick`) uses the zoo's reduced members and a small recipe (tests).
     torch runs on `threads` threads meanwhile (restored after)."""
     if size not in RECIPES:
-        from eagle3kit.errors import Eagle3Error
+        from eagle3kit.core.errors import Eagle3Error
 
         raise Eagle3Error(f"--size: expected one of {', '.join(RECIPES)}, found {size!r}")
     import torch
@@ -165,7 +165,7 @@ def run_demo(
 
 def _run_demo(out: str | Path | None, say: Callable[[str], None], size: str, progress: Progress | None,
               t0: float) -> dict[str, Any]:  # fmt: skip
-    from eagle3kit.atomic import atomic_write_json
+    from eagle3kit.core.atomic import atomic_write_json
 
     out = Path(out) if out is not None else default_out()
     out.mkdir(parents=True, exist_ok=True)
@@ -181,8 +181,8 @@ def _run_demo(out: str | Path | None, say: Callable[[str], None], size: str, pro
 
 def _conversations(slice_name: str, n: int, path: Path) -> Path:
     """``n`` stdlib conversations (evenly spaced over the slice's functions) as OpenAI JSONL."""
-    from eagle3kit.atomic import atomic_write_text
-    from eagle3kit.zoo import _corpus as corpus
+    from eagle3kit.core.atomic import atomic_write_text
+    from eagle3kit.zoo import corpus as corpus
 
     # about 30 functions per file: read only as many files as the samples need
     files = corpus.files(slice_name, limit=max(8, n // 10))
@@ -263,7 +263,7 @@ class _Story:
 
     def k2_drafter(self) -> Path:
         """$EAGLE3KIT_HOME/drafters/dsv3-v1-eagle3[-tiny]: trained once, then reused."""
-        from eagle3kit.atomic import atomic_dir, atomic_write_json
+        from eagle3kit.core.atomic import atomic_dir, atomic_write_json
         from eagle3kit.zoo import home
 
         name = "dsv3-v1-eagle3" + ("" if self.size == "full" else f"-{self.size}")
@@ -315,8 +315,8 @@ class _Story:
     def bench(self, path: Path, label: str, role: str, run: str | None) -> dict[str, Any]:
         """`eagle3kit bench` (greedy and chain, interleaved, `bench_repeats` repeats) with the
         drafter at `path` on v2; its document plus the demo's summary keys."""
-        from eagle3kit.atomic import atomic_write_json
-        from eagle3kit.bench import bench
+        from eagle3kit.core.atomic import atomic_write_json
+        from eagle3kit.measure.bench import bench
 
         r = self.r
         doc = bench(self.v2, self._drafter(path), self._prompts(), repeats=r.bench_repeats,
@@ -360,9 +360,9 @@ class _Story:
 
     # -- 3. plan, inspect, compat, probe -----------------------------------------------------
     def plan(self) -> dict[str, Any]:
-        from eagle3kit.atomic import atomic_write_json
+        from eagle3kit.core.atomic import atomic_write_json
         from eagle3kit.plan import plan
-        from eagle3kit.plots import plot_plan
+        from eagle3kit.plan.plots import plot_plan
 
         self.step("plan: what does the measured cycle need?")
         b = self.stale
@@ -376,9 +376,9 @@ class _Story:
         return {"step": "plan zoo", "result": res.to_json()}
 
     def inspect_compat(self) -> dict[str, Any]:
-        from eagle3kit.atomic import atomic_write_json
-        from eagle3kit.compat import compat
-        from eagle3kit.inspection import inspect_checkpoint
+        from eagle3kit.core.atomic import atomic_write_json
+        from eagle3kit.checkpoint.compat import compat
+        from eagle3kit.checkpoint.inspection import inspect_checkpoint
 
         self.step(f"inspect and compat: the K2 drafter against {PAIR[1]}")
         ins = inspect_checkpoint(str(self.k2))
@@ -395,8 +395,8 @@ class _Story:
         return {"step": "compat zoo", "result": c.to_json()}
 
     def probe(self) -> dict[str, Any]:
-        from eagle3kit.atomic import atomic_write_json
-        from eagle3kit.probe import probe
+        from eagle3kit.core.atomic import atomic_write_json
+        from eagle3kit.measure.probe import probe
 
         self.step(f"probe: plug the K2 drafter into {PAIR[1]} and measure (Phase 0)")
         r = probe(str(self.k2), str(self.p2), str(self.p1), str(self.v2_data), bench=str(self.out / "bench-stale.json"),
@@ -469,8 +469,8 @@ class _Story:
         return {"step": "train", "result": {"finetune": self.tuned, "scratch": self.scratch}}
 
     def eval_bench(self) -> dict[str, Any]:
-        from eagle3kit.atomic import atomic_write_json
-        from eagle3kit.probe import _features, data_batch, offline_acceptance
+        from eagle3kit.core.atomic import atomic_write_json
+        from eagle3kit.measure.probe import _features, data_batch, offline_acceptance
 
         self.step(
             "eval and bench: stale, fine-tuned and scratch drafters on the same held-out v2 samples"

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 app = typer.Typer(
     name="eagle3kit",

@@ -1,4 +1,4 @@
-"""The Rich side of eagle3kit.progress: one bar per stage on stderr, with rate and ETA."""
+"""The Rich side of eagle3kit.core.progress: one bar per stage on stderr, with rate and ETA."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import contextlib
 import sys
 from collections.abc import Iterator
 
-from eagle3kit.progress import Event, Progress
+from eagle3kit.core.progress import Event, Progress
 
 
 @contextlib.contextmanager

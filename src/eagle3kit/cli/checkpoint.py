@@ -51,7 +51,7 @@ def _render_drafter(r: dict) -> None:
     """The spec in a few lines, the tensor table, the vocab map, mismatches, errors."""
     from rich.table import Table
 
-    from eagle3kit.spec import NORM_FLAGS
+    from eagle3kit.core.spec import NORM_FLAGS
 
     con = out()
     s = r["spec"]
@@ -120,7 +120,7 @@ def register(app: typer.Typer) -> None:
         """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers only.
 
         Exit 1 when the drafter is broken (vocab map, shapes vs config, a required tensor missing)."""
-        from eagle3kit.inspection import inspect_checkpoint
+        from eagle3kit.checkpoint.inspection import inspect_checkpoint
 
         r = inspect_checkpoint(path)
         if json_out:
@@ -157,7 +157,7 @@ def register(app: typer.Typer) -> None:
         Exit 0 when no error is found, 1 when any is, 2 on bad input."""
         from rich.table import Table
 
-        from eagle3kit.compat import compat as run_compat
+        from eagle3kit.checkpoint.compat import compat as run_compat
 
         r = run_compat(a, b, engine)
         if json_out:
@@ -226,7 +226,7 @@ def register(app: typer.Typer) -> None:
 
         Refuses (exit 2, nothing written) a drafter with a broken config, shapes or vocab map, and
         any conversion the destination cannot represent."""
-        from eagle3kit.formats.convert import convert as run_convert
+        from eagle3kit.checkpoint.convert import convert as run_convert
 
         r = run_convert(src, to, output, verifier=verifier, embed_from=embed_from)
         if json_out:

@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.cli._render import emit_json
         from eagle3kit.data.prepare import parse_template_kwargs
         from eagle3kit.data.prepare import prepare as run_prepare
-        from eagle3kit.errors import Eagle3Error
+        from eagle3kit.core.errors import Eagle3Error
 
         tpl = None
         if chat_template is not None:

@@ -65,7 +65,7 @@ def register(data_app: typer.Typer) -> None:
         from eagle3kit.cli._render import emit_json, err, out
         from eagle3kit.data.prepare import parse_template_kwargs
         from eagle3kit.data.regenerate import regenerate
-        from eagle3kit.errors import Eagle3Error
+        from eagle3kit.core.errors import Eagle3Error
 
         if (target is None) == (not server):
             raise Eagle3Error("data regenerate: give exactly one of --target or --server")

@@ -1,5 +1,5 @@
 """CLI verbs: `eagle3kit generate | eval | bench` — speculative decoding and its measurements
-(eagle3kit.decode, eagle3kit.evaluate, eagle3kit.bench)."""
+(eagle3kit.decode, eagle3kit.measure.evaluate, eagle3kit.measure.bench)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ DATA_HELP = "A DATA dir from `data prepare`, or a JSONL of conversations."
 
 def _load(target: str, drafter: str | None, device: str, threads: int | None):
     """(TargetModel, drafter) on `device`, torch using `threads` CPU threads when given."""
-    from eagle3kit.decode.loading import load_pair
+    from eagle3kit.model.loading import load_pair
 
     if threads is not None:
         import torch
@@ -102,7 +102,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding."""
         from eagle3kit.cli._progress import bar
-        from eagle3kit.evaluate import evaluate, load_eval_data
+        from eagle3kit.measure.evaluate import evaluate, load_eval_data
 
         tm, d = _load(target, drafter, device, threads)
         ev = load_eval_data(data, tm.tokenizer)
@@ -131,10 +131,10 @@ def register(app: typer.Typer) -> None:
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order)."""
-        from eagle3kit.bench import bench, default_prompts
+        from eagle3kit.measure.bench import bench, default_prompts
         from eagle3kit.cli._progress import bar
         from eagle3kit.decode import TreeShape
-        from eagle3kit.evaluate import load_eval_data
+        from eagle3kit.measure.evaluate import load_eval_data
 
         tm, d = _load(target, drafter, device, threads)
         if data is not None:

@@ -110,7 +110,7 @@ def _plan(o: dict[str, Any]) -> PlanResult:
     from eagle3kit import plan as planmod
 
     if o["from_"] is not None:
-        from eagle3kit.evaluate import plan_args_from_eval
+        from eagle3kit.measure.evaluate import plan_args_from_eval
 
         o.update(plan_args_from_eval(o["from_"], o))
     verify, fit, rates = o["verify_ms"], o["verify_fit"], o["acceptance_file"]
@@ -133,7 +133,7 @@ def _plan(o: dict[str, Any]) -> PlanResult:
 
 
 def _show(result: PlanResult, plot: Path | None, json_: bool) -> None:
-    from eagle3kit.plots import plot_plan
+    from eagle3kit.plan.plots import plot_plan
 
     written = plot_plan(result, plot) if plot is not None else None
     if json_:

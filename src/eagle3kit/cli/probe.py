@@ -100,7 +100,7 @@ def register(app: typer.Typer) -> None:
         Exit 0 with a verdict (plug-in, fine-tune, from-scratch); 2 on bad input."""
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json
-        from eagle3kit.probe import probe as run_probe
+        from eagle3kit.measure.probe import probe as run_probe
 
         with bar(not json_out) as progress:
             r = run_probe(drafter, target, reference, data, baseline_tps=baseline_tps,

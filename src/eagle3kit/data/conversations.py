@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 # ShareGPT speaker names seen in public dumps -> OpenAI roles.
 SHAREGPT_ROLES = {

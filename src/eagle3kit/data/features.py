@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 INSTALL_HINT = "install 'datasets' (pip install datasets) or at least 'pyarrow'"
 

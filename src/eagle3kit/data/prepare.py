@@ -17,12 +17,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.atomic import atomic_dir
+from eagle3kit.core.atomic import atomic_dir
 from eagle3kit.data.conversations import Conversation, Malformed, Problem, read_conversations
 from eagle3kit.data.prepared import META, PreparedWriter
 from eagle3kit.data.templates import ChatEncoder, template_sha256
-from eagle3kit.errors import Eagle3Error
-from eagle3kit.progress import Progress, emit
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.progress import Progress, emit
 
 
 def load_tokenizer(target: str, *, trust_remote_code: bool = False, revision: str | None = None):

@@ -30,8 +30,8 @@ from typing import Any
 
 import torch
 
-from eagle3kit.atomic import atomic_write_json, save_safetensors
-from eagle3kit.errors import Eagle3Error, bad
+from eagle3kit.core.atomic import atomic_write_json, save_safetensors
+from eagle3kit.core.errors import Eagle3Error, bad
 
 FORMAT = "eagle3kit-data/1"
 META = "data.json"
@@ -56,7 +56,7 @@ def sha256_file(path: str | Path) -> str:
 class PreparedWriter:
     """Append samples, then `finish(meta)`: shards written atomically, data.json last.
 
-    Write into a temp folder (`eagle3kit.atomic.atomic_dir`) so a killed run leaves nothing
+    Write into a temp folder (`eagle3kit.core.atomic.atomic_dir`) so a killed run leaves nothing
     half-made under the final name.
     """
 

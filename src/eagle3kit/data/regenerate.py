@@ -39,8 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.data.conversations import SHAREGPT_ROLES, Malformed, iter_records, validate
-from eagle3kit.errors import Eagle3Error, bad
-from eagle3kit.progress import Progress, emit
+from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.progress import Progress, emit
 
 Messages = list[dict[str, str]]
 Generate = Callable[[Messages, str], str]  # (history, sample id) -> the assistant's answer

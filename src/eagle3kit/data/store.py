@@ -31,11 +31,11 @@ from typing import Any
 
 import torch
 
-from eagle3kit.atomic import atomic_write_json, save_safetensors
+from eagle3kit.core.atomic import atomic_write_json, save_safetensors
 from eagle3kit.data.features import Features, compute_features
 from eagle3kit.data.prepared import META, collate, load_prepared, sha256_file, split_ids
-from eagle3kit.errors import Eagle3Error, bad
-from eagle3kit.progress import Progress, emit
+from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.progress import Progress, emit
 
 FORMAT = "eagle3kit-features/1"
 MANIFEST = "manifest.json"
@@ -76,7 +76,7 @@ def _vocab(vocab: str | Path | None, target: Any) -> tuple[torch.Tensor, dict[st
     V = target.vocab_size
     if vocab is None:
         return torch.zeros(V, dtype=torch.long), {"file": None, "draft_vocab_size": V}
-    from eagle3kit.model.vocab import load_vocab, validate_vocab
+    from eagle3kit.core.vocab import load_vocab, validate_vocab
 
     d2t, t2d = load_vocab(vocab)
     validate_vocab(d2t, t2d, V, str(vocab))

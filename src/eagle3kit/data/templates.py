@@ -36,7 +36,7 @@ import re
 from typing import Any
 
 from eagle3kit.data.conversations import Malformed
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 SENTINEL = "E3K_SENTINEL_ANSWER"

@@ -17,7 +17,7 @@ from typing import Any
 import torch
 
 from eagle3kit.data.prepared import META, PreparedData, load_prepared
-from eagle3kit.errors import Eagle3Error, bad
+from eagle3kit.core.errors import Eagle3Error, bad
 
 COMMON_SIZES = (8192, 16384, 32000, 65536)
 
@@ -43,7 +43,7 @@ def draft_vocab(
 
     -> {"draft_vocab_size", "coverage": {N: share}, "vocab_size", "loss_tokens", "out"}
     """
-    from eagle3kit.model.vocab import build_vocab, coverage, save_vocab
+    from eagle3kit.core.vocab import build_vocab, coverage, save_vocab
 
     d = load_prepared(data)
     vocab_size = (d.meta.get("target") or {}).get("vocab_size")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eagle3kit.errors import bad
-from eagle3kit.spec import DraftSpec
+from eagle3kit.core.errors import bad
+from eagle3kit.core.spec import DraftSpec
 
 
 class RMSNorm(nn.Module):

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eagle3kit.errors import Eagle3Error, bad
+from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter's public API)
     Attention,
     DraftCache,
@@ -34,7 +34,7 @@ from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter
     causal_mask,
     make_attention,
 )
-from eagle3kit.spec import DraftSpec, spec_for_target
+from eagle3kit.core.spec import DraftSpec, spec_for_target
 
 
 class MLP(nn.Module):
@@ -228,7 +228,7 @@ class Eagle3Drafter(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> Eagle3Drafter:
         """Load a drafter in any layout (SGLang, speculators/vLLM, EAGLE) from safetensors."""
-        from eagle3kit.formats.convert import load_drafter_tensors
+        from eagle3kit.checkpoint.convert import load_drafter_tensors
 
         spec, tensors, _layout = load_drafter_tensors(str(path))
         return cls.from_tensors(spec, tensors, device=device, dtype=dtype)

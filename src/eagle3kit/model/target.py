@@ -23,8 +23,8 @@ from typing import Any
 
 import torch
 
-from eagle3kit.errors import Eagle3Error
-from eagle3kit.spec import default_aux_layers
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.spec import default_aux_layers
 
 _DTYPES = {
     "float32": torch.float32,

@@ -28,8 +28,8 @@ from typing import Any
 
 import torch
 
-from eagle3kit.errors import Eagle3Error, bad
-from eagle3kit.progress import Progress, emit
+from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.progress import Progress, emit
 from eagle3kit.train import distributed as dist_
 from eagle3kit.train import outputs, setup, state
 from eagle3kit.train.ttt import Counts, loss_positions, sim_accept_len, ttt_counts, ttt_loss
@@ -296,7 +296,7 @@ def _finish(run, cfg, meta, n_steps, tokens, busy, d, ctx) -> dict[str, Any]:
     if ctx.reference is not None:
         summary["reference"] = setup.reference_after(ctx, run / "best")
     if d.main:
-        from eagle3kit.atomic import atomic_write_json
+        from eagle3kit.core.atomic import atomic_write_json
 
         atomic_write_json(run / "summary.json", summary)
     return json.loads(json.dumps(summary))

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from eagle3kit.atomic import atomic_dir, atomic_open, atomic_write_with
+from eagle3kit.core.atomic import atomic_dir, atomic_open, atomic_write_with
 
 
 def save_servable(
@@ -17,7 +17,7 @@ def save_servable(
     """RUN/best or RUN/step-N: config.json + model.safetensors in the SGLang layout (with
     d2t/t2d, without the target's embedding), through formats.convert's writer; the folder is
     swapped in whole."""
-    from eagle3kit.formats.convert import save_drafter
+    from eagle3kit.checkpoint.convert import save_drafter
 
     keep = {k: v for k, v in tensors.items() if k != "embed_tokens.weight"}
     spec = spec.replace(tensors=tuple(sorted(keep)), dtype="float32")

@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from eagle3kit.errors import Eagle3Error, bad
-from eagle3kit.progress import Progress, emit
+from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.progress import Progress, emit
 from eagle3kit.train import warmstart
 from eagle3kit.train.sources import OfflineSource, OnlineSource, store_vocab
 
@@ -54,7 +54,7 @@ def _open_source(cfg: Any, target: Any, d2t: torch.Tensor, aux_layers: Any):
 
 def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(d2t, t2d) for the run, or None to keep the warm-start checkpoint's."""
-    from eagle3kit.model.vocab import build_vocab, load_vocab, validate_vocab
+    from eagle3kit.core.vocab import build_vocab, load_vocab, validate_vocab
 
     v = target.vocab_size
     if init is not None and not cfg.rebuild_vocab:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from eagle3kit.errors import bad
+from eagle3kit.core.errors import bad
 
 
 class OnlineSource:
@@ -61,7 +61,7 @@ class OfflineSource:
 def store_vocab(store: Any, where: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The (d2t, t2d) a feature store's teacher columns were taken with (its manifest's vocab)."""
     from eagle3kit.data.prepared import sha256_file
-    from eagle3kit.model.vocab import load_vocab
+    from eagle3kit.core.vocab import load_vocab
 
     man = store.manifest
     v = man.get("vocab") or {}

@@ -8,7 +8,7 @@
     RUN/state/rng.safetensors   torch's CPU generator state (uint8)
 
 The folder is written whole into a temp sibling and renamed into place
-(`eagle3kit.atomic.atomic_dir`), so a reader finds the previous complete state or the new one.
+(`eagle3kit.core.atomic.atomic_dir`), so a reader finds the previous complete state or the new one.
 Optimizer state is keyed by parameter name, not position, so a run can resume under another
 process count (torchrun) as well.
 """
@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from eagle3kit.atomic import atomic_dir, atomic_write_json, save_safetensors
-from eagle3kit.errors import bad
+from eagle3kit.core.atomic import atomic_dir, atomic_write_json, save_safetensors
+from eagle3kit.core.errors import bad
 
 FORMAT = "eagle3kit-train-state/1"
 SEP = "::"

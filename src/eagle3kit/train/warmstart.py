@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from eagle3kit.errors import bad
+from eagle3kit.core.errors import bad
 from eagle3kit.model.drafter import Eagle3Drafter
 
 
@@ -40,7 +40,7 @@ def fresh_drafter(
     device: str = "cpu",
 ) -> Eagle3Drafter:
     """A new drafter for the target: `spec_for_target` shapes, seeded init, the given vocab."""
-    from eagle3kit.spec import spec_for_target
+    from eagle3kit.core.spec import spec_for_target
 
     spec = spec_for_target(
         target_config,

@@ -37,10 +37,10 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.atomic import atomic_dir, atomic_write_json
-from eagle3kit.errors import Eagle3Error
-from eagle3kit.progress import Progress
-from eagle3kit.zoo._train import ARCHS, Recipe
+from eagle3kit.core.atomic import atomic_dir, atomic_write_json
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.progress import Progress
+from eagle3kit.zoo.training import ARCHS, Recipe
 
 SIZES = ("full", "tiny")
 RECIPE_VERSION = 4  # bump when a change to the code changes the weights
@@ -227,8 +227,8 @@ def build(
 ) -> Path:
     """Build member ``name`` (and its parent first) unless it is already cached; returns its dir.
 
-    ``progress`` (eagle3kit.progress) receives one event stream per build stage; the CLI draws
-    it as Rich bars. The folder appears complete or not at all (eagle3kit.atomic.atomic_dir)."""
+    ``progress`` (eagle3kit.core.progress) receives one event stream per build stage; the CLI draws
+    it as Rich bars. The folder appears complete or not at all (eagle3kit.core.atomic.atomic_dir)."""
     progress = progress if callable(progress) else None  # older callers passed a bool
     m = member(name)
     _check_size(size)
@@ -238,7 +238,7 @@ def build(
         if not force and is_built(name, size=size):
             return dest
         _remove_stale(dest)
-        from eagle3kit.zoo._build import build_into
+        from eagle3kit.zoo.builder import build_into
 
         with atomic_dir(dest) as tmp:
             build_into(m, size, recipe(name, size), tmp, parent_dir, progress)

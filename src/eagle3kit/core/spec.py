@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from eagle3kit.errors import bad
+from eagle3kit.core.errors import bad
 
 # The tensors of a drafter, by their canonical (SGLang) names.
 TRAINABLE_TENSORS = (

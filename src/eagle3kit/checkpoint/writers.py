@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.errors import bad
-from eagle3kit.spec import default_aux_layers
+from eagle3kit.core.errors import bad
+from eagle3kit.core.spec import default_aux_layers
 
 READINGS = ("layer_output", "h_index")
 OUR_KEY = "eagle3kit"  # config.json: {"eagle3kit": {"aux_layers_hf": [...]}}

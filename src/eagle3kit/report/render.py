@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 MAX_JSON_BYTES = 20 * 2**20
 
@@ -255,7 +255,7 @@ def game_plan(f: Found) -> list[tuple]:
 
 
 def figure_blocks(f: Found) -> list[tuple]:
-    from eagle3kit import report_plots as rp
+    from eagle3kit.report import plots as rp
 
     out: list[tuple] = []
     pp = {}
@@ -359,7 +359,7 @@ def report(
     run_dirs: list[str | Path], out: str | Path, *, title: str = "eagle3kit report"
 ) -> dict[str, Any]:
     """Write OUT/report.md (+ its PNGs) and OUT/report.html; returns what was written and found."""
-    from eagle3kit.atomic import atomic_write_bytes, atomic_write_text
+    from eagle3kit.core.atomic import atomic_write_bytes, atomic_write_text
 
     f = collect(run_dirs)
     blocks = headline(f) + probe_blocks(f) + train_blocks(f) + game_plan(f)

@@ -6,15 +6,15 @@ import math
 import os
 from pathlib import Path
 
-from eagle3kit.atomic import atomic_write_with
-from eagle3kit.errors import Eagle3Error
-from eagle3kit.plan import PlanResult
+from eagle3kit.core.atomic import atomic_write_with
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.plan.forecast import PlanResult
 
 
 def plot_plan(result: PlanResult, path: str | os.PathLike[str]) -> Path:
     """Throughput against tau at this cycle time, with baseline, break-even, point and targets.
 
-    Written atomically (eagle3kit.atomic: temp file, fsync, rename; mode from the umask).
+    Written atomically (eagle3kit.core.atomic: temp file, fsync, rename; mode from the umask).
     """
     from matplotlib.figure import Figure  # Agg canvas via savefig; no pyplot global state
 

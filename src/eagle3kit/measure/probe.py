@@ -2,13 +2,13 @@
 
 The user's "Phase 0": plug the K2 drafter into K2.5 and measure, before training anything.
 
-1. compat of the drafter D with NEW (headers only, `eagle3kit.compat`).
+1. compat of the drafter D with NEW (headers only, `eagle3kit.checkpoint.compat`).
 2. Which hidden states D was trained on, settled from data. A config's aux ids X mean h[X] to
    some writers and h[X+1] to others (FORMATS.md); D's offline acceptance on NEW under each
    reading tells: the reading D was trained on is the one it predicts from. Reported with the
    margin and what each engine captures today.
 3. Hidden-state similarity of OLD vs NEW at those layers on the same tokens (per layer cosine
-   mean and p10, linear CKA, norm ratio: `eagle3kit.similarity`), and the same on fc(aux), the
+   mean and p10, linear CKA, norm ratio: `eagle3kit.measure.similarity`), and the same on fc(aux), the
    drafter's own view of them.
 4. D's zero-shot acceptance on NEW beside OLD: offline, teacher-forced (`ttt_metrics` over
    `compute_features`: per-position acc_i, conditional acceptance p_i and
@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.errors import Eagle3Error, bad
-from eagle3kit.progress import Progress, emit
+from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.progress import Progress, emit
 
 # Verdict thresholds (see `decide`).
 PLUG_IN_RETENTION = 0.9  # NEW keeps >= 90% of D's gain on OLD (tau - 1): plug in as is
@@ -70,7 +70,7 @@ def builtin_batch(tokenizer: Any, n: int = 16, max_len: int = 256) -> Batch:
     """``n`` built-in conversations (stdlib test-suite functions), tokenized by ``tokenizer``."""
     import torch
 
-    from eagle3kit.zoo import _corpus as corpus
+    from eagle3kit.zoo import corpus as corpus
 
     if tokenizer is None:
         raise Eagle3Error("probe: the target has no tokenizer; pass --data (a prepared data dir)")
@@ -161,7 +161,7 @@ def aux_candidates(spec: Any, num_layers: int) -> list[dict[str, Any]]:
 
     X are the ids as the file wrote them (``aux_layers_raw``); with none written, the engines'
     default (2, L//2, L-3) under both readings."""
-    from eagle3kit.spec import default_aux_layers
+    from eagle3kit.core.spec import default_aux_layers
 
     raw = spec.aux_layers_raw or spec.aux_layers or default_aux_layers(num_layers)
     out, seen = [], set()
@@ -216,7 +216,7 @@ def detect_aux(drafter: Any, target: Any, batch: Batch, spec: Any, depth: int) -
 
 def _fix_ids(engine: str, family: str, chosen: list[int], num_layers: int) -> list[int]:
     """File ids that make `engine` capture h[chosen]: every release when possible, else latest."""
-    from eagle3kit.formats import engines as E
+    from eagle3kit.checkpoint import engines as E
 
     where = "nested" if engine == "sglang" else "top"
     cands = [[i - 1 for i in chosen], chosen] if engine == "sglang" else [chosen]
@@ -234,8 +234,8 @@ def engine_capture(
     spec: Any, layout: str, target: Any, chosen: Sequence[int], src: str
 ) -> dict[str, Any]:
     """What each engine captures for D as written, whether that is ``chosen``, and the fix."""
-    from eagle3kit.compat import captured_layers
-    from eagle3kit.formats import engines as E
+    from eagle3kit.checkpoint.compat import captured_layers
+    from eagle3kit.checkpoint import engines as E
 
     chosen = list(chosen)
     family = E.target_family(target.config.to_dict())
@@ -270,7 +270,7 @@ def hidden_similarity(ref_feats: list[Any], new_feats: list[Any], drafter: Any,
     same batch; and on fc(aux), D's view of them."""
     import torch
 
-    from eagle3kit.similarity import aux_similarity, compare
+    from eagle3kit.measure.similarity import aux_similarity, compare
 
     def real(feats: list[Any]) -> torch.Tensor:  # [N, 3H]: the real tokens' aux rows
         return torch.cat([f.aux[f.attention_mask].float().cpu() for f in feats])
@@ -399,7 +399,7 @@ def decide(
 
 
 def _load(drafter: str, target: str, reference: str | None, device: str, dtype: str):
-    from eagle3kit.formats.convert import load_drafter_tensors
+    from eagle3kit.checkpoint.convert import load_drafter_tensors
     from eagle3kit.model.drafter import Eagle3Drafter
     from eagle3kit.model.target import TargetModel, _parse_dtype
 
@@ -473,7 +473,7 @@ def probe(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Run the Phase 0 probe; returns the `probe --json` document (module docstring)."""
-    from eagle3kit.compat import compat
+    from eagle3kit.checkpoint.compat import compat
 
     if bench is not None and (baseline_tps is not None or cycle_ms is not None):
         raise Eagle3Error("probe: give --bench or --baseline-tps/--cycle-ms, not both")

@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.atomic import atomic_dir, atomic_write_json
-from eagle3kit.errors import Eagle3Error, bad
-from eagle3kit.formats.layouts import (
+from eagle3kit.core.atomic import atomic_dir, atomic_write_json
+from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.checkpoint.layouts import (
     LAYOUTS,
     LossyConversion,
     canonical_to_file,
     config_for,
     read_spec,
 )
-from eagle3kit.formats.safetensors_io import Checkpoint, load_checkpoint, write_safetensors_sparse
-from eagle3kit.spec import DraftSpec
+from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint, write_safetensors_sparse
+from eagle3kit.core.spec import DraftSpec
 
 # Tensors some trainers save that no engine serves; conversion may drop them.
 TRAINING_ONLY = ("verifier_norm.weight", "verifier_lm_head.weight")
@@ -35,7 +35,7 @@ def _local_dir(ckpt: Checkpoint) -> Checkpoint:  # pragma: no cover - needs netw
     """For a Hub checkpoint, download its safetensors + config (the weights are needed here)."""
     from huggingface_hub import snapshot_download
 
-    from eagle3kit.formats.safetensors_io import load_local
+    from eagle3kit.checkpoint.safetensors_io import load_local
 
     d = snapshot_download(
         ckpt.repo_id, revision=ckpt.revision, allow_patterns=["*.json", "*.safetensors"]
@@ -98,7 +98,7 @@ def drafter_problems(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) -
     tensors, and the d2t/t2d pair (model/vocab.py: integer dtype, 0 <= target id < vocab,
     distinct, t2d agreeing with d2t). convert also refuses every error of compat's
     `drafter_findings`, so nothing compat fails on its own is converted."""
-    from eagle3kit.model.vocab import vocab_problems
+    from eagle3kit.core.vocab import vocab_problems
 
     out: list[tuple[str, str, str]] = []
     missing = {"lm_head.weight": "missing-lm-head", "d2t": "missing-d2t"}
@@ -170,7 +170,7 @@ def save_drafter(
 ) -> dict[str, Any]:
     """Write a servable drafter directory in `layout`; returns the config written.
 
-    Built in a temporary sibling directory and renamed into place (eagle3kit.atomic.atomic_dir),
+    Built in a temporary sibling directory and renamed into place (eagle3kit.core.atomic.atomic_dir),
     so an existing directory is never left half-written; all-zero runs stay holes."""
     if layout not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {layout!r}")
@@ -246,7 +246,7 @@ def target_embedding(target: str, spec: DraftSpec) -> Any:
     if ckpt.repo_id is not None:  # pragma: no cover - needs network
         from huggingface_hub import hf_hub_download
 
-        from eagle3kit.formats.safetensors_io import load_local
+        from eagle3kit.checkpoint.safetensors_io import load_local
 
         path = hf_hub_download(ckpt.repo_id, info.file, revision=ckpt.revision)
         local = load_local(path)
@@ -255,7 +255,7 @@ def target_embedding(target: str, spec: DraftSpec) -> Any:
 
 
 def _refuse(src: str, ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str], to: str, embed: bool) -> None:  # fmt: skip
-    from eagle3kit.compat import drafter_findings
+    from eagle3kit.checkpoint.compat import drafter_findings
 
     problems = drafter_problems(ckpt, spec, names)
     told = {code for _, code, _ in problems}  # compat's findings of these codes say it again

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3kit.errors import Eagle3Error, bad
-from eagle3kit.spec import default_aux_layers
+from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.spec import default_aux_layers
 
 ENGINES = ("sglang", "vllm")
 DISPLAY = {"sglang": "SGLang", "vllm": "vLLM"}

@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
-from eagle3kit.errors import Eagle3Error
-from eagle3kit.progress import Progress, emit
-from eagle3kit.zoo._train import distinct_ngram_ratio
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.progress import Progress, emit
+from eagle3kit.zoo.training import distinct_ngram_ratio
 
 METHODS = ("greedy", "prompt-lookup", "chain", "tree")  # also accepted: "hf-greedy"
 
@@ -35,7 +35,7 @@ def environment() -> dict[str, Any]:
     """Python, OS, CPU, threads, load average, torch and transformers versions."""
     import transformers  # noqa: F401  (so that the versions name it)
 
-    from eagle3kit.environment import environment_info
+    from eagle3kit.core.environment import environment_info
 
     return environment_info()
 
@@ -44,7 +44,7 @@ def default_prompts(tokenizer: Any, n: int = 8) -> list[list[int]]:
     """Chat prompts from the zoo's held-out stdlib files ("Write the Python function ..."),
     rendered with the target's chat template up to the assistant turn."""
     from eagle3kit.data.regenerate import chat_prompt_ids
-    from eagle3kit.zoo._corpus import chat_samples, files, spaced
+    from eagle3kit.zoo.corpus import chat_samples, files, spaced
 
     convs = spaced(chat_samples(files("lib", held_out=True)), n)
     return [chat_prompt_ids(tokenizer, c["messages"][:1]) for c in convs]

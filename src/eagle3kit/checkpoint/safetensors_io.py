@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from eagle3kit.atomic import atomic_write_json, save_safetensors
-from eagle3kit.errors import Eagle3Error, bad
+from eagle3kit.core.atomic import atomic_write_json, save_safetensors
+from eagle3kit.core.errors import Eagle3Error, bad
 
 # Bytes per element of each safetensors dtype.
 DTYPE_SIZES = {
@@ -499,12 +499,12 @@ def _hub_range(ckpt: Checkpoint, info: TensorInfo) -> bytes:
 def write_safetensors(
     path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
 ) -> None:
-    """Write torch tensors to `path` atomically (eagle3kit.atomic; the file respects the umask)."""
+    """Write torch tensors to `path` atomically (eagle3kit.core.atomic; the file respects the umask)."""
     save_safetensors(path, tensors, metadata)
 
 
 def write_json(path: str | Path, doc: Any) -> None:
-    """Write JSON atomically (eagle3kit.atomic; the file respects the umask)."""
+    """Write JSON atomically (eagle3kit.core.atomic; the file respects the umask)."""
     atomic_write_json(path, doc)
 
 
@@ -522,7 +522,7 @@ def write_safetensors_sparse(
     path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
 ) -> int:
     """Write a safetensors file whose all-zero runs stay holes (seek past them); returns the bytes
-    actually written. Atomic (eagle3kit.atomic), mode from the umask; the safetensors library
+    actually written. Atomic (eagle3kit.core.atomic), mode from the umask; the safetensors library
     reads it back like any other file (tensors in name order, contiguous, 8-byte aligned header).
     """
     import numpy as np
@@ -555,7 +555,7 @@ def write_with_holes(path: str | Path, header: dict[str, Any], total: int,
                      chunks: Iterable[tuple[int, bytes]]) -> int:  # fmt: skip
     """A safetensors file from its header and (offset in the data section, bytes) chunks; the
     rest of the `total`-byte data section stays holes. Atomic; returns the data bytes written."""
-    from eagle3kit.atomic import atomic_open
+    from eagle3kit.core.atomic import atomic_open
 
     hjson = json.dumps(header, separators=(",", ":")).encode()
     hjson += b" " * (-len(hjson) % 8)  # 8-byte aligned data

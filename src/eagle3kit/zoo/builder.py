@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3kit.atomic import atomic_write_json
-from eagle3kit.progress import Progress, emit
-from eagle3kit.zoo import _corpus as corpus
-from eagle3kit.zoo import _train as tr
+from eagle3kit.core.atomic import atomic_write_json
+from eagle3kit.core.progress import Progress, emit
+from eagle3kit.zoo import corpus as corpus
+from eagle3kit.zoo import training as tr
 
 if TYPE_CHECKING:
     from eagle3kit.zoo import Member
@@ -213,7 +213,7 @@ def build_into(
     progress: Progress | None = None,
 ) -> None:
     """Build member ``m`` into the (new or empty) directory ``out``; writes the HF files and
-    zoo.json. Stages are reported through ``progress`` (eagle3kit.progress) and timed."""
+    zoo.json. Stages are reported through ``progress`` (eagle3kit.core.progress) and timed."""
     import tokenizers
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from eagle3kit.atomic import atomic_write_json
-from eagle3kit.formats.layouts import MLA_ARCH, canonical_to_file, config_for
-from eagle3kit.formats.safetensors_io import DTYPE_SIZES, write_with_holes
-from eagle3kit.spec import DraftSpec
+from eagle3kit.core.atomic import atomic_write_json
+from eagle3kit.checkpoint.layouts import MLA_ARCH, canonical_to_file, config_for
+from eagle3kit.checkpoint.safetensors_io import DTYPE_SIZES, write_with_holes
+from eagle3kit.core.spec import DraftSpec
 
 _WEIGHT_DTYPE = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
 

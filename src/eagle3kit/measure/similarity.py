@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 
 def _check_rows(a: torch.Tensor, b: torch.Tensor, same_width: bool) -> None:

@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.errors import Eagle3Error
-from eagle3kit.formats import engines as E
-from eagle3kit.formats.layouts import read_spec
-from eagle3kit.formats.safetensors_io import Checkpoint, load_checkpoint
-from eagle3kit.formats.writers import Writer, infer_writer, pattern_hint, trained_on
-from eagle3kit.inspection import TargetInfo, is_drafter, target_info
-from eagle3kit.spec import NORM_FLAGS, TRAINABLE_TENSORS, DraftSpec
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.checkpoint import engines as E
+from eagle3kit.checkpoint.layouts import read_spec
+from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
+from eagle3kit.checkpoint.writers import Writer, infer_writer, pattern_hint, trained_on
+from eagle3kit.checkpoint.inspection import TargetInfo, is_drafter, target_info
+from eagle3kit.core.spec import NORM_FLAGS, TRAINABLE_TENSORS, DraftSpec
 
 ENGINES = E.ENGINES
 # Config keys that change no tensor and no math.
@@ -154,7 +154,7 @@ def _vocab_findings(
     ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str], vocab: int
 ) -> list[Finding]:
     """d2t/t2d read (they are small) and checked by model/vocab.py, plus their sizes."""
-    from eagle3kit.model.vocab import vocab_problems
+    from eagle3kit.core.vocab import vocab_problems
 
     d2t = ckpt.read_small_tensor(names["d2t"]).reshape(-1) if "d2t" in names else None
     t2d = ckpt.read_small_tensor(names["t2d"]).reshape(-1) if "t2d" in names else None

@@ -21,7 +21,7 @@ flat with a single point, i.e. verify cost assumed not to grow). Below the small
 the model refuses: what was not measured is not guessed, so measure n = 2 (depth 1) if you
 want depth 1 planned.
 
-Nothing here imports torch or matplotlib; the picture is `eagle3kit.plots.plot_plan`.
+Nothing here imports torch or matplotlib; the picture is `eagle3kit.plan.plots.plot_plan`.
 """
 
 from __future__ import annotations
@@ -34,20 +34,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.errors import Eagle3Error
-from eagle3kit.plan_cycle import (  # noqa: F401  (re-exported: plan.X keeps working)
-    MAX_DEPTH_LIMIT,
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.plan.cycle import (
     CycleModel,
-    VerifyFit,
-    VerifyPoints,
     _depth,
     _number,
     _positive,
     _rate,
     make_baseline,
     make_cycle,
-    parse_verify_fit,
-    parse_verify_point,
 )
 
 DEFAULT_DEPTH = 3  # SGLang's usual --speculative-num-steps for EAGLE-3 chains

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3kit.zoo._corpus import BOS, EOS
+from eagle3kit.zoo.corpus import BOS, EOS
 
 ProgressFn = Callable[[int, int, float], None]  # (step, total, loss)
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.errors import bad
+from eagle3kit.core.errors import bad
 
 
 def resolve_target(name_or_path: str) -> str:

@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3kit.errors import Eagle3Error, bad
-from eagle3kit.progress import Progress, emit
+from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.progress import Progress, emit
 
 if TYPE_CHECKING:
     import torch

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3kit.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error
 
 MAX_DEPTH_LIMIT = 1024  # a sanity cap: the search is O(max_depth^2)
 

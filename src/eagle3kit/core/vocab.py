@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from eagle3kit.atomic import save_safetensors
-from eagle3kit.errors import Eagle3Error, bad
+from eagle3kit.core.atomic import save_safetensors
+from eagle3kit.core.errors import Eagle3Error, bad
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: inspect/compat stay torch-free
     import torch

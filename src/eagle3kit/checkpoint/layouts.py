@@ -22,9 +22,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from eagle3kit.errors import bad
-from eagle3kit.formats.safetensors_io import Checkpoint
-from eagle3kit.spec import NORM_FLAGS, DraftSpec, rope_from_config
+from eagle3kit.core.errors import bad
+from eagle3kit.checkpoint.safetensors_io import Checkpoint
+from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, rope_from_config
 
 LAYOUTS = ("sglang", "vllm", "eagle")
 SGLANG_ARCH = "LlamaForCausalLMEagle3"

@@ -6,10 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.errors import bad
-from eagle3kit.formats.layouts import is_drafter_config, read_spec
-from eagle3kit.formats.safetensors_io import Checkpoint, load_checkpoint
-from eagle3kit.spec import NORM_FLAGS, DraftSpec, default_aux_layers
+from eagle3kit.core.errors import bad
+from eagle3kit.checkpoint.layouts import is_drafter_config, read_spec
+from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
+from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, default_aux_layers
 
 
 @dataclass
@@ -158,7 +158,7 @@ def vocab_map_summary(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) 
     skipped. `problems`: [{code, message}] from vocab_problems, [] when the pair is valid."""
     import numpy as np
 
-    from eagle3kit.model.vocab import summarise_vocab, vocab_problems
+    from eagle3kit.core.vocab import summarise_vocab, vocab_problems
 
     out: dict[str, Any] = {}
     d2t = t2d = None
