@@ -10,8 +10,13 @@ from eagle3kit.core.environment import environment_info
 def environment() -> str:
     """``environment_info()`` on one line."""
     i = environment_info()
-    parts = [f"python {i['python']}", i["os"], i["cpu"], f"{i['cpu_count']} cpus",
-             f"load {i['load_avg_1m']}"]  # fmt: skip
+    parts = [
+        f"python {i['python']}",
+        i["os"],
+        i["cpu"],
+        f"{i['cpu_count']} cpus",
+        f"load {i['load_avg_1m']}",
+    ]
     if "torch" in i:
         parts.append(f"torch {i['torch']} ({i['threads']} threads)")
     if "transformers" in i:

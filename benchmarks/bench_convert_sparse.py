@@ -38,7 +38,9 @@ def main() -> None:
     try:
         src = write_sparse_drafter(tmp / "src", kimi_k2_spec())
         sf = src / "model.safetensors"
-        print(f"source: {sf.stat().st_size / 2**30:.2f} GiB apparent, {sf.stat().st_blocks * 512 / 2**20:.1f} MiB on disk")  # fmt: skip
+        print(
+            f"source: {sf.stat().st_size / 2**30:.2f} GiB apparent, {sf.stat().st_blocks * 512 / 2**20:.1f} MiB on disk"
+        )
         times, on_disk = [], []
         for i in range(args.repeats):
             out = tmp / f"out{i}"

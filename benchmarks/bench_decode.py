@@ -38,16 +38,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _env import environment, environment_info  # noqa: E402
 
 from eagle3kit import zoo  # noqa: E402
-from eagle3kit.measure.bench import bench, default_prompts  # noqa: E402
 from eagle3kit.decode import TreeShape, greedy_generate, speculative_generate  # noqa: E402
+from eagle3kit.measure.bench import bench, default_prompts  # noqa: E402
 from eagle3kit.measure.evaluate import EvalData, evaluate, evaluate_offline, load_eval_data  # noqa: E402
 from eagle3kit.model.target import TargetModel  # noqa: E402
 
 
 def load(member: str, drafter_dir: str | None, size: str = "full"):
     """(target, drafter, 'trained' | 'random') for a full member."""
-    from eagle3kit.model.loading import load_pair
     from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.model.loading import load_pair
 
     if drafter_dir:
         tm, d = load_pair(str(zoo.get(member, size=size)), drafter_dir)
@@ -64,8 +64,14 @@ def hf_greedy(tm, ids: list[int], n: int) -> list[int]:
     saved, cfg.eos_token_id = cfg.eos_token_id, None
     try:
         with torch.no_grad():
-            out = tm.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=n,
-                                    min_new_tokens=0, eos_token_id=None, pad_token_id=0)  # fmt: skip
+            out = tm.model.generate(
+                torch.tensor([ids]),
+                do_sample=False,
+                max_new_tokens=n,
+                min_new_tokens=0,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
     finally:
         cfg.eos_token_id = saved
     return out[0, len(ids) :].tolist()
@@ -84,8 +90,12 @@ def lossless(tm, d, prompts, n: int, depth: int, tree: TreeShape) -> dict:
             g = speculative_generate(tm, d, ids, max_new_tokens=n, depth=depth, tree=shape)
             same[name] += g.tokens == want
             taus[name].append(g.stats.accept_len)
-    return {"prompts": len(prompts), "tokens": tokens, "identical": same,
-            "mean_tau": {k: sum(v) / len(v) for k, v in taus.items()}}  # fmt: skip
+    return {
+        "prompts": len(prompts),
+        "tokens": tokens,
+        "identical": same,
+        "mean_tau": {k: sum(v) / len(v) for k, v in taus.items()},
+    }
 
 
 def self_conversations(tm, prompts, n: int) -> EvalData:
@@ -116,15 +126,22 @@ def original_conversations(tm, n_prompts: int) -> EvalData:
         return load_eval_data(p, tm.tokenizer)
 
 
-def offline_online_plan(tm, d, prompts, n: int, depth: int, repeats: int,
-                        bench_chain_tps: float) -> dict:  # fmt: skip
+def offline_online_plan(
+    tm, d, prompts, n: int, depth: int, repeats: int, bench_chain_tps: float
+) -> dict:
     from eagle3kit import plan
 
     data = self_conversations(tm, prompts, n)
     r = evaluate(tm, d, data, depth, online=True, max_new_tokens=n, repeats=repeats, limit=None)
     orig = evaluate_offline(tm, d, original_conversations(tm, len(prompts)), depth)
-    p = plan.plan(decode_ms=r["decode_ms"], cycle_ms=r["cycle_ms"], accept_len=r["accept_len"],
-                  depth=depth, new_tokens=r["new_tokens"], prefill_ms=r["prefill_ms"])  # fmt: skip
+    p = plan.plan(
+        decode_ms=r["decode_ms"],
+        cycle_ms=r["cycle_ms"],
+        accept_len=r["accept_len"],
+        depth=depth,
+        new_tokens=r["new_tokens"],
+        prefill_ms=r["prefill_ms"],
+    )
     return {
         "depth": depth,
         "offline_tau": r["offline"]["accept_len"],
@@ -152,18 +169,24 @@ def offline_online_plan(tm, d, prompts, n: int, depth: int, repeats: int,
 
 
 def _print_speed(member: str, kind: str, r: dict) -> None:
-    print(f"\n## speed: {member} ({kind} drafter), {r['prompts']} prompts x {r['max_new_tokens']}"
-          f" tokens, {r['repeats']} repeats; decode step {r['decode_ms']:.2f} ms;"
-          f" target greedy distinct-4 {r['target_distinct4']:.2f}")  # fmt: skip
-    print(f"{'method':14} {'tok/s med':>9} {'min':>7} {'max':>7} {'speedup':>8} {'tau':>5}"
-          f" {'ideal':>6} {'of ideal':>8}  draft/verify ms")  # fmt: skip
+    print(
+        f"\n## speed: {member} ({kind} drafter), {r['prompts']} prompts x {r['max_new_tokens']}"
+        f" tokens, {r['repeats']} repeats; decode step {r['decode_ms']:.2f} ms;"
+        f" target greedy distinct-4 {r['target_distinct4']:.2f}"
+    )
+    print(
+        f"{'method':14} {'tok/s med':>9} {'min':>7} {'max':>7} {'speedup':>8} {'tau':>5}"
+        f" {'ideal':>6} {'of ideal':>8}  draft/verify ms"
+    )
     for m in r["methods"]:
         t = m["tokens_per_s"]
         ideal = f"{m['ideal_speedup']:.2f}x" if "ideal_speedup" in m else "-"
         frac = f"{100 * m['fraction_of_ideal']:.0f}%" if "fraction_of_ideal" in m else "-"
         dv = f"{m['draft_ms']:.1f}/{m['verify_ms']:.1f}" if "draft_ms" in m else ""
-        print(f"{m['name']:14} {t['median']:9.1f} {t['min']:7.1f} {t['max']:7.1f} "
-              f"{m['speedup']:7.2f}x {m['accept_len']:5.2f} {ideal:>6} {frac:>8}  {dv}")  # fmt: skip
+        print(
+            f"{m['name']:14} {t['median']:9.1f} {t['min']:7.1f} {t['max']:7.1f} "
+            f"{m['speedup']:7.2f}x {m['accept_len']:5.2f} {ideal:>6} {frac:>8}  {dv}"
+        )
 
 
 def main() -> None:
@@ -189,8 +212,13 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     drafters = {"dsv3": a.drafter_dsv3, "llama": a.drafter_llama}
     tree = TreeShape(a.topk, a.budget)
-    out: dict = {"environment": environment_info(), "args": vars(a), "lossless": {}, "speed": {},
-                 "offline_online": {}}  # fmt: skip
+    out: dict = {
+        "environment": environment_info(),
+        "args": vars(a),
+        "lossless": {},
+        "speed": {},
+        "offline_online": {},
+    }
     print(environment())
     for member in filter(None, a.lossless_members.split(",")):
         tm, d, kind = load(member, drafters[member.split("-")[0]], a.size)
@@ -199,23 +227,35 @@ def main() -> None:
         r = lossless(tm, d, prompts, a.tokens, a.depth, tree)
         r.update(drafter=kind, seconds=time.perf_counter() - t0)
         out["lossless"][member] = r
-        print(f"lossless {member} ({kind} drafter): chain {r['identical']['chain']}/{r['prompts']},"
-              f" tree {r['identical']['tree']}/{r['prompts']} identical to HF generate"
-              f" ({r['tokens']} tokens; tau chain {r['mean_tau']['chain']:.2f}, tree"
-              f" {r['mean_tau']['tree']:.2f};"
-              f" {r['seconds']:.0f} s)", flush=True)  # fmt: skip
+        print(
+            f"lossless {member} ({kind} drafter): chain {r['identical']['chain']}/{r['prompts']},"
+            f" tree {r['identical']['tree']}/{r['prompts']} identical to HF generate"
+            f" ({r['tokens']} tokens; tau chain {r['mean_tau']['chain']:.2f}, tree"
+            f" {r['mean_tau']['tree']:.2f};"
+            f" {r['seconds']:.0f} s)",
+            flush=True,
+        )
     for member in filter(None, a.speed_members.split(",")):
         tm, d, kind = load(member, drafters[member.split("-")[0]], a.size)
         prompts = default_prompts(tm.tokenizer, a.prompts)
-        r = bench(tm, d, prompts, repeats=a.repeats, max_new_tokens=a.tokens, depth=a.depth,
-                  tree=tree, tree_depth=a.tree_depth,
-                  methods=("greedy", "hf-greedy", "prompt-lookup", "chain", "tree"))  # fmt: skip
+        r = bench(
+            tm,
+            d,
+            prompts,
+            repeats=a.repeats,
+            max_new_tokens=a.tokens,
+            depth=a.depth,
+            tree=tree,
+            tree_depth=a.tree_depth,
+            methods=("greedy", "hf-greedy", "prompt-lookup", "chain", "tree"),
+        )
         r["drafter"] = kind
         out["speed"][member] = r
         _print_speed(member, kind, r)
         chain = next(m for m in r["methods"] if m["name"] == "chain")
-        o = offline_online_plan(tm, d, prompts, a.tokens, a.depth, a.repeats,
-                                chain["tokens_per_s"]["median"])  # fmt: skip
+        o = offline_online_plan(
+            tm, d, prompts, a.tokens, a.depth, a.repeats, chain["tokens_per_s"]["median"]
+        )
         out["offline_online"][member] = o
         print(
             f"offline simulated tau {o['offline_tau']:.2f} vs online chain tau "
@@ -224,13 +264,16 @@ def main() -> None:
             f" on the corpus's own answers {o['offline_tau_original_answers']:.2f}, gap "
             f"{100 * o['gap_original_answers']:+.1f}%"
         )
-        print(f"plan --from eval: predicted {o['plan_predicted_tps']:.1f} tok/s per request "
-              f"({o['new_tokens']:.0f} tokens, prefill {o['prefill_ms']:.1f} ms) vs measured "
-              f"{o['measured_tps']:.1f} in the eval run ({100 * o['plan_error']:+.1f}%) and "
-              f"{o['bench_chain_tps']:.1f} in the bench run above "
-              f"({100 * o['plan_error_vs_bench_run']:+.1f}%); decode-phase tau/cycle "
-              f"{o['plan_decode_phase_tps']:.1f} ({100 * o['plan_decode_phase_error']:+.1f}%); "
-              f"decode {o['decode_ms']:.2f} ms, cycle {o['cycle_ms']:.2f} ms", flush=True)  # fmt: skip
+        print(
+            f"plan --from eval: predicted {o['plan_predicted_tps']:.1f} tok/s per request "
+            f"({o['new_tokens']:.0f} tokens, prefill {o['prefill_ms']:.1f} ms) vs measured "
+            f"{o['measured_tps']:.1f} in the eval run ({100 * o['plan_error']:+.1f}%) and "
+            f"{o['bench_chain_tps']:.1f} in the bench run above "
+            f"({100 * o['plan_error_vs_bench_run']:+.1f}%); decode-phase tau/cycle "
+            f"{o['plan_decode_phase_tps']:.1f} ({100 * o['plan_decode_phase_error']:+.1f}%); "
+            f"decode {o['decode_ms']:.2f} ms, cycle {o['cycle_ms']:.2f} ms",
+            flush=True,
+        )
     if a.json:
         Path(a.json).write_text(json.dumps(out, indent=2))
 

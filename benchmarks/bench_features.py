@@ -44,8 +44,16 @@ def size_rows(h_zoo: int, vd_zoo: int, topk: int) -> list[dict]:
         (h_zoo, vd_zoo, 16),
     ):
         ours, spec = bytes_per_token(3, h, k_top, vd), 8 * h
-        rows.append({"H": h, "draft_vocab": vd, "topk": k_top, "ours": ours, "specforge": spec,
-                     "ratio": ours / spec})  # fmt: skip
+        rows.append(
+            {
+                "H": h,
+                "draft_vocab": vd,
+                "topk": k_top,
+                "ours": ours,
+                "specforge": spec,
+                "ratio": ours / spec,
+            }
+        )
     return rows
 
 
@@ -69,10 +77,10 @@ def build_data(member: str, size: str, tmp: Path, n: int) -> tuple[Path, Path, P
 
 def fidelity(target, data: Path, store: Path, vocab: Path, ks: list[int]) -> dict:
     """Aux relative error (store vs exact) and top-K teacher mass, over all real tokens."""
+    from eagle3kit.core.vocab import load_vocab
     from eagle3kit.data.features import compute_features
     from eagle3kit.data.prepared import collate, load_prepared
     from eagle3kit.data.store import FeatureStore
-    from eagle3kit.core.vocab import load_vocab
 
     d, fs = load_prepared(data), FeatureStore(store)
     d2t = load_vocab(vocab)[0]
@@ -88,8 +96,10 @@ def fidelity(target, data: Path, store: Path, vocab: Path, ks: list[int]) -> dic
         p = ref.teacher_logp[m].exp().sort(dim=-1, descending=True).values  # [N, Vd]
         for k in ks:
             mass[k].append(p[:, :k].sum(-1))
-    return {"aux_rel_err": err / ref_abs,
-            "teacher_mass_kept": {k: float(torch.cat(v).mean()) for k, v in mass.items()}}  # fmt: skip
+    return {
+        "aux_rel_err": err / ref_abs,
+        "teacher_mass_kept": {k: float(torch.cat(v).mean()) for k, v in mass.items()},
+    }
 
 
 def main() -> None:
@@ -121,25 +131,46 @@ def main() -> None:
         fid = fidelity(target, data, tmp / "S0", vocab, [k for k in ks if k <= vd])
     h = target.hidden_size
     rows = size_rows(h, vd, args.topk)
-    print(f"# bench_features: {args.member} ({size}), H={h}, aux layers {list(target.aux_layers)}, "
-          f"draft vocab {vd}, {res['samples']} samples / {res['tokens']} tokens")  # fmt: skip
+    print(
+        f"# bench_features: {args.member} ({size}), H={h}, aux layers {list(target.aux_layers)}, "
+        f"draft vocab {vd}, {res['samples']} samples / {res['tokens']} tokens"
+    )
     print(f"# {environment()}")
     print("\nbytes/token (formula)   H     Vd     K    ours  SpecForge 8H  ratio")
     for x in rows:
-        print(f"{'':22}{x['H']:>5} {x['draft_vocab']:>6} {x['topk']:>4} {x['ours']:>7} {x['specforge']:>13}  {x['ratio']:.1%}")  # fmt: skip
-    print(f"measured on disk (zoo, K={args.topk}): {res['bytes_per_token']:.1f} bytes/token "
-          f"(headers and offsets included) = {res['bytes_per_token'] / (8 * h):.1%} of 8H")  # fmt: skip
+        print(
+            f"{'':22}{x['H']:>5} {x['draft_vocab']:>6} {x['topk']:>4} {x['ours']:>7} {x['specforge']:>13}  {x['ratio']:.1%}"
+        )
+    print(
+        f"measured on disk (zoo, K={args.topk}): {res['bytes_per_token']:.1f} bytes/token "
+        f"(headers and offsets included) = {res['bytes_per_token'] / (8 * h):.1%} of 8H"
+    )
     print(f"\naux fidelity: mean|aux - dequant(aux)| / mean|aux| = {fid['aux_rel_err']:.4f}")
     for k, m in fid["teacher_mass_kept"].items():
         print(f"teacher mass kept by top-{k:<4} {m:.4f}")
     print(f"\ncapture speed: {stats(speeds)} tokens/s")
     if args.json:
-        Path(args.json).write_text(json.dumps({
-            "member": args.member, "size": size, "hidden_size": h, "draft_vocab": vd,
-            "tokens": res["tokens"], "sizes": rows, "measured_bytes_per_token": res["bytes_per_token"],
-            "fidelity": fid, "capture_tokens_per_s": {"median": statistics.median(speeds),
-                                                      "min": min(speeds), "max": max(speeds)},
-            "environment": environment_info()}, indent=2))  # fmt: skip
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "member": args.member,
+                    "size": size,
+                    "hidden_size": h,
+                    "draft_vocab": vd,
+                    "tokens": res["tokens"],
+                    "sizes": rows,
+                    "measured_bytes_per_token": res["bytes_per_token"],
+                    "fidelity": fid,
+                    "capture_tokens_per_s": {
+                        "median": statistics.median(speeds),
+                        "min": min(speeds),
+                        "max": max(speeds),
+                    },
+                    "environment": environment_info(),
+                },
+                indent=2,
+            )
+        )
 
 
 if __name__ == "__main__":

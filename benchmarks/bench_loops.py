@@ -58,10 +58,11 @@ def main() -> None:
         convs = corpus.chat_samples(corpus.files(zoo.member(name).slice, held_out=True))
         step = max(1, len(convs) // args.prompts)
         sets["chat"] = [
-            tok.apply_chat_template(c["messages"][:1], add_generation_prompt=True, tokenize=True,
-                                    return_dict=False)
+            tok.apply_chat_template(
+                c["messages"][:1], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
             for c in convs[::step][: args.prompts]
-        ]  # fmt: skip
+        ]
         for label, prompts in sets.items():
             t0 = time.perf_counter()
             eos = tok.eos_token_id if label == "chat" else None
@@ -80,9 +81,12 @@ def main() -> None:
                 "seconds": time.perf_counter() - t0,
             }
             rows.append(row)
-            print(f"{name:9s} {label:15s} n={row['n']:2d} distinct-4 mean {row['mean']:.3f} "
-                  f"min {row['min']:.3f} max {row['max']:.3f} below 0.5: {row['below_0.5']:.0%} "
-                  f"tokens {row['mean_tokens']:.0f}", flush=True)  # fmt: skip
+            print(
+                f"{name:9s} {label:15s} n={row['n']:2d} distinct-4 mean {row['mean']:.3f} "
+                f"min {row['min']:.3f} max {row['max']:.3f} below 0.5: {row['below_0.5']:.0%} "
+                f"tokens {row['mean_tokens']:.0f}",
+                flush=True,
+            )
     if args.json:
         args.json.write_text(json.dumps({"environment": environment(), "rows": rows}, indent=2))
 

@@ -64,13 +64,25 @@ def main() -> None:
                     enc.encode(c)
                 times.append(time.perf_counter() - t0)
             per_s = [len(convs) / t for t in times]
-            rows.append({"shape": shape, "method": method, "samples": len(convs), "tokens": n_tok,
-                         "seconds": times, "samples_per_s": per_s,
-                         "tokens_per_s": [n_tok / t for t in times]})  # fmt: skip
-            print(f"{shape:8s} {method:12s} {len(convs)} samples, {n_tok} tokens: "
-                  f"samples/s {stats(per_s)}; tokens/s median {n_tok / sorted(times)[len(times) // 2]:.0f}")  # fmt: skip
+            rows.append(
+                {
+                    "shape": shape,
+                    "method": method,
+                    "samples": len(convs),
+                    "tokens": n_tok,
+                    "seconds": times,
+                    "samples_per_s": per_s,
+                    "tokens_per_s": [n_tok / t for t in times],
+                }
+            )
+            print(
+                f"{shape:8s} {method:12s} {len(convs)} samples, {n_tok} tokens: "
+                f"samples/s {stats(per_s)}; tokens/s median {n_tok / sorted(times)[len(times) // 2]:.0f}"
+            )
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"environment": environment_info(), "rows": rows}, indent=2))  # fmt: skip
+        Path(args.json_out).write_text(
+            json.dumps({"environment": environment_info(), "rows": rows}, indent=2)
+        )
 
 
 if __name__ == "__main__":

@@ -115,28 +115,36 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         v = r["verify_ms"]
-        print(f"| {r['name']} | {r['params'] / 1e6:.2f}M | {r['layers']}x{r['hidden']}, {r['vocab']} "
-              f"| {f(r['decode_ms_per_token'])} | {f(v[1])} | {f(v[4])} | {f(v[8])} | {f(v[16])} "
-              f"| {f(r['one_layer_proxy_ms'])} |")  # fmt: skip
+        print(
+            f"| {r['name']} | {r['params'] / 1e6:.2f}M | {r['layers']}x{r['hidden']}, {r['vocab']} "
+            f"| {f(r['decode_ms_per_token'])} | {f(v[1])} | {f(v[4])} | {f(v[8])} | {f(v[16])} "
+            f"| {f(r['one_layer_proxy_ms'])} |"
+        )
     print("\nverify ms (median) for n = 1..16:")
     print("| member | " + " | ".join(str(n) for n in range(1, 17)) + " |")
     print("|---|" + "---|" * 16)
     for r in rows:
         cells = " | ".join(f"{r['verify_ms'][n]['median']:.2f}" for n in range(1, 17))
         print(f"| {r['name']} | {cells} |")
-    print("\nquality (nats/token; distinct-4 over 128 greedy tokens of held-out prompts;"
-          " chat: greedy answers to held-out requests, up to EOS):")  # fmt: skip
-    print("| member | held-out loss | unigram | other-slice loss | distinct-4 mean (min) "
-          "| other-slice distinct-4 | chat distinct-4 (ended) | build s |")  # fmt: skip
+    print(
+        "\nquality (nats/token; distinct-4 over 128 greedy tokens of held-out prompts;"
+        " chat: greedy answers to held-out requests, up to EOS):"
+    )
+    print(
+        "| member | held-out loss | unigram | other-slice loss | distinct-4 mean (min) "
+        "| other-slice distinct-4 | chat distinct-4 (ended) | build s |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         q = r["quality"] or {}
         c = q.get("chat") or {}
-        print(f"| {r['name']} | {q.get('heldout_loss')} | {q.get('unigram_loss')} "
-              f"| {q.get('heldout_loss_other_slice')} ({q.get('other_slice')}) "
-              f"| {q.get('distinct4_mean')} ({q.get('distinct4_min')}) "
-              f"| {q.get('distinct4_other_slice_mean')} "
-              f"| {c.get('distinct4_mean')} ({c.get('ended')}) | {r['build_seconds']} |")  # fmt: skip
+        print(
+            f"| {r['name']} | {q.get('heldout_loss')} | {q.get('unigram_loss')} "
+            f"| {q.get('heldout_loss_other_slice')} ({q.get('other_slice')}) "
+            f"| {q.get('distinct4_mean')} ({q.get('distinct4_min')}) "
+            f"| {q.get('distinct4_other_slice_mean')} "
+            f"| {c.get('distinct4_mean')} ({c.get('ended')}) | {r['build_seconds']} |"
+        )
     if args.json:
         args.json.write_text(json.dumps({"environment": env, "members": rows}, indent=2))
 

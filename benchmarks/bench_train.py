@@ -37,22 +37,34 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 PEER_TOKENS_PER_S = 1375.0  # speculators Eagle3DraftModel, sdpa, this machine kind (issue 11)
 SHAPES = {
-    "issue (H=512, T=512, k=3, V=8192, Vd=2048)": dict(h=512, heads=8, inter=1536, t=512, k=3, v=8192, vd=2048),
-    "zoo dsv3/llama (H=128, T=512, k=7, V=4096, Vd=2048)": dict(h=128, heads=2, inter=352, t=512, k=7, v=4096, vd=2048),
-}  # fmt: skip
+    "issue (H=512, T=512, k=3, V=8192, Vd=2048)": dict(
+        h=512, heads=8, inter=1536, t=512, k=3, v=8192, vd=2048
+    ),
+    "zoo dsv3/llama (H=128, T=512, k=7, V=4096, Vd=2048)": dict(
+        h=128, heads=2, inter=352, t=512, k=7, v=4096, vd=2048
+    ),
+}
 
 
 def make(shape: dict, b: int, device: str):
     import torch
 
-    from eagle3kit.model.drafter import Eagle3Drafter
     from eagle3kit.core.spec import DraftSpec
+    from eagle3kit.model.drafter import Eagle3Drafter
 
     h, v, vd, t = shape["h"], shape["v"], shape["vd"], shape["t"]
-    spec = DraftSpec(hidden_size=h, intermediate_size=shape["inter"],
-                     num_attention_heads=shape["heads"], num_key_value_heads=shape["heads"],
-                     head_dim=h // shape["heads"], vocab_size=v, draft_vocab_size=vd,
-                     target_hidden_size=h, aux_layers=(2, 4, 5), dtype="float32")  # fmt: skip
+    spec = DraftSpec(
+        hidden_size=h,
+        intermediate_size=shape["inter"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["heads"],
+        head_dim=h // shape["heads"],
+        vocab_size=v,
+        draft_vocab_size=vd,
+        target_hidden_size=h,
+        aux_layers=(2, 4, 5),
+        dtype="float32",
+    )
     torch.manual_seed(0)
     m = Eagle3Drafter(spec, device=device)
     m.set_embedding(torch.randn(v, h) * 0.02)
@@ -137,15 +149,29 @@ def peer_step(shape: dict, b: int, device: str = "cpu"):
     from transformers import LlamaConfig
 
     h, v, vd, t, k = shape["h"], shape["v"], shape["vd"], shape["t"], shape["k"]
-    layer = LlamaConfig(hidden_size=h, intermediate_size=shape["inter"], num_hidden_layers=1,
-                        num_attention_heads=shape["heads"], num_key_value_heads=shape["heads"],
-                        head_dim=h // shape["heads"], vocab_size=v, max_position_embeddings=4 * t)  # fmt: skip
+    layer = LlamaConfig(
+        hidden_size=h,
+        intermediate_size=shape["inter"],
+        num_hidden_layers=1,
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["heads"],
+        head_dim=h // shape["heads"],
+        vocab_size=v,
+        max_position_embeddings=4 * t,
+    )
     layer._attn_implementation = "sdpa"
-    spec = SpeculatorsConfig(algorithm="eagle3", default_proposal_method="greedy",
-                             proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=k)],
-                             verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]))  # fmt: skip
-    config = Eagle3SpeculatorConfig(transformer_layer_config=layer, draft_vocab_size=vd,
-                                    eagle_aux_hidden_state_layer_ids=[2, 4, 5], speculators_config=spec)  # fmt: skip
+    spec = SpeculatorsConfig(
+        algorithm="eagle3",
+        default_proposal_method="greedy",
+        proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=k)],
+        verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
+    )
+    config = Eagle3SpeculatorConfig(
+        transformer_layer_config=layer,
+        draft_vocab_size=vd,
+        eagle_aux_hidden_state_layer_ids=[2, 4, 5],
+        speculators_config=spec,
+    )
     torch.manual_seed(0)
     m = Eagle3DraftModel(config).float()
     used = torch.arange(vd) * (v // vd)
@@ -221,7 +247,12 @@ def draft_step_ms(path: str, context: int, repeats: int) -> dict:
     with torch.no_grad():
         for _ in range(repeats + 1):
             cache = DraftCache()
-            m(torch.zeros(1, context, dtype=torch.long), torch.randn(1, context, s.fc_in_features), cache, from_aux=True)  # fmt: skip
+            m(
+                torch.zeros(1, context, dtype=torch.long),
+                torch.randn(1, context, s.fc_in_features),
+                cache,
+                from_aux=True,
+            )
             h = torch.randn(1, 1, s.hidden_size)  # [1, 1, H]
             t0 = time.perf_counter()
             for _ in range(10):
@@ -229,9 +260,15 @@ def draft_step_ms(path: str, context: int, repeats: int) -> dict:
                 h = out.hidden
             times.append((time.perf_counter() - t0) / 10 * 1e3)
     times = times[1:]
-    return {"path": path, "attention": getattr(s, "attention", "mha"), "context": context,
-            "params": sum(p.numel() for n, p in m.named_parameters() if n != "embed_tokens.weight"),
-            "ms_median": statistics.median(times), "ms_min": min(times), "ms_max": max(times)}  # fmt: skip
+    return {
+        "path": path,
+        "attention": getattr(s, "attention", "mha"),
+        "context": context,
+        "params": sum(p.numel() for n, p in m.named_parameters() if n != "embed_tokens.weight"),
+        "ms_median": statistics.median(times),
+        "ms_min": min(times),
+        "ms_max": max(times),
+    }
 
 
 def matmul_gflops(n: int = 512, reps: int = 20) -> float:
@@ -275,17 +312,30 @@ def main() -> None:
             return
         print(environment())
         for r in rows:
-            print(f"{r['path']} ({r['attention']}, {r['params'] / 1e6:.2f}M params): draft step "
-                  f"{r['ms_median']:.2f} ms (min {r['ms_min']:.2f}, max {r['ms_max']:.2f}) at context {r['context']}")  # fmt: skip
+            print(
+                f"{r['path']} ({r['attention']}, {r['params'] / 1e6:.2f}M params): draft step "
+                f"{r['ms_median']:.2f} ms (min {r['ms_min']:.2f}, max {r['ms_max']:.2f}) at context {r['context']}"
+            )
         return
     gflops = matmul_gflops()
     rows = []
     for name, shape in SHAPES.items():
         times = time_ours(shape, a.batch, a.repeats, a.device)
         toks = [a.batch * shape["t"] / s for s in times]
-        rows.append({"shape": name, "batch": a.batch, **shape,
-                     "tokens_per_s": {"median": statistics.median(toks), "min": min(toks), "max": max(toks)},
-                     "step_s_median": statistics.median(times), "peak_memory_mb": peak_mb(a.device)})  # fmt: skip
+        rows.append(
+            {
+                "shape": name,
+                "batch": a.batch,
+                **shape,
+                "tokens_per_s": {
+                    "median": statistics.median(toks),
+                    "min": min(toks),
+                    "max": max(toks),
+                },
+                "step_s_median": statistics.median(times),
+                "peak_memory_mb": peak_mb(a.device),
+            }
+        )
     # the peer runs after ours (our rows' peak RSS excludes it), in steps alternating with ours
     for r, shape in zip(rows, SHAPES.values(), strict=True):
         pair = time_pair(shape, a.batch, a.repeats, a.device)
@@ -293,9 +343,13 @@ def main() -> None:
         if pair is not None:
             ours, peer = pair
             n = a.batch * shape["t"]
-            r["peer"] = {"tokens_per_s": n / statistics.median(peer), "step_s": peer,
-                         "ours_tokens_per_s": n / statistics.median(ours), "ours_step_s": ours,
-                         "ours_over_peer": statistics.median(p / o for o, p in zip(ours, peer, strict=True))}  # fmt: skip
+            r["peer"] = {
+                "tokens_per_s": n / statistics.median(peer),
+                "step_s": peer,
+                "ours_tokens_per_s": n / statistics.median(ours),
+                "ours_step_s": ours,
+                "ours_over_peer": statistics.median(p / o for o, p in zip(ours, peer, strict=True)),
+            }
     doc = {
         "env": environment_info(),
         "rows": rows,
@@ -309,20 +363,26 @@ def main() -> None:
     print(f"machine speed now: {gflops:.1f} GFLOPS (fp32 512x512 matmul, {a.threads} threads)")
     for r in rows:
         t = r["tokens_per_s"]
-        print(f"{r['shape']}: {t['median']:.0f} tokens/s (min {t['min']:.0f}, max {t['max']:.0f}; "
-              f"{a.repeats} steps of {r['batch']}x{r['t']}), step {r['step_s_median']:.2f} s, "
-              f"peak RSS {r['peak_memory_mb']:.0f} MB")  # fmt: skip
+        print(
+            f"{r['shape']}: {t['median']:.0f} tokens/s (min {t['min']:.0f}, max {t['max']:.0f}; "
+            f"{a.repeats} steps of {r['batch']}x{r['t']}), step {r['step_s_median']:.2f} s, "
+            f"peak RSS {r['peak_memory_mb']:.0f} MB"
+        )
     first = rows[0]["tokens_per_s"]["median"]
     if rows[0]["peer"]:
         for r in rows:
             p = r["peer"]
-            print(f"speculators Eagle3DraftModel, same process, {r['shape']}: {p['tokens_per_s']:.0f} tokens/s "
-                  f"(step {statistics.median(p['step_s']):.2f} s, min {min(p['step_s']):.2f}, max {max(p['step_s']):.2f}); "
-                  f"ours in the same alternating steps {p['ours_tokens_per_s']:.0f} tokens/s; "
-                  f"ours/peer {p['ours_over_peer']:.2f}x (median over {a.repeats} step pairs)")  # fmt: skip
+            print(
+                f"speculators Eagle3DraftModel, same process, {r['shape']}: {p['tokens_per_s']:.0f} tokens/s "
+                f"(step {statistics.median(p['step_s']):.2f} s, min {min(p['step_s']):.2f}, max {max(p['step_s']):.2f}); "
+                f"ours in the same alternating steps {p['ours_tokens_per_s']:.0f} tokens/s; "
+                f"ours/peer {p['ours_over_peer']:.2f}x (median over {a.repeats} step pairs)"
+            )
     else:
-        print(f"speculators not importable: published peer figure ~{PEER_TOKENS_PER_S:.0f} tokens/s "
-              f"(sdpa); ours {first / PEER_TOKENS_PER_S:.2f}x of it (different load; see the environment line)")  # fmt: skip
+        print(
+            f"speculators not importable: published peer figure ~{PEER_TOKENS_PER_S:.0f} tokens/s "
+            f"(sdpa); ours {first / PEER_TOKENS_PER_S:.2f}x of it (different load; see the environment line)"
+        )
 
 
 if __name__ == "__main__":

@@ -59,16 +59,20 @@ def main() -> None:
             without = json.loads((out / zoo.MANIFEST).read_text())
         rows.append({"member": name, "with": metrics(with_), "without": metrics(without)})
 
-    print("\n| member | unloop | held-out loss | distinct-4 mean (min) | other slice | chat (ended) "
-          "| build s |")  # fmt: skip
+    print(
+        "\n| member | unloop | held-out loss | distinct-4 mean (min) | other slice | chat (ended) "
+        "| build s |"
+    )
     print("|---|---|---|---|---|---|---|")
     for r in rows:
         for key in ("without", "with"):
             q = r[key]
-            print(f"| {r['member']} | {key} | {q['heldout_loss']} "
-                  f"| {q['distinct4_mean']} ({q['distinct4_min']}) "
-                  f"| {q['distinct4_other_slice_mean']} "
-                  f"| {q['chat_distinct4_mean']} ({q['chat_ended']}) | {q['build_seconds']} |")  # fmt: skip
+            print(
+                f"| {r['member']} | {key} | {q['heldout_loss']} "
+                f"| {q['distinct4_mean']} ({q['distinct4_min']}) "
+                f"| {q['distinct4_other_slice_mean']} "
+                f"| {q['chat_distinct4_mean']} ({q['chat_ended']}) | {q['build_seconds']} |"
+            )
     if args.json:
         args.json.write_text(json.dumps({"environment": environment(), "rows": rows}, indent=2))
 

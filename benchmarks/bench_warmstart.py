@@ -25,8 +25,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 
 
-def zoo_data(member: str, out: Path, *, files: int | None = 400, max_length: int = 512,
-             held_out_files: bool = False, size: str = "full") -> Path:  # fmt: skip
+def zoo_data(
+    member: str,
+    out: Path,
+    *,
+    files: int | None = 400,
+    max_length: int = 512,
+    held_out_files: bool = False,
+    size: str = "full",
+) -> Path:
     """DATA dir of the zoo chat samples of `member`'s slice, tokenised for that member."""
     from eagle3kit import zoo
     from eagle3kit.data.prepare import prepare
@@ -63,13 +70,26 @@ def run(args: argparse.Namespace) -> dict:
 
     torch.set_num_threads(args.threads)
     target = str(zoo.build(args.member, size=args.size))
-    data = zoo_data(args.member, Path(args.work) / f"data-{args.member}-{args.size}",
-                    files=args.files, max_length=args.max_len, size=args.size)  # fmt: skip
+    data = zoo_data(
+        args.member,
+        Path(args.work) / f"data-{args.member}-{args.size}",
+        files=args.files,
+        max_length=args.max_len,
+        size=args.size,
+    )
     sizes = [int(x) for x in args.sizes.split(",")]
     rows = []
-    common = dict(target=target, data=str(data), ttt_steps=args.ttt_steps, batch_size=args.batch,
-                  max_len=args.max_len, lr=args.lr, eval_samples=args.eval_samples,
-                  heldout=args.heldout, seed=0)  # fmt: skip
+    common = dict(
+        target=target,
+        data=str(data),
+        ttt_steps=args.ttt_steps,
+        batch_size=args.batch,
+        max_len=args.max_len,
+        lr=args.lr,
+        eval_samples=args.eval_samples,
+        heldout=args.heldout,
+        seed=0,
+    )
     for n in sizes:
         steps = max(4, round(n * args.epochs / args.batch))
         for kind in ("scratch", "warm"):
@@ -86,10 +106,17 @@ def run(args: argparse.Namespace) -> dict:
             s = train_once(
                 out, max_samples=n, steps=steps, eval_every=max(1, steps // 4), **common, **extra
             )
-            rows.append({"kind": kind, "samples": n, "steps": steps,
-                         "sim_accept_len": s["sim_accept_len"], "best_step": s["best_step"],
-                         "depth4": (s.get("sim_accept_len_by_depth") or [None] * 4)[3],
-                         "wall_s": round(s["wall_s"], 1)})  # fmt: skip
+            rows.append(
+                {
+                    "kind": kind,
+                    "samples": n,
+                    "steps": steps,
+                    "sim_accept_len": s["sim_accept_len"],
+                    "best_step": s["best_step"],
+                    "depth4": (s.get("sim_accept_len_by_depth") or [None] * 4)[3],
+                    "wall_s": round(s["wall_s"], 1),
+                }
+            )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return {"env": environment_info(), "env_line": environment(), "rows": rows}
 
@@ -103,13 +130,17 @@ def report(doc: dict) -> None:
     sizes = sorted({r["samples"] for r in doc["rows"]})
     for n in sizes:
         a, b = by.get(("scratch", n)), by.get(("warm", n))
-        print(f"{n:>8} {a['sim_accept_len'] if a else float('nan'):>12.3f} "
-              f"{b['sim_accept_len'] if b else float('nan'):>10.3f}")  # fmt: skip
+        print(
+            f"{n:>8} {a['sim_accept_len'] if a else float('nan'):>12.3f} "
+            f"{b['sim_accept_len'] if b else float('nan'):>10.3f}"
+        )
     final = by[("scratch", sizes[-1])]["sim_accept_len"]
     reach = [n for n in sizes if by[("warm", n)]["sim_accept_len"] >= final]
     if reach:
-        print(f"warm start reaches scratch's final {final:.3f} with {reach[0]} samples "
-              f"({100 * reach[0] / sizes[-1]:.0f}% of {sizes[-1]})")  # fmt: skip
+        print(
+            f"warm start reaches scratch's final {final:.3f} with {reach[0]} samples "
+            f"({100 * reach[0] / sizes[-1]:.0f}% of {sizes[-1]})"
+        )
     else:
         print(f"warm start does not reach scratch's final {final:.3f} at any size tried")
 

@@ -54,18 +54,27 @@ def regenerate(member: str, convs: list[dict], out: Path, batch: int = 32) -> No
     t0, lines = time.perf_counter(), []
     for i in range(0, len(convs), batch):
         chunk = convs[i : i + batch]
-        texts = [tok.apply_chat_template(c["messages"], add_generation_prompt=True,
-                                         tokenize=False) for c in chunk]  # fmt: skip
+        texts = [
+            tok.apply_chat_template(c["messages"], add_generation_prompt=True, tokenize=False)
+            for c in chunk
+        ]
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         with torch.inference_mode():
-            g = tm.model.generate(**enc, do_sample=False, max_new_tokens=160,
-                                  eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)  # fmt: skip
+            g = tm.model.generate(
+                **enc,
+                do_sample=False,
+                max_new_tokens=160,
+                eos_token_id=tok.eos_token_id,
+                pad_token_id=tok.pad_token_id,
+            )
         for c, row in zip(chunk, g[:, enc["input_ids"].shape[1] :].tolist(), strict=True):
             row = row[: row.index(tok.eos_token_id)] if tok.eos_token_id in row else row
             answer = {"role": "assistant", "content": tok.decode(row)}
             lines.append(json.dumps({"messages": c["messages"] + [answer]}) + "\n")
-        print(f"regenerate: {i + len(chunk)}/{len(convs)} in {time.perf_counter() - t0:.0f} s",
-              flush=True)  # fmt: skip
+        print(
+            f"regenerate: {i + len(chunk)}/{len(convs)} in {time.perf_counter() - t0:.0f} s",
+            flush=True,
+        )
     tmp = out.with_suffix(".tmp")
     tmp.write_text("".join(lines))
     tmp.replace(out)
@@ -96,18 +105,57 @@ def main() -> None:
     if not (d / "data" / "data.json").is_file():
         cli("data", "prepare", str(d / "regen.jsonl"), "--target", target, "-o", str(d / "data"))
     if not (d / "vocab.safetensors").is_file():
-        cli("data", "vocab", str(d / "data"), "--draft-vocab-size", "1024",
-            "-o", str(d / "vocab.safetensors"))  # fmt: skip
-    cli("data", "capture", str(d / "data"), "--target", target, "-o", str(d / "store"),
-        "--vocab", str(d / "vocab.safetensors"), "--topk", "32")  # fmt: skip
+        cli(
+            "data",
+            "vocab",
+            str(d / "data"),
+            "--draft-vocab-size",
+            "1024",
+            "-o",
+            str(d / "vocab.safetensors"),
+        )
+    cli(
+        "data",
+        "capture",
+        str(d / "data"),
+        "--target",
+        target,
+        "-o",
+        str(d / "store"),
+        "--vocab",
+        str(d / "vocab.safetensors"),
+        "--topk",
+        "32",
+    )
     if not (d / "run" / "summary.json").is_file():
         resume = ["--resume"] if (d / "run" / "state").is_dir() else []
-        cli("train", "--target", target, "--features", str(d / "store"), "-o", str(d / "run"),
-            "--ttt-steps", "4", "--steps", str(a.steps), "--batch-size", "16", "--lr", a.lr,
-            "--max-len", "320", "--threads", str(a.threads), *resume)  # fmt: skip
+        cli(
+            "train",
+            "--target",
+            target,
+            "--features",
+            str(d / "store"),
+            "-o",
+            str(d / "run"),
+            "--ttt-steps",
+            "4",
+            "--steps",
+            str(a.steps),
+            "--batch-size",
+            "16",
+            "--lr",
+            a.lr,
+            "--max-len",
+            "320",
+            "--threads",
+            str(a.threads),
+            *resume,
+        )
     s = json.loads((d / "run" / "summary.json").read_text())
-    print(f"{a.member}: held-out simulated tau {s['sim_accept_len']:.2f} at depth 4 (step "
-          f"{s['best_step']}); drafter {d / 'run' / 'best'}; {time.perf_counter() - t0:.0f} s")  # fmt: skip
+    print(
+        f"{a.member}: held-out simulated tau {s['sim_accept_len']:.2f} at depth 4 (step "
+        f"{s['best_step']}); drafter {d / 'run' / 'best'}; {time.perf_counter() - t0:.0f} s"
+    )
 
 
 if __name__ == "__main__":

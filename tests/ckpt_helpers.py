@@ -41,9 +41,16 @@ def write_target_config(
 ) -> Path:
     """A target model directory holding only config.json (and optionally a tokenizer.json)."""
     d.mkdir(parents=True, exist_ok=True)
-    cfg = {"architectures": [arch], "model_type": "llama", "num_hidden_layers": layers, "hidden_size": hidden,
-           "vocab_size": vocab, "max_position_embeddings": max_pos, "intermediate_size": 4 * hidden,
-           "num_attention_heads": 4}  # fmt: skip
+    cfg = {
+        "architectures": [arch],
+        "model_type": "llama",
+        "num_hidden_layers": layers,
+        "hidden_size": hidden,
+        "vocab_size": vocab,
+        "max_position_embeddings": max_pos,
+        "intermediate_size": 4 * hidden,
+        "num_attention_heads": 4,
+    }
     (d / "config.json").write_text(json.dumps(cfg))
     if tokenizer is not None:
         (d / "tokenizer.json").write_text(tokenizer)

@@ -4,17 +4,31 @@ from __future__ import annotations
 
 import torch
 
+from eagle3kit.core.spec import DraftSpec
+from eagle3kit.core.vocab import build_vocab
 from eagle3kit.data.features import compute_features
 from eagle3kit.decode import greedy_generate
 from eagle3kit.model.drafter import Eagle3Drafter
-from eagle3kit.core.vocab import build_vocab
-from eagle3kit.core.spec import DraftSpec
 from eagle3kit.train.ttt import ttt_loss
 
 PROMPTS = [
-    "def ", "import ", "class ", "    return ", "for i in ", "if __name__", "# ", "\"\"\"",
-    "from ", "    def ", "with open(", "try:\n", "    if ", "print(", "self.", "raise ",
-]  # fmt: skip
+    "def ",
+    "import ",
+    "class ",
+    "    return ",
+    "for i in ",
+    "if __name__",
+    "# ",
+    '"""',
+    "from ",
+    "    def ",
+    "with open(",
+    "try:\n",
+    "    if ",
+    "print(",
+    "self.",
+    "raise ",
+]
 HELD_OUT = ["def main(", "    while ", "x = [", "except "]
 
 
@@ -24,10 +38,18 @@ def new_drafter(
     """A random drafter shaped for `target`, using its embedding; a smaller draft vocabulary
     takes the `counts` most frequent target ids (d2t/t2d by eagle3kit.core.vocab)."""
     h, v = target.hidden_size, target.vocab_size
-    spec = DraftSpec(hidden_size=h, intermediate_size=2 * h, num_attention_heads=2,
-                     num_key_value_heads=1, head_dim=h // 2, vocab_size=v,
-                     draft_vocab_size=draft_vocab or v, target_hidden_size=h,
-                     aux_layers=target.aux_layers, dtype="float32")  # fmt: skip
+    spec = DraftSpec(
+        hidden_size=h,
+        intermediate_size=2 * h,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=h // 2,
+        vocab_size=v,
+        draft_vocab_size=draft_vocab or v,
+        target_hidden_size=h,
+        aux_layers=target.aux_layers,
+        dtype="float32",
+    )
     torch.manual_seed(seed)
     d = Eagle3Drafter(spec)
     if draft_vocab and draft_vocab < v:
@@ -48,8 +70,9 @@ def self_text(target, prompts=PROMPTS, n: int = 40) -> list[list[int]]:
     return out
 
 
-def train_drafter(target, seqs: list[list[int]], draft_vocab: int | None = None,
-                  steps: int = 200, k: int = 3) -> Eagle3Drafter:  # fmt: skip
+def train_drafter(
+    target, seqs: list[list[int]], draft_vocab: int | None = None, steps: int = 200, k: int = 3
+) -> Eagle3Drafter:
     """A drafter trained by training-time test (eagle3kit.train.ttt) on `seqs`, full batch."""
     t = max(map(len, seqs))
     ids = torch.zeros(len(seqs), t, dtype=torch.long)  # [B, T]

@@ -24,8 +24,15 @@ from typing import Any
 
 
 class FakeOpenAIServer:
-    def __init__(self, model_dir: str, *, mode: str = "normal", die_after: int = 3,
-                 lifetime: float = 120.0, name: str = "zoo-tiny") -> None:  # fmt: skip
+    def __init__(
+        self,
+        model_dir: str,
+        *,
+        mode: str = "normal",
+        die_after: int = 3,
+        lifetime: float = 120.0,
+        name: str = "zoo-tiny",
+    ) -> None:
         from eagle3kit.model.target import TargetModel
 
         if mode not in ("normal", "flaky", "die"):
@@ -76,11 +83,21 @@ class FakeOpenAIServer:
                 text = server.generate(body["messages"], int(body.get("max_tokens", 64)))
                 with server._count_lock:
                     server.answered += 1
-                return self._send(200, {
-                    "id": f"chatcmpl-{k}", "object": "chat.completion", "model": server.name,
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": text}}],
-                })  # fmt: skip
+                return self._send(
+                    200,
+                    {
+                        "id": f"chatcmpl-{k}",
+                        "object": "chat.completion",
+                        "model": server.name,
+                        "choices": [
+                            {
+                                "index": 0,
+                                "finish_reason": "stop",
+                                "message": {"role": "assistant", "content": text},
+                            }
+                        ],
+                    },
+                )
 
             def _send(self, code: int, doc: dict) -> None:
                 data = json.dumps(doc).encode()

@@ -22,9 +22,28 @@ def pair(tmp_path_factory):
 
 def test_bench_json_contract(cli, pair):
     path, d = pair
-    r = cli("bench", "--target", path, "--drafter", d, "--prompts", "1", "--repeats", "2",
-            "--max-new-tokens", "10", "--depth", "2", "--tree-depth", "2", "--topk", "2",
-            "--budget", "4", "--json")  # fmt: skip
+    r = cli(
+        "bench",
+        "--target",
+        path,
+        "--drafter",
+        d,
+        "--prompts",
+        "1",
+        "--repeats",
+        "2",
+        "--max-new-tokens",
+        "10",
+        "--depth",
+        "2",
+        "--tree-depth",
+        "2",
+        "--topk",
+        "2",
+        "--budget",
+        "4",
+        "--json",
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert {"python", "torch", "transformers", "cpu"} <= set(doc["environment"])

@@ -11,8 +11,8 @@ from conftest import run_cli
 from safetensors.torch import load_file
 
 from eagle3kit.checkpoint.convert import load_drafter_tensors
-from eagle3kit.model.drafter import Eagle3Drafter
 from eagle3kit.core.spec import NORM_FLAGS
+from eagle3kit.model.drafter import Eagle3Drafter
 
 
 def _logits(path) -> torch.Tensor:
@@ -145,8 +145,13 @@ def _refused(tmp_path, src, *expect, to=("sglang", "vllm", "eagle")):
 
 def test_refuses_lm_head_rows_not_draft_vocab_size(tmp_path):
     src = _bad_drafter(tmp_path, shape_overrides={"lm_head.weight": (100, 64)})
-    _refused(tmp_path, src, "model.safetensors: lm_head.weight: expected 128 rows",
-             "draft_vocab_size=128", "found 100")  # fmt: skip
+    _refused(
+        tmp_path,
+        src,
+        "model.safetensors: lm_head.weight: expected 128 rows",
+        "draft_vocab_size=128",
+        "found 100",
+    )
 
 
 def test_refuses_fc_width_not_target_hidden_size(tmp_path):
@@ -219,18 +224,34 @@ def test_inspect_fails_on_bad_d2t(tmp_path):
 
 
 def test_eagle_refuses_scaled_rope_and_odd_head_dim(tmp_path):
-    rope = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-            "original_max_position_embeddings": 8192}  # fmt: skip
+    rope = {
+        "rope_type": "llama3",
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 8192,
+    }
     src = _bad_drafter(tmp_path, tiny_spec(rope_scaling=rope))
-    _refused(tmp_path, src, "config.json: refusing a conversion the EAGLE code cannot load",
-             "rope_scaling: expected none", "llama3", to=("eagle",))  # fmt: skip
+    _refused(
+        tmp_path,
+        src,
+        "config.json: refusing a conversion the EAGLE code cannot load",
+        "rope_scaling: expected none",
+        "llama3",
+        to=("eagle",),
+    )
     assert run_cli("convert", src, "--to", "vllm", "-o", tmp_path / "v").code == 0
 
 
 def test_eagle_refuses_heads_times_head_dim_not_hidden(tmp_path):
     src = _bad_drafter(tmp_path, tiny_spec(head_dim=32))  # 4 heads x 32 = 128 != 64
-    _refused(tmp_path, src, "num_attention_heads x head_dim: expected hidden_size=64",
-             "found 4 x 32 = 128", to=("eagle",))  # fmt: skip
+    _refused(
+        tmp_path,
+        src,
+        "num_attention_heads x head_dim: expected hidden_size=64",
+        "found 4 x 32 = 128",
+        to=("eagle",),
+    )
     assert run_cli("convert", src, "--to", "sglang", "-o", tmp_path / "s").code == 0
 
 
@@ -255,7 +276,12 @@ def test_to_eagle_omits_target_hidden_size_when_equal(tmp_path):
 def test_to_eagle_other_target_width_needs_own_embedding(tmp_path):
     spec = tiny_spec(target_hidden_size=96)
     src = _bad_drafter(tmp_path, spec)  # no embed_tokens
-    _refused(tmp_path, src, "embed_tokens.weight: expected in the drafter when target_hidden_size=96", to=("eagle",))  # fmt: skip
+    _refused(
+        tmp_path,
+        src,
+        "embed_tokens.weight: expected in the drafter when target_hidden_size=96",
+        to=("eagle",),
+    )
     with_emb = random_drafter(tmp_path / "emb", spec, "sglang")  # carries embed_tokens
     assert run_cli("convert", with_emb, "--to", "eagle", "-o", tmp_path / "e").code == 0
     cfg = json.loads((tmp_path / "e" / "config.json").read_text())
@@ -305,8 +331,14 @@ def test_sparse_source_stays_sparse_and_umask_respected(tmp_path):
 
     from eagle3kit.checkpoint.convert import convert
 
-    spec = tiny_spec(hidden_size=256, intermediate_size=1024, head_dim=64, target_hidden_size=256,
-                     vocab_size=4096, draft_vocab_size=1024)  # fmt: skip
+    spec = tiny_spec(
+        hidden_size=256,
+        intermediate_size=1024,
+        head_dim=64,
+        target_hidden_size=256,
+        vocab_size=4096,
+        draft_vocab_size=1024,
+    )
     src = _bad_drafter(tmp_path, spec)  # zero weights, ~6 MiB
     old = os.umask(0o022)
     try:

@@ -20,16 +20,31 @@ def model_dir():
 
 
 RECORDS = [
-    {"id": "a", "conversations": [{"from": "human", "value": "Write `parse`."},
-                                  {"from": "gpt", "value": "def parse(s):\n    return s"}]},
-    {"id": "b", "messages": [{"role": "system", "content": "You write Python."},
-                             {"role": "user", "content": "Write `main`."},
-                             {"role": "assistant", "content": "def main():\n    pass"},
-                             {"role": "user", "content": "Shorter?"},
-                             {"role": "assistant", "content": "main = print"}]},
-    {"id": "c", "messages": [{"role": "user", "content": "import what?"},
-                             {"role": "assistant", "content": "import os"}]},
-]  # fmt: skip
+    {
+        "id": "a",
+        "conversations": [
+            {"from": "human", "value": "Write `parse`."},
+            {"from": "gpt", "value": "def parse(s):\n    return s"},
+        ],
+    },
+    {
+        "id": "b",
+        "messages": [
+            {"role": "system", "content": "You write Python."},
+            {"role": "user", "content": "Write `main`."},
+            {"role": "assistant", "content": "def main():\n    pass"},
+            {"role": "user", "content": "Shorter?"},
+            {"role": "assistant", "content": "main = print"},
+        ],
+    },
+    {
+        "id": "c",
+        "messages": [
+            {"role": "user", "content": "import what?"},
+            {"role": "assistant", "content": "import os"},
+        ],
+    },
+]
 
 
 @pytest.mark.slow
@@ -79,8 +94,20 @@ def test_chain(tmp_path, model_dir, cli):
         "--json",
     )
     assert r.code == 0, r.err
-    r = cli("data", "capture", tmp_path / "D", "--target", model_dir, "-o", tmp_path / "S",
-            "--vocab", tmp_path / "v.safetensors", "--topk", "8", "--json")  # fmt: skip
+    r = cli(
+        "data",
+        "capture",
+        tmp_path / "D",
+        "--target",
+        model_dir,
+        "-o",
+        tmp_path / "S",
+        "--vocab",
+        tmp_path / "v.safetensors",
+        "--topk",
+        "8",
+        "--json",
+    )
     assert r.code == 0, r.err
     man = json.loads(r.out)
     assert man["tokens"] == data.meta["tokens"] and man["bytes_per_token"] > 0

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from eagle3kit.data.prepared import PreparedWriter, collate, load_prepared, split_ids
 from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.data.prepared import PreparedWriter, collate, load_prepared, split_ids
 
 
 @pytest.fixture(scope="module")
@@ -53,11 +53,17 @@ LINES = [
     _oa(("system", "s"), ("user", "Hi")),  # 7 no assistant turn
     _oa(("user", "Hi"), ("assistant", "  ")),  # 8 empty content
     "[1, 2]",  # 9 not an object
-    json.dumps({"messages": [{"role": "user", "content": [{"type": "text", "text": "Sum?"}]},
-                             {"role": "assistant", "content": "Two."}]}),  # 10 ok (content parts)
+    json.dumps(
+        {
+            "messages": [
+                {"role": "user", "content": [{"type": "text", "text": "Sum?"}]},
+                {"role": "assistant", "content": "Two."},
+            ]
+        }
+    ),  # 10 ok (content parts)
     _sg(("Again?", "Yes."), id="g1"),  # 11 duplicate id
     _oa(("user", "Hi"), ("assistant", "Yo."), ("user", "More?")),  # 12 ends with user
-]  # fmt: skip
+]
 SKIPPED = {
     2: "bad JSON",
     4: "turn 2: unknown role 'tool'",
@@ -110,7 +116,9 @@ def test_strict_stops_at_the_first_bad_line_and_keeps_old_data(cli, tmp_path, ta
     src = _write_jsonl(tmp_path / "in.jsonl", LINES)
     r = cli("data", "prepare", src, "--target", target, "-o", out, "--strict", "--json")
     assert r.code == 2 and r.out == ""
-    assert r.err.strip().splitlines() == [f"eagle3kit: error: {src}:2: bad JSON: Expecting value at column 1"]  # fmt: skip
+    assert r.err.strip().splitlines() == [
+        f"eagle3kit: error: {src}:2: bad JSON: Expecting value at column 1"
+    ]
     assert (out / "data.json").read_bytes() == before and len(load_prepared(out)) == 1
 
 
@@ -121,10 +129,27 @@ def test_truncation(cli, tmp_path, target, tok):
         _oa(("user", "x " * 40), ("assistant", "Late.")),  # the answer lies beyond max-length
     ]
     src = _write_jsonl(tmp_path / "in.jsonl", lines)
-    r = cli("data", "prepare", src, "--target", target, "-o", tmp_path / "D", "--max-length", "12", "--json")  # fmt: skip
+    r = cli(
+        "data",
+        "prepare",
+        src,
+        "--target",
+        target,
+        "-o",
+        tmp_path / "D",
+        "--max-length",
+        "12",
+        "--json",
+    )
     doc = json.loads(r.out)
     assert (doc["samples"], doc["truncated"]) == (1, 1)
-    assert doc["skipped"] == [{"file": str(src), "line": 2, "reason": "no assistant token within the first 12 tokens (--max-length)"}]  # fmt: skip
+    assert doc["skipped"] == [
+        {
+            "file": str(src),
+            "line": 2,
+            "reason": "no assistant token within the first 12 tokens (--max-length)",
+        }
+    ]
     s = load_prepared(tmp_path / "D")[0]
     assert len(s.input_ids) == 12 and long_answer.startswith(_masked(tok, s))
 
@@ -135,14 +160,18 @@ def test_sharegpt_system_field_and_bad_inputs(cli, tmp_path, target, tok):
     assert r.code == 0, r.err
     s = load_prepared(tmp_path / "D")[0]
     assert tok.decode(s.input_ids.tolist()).startswith("<s><|system|>\nBe brief.</s>\n<|user|>\nHi")
-    missing = cli("data", "prepare", tmp_path / "nope.jsonl", "--target", target, "-o", tmp_path / "E")  # fmt: skip
+    missing = cli(
+        "data", "prepare", tmp_path / "nope.jsonl", "--target", target, "-o", tmp_path / "E"
+    )
     assert missing.code == 2 and "nope.jsonl: no such file or directory" in missing.err
     (tmp_path / "keep").mkdir()
     (tmp_path / "keep" / "precious.txt").write_text("x")
     r = cli("data", "prepare", src, "--target", target, "-o", tmp_path / "keep")
     assert r.code == 2 and "not a DATA directory" in r.err
     assert (tmp_path / "keep" / "precious.txt").read_text() == "x"
-    r = cli("data", "prepare", src, "--target", target, "-o", tmp_path / "F", "--template-kwargs", "[1]")  # fmt: skip
+    r = cli(
+        "data", "prepare", src, "--target", target, "-o", tmp_path / "F", "--template-kwargs", "[1]"
+    )
     assert r.code == 2 and "--template-kwargs: expected a JSON object" in r.err
 
 
@@ -173,7 +202,16 @@ def test_vocab_from_loss_tokens(cli, tmp_path):
     from eagle3kit.core.vocab import load_vocab
 
     _hand_data(tmp_path / "D")
-    r = cli("data", "vocab", tmp_path / "D", "--draft-vocab-size", "2", "-o", tmp_path / "v.safetensors", "--json")  # fmt: skip
+    r = cli(
+        "data",
+        "vocab",
+        tmp_path / "D",
+        "--draft-vocab-size",
+        "2",
+        "-o",
+        tmp_path / "v.safetensors",
+        "--json",
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["draft_vocab_size"] == 2
@@ -182,7 +220,15 @@ def test_vocab_from_loss_tokens(cli, tmp_path):
     d2t, t2d = load_vocab(tmp_path / "v.safetensors")
     assert d2t.tolist() == [5, 6] and t2d.nonzero().flatten().tolist() == [5, 7]
     # ties (3 and 9 both once): the lower id wins
-    cli("data", "vocab", tmp_path / "D", "--draft-vocab-size", "3", "-o", tmp_path / "v3.safetensors")  # fmt: skip
+    cli(
+        "data",
+        "vocab",
+        tmp_path / "D",
+        "--draft-vocab-size",
+        "3",
+        "-o",
+        tmp_path / "v3.safetensors",
+    )
     assert load_vocab(tmp_path / "v3.safetensors")[1].nonzero().flatten().tolist() == [3, 5, 7]
     r = cli("data", "vocab", tmp_path / "D", "--draft-vocab-size", "17", "-o", tmp_path / "x")
     assert r.code == 2 and "--draft-vocab-size: expected 1..16" in r.err
@@ -236,15 +282,35 @@ def test_dataset_directory_needs_datasets_or_pyarrow(tmp_path):
             list(read_conversations([ds]))
         return
     # datasets unify columns: a row lacking one holds None there
-    rows = [{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Yo."}], "conversations": None},
-            {"messages": [], "conversations": None},
-            {"messages": None, "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo."}]}]  # fmt: skip
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": "Hi"},
+                {"role": "assistant", "content": "Yo."},
+            ],
+            "conversations": None,
+        },
+        {"messages": [], "conversations": None},
+        {
+            "messages": None,
+            "conversations": [{"from": "human", "value": "Hi"}, {"from": "gpt", "value": "Yo."}],
+        },
+    ]
     table = pa.Table.from_pylist(rows)
-    with pa.OSFile(str(ds / "data-00000-of-00001.arrow"), "wb") as f, pa.ipc.new_stream(f, table.schema) as w:  # fmt: skip
+    with (
+        pa.OSFile(str(ds / "data-00000-of-00001.arrow"), "wb") as f,
+        pa.ipc.new_stream(f, table.schema) as w,
+    ):
         w.write_table(table)
-    (ds / "state.json").write_text(json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]}))  # fmt: skip
+    (ds / "state.json").write_text(
+        json.dumps({"_data_files": [{"filename": "data-00000-of-00001.arrow"}]})
+    )
     got = list(read_conversations([ds]))
-    assert [(line, type(x).__name__) for _, line, x in got] == [(1, "Conversation"), (2, "Problem"), (3, "Conversation")]  # fmt: skip
+    assert [(line, type(x).__name__) for _, line, x in got] == [
+        (1, "Conversation"),
+        (2, "Problem"),
+        (3, "Conversation"),
+    ]
 
 
 @pytest.mark.slow
@@ -252,9 +318,26 @@ def test_kill9_during_prepare_leaves_the_old_data(tmp_path, target):
     """SIGKILL while the new DATA is being written: the old one stays whole; a rerun finishes."""
     out = tmp_path / "DATA"
     _hand_data(out)
-    big = _write_jsonl(tmp_path / "big.jsonl", [_oa(("user", f"Q{i}?"), ("assistant", "A " * 50)) for i in range(1500)])  # fmt: skip
-    cmd = [sys.executable, "-c", "from eagle3kit.cli import main; main()", "data", "prepare", str(big), "--target", target, "-o", str(out), "--json"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy())  # fmt: skip
+    big = _write_jsonl(
+        tmp_path / "big.jsonl",
+        [_oa(("user", f"Q{i}?"), ("assistant", "A " * 50)) for i in range(1500)],
+    )
+    cmd = [
+        sys.executable,
+        "-c",
+        "from eagle3kit.cli import main; main()",
+        "data",
+        "prepare",
+        str(big),
+        "--target",
+        target,
+        "-o",
+        str(out),
+        "--json",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy()
+    )
     deadline = time.time() + 120
     while not any(p.name.startswith(".DATA.") for p in tmp_path.iterdir()):
         assert proc.poll() is None and time.time() < deadline, "prepare ended before writing"

@@ -7,6 +7,7 @@ import pytest
 import torch
 from decode_helpers import HELD_OUT, new_drafter, self_text, train_drafter
 
+from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode import (
     Cycle,
     DecodeStats,
@@ -16,7 +17,6 @@ from eagle3kit.decode import (
     speculative_generate,
 )
 from eagle3kit.decode.sampling import accept_sampled, probs
-from eagle3kit.core.errors import Eagle3Error
 
 ARCHS = ["llama-v1", "dsv3-v1"]
 N_NEW = 24
@@ -43,8 +43,9 @@ def hf_greedy(target, ids: list[int], n: int) -> list[int]:
     """transformers' own greedy decoding, EOS and what follows dropped."""
     eos = target.tokenizer.eos_token_id
     with torch.no_grad():
-        out = target.model.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=n,
-                                    eos_token_id=eos, pad_token_id=0)[0, len(ids):].tolist()  # fmt: skip
+        out = target.model.generate(
+            torch.tensor([ids]), do_sample=False, max_new_tokens=n, eos_token_id=eos, pad_token_id=0
+        )[0, len(ids) :].tolist()
     return out[: out.index(eos)] if eos in out else out
 
 
@@ -54,8 +55,15 @@ def _check_lossless(target, drafter, shape, prompts=HELD_OUT, depth=3):
     for text in prompts:
         ids = target.tokenizer(text)["input_ids"]
         want = hf_greedy(target, ids, N_NEW)
-        got = speculative_generate(target, drafter, ids, max_new_tokens=N_NEW, depth=depth,
-                                   tree=SHAPES[shape], eos_token_id=eos)  # fmt: skip
+        got = speculative_generate(
+            target,
+            drafter,
+            ids,
+            max_new_tokens=N_NEW,
+            depth=depth,
+            tree=SHAPES[shape],
+            eos_token_id=eos,
+        )
         assert got.tokens == want, (text, shape)
         assert got.prompt_ids == ids
         assert got.stats.new_tokens == len(want)
@@ -175,8 +183,16 @@ def test_sampling_matches_target_distribution(target, trained, shape):
     counts = torch.zeros(target.vocab_size)
     accepted = 0
     for seed in range(n):
-        g = speculative_generate(target, trained, ids, max_new_tokens=3, depth=2,
-                                 tree=SHAPES[shape], sampling=s, seed=seed)  # fmt: skip
+        g = speculative_generate(
+            target,
+            trained,
+            ids,
+            max_new_tokens=3,
+            depth=2,
+            tree=SHAPES[shape],
+            sampling=s,
+            seed=seed,
+        )
         counts[g.tokens[1]] += 1
         accepted += g.stats.cycles[0].accepted > 0  # room for 2: the first draft counts
     law = second_token_law(target, ids, s)
@@ -191,8 +207,9 @@ def test_cycles_count_only_what_was_produced(target, trained, shape):
     target would have accepted past the end (the prefill emits the first token)."""
     ids = target.tokenizer(HELD_OUT[0])["input_ids"]
     for n in (2, 5, 11, 24):
-        g = speculative_generate(target, trained, ids, max_new_tokens=n, depth=4,
-                                 tree=SHAPES[shape])  # fmt: skip
+        g = speculative_generate(
+            target, trained, ids, max_new_tokens=n, depth=4, tree=SHAPES[shape]
+        )
         assert len(g.tokens) == n
         assert sum(c.accepted + 1 for c in g.stats.cycles) == n - 1
 

@@ -23,8 +23,20 @@ def pair(tmp_path_factory):
 
 def test_generate_json_is_the_target_greedy_output(cli, pair):
     path, d, tm = pair
-    r = cli("generate", "--target", path, "--drafter", d, "--prompt", "def main(",
-            "--max-new-tokens", "16", "--depth", "3", "--json")  # fmt: skip
+    r = cli(
+        "generate",
+        "--target",
+        path,
+        "--drafter",
+        d,
+        "--prompt",
+        "def main(",
+        "--max-new-tokens",
+        "16",
+        "--depth",
+        "3",
+        "--json",
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert set(doc) >= {"prompt_ids", "tokens", "text", "accept_len", "tokens_per_s"}
@@ -38,12 +50,28 @@ def test_generate_json_is_the_target_greedy_output(cli, pair):
 
 def test_generate_chat_tree_streams_text(cli, pair):
     path, d, tm = pair
-    r = cli("generate", "--target", path, "--drafter", d, "--prompt", "Write `f`.", "--chat",
-            "--tree", "--topk", "2", "--budget", "6", "--max-new-tokens", "12")  # fmt: skip
+    r = cli(
+        "generate",
+        "--target",
+        path,
+        "--drafter",
+        d,
+        "--prompt",
+        "Write `f`.",
+        "--chat",
+        "--tree",
+        "--topk",
+        "2",
+        "--budget",
+        "6",
+        "--max-new-tokens",
+        "12",
+    )
     assert r.code == 0, r.err
     msgs = [{"role": "user", "content": "Write `f`."}]
-    ids = tm.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True,
-                                           return_dict=True)["input_ids"]  # fmt: skip
+    ids = tm.tokenizer.apply_chat_template(
+        msgs, add_generation_prompt=True, tokenize=True, return_dict=True
+    )["input_ids"]
     eos = tm.tokenizer.eos_token_id
     want = [t for t in tm.generate_greedy(ids, 12, eos_token_id=eos) if t != eos]
     assert r.out == tm.tokenizer.decode(want)  # streamed pieces add up to the text
@@ -52,8 +80,22 @@ def test_generate_chat_tree_streams_text(cli, pair):
 
 def test_generate_sampling_runs_and_is_seeded(cli, pair):
     path, d, _ = pair
-    args = ("generate", "--target", path, "--drafter", d, "--prompt", "x = ",
-            "--temperature", "0.8", "--top-p", "0.9", "--max-new-tokens", "10", "--json")  # fmt: skip
+    args = (
+        "generate",
+        "--target",
+        path,
+        "--drafter",
+        d,
+        "--prompt",
+        "x = ",
+        "--temperature",
+        "0.8",
+        "--top-p",
+        "0.9",
+        "--max-new-tokens",
+        "10",
+        "--json",
+    )
     a, b = cli(*args, "--seed", "3"), cli(*args, "--seed", "3")
     assert a.code == 0, a.err
     assert json.loads(a.out)["tokens"] == json.loads(b.out)["tokens"]
@@ -65,8 +107,18 @@ def test_generate_bad_input(cli, pair, tmp_path):
     assert r.code == 2 and "nope" in r.err and "Traceback" not in r.err
     r = cli("generate", "--target", path, "--drafter", d, "--prompt", "x", "--depth", "0")
     assert r.code == 2 and "depth" in r.err
-    other = new_drafter(type("T", (), {"hidden_size": 32, "vocab_size": 300, "aux_layers": (1, 2, 3),
-                                       "embed_tokens": torch.nn.Embedding(300, 32)})())  # fmt: skip
+    other = new_drafter(
+        type(
+            "T",
+            (),
+            {
+                "hidden_size": 32,
+                "vocab_size": 300,
+                "aux_layers": (1, 2, 3),
+                "embed_tokens": torch.nn.Embedding(300, 32),
+            },
+        )()
+    )
     bad_dir = save_drafter_dir(other, tmp_path / "wrong_vocab")
     r = cli("generate", "--target", path, "--drafter", bad_dir, "--prompt", "x")
     assert r.code == 2 and "vocab_size" in r.err and "512" in r.err

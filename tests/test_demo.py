@@ -21,9 +21,20 @@ def test_demo_quick_end_to_end(tmp_path):
     assert abs(p["break_even_accept_len"] - 82 * 0.030) < 1e-9
     assert steps["compat drafters"]["verdict"] == "drop-in compatible for fine-tuning"
     # the zoo story leaves the report and the runs' JSON artefacts
-    for f in ("report.html", "report.md", "probe.json", "plan.json", "eval.json", "compat.json",
-              "bench-stale.json", "bench-finetuned.json", "bench-scratch.json", "story.json",
-              "runs/finetune/summary.json", "runs/scratch/summary.json"):  # fmt: skip
+    for f in (
+        "report.html",
+        "report.md",
+        "probe.json",
+        "plan.json",
+        "eval.json",
+        "compat.json",
+        "bench-stale.json",
+        "bench-finetuned.json",
+        "bench-scratch.json",
+        "story.json",
+        "runs/finetune/summary.json",
+        "runs/scratch/summary.json",
+    ):
         assert (out / f).is_file(), f
     assert steps["probe"]["verdict"] in ("plug-in", "fine-tune", "from-scratch")
     names = [h["name"] for h in doc["headline"]]

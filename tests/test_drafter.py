@@ -47,8 +47,13 @@ def reference_step(m: Eagle3Drafter, ids, hidden, from_aux):
         .view(b, t, s.num_key_value_heads, s.head_dim)
         .transpose(1, 2)
     )
-    cfg = LlamaConfig(hidden_size=s.num_attention_heads * s.head_dim, num_attention_heads=s.num_attention_heads,
-                      head_dim=s.head_dim, rope_theta=s.rope_theta, max_position_embeddings=s.max_position_embeddings)  # fmt: skip
+    cfg = LlamaConfig(
+        hidden_size=s.num_attention_heads * s.head_dim,
+        num_attention_heads=s.num_attention_heads,
+        head_dim=s.head_dim,
+        rope_theta=s.rope_theta,
+        max_position_embeddings=s.max_position_embeddings,
+    )
     cos, sin = LlamaRotaryEmbedding(cfg)(x, torch.arange(t)[None].expand(b, t))
     q, k = apply_rotary_pos_emb(q, k, cos, sin)
     out = torch.zeros(b, s.num_attention_heads, t, s.head_dim)

@@ -14,10 +14,10 @@ import pytest
 from ckpt_helpers import tiny_spec
 from conftest import run_cli
 
-from eagle3kit.checkpoint.compat import compat
-from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.checkpoint import engines as E
+from eagle3kit.checkpoint.compat import compat
 from eagle3kit.checkpoint.synthetic import write_sparse_drafter
+from eagle3kit.core.errors import Eagle3Error
 
 A, B = [1, 29, 57], [2, 30, 58]
 D = [2, 32, 61]  # default h[2, L//2, L-3] for L = 64
@@ -48,8 +48,14 @@ def target(tmp_path, family: str, layers: int = 64):
     arch, mt = TARGETS[family]
     d = tmp_path / f"target-{family}-{layers}"
     d.mkdir(exist_ok=True)
-    cfg = {"architectures": [arch], "model_type": mt, "num_hidden_layers": layers, "hidden_size": 64,
-           "vocab_size": 512, "max_position_embeddings": 1024}  # fmt: skip
+    cfg = {
+        "architectures": [arch],
+        "model_type": mt,
+        "num_hidden_layers": layers,
+        "hidden_size": 64,
+        "vocab_size": 512,
+        "max_position_embeddings": 1024,
+    }
     (d / "config.json").write_text(json.dumps(cfg))
     return d
 
@@ -292,8 +298,10 @@ def test_mla_norm_flags_the_engine_lacks(tmp_path, flag, engine):
     from eagle3kit.checkpoint.synthetic import write_target_config as write_target
 
     spec = kimi_k25_mla_spec()  # the writer refuses the flag for vLLM; a third party's file has it
-    extra = {"norm_before_fc": {"input_norm.weight": (3 * 7168,)},
-             "fc_norm": {f"fc_norm.{i}.weight": (7168,) for i in range(3)}}[flag]  # fmt: skip
+    extra = {
+        "norm_before_fc": {"input_norm.weight": (3 * 7168,)},
+        "fc_norm": {f"fc_norm.{i}.weight": (7168,) for i in range(3)},
+    }[flag]
     d = write_sparse_drafter(
         tmp_path / "mla", spec, "vllm", config_overrides={flag: True}, extra_tensors=extra
     )
@@ -309,19 +317,96 @@ VLLM_NAMES = {"fc.weight", "layers.0.self_attn.q_proj.weight"}
 @pytest.mark.parametrize(
     "config,names,files,name,reading,confidence",
     [
-        ({"eagle3kit": {"aux_layers_hf": [2, 30, 58]}}, LLAMA_NAMES, (), "eagle3kit", "explicit", "certain"),
-        ({"eagle3kit_aux_layers": [2, 30, 58]}, LLAMA_NAMES, (), "eagle3kit", "explicit", "certain"),
-        ({"eagle3kit_verifier": "org/t", "eagle_config": {}}, LLAMA_NAMES, (), "eagle3kit", "layer_output", "high"),
-        ({"speculators_config": {}, "architectures": ["Eagle3Speculator"]}, VLLM_NAMES, (), "speculators", "h_index", "high"),
-        ({"_torchspec_version": "0.3", "model_type": "kimi_k2"}, LLAMA_NAMES, (), "TorchSpec", "layer_output", "high"),
-        ({"_torchspec_version": "0.3", "model_type": "kimi_k2"}, VLLM_NAMES, (), "TorchSpec", "h_index", "high"),
-        ({"_torchspec_version": "0.3", "model_type": "llama"}, VLLM_NAMES, (), "TorchSpec", "layer_output", "medium"),
-        ({"eagle_config": {"use_mtp_layernorm": False}}, LLAMA_NAMES, (), "ModelOpt", "layer_output", "high"),
-        ({"architectures": ["LlamaForCausalLMEagle3"]}, LLAMA_NAMES, ("training_state.pt",), "SpecForge", "layer_output", "medium"),
-        ({"architectures": ["LlamaForCausalLM"], "draft_vocab_size": 32000}, LLAMA_NAMES, (), "EAGLE", "h_index", "medium"),
-        ({"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {}}, LLAMA_NAMES, (), "unknown", None, "none"),
+        (
+            {"eagle3kit": {"aux_layers_hf": [2, 30, 58]}},
+            LLAMA_NAMES,
+            (),
+            "eagle3kit",
+            "explicit",
+            "certain",
+        ),
+        (
+            {"eagle3kit_aux_layers": [2, 30, 58]},
+            LLAMA_NAMES,
+            (),
+            "eagle3kit",
+            "explicit",
+            "certain",
+        ),
+        (
+            {"eagle3kit_verifier": "org/t", "eagle_config": {}},
+            LLAMA_NAMES,
+            (),
+            "eagle3kit",
+            "layer_output",
+            "high",
+        ),
+        (
+            {"speculators_config": {}, "architectures": ["Eagle3Speculator"]},
+            VLLM_NAMES,
+            (),
+            "speculators",
+            "h_index",
+            "high",
+        ),
+        (
+            {"_torchspec_version": "0.3", "model_type": "kimi_k2"},
+            LLAMA_NAMES,
+            (),
+            "TorchSpec",
+            "layer_output",
+            "high",
+        ),
+        (
+            {"_torchspec_version": "0.3", "model_type": "kimi_k2"},
+            VLLM_NAMES,
+            (),
+            "TorchSpec",
+            "h_index",
+            "high",
+        ),
+        (
+            {"_torchspec_version": "0.3", "model_type": "llama"},
+            VLLM_NAMES,
+            (),
+            "TorchSpec",
+            "layer_output",
+            "medium",
+        ),
+        (
+            {"eagle_config": {"use_mtp_layernorm": False}},
+            LLAMA_NAMES,
+            (),
+            "ModelOpt",
+            "layer_output",
+            "high",
+        ),
+        (
+            {"architectures": ["LlamaForCausalLMEagle3"]},
+            LLAMA_NAMES,
+            ("training_state.pt",),
+            "SpecForge",
+            "layer_output",
+            "medium",
+        ),
+        (
+            {"architectures": ["LlamaForCausalLM"], "draft_vocab_size": 32000},
+            LLAMA_NAMES,
+            (),
+            "EAGLE",
+            "h_index",
+            "medium",
+        ),
+        (
+            {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {}},
+            LLAMA_NAMES,
+            (),
+            "unknown",
+            None,
+            "none",
+        ),
     ],
-)  # fmt: skip
+)
 def test_writer_markers(tmp_path, config, names, files, name, reading, confidence):
     from eagle3kit.checkpoint.writers import infer_writer
 

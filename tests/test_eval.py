@@ -26,13 +26,28 @@ def setup(tmp_path_factory):
     path = zoo.get("llama-v1", size="tiny", progress=False)
     tm = TargetModel.from_pretrained(path)
     d = train_drafter(tm, self_text(tm, n=16)[:6], steps=30)  # some acceptance, quickly
-    return {"target": str(path), "drafter": save_drafter_dir(d, tmp / "drafter"),
-            "jsonl": chat_jsonl(tmp / "conv.jsonl", n=3), "tmp": tmp, "tm": tm}  # fmt: skip
+    return {
+        "target": str(path),
+        "drafter": save_drafter_dir(d, tmp / "drafter"),
+        "jsonl": chat_jsonl(tmp / "conv.jsonl", n=3),
+        "tmp": tmp,
+        "tm": tm,
+    }
 
 
 def test_offline_json_contract(cli, setup):
-    r = cli("eval", "--target", setup["target"], "--drafter", setup["drafter"],
-            "--data", setup["jsonl"], "--depth", "3", "--json")  # fmt: skip
+    r = cli(
+        "eval",
+        "--target",
+        setup["target"],
+        "--drafter",
+        setup["drafter"],
+        "--data",
+        setup["jsonl"],
+        "--depth",
+        "3",
+        "--json",
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["mode"] == "offline" and doc["depth"] == 3
@@ -67,8 +82,8 @@ def test_walk_by_hand():
 def test_offline_walk_replays_online_chain(setup):
     """On answers the target wrote itself, offline eval walks the same cycles as decoding."""
     from eagle3kit.decode import greedy_generate, speculative_generate
-    from eagle3kit.model.loading import load_pair
     from eagle3kit.measure.evaluate import EvalData, evaluate_offline
+    from eagle3kit.model.loading import load_pair
 
     tm, d = load_pair(setup["target"], setup["drafter"])
     eos = tm.tokenizer.eos_token_id
@@ -90,9 +105,23 @@ def test_offline_walk_replays_online_chain(setup):
 
 def test_online_json_contract_and_plan_from(cli, setup):
     out = setup["tmp"] / "eval.json"
-    r = cli("eval", "--target", setup["target"], "--drafter", setup["drafter"],
-            "--data", setup["jsonl"], "--online", "--depth", "2", "--repeats", "2",
-            "--max-new-tokens", "12", "--json")  # fmt: skip
+    r = cli(
+        "eval",
+        "--target",
+        setup["target"],
+        "--drafter",
+        setup["drafter"],
+        "--data",
+        setup["jsonl"],
+        "--online",
+        "--depth",
+        "2",
+        "--repeats",
+        "2",
+        "--max-new-tokens",
+        "12",
+        "--json",
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["mode"] == "online" and doc["depth"] == 2
@@ -124,8 +153,18 @@ def test_eval_on_a_data_dir(cli, setup):
         "data", "prepare", setup["jsonl"], "--target", setup["target"], "-o", str(data), "--json"
     )
     assert r.code == 0, r.err
-    r = cli("eval", "--target", setup["target"], "--drafter", setup["drafter"],
-            "--data", str(data), "--depth", "2", "--json")  # fmt: skip
+    r = cli(
+        "eval",
+        "--target",
+        setup["target"],
+        "--drafter",
+        setup["drafter"],
+        "--data",
+        str(data),
+        "--depth",
+        "2",
+        "--json",
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["mode"] == "offline" and doc["samples"] == 1  # 5% held out of 3, at least 1
@@ -152,8 +191,8 @@ def test_eval_bad_input(cli, setup, tmp_path):
 
 def test_offline_random_drafter_accepts_less_than_trained(setup):
     """The offline metric separates a trained drafter from a random one (it can fail)."""
-    from eagle3kit.model.loading import load_pair
     from eagle3kit.measure.evaluate import evaluate_offline, load_eval_data
+    from eagle3kit.model.loading import load_pair
 
     tm, trained = load_pair(setup["target"], setup["drafter"])
     data = load_eval_data(setup["jsonl"], tm.tokenizer)

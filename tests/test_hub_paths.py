@@ -15,9 +15,9 @@ from ckpt_helpers import tiny_spec
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.checkpoint import safetensors_io as sio
 from eagle3kit.checkpoint.synthetic import write_sparse_drafter
+from eagle3kit.core.errors import Eagle3Error
 
 REPO = "org/drafter"
 
@@ -66,7 +66,11 @@ def hub(monkeypatch):
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     state = {}
     monkeypatch.setattr("huggingface_hub.utils.get_session", lambda: state["hub"])
-    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda repo, fname, revision=None: str(state["hub"].root / fname))  # fmt: skip
+    monkeypatch.setattr(
+        huggingface_hub,
+        "hf_hub_download",
+        lambda repo, fname, revision=None: str(state["hub"].root / fname),
+    )
 
     def serve(root: Path) -> FakeHub:
         state["hub"] = FakeHub(Path(root))
@@ -102,8 +106,10 @@ def test_hub_checks_overlap_and_inside_file(tmp_path, hub):
     d = tmp_path / "r"
     d.mkdir()
     (d / "config.json").write_text("{}")
-    hdr = {"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
-           "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}  # fmt: skip
+    hdr = {
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]},
+    }
     raw_safetensors(d / "model.safetensors", hdr, b"\0" * 12)
     hub(d)
     with pytest.raises(

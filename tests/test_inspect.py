@@ -99,8 +99,15 @@ def test_hub_repo_id_is_tried_offline(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- MLA drafters, variants, results
 
-MLA_ATTN = ("q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa", "kv_a_layernorm",
-            "kv_b_proj", "o_proj")  # fmt: skip
+MLA_ATTN = (
+    "q_a_proj",
+    "q_a_layernorm",
+    "q_b_proj",
+    "kv_a_proj_with_mqa",
+    "kv_a_layernorm",
+    "kv_b_proj",
+    "o_proj",
+)
 
 
 @pytest.mark.parametrize("layout", ["sglang", "vllm"])
@@ -139,15 +146,29 @@ def test_inspect_modelopt_kimik2_export(tmp_path):
     from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec
 
     spec = kimi_k25_mla_spec().replace(draft_vocab_size=32000)
-    eagle_cfg = {"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True,
-                 "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
-                 "use_mtp_layernorm": False, "next_layer_regular": True}  # fmt: skip
+    eagle_cfg = {
+        "eagle_aux_hidden_state_layer_ids": [1, 29, 57],
+        "use_aux_hidden_state": True,
+        "use_input_layernorm_in_first_layer": True,
+        "use_last_layernorm": True,
+        "use_mtp_layernorm": False,
+        "next_layer_regular": True,
+    }
     d = write_sparse_drafter(
-        tmp_path / "mo", spec, "vllm", omit=("embed_tokens.weight", "t2d"),
-        config_overrides={"draft_vocab_size": None, "target_hidden_size": None, "eagle3kit": None,
-                          "eagle_aux_hidden_state_layer_ids": None, "eagle_config": eagle_cfg,
-                          "n_routed_experts": 384, "first_k_dense_replace": 1},
-    )  # fmt: skip
+        tmp_path / "mo",
+        spec,
+        "vllm",
+        omit=("embed_tokens.weight", "t2d"),
+        config_overrides={
+            "draft_vocab_size": None,
+            "target_hidden_size": None,
+            "eagle3kit": None,
+            "eagle_aux_hidden_state_layer_ids": None,
+            "eagle_config": eagle_cfg,
+            "n_routed_experts": 384,
+            "first_k_dense_replace": 1,
+        },
+    )
     doc = json.loads(run_cli("inspect", d, "--json").out)
     s = doc["spec"]
     assert doc["format"] == "vllm" and s["attention"] == "mla" and s["draft_vocab_size"] == 32000

@@ -11,11 +11,18 @@ import pytest
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
-from eagle3kit.model.drafter import DraftCache, Eagle3Drafter, causal_mask
 from eagle3kit.core.spec import DraftSpec, spec_for_target
+from eagle3kit.model.drafter import DraftCache, Eagle3Drafter, causal_mask
 
-YARN = {"type": "yarn", "factor": 40.0, "mscale": 1.0, "mscale_all_dim": 1.0,
-        "original_max_position_embeddings": 64, "beta_fast": 32, "beta_slow": 1}  # fmt: skip
+YARN = {
+    "type": "yarn",
+    "factor": 40.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+    "original_max_position_embeddings": 64,
+    "beta_fast": 32,
+    "beta_slow": 1,
+}
 
 
 def mla_spec(**kw) -> DraftSpec:
@@ -68,11 +75,16 @@ def _rope_tables(spec: DraftSpec):
     from transformers import DeepseekV3Config
     from transformers.models.deepseek_v3.modeling_deepseek_v3 import DeepseekV3RotaryEmbedding
 
-    cfg = DeepseekV3Config(hidden_size=spec.hidden_size, num_attention_heads=spec.num_attention_heads,
-                           qk_nope_head_dim=spec.qk_nope_head_dim, qk_rope_head_dim=spec.qk_rope_head_dim,
-                           v_head_dim=spec.v_head_dim, rope_theta=spec.rope_theta,
-                           max_position_embeddings=spec.max_position_embeddings,
-                           rope_scaling=spec.rope_scaling)  # fmt: skip
+    cfg = DeepseekV3Config(
+        hidden_size=spec.hidden_size,
+        num_attention_heads=spec.num_attention_heads,
+        qk_nope_head_dim=spec.qk_nope_head_dim,
+        qk_rope_head_dim=spec.qk_rope_head_dim,
+        v_head_dim=spec.v_head_dim,
+        rope_theta=spec.rope_theta,
+        max_position_embeddings=spec.max_position_embeddings,
+        rope_scaling=spec.rope_scaling,
+    )
     rot = DeepseekV3RotaryEmbedding(cfg)
     return rot.inv_freq.double(), float(rot.attention_scaling)
 
@@ -91,8 +103,13 @@ def mla_attention_reference(m: Eagle3Drafter, x, pos):
     """MLA over x [B, T, 2H] with a causal mask, one batch row, position and head at a time."""
     s, p = m.spec, {k: v.double() for k, v in m.state_dict().items()}
     a = "midlayer.self_attn."
-    n, nope, rope, vd, kvl = (s.num_attention_heads, s.qk_nope_head_dim, s.qk_rope_head_dim,
-                              s.v_head_dim, s.kv_lora_rank)  # fmt: skip
+    n, nope, rope, vd, kvl = (
+        s.num_attention_heads,
+        s.qk_nope_head_dim,
+        s.qk_rope_head_dim,
+        s.v_head_dim,
+        s.kv_lora_rank,
+    )
     inv, att = _rope_tables(s)
     scale = (nope + rope) ** -0.5
     rs = s.rope_scaling or {}
@@ -130,8 +147,13 @@ def mla_step_reference(m: Eagle3Drafter, ids, hidden, from_aux, pos):
     p = {k: v.double() for k, v in m.state_dict().items()}
     h = hidden.double() @ p["fc.weight"].T if from_aux else hidden.double()
     emb = p["embed_tokens.weight"][ids]
-    x = torch.cat([_rms(emb, p["midlayer.input_layernorm.weight"]),
-                   _rms(h, p["midlayer.hidden_norm.weight"])], -1)  # fmt: skip
+    x = torch.cat(
+        [
+            _rms(emb, p["midlayer.input_layernorm.weight"]),
+            _rms(h, p["midlayer.hidden_norm.weight"]),
+        ],
+        -1,
+    )
     h = h + mla_attention_reference(m, x, pos)
     y = _rms(h, p["midlayer.post_attention_layernorm.weight"])
     g, u = y @ p["midlayer.mlp.gate_proj.weight"].T, y @ p["midlayer.mlp.up_proj.weight"].T
@@ -176,11 +198,21 @@ def test_mla_attention_matches_transformers_deepseek_v3():
     spec = mla_spec(rope_scaling=YARN)
     m = random_mla(spec)
     ours = m.midlayer.self_attn
-    cfg = DeepseekV3Config(hidden_size=2 * spec.hidden_size, num_attention_heads=2, num_key_value_heads=2,
-                           q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
-                           v_head_dim=10, rope_theta=spec.rope_theta, rope_scaling=YARN,
-                           max_position_embeddings=spec.max_position_embeddings, rms_norm_eps=1e-6,
-                           attention_bias=False)  # fmt: skip
+    cfg = DeepseekV3Config(
+        hidden_size=2 * spec.hidden_size,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        q_lora_rank=16,
+        kv_lora_rank=12,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=10,
+        rope_theta=spec.rope_theta,
+        rope_scaling=YARN,
+        max_position_embeddings=spec.max_position_embeddings,
+        rms_norm_eps=1e-6,
+        attention_bias=False,
+    )
     cfg._attn_implementation = "eager"
     ref = DeepseekV3Attention(cfg, layer_idx=0)
     ref.o_proj = torch.nn.Linear(20, spec.hidden_size, bias=False)
@@ -259,14 +291,25 @@ def test_spec_for_target_takes_deepseek_mla_dims():
 
     cfg = kimi_k25_target_config()
     s = spec_for_target(cfg, attention="mla", draft_vocab_size=32000)
-    assert (s.q_lora_rank, s.kv_lora_rank, s.qk_nope_head_dim, s.qk_rope_head_dim, s.v_head_dim) == (
-        1536, 512, 128, 64, 128)  # fmt: skip
+    assert (
+        s.q_lora_rank,
+        s.kv_lora_rank,
+        s.qk_nope_head_dim,
+        s.qk_rope_head_dim,
+        s.v_head_dim,
+    ) == (1536, 512, 128, 64, 128)
     assert s.num_attention_heads == 64 and s.hidden_size == 7168 and s.draft_vocab_size == 32000
     assert s.aux_layers == (2, 30, 58) and s.rope_scaling["factor"] == 64.0
     mha = spec_for_target(cfg, attention="mha")
     assert mha.attention == "mha" and mha.head_dim == 112 and mha.rope_scaling is None
-    llama = {"hidden_size": 64, "num_hidden_layers": 12, "vocab_size": 512, "num_attention_heads": 4,
-             "num_key_value_heads": 2, "intermediate_size": 160}  # fmt: skip
+    llama = {
+        "hidden_size": 64,
+        "num_hidden_layers": 12,
+        "vocab_size": 512,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "intermediate_size": 160,
+    }
     s = spec_for_target(llama, attention="mla")
     assert s.is_mla and s.qk_rope_head_dim % 2 == 0 and s.kv_lora_rank > 0
     assert s.aux_layers == (2, 6, 9) and s.draft_vocab_size == 512
@@ -295,11 +338,21 @@ def test_for_target_runs_on_zoo_dsv3(tiny_dsv3, attention):
 
 def test_mla_runs_in_bfloat16_and_on_a_llama_target_config():
     """Defaults for a target without MLA dims, in bfloat16 (the checkpoints' dtype)."""
-    llama = {"hidden_size": 32, "num_hidden_layers": 8, "vocab_size": 96, "num_attention_heads": 2,
-             "num_key_value_heads": 1, "intermediate_size": 64}  # fmt: skip
+    llama = {
+        "hidden_size": 32,
+        "num_hidden_layers": 8,
+        "vocab_size": 96,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "intermediate_size": 64,
+    }
     spec = spec_for_target(llama, attention="mla", draft_vocab_size=40)
     assert (spec.q_lora_rank, spec.kv_lora_rank, spec.qk_nope_head_dim, spec.qk_rope_head_dim) == (
-        16, 16, 16, 8)  # fmt: skip
+        16,
+        16,
+        16,
+        8,
+    )
     m = Eagle3Drafter(spec, dtype=torch.bfloat16)
     m.set_embedding(torch.randn(96, 32))
     out = m(torch.randint(0, 96, (1, 5)), torch.randn(1, 5, 96, dtype=torch.bfloat16))

@@ -244,8 +244,7 @@ def test_accept_len_given():
 
 def test_request_end_to_end():
     """128 tokens: the prefill (40 ms) emits 1, then 127 / 3.5 cycles of 10 ms."""
-    r = plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, depth=4, new_tokens=128,
-             prefill_ms=40)  # fmt: skip
+    r = plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, depth=4, new_tokens=128, prefill_ms=40)
     assert r.request.tps == pytest.approx(128 / (0.040 + 127 / 3.5 * 0.010))
     assert r.throughput_tps == pytest.approx(350)  # the decode phase alone
     assert plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, depth=4).request is None

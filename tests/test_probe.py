@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from eagle3kit.measure import similarity as sim
 from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.measure import similarity as sim
 
 # ---------------------------------------------------------------- similarity, by hand
 
@@ -110,8 +110,24 @@ def test_probe_same_target_is_identity(pair):
 @pytest.mark.slow
 def test_probe_v1_drafter_on_v2(pair, cli):
     d, v1, v2 = pair
-    res = cli("probe", "--drafter", d, "--target", v2, "--reference-target", v1, "--samples", "6",
-              "--online-prompts", "1", "--baseline-tps", "100", "--cycle-ms", "20", "--json")  # fmt: skip
+    res = cli(
+        "probe",
+        "--drafter",
+        d,
+        "--target",
+        v2,
+        "--reference-target",
+        v1,
+        "--samples",
+        "6",
+        "--online-prompts",
+        "1",
+        "--baseline-tps",
+        "100",
+        "--cycle-ms",
+        "20",
+        "--json",
+    )
     assert res.code == 0, res.err
     r = json.loads(res.out)
     assert {"compat", "aux", "similarity", "fc_similarity", "accept_len", "verdict"} <= r.keys()

@@ -19,8 +19,18 @@ sys.path.insert(0, str(Path(__file__).parent))
 from openai_server import FakeOpenAIServer  # noqa: E402
 
 MAX_TOKENS = 10
-PROMPTS = ["def parse(text):", "import os", "class Node:", "for i in range(10):", "x = [1, 2",
-           "def main():", "return None", "with open(path) as f:", "try:", "while True:"]  # fmt: skip
+PROMPTS = [
+    "def parse(text):",
+    "import os",
+    "class Node:",
+    "for i in range(10):",
+    "x = [1, 2",
+    "def main():",
+    "return None",
+    "with open(path) as f:",
+    "try:",
+    "while True:",
+]
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +56,28 @@ def write_input(path: Path, n: int = 6) -> list[dict]:
     for i in range(n):
         p = PROMPTS[i % len(PROMPTS)]
         if i % 2 == 0:
-            recs.append({"id": f"s{i}", "source": "test", "conversations": [
-                {"from": "human", "value": p}, {"from": "gpt", "value": "OLD", "weight": 1},
-                {"from": "human", "value": "and then?"}, {"from": "gpt", "value": "OLD"}]})  # fmt: skip
+            recs.append(
+                {
+                    "id": f"s{i}",
+                    "source": "test",
+                    "conversations": [
+                        {"from": "human", "value": p},
+                        {"from": "gpt", "value": "OLD", "weight": 1},
+                        {"from": "human", "value": "and then?"},
+                        {"from": "gpt", "value": "OLD"},
+                    ],
+                }
+            )
         else:
-            recs.append({"messages": [{"role": "system", "content": "You write Python."},
-                                      {"role": "user", "content": p},
-                                      {"role": "assistant", "content": "OLD"}]})  # fmt: skip
+            recs.append(
+                {
+                    "messages": [
+                        {"role": "system", "content": "You write Python."},
+                        {"role": "user", "content": p},
+                        {"role": "assistant", "content": "OLD"},
+                    ]
+                }
+            )
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     return recs
 
@@ -89,9 +114,14 @@ def test_local_turn_by_turn_keeps_form(tmp_path, target):
     assert conv[0]["value"] == PROMPTS[0] and conv[2]["value"] == "and then?"
     # turn 1 answers the first prompt; turn 2 sees the regenerated turn 1, not "OLD"
     a1 = greedy_text(target, [{"role": "user", "content": PROMPTS[0]}])
-    a2 = greedy_text(target, [{"role": "user", "content": PROMPTS[0]},
-                              {"role": "assistant", "content": a1},
-                              {"role": "user", "content": "and then?"}])  # fmt: skip
+    a2 = greedy_text(
+        target,
+        [
+            {"role": "user", "content": PROMPTS[0]},
+            {"role": "assistant", "content": a1},
+            {"role": "user", "content": "and then?"},
+        ],
+    )
     assert (conv[1]["value"], conv[3]["value"]) == (a1, a2)
     (oa,) = [r for k, r in got.items() if k != "s0"]
     assert oa["id"].startswith("sha256:") and [m["role"] for m in oa["messages"]] == [
@@ -114,8 +144,13 @@ def test_servers_match_local_with_failures(tmp_path, target, model_dir):
     write_input(inp, 6)
     regenerate(inp, tmp_path / "local.jsonl", target=target, max_tokens=MAX_TOKENS)
     with FakeOpenAIServer(model_dir) as a, FakeOpenAIServer(model_dir, mode="flaky") as b:
-        res = regenerate(inp, tmp_path / "srv.jsonl", servers=[a.url, b.url + "/v1"],
-                         max_tokens=MAX_TOKENS, concurrency=3)  # fmt: skip
+        res = regenerate(
+            inp,
+            tmp_path / "srv.jsonl",
+            servers=[a.url, b.url + "/v1"],
+            max_tokens=MAX_TOKENS,
+            concurrency=3,
+        )
         assert b.chat_requests >= 3 and b.answered < b.chat_requests  # failures were injected
         assert a.answered > 0 and b.answered > 0  # both served
     assert (res.done, res.failed) == (6, [])
@@ -179,8 +214,14 @@ def test_sampling_is_seeded_per_sample(tmp_path, target):
     write_input(inp, 2)
     outs = []
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
-        regenerate(inp, tmp_path / f"{name}.jsonl", target=target, max_tokens=MAX_TOKENS,
-                   temperature=1.5, seed=seed)  # fmt: skip
+        regenerate(
+            inp,
+            tmp_path / f"{name}.jsonl",
+            target=target,
+            max_tokens=MAX_TOKENS,
+            temperature=1.5,
+            seed=seed,
+        )
         outs.append(read_output(tmp_path / f"{name}.jsonl"))
     greedy = tmp_path / "g.jsonl"
     regenerate(inp, greedy, target=target, max_tokens=MAX_TOKENS)
@@ -229,8 +270,21 @@ def test_malformed_input_lines_are_skipped(tmp_path, target):
 def test_kill9_then_rerun_loses_and_duplicates_nothing(tmp_path, model_dir):
     inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     recs = write_input(inp, 12)
-    cmd = [sys.executable, "-c", "from eagle3kit.cli import main; main()", "data", "regenerate",
-           str(inp), "-o", str(outp), "--target", model_dir, "--max-tokens", str(MAX_TOKENS), "--json"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        "from eagle3kit.cli import main; main()",
+        "data",
+        "regenerate",
+        str(inp),
+        "-o",
+        str(outp),
+        "--target",
+        model_dir,
+        "--max-tokens",
+        str(MAX_TOKENS),
+        "--json",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
@@ -265,11 +319,15 @@ def test_answers_go_where_validate_read_the_turns():
     from eagle3kit.data.conversations import validate
     from eagle3kit.data.regenerate import with_answers
 
-    rec = {"conversations": None, "messages": [{"role": "user", "content": "hi"},
-                                               {"role": "assistant", "content": "old"}]}  # fmt: skip
+    rec = {
+        "conversations": None,
+        "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "old"}],
+    }
     assert validate(rec).form == "openai"
     out = with_answers(rec, "s1", ["new"])
     assert out["messages"][1]["content"] == "new" and out["conversations"] is None
-    sg = {"conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "old"}],
-          "messages": None}  # fmt: skip
+    sg = {
+        "conversations": [{"from": "human", "value": "hi"}, {"from": "gpt", "value": "old"}],
+        "messages": None,
+    }
     assert with_answers(sg, "s2", ["new"])["conversations"][1]["value"] == "new"

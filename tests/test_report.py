@@ -11,23 +11,54 @@ import pytest
 from conftest import run_cli
 
 PROBE = {
-    "drafter": "D", "target": "NEW", "reference": "OLD", "depth": 3, "verdict": "fine-tune",
+    "drafter": "D",
+    "target": "NEW",
+    "reference": "OLD",
+    "depth": 3,
+    "verdict": "fine-tune",
     "reasons": ["offline accept length 1.869 on the new target vs 2.786 on the reference"],
     "compat": {"verdict": "sglang: serves it correctly"},
-    "aux": {"candidates": [{"reading": "h[X]", "layers": [1, 3, 4], "declared": False, "writers": "w"},
-                           {"reading": "h[X+1]", "layers": [2, 4, 5], "declared": True, "writers": "w"}],
-            "acceptance": {"h[X]": {"acc": [0.45, 0.43, 0.44], "accept_len": 1.725},
-                           "h[X+1]": {"acc": [0.5, 0.49, 0.46], "accept_len": 1.869}},
-            "chosen": {"reading": "h[X+1]", "layers": [2, 4, 5], "margin_accept_len": 0.144, "clear": True},
-            "engines": {"sglang": {"captures": [2, 4, 5], "ok": True, "fix": None}}},
-    "similarity": [{"layer": 2, "cosine_mean": 0.9062, "cosine_p10": 0.843, "cka": 0.8938, "norm_ratio": 1.118}],
-    "fc_similarity": {"cosine_mean": 0.9847, "cosine_p10": 0.9765, "cka": 0.606, "norm_ratio": 0.975},
+    "aux": {
+        "candidates": [
+            {"reading": "h[X]", "layers": [1, 3, 4], "declared": False, "writers": "w"},
+            {"reading": "h[X+1]", "layers": [2, 4, 5], "declared": True, "writers": "w"},
+        ],
+        "acceptance": {
+            "h[X]": {"acc": [0.45, 0.43, 0.44], "accept_len": 1.725},
+            "h[X+1]": {"acc": [0.5, 0.49, 0.46], "accept_len": 1.869},
+        },
+        "chosen": {
+            "reading": "h[X+1]",
+            "layers": [2, 4, 5],
+            "margin_accept_len": 0.144,
+            "clear": True,
+        },
+        "engines": {"sglang": {"captures": [2, 4, 5], "ok": True, "fix": None}},
+    },
+    "similarity": [
+        {"layer": 2, "cosine_mean": 0.9062, "cosine_p10": 0.843, "cka": 0.8938, "norm_ratio": 1.118}
+    ],
+    "fc_similarity": {
+        "cosine_mean": 0.9847,
+        "cosine_p10": 0.9765,
+        "cka": 0.606,
+        "norm_ratio": 0.975,
+    },
     "acceptance": {"target": {"acc": [0.5, 0.49, 0.46]}, "reference": {"acc": [0.77, 0.76, 0.75]}},
     "accept_len": {"target": 1.869, "reference": 2.786},
-}  # fmt: skip
-BENCH = {"label": "stale", "role": "stale", "run": None, "depth": 3, "baseline_tps": 100.0,
-         "spec_tps": 123.4, "speedup": 1.234, "accept_len": 2.5, "cycle_ms": 20.0,
-         "per_position_acceptance": [0.7, 0.5, 0.3]}  # fmt: skip
+}
+BENCH = {
+    "label": "stale",
+    "role": "stale",
+    "run": None,
+    "depth": 3,
+    "baseline_tps": 100.0,
+    "spec_tps": 123.4,
+    "speedup": 1.234,
+    "accept_len": 2.5,
+    "cycle_ms": 20.0,
+    "per_position_acceptance": [0.7, 0.5, 0.3],
+}
 
 
 def _run_dir(root, name, init, taus, batch=4):
@@ -38,9 +69,18 @@ def _run_dir(root, name, init, taus, batch=4):
     ]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
     best = max(range(len(taus)), key=lambda i: taus[i])
-    (d / "summary.json").write_text(json.dumps({"steps": 10 * (len(taus) - 1), "best_step": 10 * best,
-                                                "sim_accept_len": taus[best], "init_from": init, "tokens_per_s": 400.0,
-                                                "train_samples": 100}))  # fmt: skip
+    (d / "summary.json").write_text(
+        json.dumps(
+            {
+                "steps": 10 * (len(taus) - 1),
+                "best_step": 10 * best,
+                "sim_accept_len": taus[best],
+                "init_from": init,
+                "tokens_per_s": 400.0,
+                "train_samples": 100,
+            }
+        )
+    )
     data = root / "data"
     data.mkdir(exist_ok=True)
     (data / "data.json").write_text(json.dumps({"samples": 10, "tokens": 1000}))
@@ -104,15 +144,35 @@ def test_report_renders_in_chromium(runs, tmp_path):
     out = tmp_path / "out"
     assert run_cli("report", runs, "-o", out).code == 0
     shot = tmp_path / "report.png"
-    base = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--user-data-dir=" + str(tmp_path / "profile")]  # fmt: skip
-    p = subprocess.run(base + ["--enable-logging=stderr", "--v=0", "--window-size=1100,2600",
-                               f"--screenshot={shot}", (out / "report.html").as_uri()],
-                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    base = [
+        "chromium",
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--user-data-dir=" + str(tmp_path / "profile"),
+    ]
+    p = subprocess.run(
+        base
+        + [
+            "--enable-logging=stderr",
+            "--v=0",
+            "--window-size=1100,2600",
+            f"--screenshot={shot}",
+            (out / "report.html").as_uri(),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shot.is_file() and shot.stat().st_size > 20_000, p.stderr[-2000:]
     console = [ln for ln in p.stderr.splitlines() if "CONSOLE" in ln or "Uncaught" in ln]
     assert console == [], console
     # the DOM Chromium built holds the five figures and the game plan
-    dom = subprocess.run(base + ["--dump-dom", (out / "report.html").as_uri()],
-                         capture_output=True, text=True, timeout=120)  # fmt: skip
+    dom = subprocess.run(
+        base + ["--dump-dom", (out / "report.html").as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert dom.stdout.count("<img") == 5 and "Game plan" in dom.stdout

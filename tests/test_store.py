@@ -108,8 +108,15 @@ def test_capture_matches_compute_features(tmp_path, target):
     V = target.vocab_size
     ids = make_data(tmp_path / "D", V)
     d2t = make_vocab(tmp_path / "v.safetensors", V, 64)
-    res = capture(tmp_path / "D", target, tmp_path / "S", vocab=tmp_path / "v.safetensors",
-                  topk=8, shard_tokens=30, batch_tokens=40)  # fmt: skip
+    res = capture(
+        tmp_path / "D",
+        target,
+        tmp_path / "S",
+        vocab=tmp_path / "v.safetensors",
+        topk=8,
+        shard_tokens=30,
+        batch_tokens=40,
+    )
     data = load_prepared(tmp_path / "D")
     man = check_store(tmp_path / "S", ids, int(data.lengths().sum()))
     assert len(man["shards"]) >= 3 and res["bytes_per_token"] > 0
@@ -183,8 +190,18 @@ def test_cli_capture_json_and_disk_refusal_exit_2(tmp_path, model_dir, cli, monk
     import shutil
 
     make_data(tmp_path / "D", 512, n=3)
-    r = cli("data", "capture", tmp_path / "D", "--target", model_dir, "-o", tmp_path / "S",
-            "--topk", "4", "--json")  # fmt: skip
+    r = cli(
+        "data",
+        "capture",
+        tmp_path / "D",
+        "--target",
+        model_dir,
+        "-o",
+        tmp_path / "S",
+        "--topk",
+        "4",
+        "--json",
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert {"target", "aux_layers", "tokens", "shards", "bytes_per_token"} <= set(doc)
@@ -202,9 +219,24 @@ def test_kill9_during_capture_then_rerun(tmp_path, model_dir):
     from eagle3kit.data.prepared import load_prepared
 
     ids = make_data(tmp_path / "D", 512, n=90)
-    cmd = [sys.executable, "-c", "from eagle3kit.cli import main; main()", "data", "capture",
-           str(tmp_path / "D"), "--target", model_dir, "-o", str(tmp_path / "S"),
-           "--shard-tokens", "40", "--batch-tokens", "48", "--topk", "8"]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-c",
+        "from eagle3kit.cli import main; main()",
+        "data",
+        "capture",
+        str(tmp_path / "D"),
+        "--target",
+        model_dir,
+        "-o",
+        str(tmp_path / "S"),
+        "--shard-tokens",
+        "40",
+        "--batch-tokens",
+        "48",
+        "--topk",
+        "8",
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     man = tmp_path / "S" / "manifest.json"

@@ -175,9 +175,13 @@ def test_bad_tree_use(target):
 
 @pytest.mark.parametrize(
     "aux, needle",
-    [((2, 4, 8), "aux layer 8 is out of range: valid ids are 0..7"), ((-1, 2, 3), "aux layer -1"),
-     ((2.0, 3, 4), "expected ints"), ((), "at least one")],
-)  # fmt: skip
+    [
+        ((2, 4, 8), "aux layer 8 is out of range: valid ids are 0..7"),
+        ((-1, 2, 3), "aux layer -1"),
+        ((2.0, 3, 4), "expected ints"),
+        ((), "at least one"),
+    ],
+)
 def test_bad_aux_layers(target, aux, needle):
     from eagle3kit.model.target import TargetModel
 

@@ -29,7 +29,10 @@ TURNS = [
 # name -> (bos, eos, other special tokens, template kwargs, expected render, expected masked text)
 GOLDEN = {
     "llama3": (
-        "<|begin_of_text|>", "<|eot_id|>", ["<|start_header_id|>", "<|end_header_id|>"], {},
+        "<|begin_of_text|>",
+        "<|eot_id|>",
+        ["<|start_header_id|>", "<|end_header_id|>"],
+        {},
         "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|>"
         "<|start_header_id|>user<|end_header_id|>\n\nWhat is the capital of France?<|eot_id|>"
         "<|start_header_id|>assistant<|end_header_id|>\n\nParis.<|eot_id|>"
@@ -38,7 +41,10 @@ GOLDEN = {
         "Paris.<|eot_id|>It is 2.<|eot_id|>",
     ),
     "qwen3": (
-        None, "<|im_end|>", ["<|im_start|>", "<think>", "</think>"], {"enable_thinking": False},
+        None,
+        "<|im_end|>",
+        ["<|im_start|>", "<think>", "</think>"],
+        {"enable_thinking": False},
         "<|im_start|>system\nBe brief.<|im_end|>\n"
         "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n"
         "<|im_start|>assistant\nParis.<|im_end|>\n"
@@ -47,14 +53,20 @@ GOLDEN = {
         "Paris.<|im_end|>It is 2.<|im_end|>",
     ),
     "deepseek_v3": (
-        "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>", ["<｜User｜>", "<｜Assistant｜>"], {},
+        "<｜begin▁of▁sentence｜>",
+        "<｜end▁of▁sentence｜>",
+        ["<｜User｜>", "<｜Assistant｜>"],
+        {},
         "<｜begin▁of▁sentence｜>Be brief.<｜User｜>What is the capital of France?"
         "<｜Assistant｜>Paris.<｜end▁of▁sentence｜><｜User｜>And 1+1?"
         "<｜Assistant｜>It is 2.<｜end▁of▁sentence｜>",
         "Paris.<｜end▁of▁sentence｜>It is 2.<｜end▁of▁sentence｜>",
     ),
     "kimi_k2": (
-        None, "<|im_end|>", ["<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>"], {},
+        None,
+        "<|im_end|>",
+        ["<|im_system|>", "<|im_user|>", "<|im_assistant|>", "<|im_middle|>"],
+        {},
         "<|im_system|>system<|im_middle|>Be brief.<|im_end|>"
         "<|im_user|>user<|im_middle|>What is the capital of France?<|im_end|>"
         "<|im_assistant|>assistant<|im_middle|>Paris.<|im_end|>"
@@ -62,7 +74,7 @@ GOLDEN = {
         "<|im_assistant|>assistant<|im_middle|>It is 2.<|im_end|>",
         "Paris.<|im_end|>It is 2.<|im_end|>",
     ),
-}  # fmt: skip
+}
 
 _TEXTS = [
     "What is the capital of France? Paris is the capital of France. And 1+1? It is 2.",
@@ -120,8 +132,11 @@ def test_qwen3_empty_think_block_is_prompt_not_loss():
     generation prompt does), unmasked; the answer after it is masked."""
     bos, eos, extra, _, _, _ = GOLDEN["qwen3"]
     tok = _tokenizer(bos, eos, extra)
-    enc = ChatEncoder(tok, template=(FIXTURES / "qwen3.jinja").read_text(),
-                      template_kwargs={"enable_thinking": False})  # fmt: skip
+    enc = ChatEncoder(
+        tok,
+        template=(FIXTURES / "qwen3.jinja").read_text(),
+        template_kwargs={"enable_thinking": False},
+    )
     prompt = enc.render(TURNS[:4], generation_prompt=True)
     assert prompt.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
     ids, mask = enc.encode(TURNS)

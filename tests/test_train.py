@@ -15,16 +15,25 @@ def run(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("train") / "run"
     data, target = tiny_data(), tiny_target()
-    r = run_cli(*train_args(out, data, target, "--steps", "6", "--eval-every", "3",
-                            "--save-every", "4", "--json"))  # fmt: skip
+    r = run_cli(
+        *train_args(
+            out, data, target, "--steps", "6", "--eval-every", "3", "--save-every", "4", "--json"
+        )
+    )
     assert r.code == 0, r.err
     return out, json.loads(r.out), target
 
 
 def test_run_directory_contract(run):
     out, summary, _ = run
-    assert {"steps", "best_step", "sim_accept_len", "tokens_per_s", "peak_memory_mb",
-            "init_from"} <= set(summary)  # fmt: skip
+    assert {
+        "steps",
+        "best_step",
+        "sim_accept_len",
+        "tokens_per_s",
+        "peak_memory_mb",
+        "init_from",
+    } <= set(summary)
     assert summary["steps"] == 6 and summary["init_from"] is None
     assert json.loads((out / "summary.json").read_text()) == summary
     rows = [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
@@ -82,8 +91,20 @@ def test_bad_input_is_one_line_exit_2(run, cli, tmp_path):
 
 def test_time_limit_stops_after_one_step(cli, tmp_path):
     out = tmp_path / "t"
-    r = cli(*train_args(out, tiny_data(), tiny_target(), "--steps", "50", "--time-limit", "0",
-                        "--eval-samples", "2", "--json"))  # fmt: skip
+    r = cli(
+        *train_args(
+            out,
+            tiny_data(),
+            tiny_target(),
+            "--steps",
+            "50",
+            "--time-limit",
+            "0",
+            "--eval-samples",
+            "2",
+            "--json",
+        )
+    )
     assert r.code == 0, r.err
     s = json.loads(r.out)
     assert s["steps"] == 1 and s["planned_steps"] == 50

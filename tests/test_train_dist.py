@@ -20,8 +20,17 @@ def test_two_gloo_ranks_match_one_process(tmp_path, cli):
     assert cli(*train_args(one, data, target, *extra)).code == 0
     two = tmp_path / "two"
     torchrun = shutil.which("torchrun") or f"{sys.executable} -m torch.distributed.run"
-    cmd = [*torchrun.split(), "--nproc-per-node", "2", "--master-port", "29613", "-m", "eagle3kit",
-           *train_args(two, data, target, *extra), "--json"]  # fmt: skip
+    cmd = [
+        *torchrun.split(),
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        "29613",
+        "-m",
+        "eagle3kit",
+        *train_args(two, data, target, *extra),
+        "--json",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0, p.stderr[-3000:]

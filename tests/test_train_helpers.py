@@ -35,7 +35,29 @@ def tiny_data(name: str = "dsv3-v1", n: int = 48, max_length: int = 96) -> Path:
 
 def train_args(out: Path, data: Path, target: Path, *extra: str) -> list[str]:
     """A fast `eagle3kit train` command line (tiny shapes, few steps)."""
-    return ["train", "--target", str(target), "--data", str(data), "-o", str(out),
-            "--draft-vocab-size", "96", "--ttt-steps", "3", "--batch-size", "4",
-            "--max-len", "64", "--heldout", "0.125", "--eval-samples", "6", "--eval-batch", "6",
-            "--threads", "1", *extra]  # fmt: skip
+    return [
+        "train",
+        "--target",
+        str(target),
+        "--data",
+        str(data),
+        "-o",
+        str(out),
+        "--draft-vocab-size",
+        "96",
+        "--ttt-steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--max-len",
+        "64",
+        "--heldout",
+        "0.125",
+        "--eval-samples",
+        "6",
+        "--eval-batch",
+        "6",
+        "--threads",
+        "1",
+        *extra,
+    ]

@@ -38,8 +38,12 @@ def test_kill9_then_resume_equals_uninterrupted(tmp_path, cli):
 
     killed = tmp_path / "killed"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    p = subprocess.Popen([sys.executable, "-m", "eagle3kit", *train_args(killed, data, target, *extra)],
-                         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    p = subprocess.Popen(
+        [sys.executable, "-m", "eagle3kit", *train_args(killed, data, target, *extra)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 600
     while _state_step(killed) < 8 and p.poll() is None and time.time() < deadline:
         time.sleep(0.05)

@@ -60,9 +60,17 @@ def naive_chain(m: Eagle3Drafter, ids: torch.Tensor, aux: torch.Tensor, t: int, 
     return logits
 
 
-MLA = dict(attention="mla", num_key_value_heads=4, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
-           qk_rope_head_dim=4, v_head_dim=10, architecture="Eagle3DeepseekV2ForCausalLM",
-           model_type="kimi_k2")  # fmt: skip
+MLA = dict(
+    attention="mla",
+    num_key_value_heads=4,
+    q_lora_rank=16,
+    kv_lora_rank=12,
+    qk_nope_head_dim=8,
+    qk_rope_head_dim=4,
+    v_head_dim=10,
+    architecture="Eagle3DeepseekV2ForCausalLM",
+    model_type="kimi_k2",
+)
 
 
 @pytest.mark.parametrize("kind", ["mha", "mla"])

@@ -17,8 +17,20 @@ def start(tmp_path_factory):
     from conftest import run_cli
 
     out = tmp_path_factory.mktemp("warm") / "start"
-    r = run_cli(*train_args(out, tiny_data(), tiny_target(), "--steps", "8", "--lr", "3e-3",
-                            "--eval-every", "8", "--json"))  # fmt: skip
+    r = run_cli(
+        *train_args(
+            out,
+            tiny_data(),
+            tiny_target(),
+            "--steps",
+            "8",
+            "--lr",
+            "3e-3",
+            "--eval-every",
+            "8",
+            "--json",
+        )
+    )
     assert r.code == 0, r.err
     return out, json.loads(r.out)
 
@@ -32,10 +44,36 @@ def test_warm_start_step0_equals_the_starting_drafter(start, tmp_path, cli):
     own = next(r for r in _rows(src) if r["step"] == 8)  # the start's own held-out metrics
     assert own["acc"][0] > 0  # a trained drafter, so a re-init would show
     data, target = tiny_data(), tiny_target()
-    args = ["train", "--target", str(target), "--data", str(data), "-o", str(tmp_path / "warm"),
-            "--init-from", str(src / "step-8"), "--ttt-steps", "3", "--batch-size", "4",
-            "--max-len", "64", "--heldout", "0.125", "--eval-samples", "6", "--eval-batch", "6",
-            "--threads", "1", "--steps", "2", "--l2sp", "0.01", "--json"]  # fmt: skip
+    args = [
+        "train",
+        "--target",
+        str(target),
+        "--data",
+        str(data),
+        "-o",
+        str(tmp_path / "warm"),
+        "--init-from",
+        str(src / "step-8"),
+        "--ttt-steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--max-len",
+        "64",
+        "--heldout",
+        "0.125",
+        "--eval-samples",
+        "6",
+        "--eval-batch",
+        "6",
+        "--threads",
+        "1",
+        "--steps",
+        "2",
+        "--l2sp",
+        "0.01",
+        "--json",
+    ]
     r = cli(*args)
     assert r.code == 0, r.err
     step0 = _rows(tmp_path / "warm")[0]
@@ -61,9 +99,16 @@ def test_rebuild_vocab_moves_rows_with_their_ids():
     from eagle3kit.model.drafter import Eagle3Drafter
     from eagle3kit.train.warmstart import rebuild_vocab
 
-    spec = tiny_spec(vocab_size=64, draft_vocab_size=8, hidden_size=16, head_dim=8,
-                     num_attention_heads=2, num_key_value_heads=2, target_hidden_size=16,
-                     intermediate_size=32)  # fmt: skip
+    spec = tiny_spec(
+        vocab_size=64,
+        draft_vocab_size=8,
+        hidden_size=16,
+        head_dim=8,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        target_hidden_size=16,
+        intermediate_size=32,
+    )
     torch.manual_seed(0)
     m = Eagle3Drafter(spec)
     m.set_embedding(torch.randn(64, 16))
@@ -109,10 +154,36 @@ def test_reference_target_reports_before_and_after(start, tmp_path, cli):
     src, _ = start
     own = next(r for r in _rows(src) if r["step"] == 8)
     v1, v2 = tiny_target("dsv3-v1"), tiny_target("dsv3-v2")
-    args = ["train", "--target", str(v2), "--reference-target", str(v1), "--data", str(tiny_data()),
-            "-o", str(tmp_path / "ref"), "--init-from", str(src / "step-8"), "--ttt-steps", "3",
-            "--batch-size", "4", "--max-len", "64", "--heldout", "0.125", "--eval-samples", "6",
-            "--eval-batch", "6", "--threads", "1", "--steps", "2", "--json"]  # fmt: skip
+    args = [
+        "train",
+        "--target",
+        str(v2),
+        "--reference-target",
+        str(v1),
+        "--data",
+        str(tiny_data()),
+        "-o",
+        str(tmp_path / "ref"),
+        "--init-from",
+        str(src / "step-8"),
+        "--ttt-steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--max-len",
+        "64",
+        "--heldout",
+        "0.125",
+        "--eval-samples",
+        "6",
+        "--eval-batch",
+        "6",
+        "--threads",
+        "1",
+        "--steps",
+        "2",
+        "--json",
+    ]
     r = cli(*args)
     assert r.code == 0, r.err
     ref = json.loads(r.out)["reference"]

@@ -174,9 +174,16 @@ def _fit(stream):
     from eagle3kit.zoo.training import sample_batch
 
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                      num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                      max_position_embeddings=256)  # fmt: skip
+    cfg = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        max_position_embeddings=256,
+    )
     model = LlamaForCausalLM(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
     g = torch.Generator().manual_seed(0)
@@ -197,9 +204,21 @@ def test_unloop_breaks_greedy_loops(monkeypatch):
 
     stream = _markov_stream(20000)
     prompts = [stream[i : i + 4].tolist() for i in (100, 2000, 5000, 9000)]
-    rec = tr.Recipe(vocab_size=64, file_limit=None, steps=0, batch=8, seq_len=32, lr=1e-2,
-                    warmup=1, chat_fraction=0.0, unloop_steps=40, unloop_lr=1e-2,
-                    unloop_batch=8, unloop_prefix=4, unloop_gen=40)  # fmt: skip
+    rec = tr.Recipe(
+        vocab_size=64,
+        file_limit=None,
+        steps=0,
+        batch=8,
+        seq_len=32,
+        lr=1e-2,
+        warmup=1,
+        chat_fraction=0.0,
+        unloop_steps=40,
+        unloop_lr=1e-2,
+        unloop_batch=8,
+        unloop_prefix=4,
+        unloop_gen=40,
+    )
 
     def d4(model) -> float:
         outs = tr.greedy(model, prompts, 40, eos_id=1, pad_id=0, stop_at_eos=False)
@@ -228,13 +247,34 @@ def test_unloop_ends_with_the_moving_average_of_its_steps():
     from eagle3kit.zoo import training as tr
 
     stream = _markov_stream(2000)
-    rec = tr.Recipe(vocab_size=64, file_limit=None, steps=0, batch=4, seq_len=16, lr=1e-2,
-                    warmup=1, chat_fraction=0.0, unloop_steps=3, unloop_lr=1e-2,
-                    unloop_batch=4, unloop_prefix=4, unloop_gen=12, unloop_ema=0.6)  # fmt: skip
+    rec = tr.Recipe(
+        vocab_size=64,
+        file_limit=None,
+        steps=0,
+        batch=4,
+        seq_len=16,
+        lr=1e-2,
+        warmup=1,
+        chat_fraction=0.0,
+        unloop_steps=3,
+        unloop_lr=1e-2,
+        unloop_batch=4,
+        unloop_prefix=4,
+        unloop_gen=12,
+        unloop_ema=0.6,
+    )
     torch.manual_seed(0)
-    model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32,
-                                         num_hidden_layers=1, num_attention_heads=2,
-                                         num_key_value_heads=1, head_dim=8))  # fmt: skip
+    model = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=64,
+            hidden_size=16,
+            intermediate_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=8,
+        )
+    )
     seen = [[p.detach().clone() for p in model.parameters()]]  # before, then after each step
     hook = register_optimizer_step_post_hook(
         lambda opt, args, kwargs: seen.append([p.detach().clone() for p in model.parameters()])

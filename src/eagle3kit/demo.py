@@ -60,13 +60,37 @@ class Recipe:
 
 
 RECIPES = {
-    "full": Recipe(v1_samples=1000, v2_samples=600, max_len=128, batch=8, k2_steps=240,
-                   tune_steps=80, draft_vocab=1024, ttt_steps=3, depth=3, bench_prompts=4, bench_repeats=2,
-                   bench_tokens=96, probe_samples=16),
-    "tiny": Recipe(v1_samples=160, v2_samples=96, max_len=96, batch=8, k2_steps=200, tune_steps=12,
-                   draft_vocab=256, ttt_steps=3, depth=3, bench_prompts=2, bench_repeats=1, bench_tokens=24,
-                   probe_samples=6),
-}  # fmt: skip
+    "full": Recipe(
+        v1_samples=1000,
+        v2_samples=600,
+        max_len=128,
+        batch=8,
+        k2_steps=240,
+        tune_steps=80,
+        draft_vocab=1024,
+        ttt_steps=3,
+        depth=3,
+        bench_prompts=4,
+        bench_repeats=2,
+        bench_tokens=96,
+        probe_samples=16,
+    ),
+    "tiny": Recipe(
+        v1_samples=160,
+        v2_samples=96,
+        max_len=96,
+        batch=8,
+        k2_steps=200,
+        tune_steps=12,
+        draft_vocab=256,
+        ttt_steps=3,
+        depth=3,
+        bench_prompts=2,
+        bench_repeats=1,
+        bench_tokens=24,
+        probe_samples=6,
+    ),
+}
 PAIR = ("dsv3-v1", "dsv3-v2")
 
 
@@ -80,9 +104,18 @@ def default_out() -> Path:
 def _k25_target_config(d: Path) -> Path:
     """A Kimi-K2.5-shaped target config (DeepSeek-V3 architecture, 61 layers): headers only."""
     d.mkdir(parents=True, exist_ok=True)
-    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "num_hidden_layers": 61,
-           "hidden_size": 7168, "vocab_size": 163840, "max_position_embeddings": 262144,
-           "n_routed_experts": 384, "num_experts_per_tok": 8, "kv_lora_rank": 512, "q_lora_rank": 1536}  # fmt: skip
+    cfg = {
+        "architectures": ["DeepseekV3ForCausalLM"],
+        "model_type": "deepseek_v3",
+        "num_hidden_layers": 61,
+        "hidden_size": 7168,
+        "vocab_size": 163840,
+        "max_position_embeddings": 262144,
+        "n_routed_experts": 384,
+        "num_experts_per_tok": 8,
+        "kv_lora_rank": 512,
+        "q_lora_rank": 1536,
+    }
     (d / "config.json").write_text(json.dumps(cfg, indent=2))
     return d
 
@@ -90,8 +123,8 @@ def _k25_target_config(d: Path) -> Path:
 def _prologue(out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """The situation in the seed: plan on its numbers; inspect and compat the Kimi drafters."""
     from eagle3kit.checkpoint.compat import compat
-    from eagle3kit.checkpoint.synthetic import kimi_k2_spec, write_sparse_drafter
     from eagle3kit.checkpoint.inspection import inspect_checkpoint
+    from eagle3kit.checkpoint.synthetic import kimi_k2_spec, write_sparse_drafter
     from eagle3kit.plan import plan
     from eagle3kit.plan.plots import plot_plan
 
@@ -99,20 +132,35 @@ def _prologue(out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     say(
         "Prologue: Kimi-K2.5 under SGLang: plain decode 82 tok/s, EAGLE-3 cycle 30 ms, own drafter 64%/step."
     )
-    res = plan(baseline_tps=SEED["baseline_tps"], cycle_ms=SEED["cycle_ms"], acceptance=SEED["acceptance"],
-               depth=SEED["depth"], target_tps=SEED["targets"])  # fmt: skip
+    res = plan(
+        baseline_tps=SEED["baseline_tps"],
+        cycle_ms=SEED["cycle_ms"],
+        acceptance=SEED["acceptance"],
+        depth=SEED["depth"],
+        target_tps=SEED["targets"],
+    )
     png = plot_plan(res, out / "plan-seed.png")
-    say(f"   plan: tau {res.accept_len:.2f} -> {res.throughput_tps:.1f} tok/s ({res.speedup:.2f}x); "
+    say(
+        f"   plan: tau {res.accept_len:.2f} -> {res.throughput_tps:.1f} tok/s ({res.speedup:.2f}x); "
         f"break-even needs tau {res.break_even_accept_len:.2f}; "
-        + ", ".join(f"{t.tps:g} tok/s needs tau {t.accept_len:.2f}" for t in res.targets))  # fmt: skip
+        + ", ".join(f"{t.tps:g} tok/s needs tau {t.accept_len:.2f}" for t in res.targets)
+    )
     steps.append({"step": "plan", "result": res.to_json(), "plot": str(png)})
-    k2 = write_sparse_drafter(out / "drafters" / "kimi-k2-eagle3", kimi_k2_spec(131072),
-                              config_overrides={"max_window_layers": 48, "transformers_version": "4.51.3"})  # fmt: skip
-    k25 = write_sparse_drafter(out / "drafters" / "kimi-k2.5-eagle3", kimi_k2_spec(262144),
-                               config_overrides={"transformers_version": "4.57.1"})  # fmt: skip
+    k2 = write_sparse_drafter(
+        out / "drafters" / "kimi-k2-eagle3",
+        kimi_k2_spec(131072),
+        config_overrides={"max_window_layers": 48, "transformers_version": "4.51.3"},
+    )
+    k25 = write_sparse_drafter(
+        out / "drafters" / "kimi-k2.5-eagle3",
+        kimi_k2_spec(262144),
+        config_overrides={"transformers_version": "4.57.1"},
+    )
     ins = inspect_checkpoint(str(k2))
-    say(f"   inspect: the AQ-MedAI Kimi-K2 drafter ({ins['format']} layout, {ins['total_bytes'] / 2**30:.2f} GiB, "
-        f"headers only): missing {ins['missing'] or 'nothing'}")  # fmt: skip
+    say(
+        f"   inspect: the AQ-MedAI Kimi-K2 drafter ({ins['format']} layout, {ins['total_bytes'] / 2**30:.2f} GiB, "
+        f"headers only): missing {ins['missing'] or 'nothing'}"
+    )
     steps.append(
         {
             "step": "inspect",
@@ -163,8 +211,13 @@ def run_demo(
         torch.set_num_threads(before)
 
 
-def _run_demo(out: str | Path | None, say: Callable[[str], None], size: str, progress: Progress | None,
-              t0: float) -> dict[str, Any]:  # fmt: skip
+def _run_demo(
+    out: str | Path | None,
+    say: Callable[[str], None],
+    size: str,
+    progress: Progress | None,
+    t0: float,
+) -> dict[str, Any]:
     from eagle3kit.core.atomic import atomic_write_json
 
     out = Path(out) if out is not None else default_out()
@@ -194,8 +247,9 @@ def _conversations(slice_name: str, n: int, path: Path) -> Path:
 class _Story:
     """The zoo story, step by step; each method is one verb (see the module docstring)."""
 
-    def __init__(self, out: Path, say: Callable[[str], None], size: str, r: Recipe,
-                 progress: Progress | None) -> None:  # fmt: skip
+    def __init__(
+        self, out: Path, say: Callable[[str], None], size: str, r: Recipe, progress: Progress | None
+    ) -> None:
         self.out, self.say, self.size, self.r, self.progress = out, say, size, r, progress
         self.headline: list[dict[str, Any]] = []
         self.report_paths: dict[str, Any] = {}
@@ -227,8 +281,10 @@ class _Story:
         from eagle3kit.model.target import TargetModel
 
         v1, v2 = PAIR
-        self.step(f"zoo: the K2 -> K2.5 pair in miniature: {v1} -> {v2} (DeepSeek-V3 architecture, "
-                  "MLA + MoE; built from the Python standard library on first use, then cached)")  # fmt: skip
+        self.step(
+            f"zoo: the K2 -> K2.5 pair in miniature: {v1} -> {v2} (DeepSeek-V3 architecture, "
+            "MLA + MoE; built from the Python standard library on first use, then cached)"
+        )
         self.p1 = zoo.get(v1, size=self.size, progress=self.progress)
         self.p2 = zoo.get(v2, size=self.size, progress=self.progress)
         self.v2 = TargetModel.from_pretrained(self.p2)
@@ -238,8 +294,15 @@ class _Story:
         self.k2 = self.k2_drafter()
         self.say(f"   the K2 drafter (trained on {v1}): {self.k2}")
         self.v2_data = self._prepare("test", self.r.v2_samples, self.out / "data", self.p2)
-        return {"step": "zoo", "result": {"v1": str(self.p1), "v2": str(self.p2), "k2_drafter": str(self.k2),
-                                          "v2_data": str(self.v2_data)}}  # fmt: skip
+        return {
+            "step": "zoo",
+            "result": {
+                "v1": str(self.p1),
+                "v2": str(self.p2),
+                "k2_drafter": str(self.k2),
+                "v2_data": str(self.v2_data),
+            },
+        }
 
     def _prepare(self, slice_name: str, n: int, folder: Path, target: Path) -> Path:
         from eagle3kit.data.prepare import prepare
@@ -285,11 +348,20 @@ class _Story:
     ) -> dict[str, Any]:
         from eagle3kit.train.loop import TrainConfig, train
 
-        cfg = TrainConfig(out=str(run), target=str(target), data=str(data), init_from=str(init) if init else None,
-                          draft_vocab_size=None if init else self.r.draft_vocab, ttt_steps=self.r.ttt_steps,
-                          steps=steps, batch_size=self.r.batch, max_len=self.r.max_len,
-                          lr=self.r.lr / 3 if init else self.r.lr,
-                          eval_every=max(1, steps // 6), eval_samples=32)  # fmt: skip
+        cfg = TrainConfig(
+            out=str(run),
+            target=str(target),
+            data=str(data),
+            init_from=str(init) if init else None,
+            draft_vocab_size=None if init else self.r.draft_vocab,
+            ttt_steps=self.r.ttt_steps,
+            steps=steps,
+            batch_size=self.r.batch,
+            max_len=self.r.max_len,
+            lr=self.r.lr / 3 if init else self.r.lr,
+            eval_every=max(1, steps // 6),
+            eval_samples=32,
+        )
         return train(cfg, progress=self.progress)
 
     # -- 2. bench: plain vs the stale drafter -----------------------------------------------
@@ -319,31 +391,58 @@ class _Story:
         from eagle3kit.measure.bench import bench
 
         r = self.r
-        doc = bench(self.v2, self._drafter(path), self._prompts(), repeats=r.bench_repeats,
-                    max_new_tokens=r.bench_tokens, depth=r.depth, methods=("greedy", "chain"),
-                    progress=self.progress)  # fmt: skip
+        doc = bench(
+            self.v2,
+            self._drafter(path),
+            self._prompts(),
+            repeats=r.bench_repeats,
+            max_new_tokens=r.bench_tokens,
+            depth=r.depth,
+            methods=("greedy", "chain"),
+            progress=self.progress,
+        )
         rows = {m["name"]: m for m in doc["methods"]}
         g, c = rows["greedy"], rows["chain"]
-        doc.update({"label": label, "role": role, "run": run, "depth": r.depth,
-                    "baseline_tps": round(g["tokens_per_s"]["median"], 3),
-                    "spec_tps": round(c["tokens_per_s"]["median"], 3), "speedup": round(c["speedup"], 4),
-                    "accept_len": round(c["tau"], 4), "cycle_ms": round(c["cycle_ms"], 3),
-                    "draft_ms": round(c["draft_ms"], 3), "verify_ms": round(c["verify_ms"], 3),
-                    "per_position_acceptance": [round(x, 4) for x in c["per_position_acceptance"]],
-                    "lossless": c.get("same_tokens_as_greedy")})  # fmt: skip
+        doc.update(
+            {
+                "label": label,
+                "role": role,
+                "run": run,
+                "depth": r.depth,
+                "baseline_tps": round(g["tokens_per_s"]["median"], 3),
+                "spec_tps": round(c["tokens_per_s"]["median"], 3),
+                "speedup": round(c["speedup"], 4),
+                "accept_len": round(c["tau"], 4),
+                "cycle_ms": round(c["cycle_ms"], 3),
+                "draft_ms": round(c["draft_ms"], 3),
+                "verify_ms": round(c["verify_ms"], 3),
+                "per_position_acceptance": [round(x, 4) for x in c["per_position_acceptance"]],
+                "lossless": c.get("same_tokens_as_greedy"),
+            }
+        )
         atomic_write_json(self.out / f"bench-{role}.json", doc)
-        self.say(f"   {label}: {doc['spec_tps']:.1f} tok/s vs plain {doc['baseline_tps']:.1f} "
-                 f"({doc['speedup']:.2f}x), tau {doc['accept_len']:.2f}, cycle {doc['cycle_ms']:.1f} ms "
-                 f"(draft {doc['draft_ms']:.1f} + verify {doc['verify_ms']:.1f}); medians of {r.bench_repeats}; "
-                 f"output identical to plain greedy: {doc['lossless']}; the target's distinct-4 "
-                 f"{doc['target_distinct4']:.2f} (a looping target is easy to predict) [bench-{role}.json]")  # fmt: skip
+        self.say(
+            f"   {label}: {doc['spec_tps']:.1f} tok/s vs plain {doc['baseline_tps']:.1f} "
+            f"({doc['speedup']:.2f}x), tau {doc['accept_len']:.2f}, cycle {doc['cycle_ms']:.1f} ms "
+            f"(draft {doc['draft_ms']:.1f} + verify {doc['verify_ms']:.1f}); medians of {r.bench_repeats}; "
+            f"output identical to plain greedy: {doc['lossless']}; the target's distinct-4 "
+            f"{doc['target_distinct4']:.2f} (a looping target is easy to predict) [bench-{role}.json]"
+        )
         return doc
 
     def bench_stale(self) -> dict[str, Any]:
         self.step(f"bench: plain vs speculative decoding on {PAIR[1]} with the stale K2 drafter")
         self.stale = self.bench(self.k2, "stale K2 drafter", "stale", None)
-        self.headline.append({"name": "baseline (plain)", "tps": self.stale["baseline_tps"], "plain": self.stale["baseline_tps"], "speedup": 1.0,
-                              "accept_len": 1.0, "source": "bench-stale.json"})  # fmt: skip
+        self.headline.append(
+            {
+                "name": "baseline (plain)",
+                "tps": self.stale["baseline_tps"],
+                "plain": self.stale["baseline_tps"],
+                "speedup": 1.0,
+                "accept_len": 1.0,
+                "source": "bench-stale.json",
+            }
+        )
         self.headline.append(self._row("stale K2 drafter", self.stale, "bench-stale.json"))
         return {"step": "bench stale", "result": self.stale}
 
@@ -366,19 +465,25 @@ class _Story:
 
         self.step("plan: what does the measured cycle need?")
         b = self.stale
-        res = plan(baseline_tps=b["baseline_tps"], cycle_ms=b["cycle_ms"],
-                   accept_len=min(b["accept_len"], b["depth"] + 1), depth=b["depth"])  # fmt: skip
+        res = plan(
+            baseline_tps=b["baseline_tps"],
+            cycle_ms=b["cycle_ms"],
+            accept_len=min(b["accept_len"], b["depth"] + 1),
+            depth=b["depth"],
+        )
         atomic_write_json(self.out / "plan.json", res.to_json())
         plot_plan(res, self.out / "plan.png")
-        self.say(f"   cycle {b['cycle_ms']:.1f} ms, plain {b['baseline_tps']:.1f} tok/s: break-even tau "
-                 f"{res.break_even_accept_len:.2f}; the stale drafter's {b['accept_len']:.2f} gives "
-                 f"{res.throughput_tps:.1f} tok/s modelled ({res.speedup:.2f}x) [plan.json]")  # fmt: skip
+        self.say(
+            f"   cycle {b['cycle_ms']:.1f} ms, plain {b['baseline_tps']:.1f} tok/s: break-even tau "
+            f"{res.break_even_accept_len:.2f}; the stale drafter's {b['accept_len']:.2f} gives "
+            f"{res.throughput_tps:.1f} tok/s modelled ({res.speedup:.2f}x) [plan.json]"
+        )
         return {"step": "plan zoo", "result": res.to_json()}
 
     def inspect_compat(self) -> dict[str, Any]:
-        from eagle3kit.core.atomic import atomic_write_json
         from eagle3kit.checkpoint.compat import compat
         from eagle3kit.checkpoint.inspection import inspect_checkpoint
+        from eagle3kit.core.atomic import atomic_write_json
 
         self.step(f"inspect and compat: the K2 drafter against {PAIR[1]}")
         ins = inspect_checkpoint(str(self.k2))
@@ -399,15 +504,26 @@ class _Story:
         from eagle3kit.measure.probe import probe
 
         self.step(f"probe: plug the K2 drafter into {PAIR[1]} and measure (Phase 0)")
-        r = probe(str(self.k2), str(self.p2), str(self.p1), str(self.v2_data), bench=str(self.out / "bench-stale.json"),
-                  depth=self.r.depth, samples=self.r.probe_samples, max_len=self.r.max_len,
-                  online_prompts=min(2, self.r.bench_prompts), online_tokens=self.r.bench_tokens,
-                  progress=self.progress)  # fmt: skip
+        r = probe(
+            str(self.k2),
+            str(self.p2),
+            str(self.p1),
+            str(self.v2_data),
+            bench=str(self.out / "bench-stale.json"),
+            depth=self.r.depth,
+            samples=self.r.probe_samples,
+            max_len=self.r.max_len,
+            online_prompts=min(2, self.r.bench_prompts),
+            online_tokens=self.r.bench_tokens,
+            progress=self.progress,
+        )
         atomic_write_json(self.out / "probe.json", r)
         s = r["similarity"]
-        self.say("   similarity v1 vs v2 at " + ", ".join(
-            f"h[{x['layer']}] cos {x['cosine_mean']:.3f} CKA {x['cka']:.3f}" for x in s)
-            + f"; fc(aux) cos {r['fc_similarity']['cosine_mean']:.3f}")  # fmt: skip
+        self.say(
+            "   similarity v1 vs v2 at "
+            + ", ".join(f"h[{x['layer']}] cos {x['cosine_mean']:.3f} CKA {x['cka']:.3f}" for x in s)
+            + f"; fc(aux) cos {r['fc_similarity']['cosine_mean']:.3f}"
+        )
         ch = r["aux"]["chosen"]
         self.say(
             f"   trained on h{ch['layers']} ({ch['reading']}; margin {ch['margin_accept_len']} in tau)"
@@ -464,8 +580,10 @@ class _Story:
             ("finetune", self.tuned, t_tune),
             ("scratch", self.scratch, t_scratch),
         ):
-            self.say(f"   {name}: best held-out simulated tau {s['sim_accept_len']:.3f} at step {s['best_step']}"
-                     f"/{s['steps']} ({secs:.0f} s) [runs/{name}/summary.json]")  # fmt: skip
+            self.say(
+                f"   {name}: best held-out simulated tau {s['sim_accept_len']:.3f} at step {s['best_step']}"
+                f"/{s['steps']} ({secs:.0f} s) [runs/{name}/summary.json]"
+            )
         return {"step": "train", "result": {"finetune": self.tuned, "scratch": self.scratch}}
 
     def eval_bench(self) -> dict[str, Any]:
@@ -476,18 +594,29 @@ class _Story:
             "eval and bench: stale, fine-tuned and scratch drafters on the same held-out v2 samples"
         )
         batch = data_batch(str(self.v2_data), 32, self.r.max_len)
-        paths = {"stale K2 drafter": self.k2, "fine-tuned": self.out / "runs" / "finetune" / "best",
-                 "from scratch": self.out / "runs" / "scratch" / "best"}  # fmt: skip
-        ev: dict[str, Any] = {"kind": "eval", "target": str(self.p2), "data": batch.source, "depth": self.r.depth,
-                              "sequences": int(batch.input_ids.shape[0]), "drafters": {}}  # fmt: skip
+        paths = {
+            "stale K2 drafter": self.k2,
+            "fine-tuned": self.out / "runs" / "finetune" / "best",
+            "from scratch": self.out / "runs" / "scratch" / "best",
+        }
+        ev: dict[str, Any] = {
+            "kind": "eval",
+            "target": str(self.p2),
+            "data": batch.source,
+            "depth": self.r.depth,
+            "sequences": int(batch.input_ids.shape[0]),
+            "drafters": {},
+        }
         for label, p in paths.items():
             d = self._drafter(p)
             ev["drafters"][label] = {
                 "path": str(p),
                 **offline_acceptance(d, _features(self.v2, batch, d), self.r.depth),
             }
-            self.say(f"   {label}: offline tau {ev['drafters'][label]['accept_len']:.3f}, "
-                     f"acc {ev['drafters'][label]['acc']} [eval.json]")  # fmt: skip
+            self.say(
+                f"   {label}: offline tau {ev['drafters'][label]['accept_len']:.3f}, "
+                f"acc {ev['drafters'][label]['acc']} [eval.json]"
+            )
         atomic_write_json(self.out / "eval.json", ev)
         tuned = self.bench(paths["fine-tuned"], "fine-tuned", "finetuned", "finetune")
         scratch = self.bench(paths["from scratch"], "from scratch", "scratch", "scratch")
@@ -505,8 +634,10 @@ class _Story:
         self.say("")
         self.say(f"{'':22} {'tok/s':>8} {'plain':>8} {'speedup':>8} {'tau':>6}   source")
         for h in self.headline:
-            self.say(f"{h['name']:22} {h['tps']:8.1f} {h['plain']:8.1f} {h['speedup']:7.2f}x "
-                     f"{h['accept_len']:6.2f}   {h['source']}")  # fmt: skip
+            self.say(
+                f"{h['name']:22} {h['tps']:8.1f} {h['plain']:8.1f} {h['speedup']:7.2f}x "
+                f"{h['accept_len']:6.2f}   {h['source']}"
+            )
         self.say("(speedup: against plain decoding measured in the same bench run, interleaved)")
         self.say(f"report: {self.report_paths['report_html']}")
         return {"step": "report", "result": {"headline": self.headline, **self.report_paths}}
@@ -515,22 +646,32 @@ class _Story:
         k2, out = self.k2, self.out
         self.say("")
         self.say("what next:")
-        self.say(f"  serve the fine-tuned drafter on vLLM: eagle3kit convert {out}/runs/finetune/best --to vllm "
-                 f"-o {out}/finetune-vllm --verifier {self.p2}  (prints the vllm serve command)")  # fmt: skip
-        self.say("  on your own drafter and target: eagle3kit compat DRAFTER TARGET; eagle3kit probe --drafter DRAFTER "
-                 "--target NEW --reference-target OLD --baseline-tps X --cycle-ms Y")  # fmt: skip
-        self.say("    then: eagle3kit data prepare CONVERSATIONS.jsonl --target NEW -o DATA; "
-                 "eagle3kit train --target NEW --data DATA --init-from DRAFTER -o RUN; eagle3kit report RUN -o OUT")  # fmt: skip
-        self.say(f"  vLLM reads the K2 drafter's ids differently (compat.json): eagle3kit convert {k2} --to vllm "
-                 f"-o {out}/k2-vllm --verifier {self.p2}")  # fmt: skip
+        self.say(
+            f"  serve the fine-tuned drafter on vLLM: eagle3kit convert {out}/runs/finetune/best --to vllm "
+            f"-o {out}/finetune-vllm --verifier {self.p2}  (prints the vllm serve command)"
+        )
+        self.say(
+            "  on your own drafter and target: eagle3kit compat DRAFTER TARGET; eagle3kit probe --drafter DRAFTER "
+            "--target NEW --reference-target OLD --baseline-tps X --cycle-ms Y"
+        )
+        self.say(
+            "    then: eagle3kit data prepare CONVERSATIONS.jsonl --target NEW -o DATA; "
+            "eagle3kit train --target NEW --data DATA --init-from DRAFTER -o RUN; eagle3kit report RUN -o OUT"
+        )
+        self.say(
+            f"  vLLM reads the K2 drafter's ids differently (compat.json): eagle3kit convert {k2} --to vllm "
+            f"-o {out}/k2-vllm --verifier {self.p2}"
+        )
         from eagle3kit.decode import greedy_generate
 
         ids = greedy_generate(self.v2, self._prompts()[0], max_new_tokens=32).tokens
         text = self.v2.tokenizer.decode(ids) if self.v2.tokenizer is not None else str(ids)
         self.say(f"  {PAIR[1]} answered the first bench prompt with: {text[:160]!r}")
-        self.say("  why the zoo's text reads oddly: its targets are a few million parameters trained for minutes "
-                 "on the standard library's source; they continue code plausibly but are not assistants "
-                 "(docs/zoo.md). Acceptance, speed and every verb work the same as on a real model.")  # fmt: skip
+        self.say(
+            "  why the zoo's text reads oddly: its targets are a few million parameters trained for minutes "
+            "on the standard library's source; they continue code plausibly but are not assistants "
+            "(docs/zoo.md). Acceptance, speed and every verb work the same as on a real model."
+        )
 
 
 def k2_drafter(size: str = "full", progress: Progress | None = None) -> Path:

@@ -19,28 +19,51 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.checkpoint import engines as E
+from eagle3kit.checkpoint.inspection import TargetInfo, is_drafter, target_info
 from eagle3kit.checkpoint.layouts import read_spec
 from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
 from eagle3kit.checkpoint.writers import Writer, infer_writer, pattern_hint, trained_on
-from eagle3kit.checkpoint.inspection import TargetInfo, is_drafter, target_info
+from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.spec import NORM_FLAGS, TRAINABLE_TENSORS, DraftSpec
 
 ENGINES = E.ENGINES
 # Config keys that change no tensor and no math.
 METADATA_KEYS = {
-    "max_position_embeddings", "transformers_version", "max_window_layers", "torch_dtype", "dtype",
-    "use_cache", "bos_token_id", "eos_token_id", "pad_token_id", "initializer_range", "_name_or_path",
-    "use_sliding_window", "sliding_window", "attention_dropout", "pretraining_tp", "speculators_version",
-    "eagle3kit_verifier", "speculators_config", "embed_requires_grad", "output_router_logits",
-    "tie_word_embeddings", "model_type", "architectures", "_torchspec_version",
-}  # fmt: skip
-EVIDENCE_DEFAULT = ("vLLM PR #50170: a drafter served on the default layers ran at accept length "
-                    "1.036, 0.70-0.79x the speed of plain decoding")  # fmt: skip
+    "max_position_embeddings",
+    "transformers_version",
+    "max_window_layers",
+    "torch_dtype",
+    "dtype",
+    "use_cache",
+    "bos_token_id",
+    "eos_token_id",
+    "pad_token_id",
+    "initializer_range",
+    "_name_or_path",
+    "use_sliding_window",
+    "sliding_window",
+    "attention_dropout",
+    "pretraining_tp",
+    "speculators_version",
+    "eagle3kit_verifier",
+    "speculators_config",
+    "embed_requires_grad",
+    "output_router_logits",
+    "tie_word_embeddings",
+    "model_type",
+    "architectures",
+    "_torchspec_version",
+}
+EVIDENCE_DEFAULT = (
+    "vLLM PR #50170: a drafter served on the default layers ran at accept length "
+    "1.036, 0.70-0.79x the speed of plain decoding"
+)
 PROBE = "`eagle3kit probe` measures acceptance under each reading and settles it"
-MEANS = {"layer_output": "layer outputs (id x = h[x+1]: SpecForge, ModelOpt, TorchSpec)",
-         "h_index": "h-indices (id x = h[x]: speculators, EAGLE)"}  # fmt: skip
+MEANS = {
+    "layer_output": "layer outputs (id x = h[x+1]: SpecForge, ModelOpt, TorchSpec)",
+    "h_index": "h-indices (id x = h[x]: speculators, EAGLE)",
+}
 
 
 @dataclass
@@ -51,8 +74,12 @@ class Finding:
     engine: str | None = None  # the engine it concerns; None: every engine
 
     def to_json(self) -> dict[str, Any]:
-        return {"severity": self.severity, "code": self.code, "message": self.message,
-                "engine": self.engine}  # fmt: skip
+        return {
+            "severity": self.severity,
+            "code": self.code,
+            "message": self.message,
+            "engine": self.engine,
+        }
 
 
 def error(code: str, message: str, engine: str | None = None) -> Finding:
@@ -106,9 +133,18 @@ class CompatResult:
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        return {"compatible": self.compatible, "verdict": self.verdict, "mode": self.mode, "a": self.a, "b": self.b,
-                "findings": [f.to_json() for f in self.findings], "config_diff": self.config_diff,
-                "tensors": self.tensors, "engines": self.engines, "writer": self.writer}  # fmt: skip
+        return {
+            "compatible": self.compatible,
+            "verdict": self.verdict,
+            "mode": self.mode,
+            "a": self.a,
+            "b": self.b,
+            "findings": [f.to_json() for f in self.findings],
+            "config_diff": self.config_diff,
+            "tensors": self.tensors,
+            "engines": self.engines,
+            "writer": self.writer,
+        }
 
 
 # ---------------------------------------------------------------- one drafter alone
@@ -122,31 +158,60 @@ def _shape_findings(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) ->
         if canon not in expected or shape == expected[canon]:
             continue
         if canon == "embed_tokens.weight":
-            out.append(error("embed-shape", f"{stored}: expected shape {list(expected[canon])} "
-                             f"([vocab_size, hidden_size]), found {list(shape)}"))  # fmt: skip
+            out.append(
+                error(
+                    "embed-shape",
+                    f"{stored}: expected shape {list(expected[canon])} "
+                    f"([vocab_size, hidden_size]), found {list(shape)}",
+                )
+            )
         else:
-            out.append(error("tensor-shape", f"{stored}: expected shape {list(expected[canon])} "
-                             f"from the config, found {list(shape)}"))  # fmt: skip
+            out.append(
+                error(
+                    "tensor-shape",
+                    f"{stored}: expected shape {list(expected[canon])} "
+                    f"from the config, found {list(shape)}",
+                )
+            )
     return out
 
 
 def _presence_findings(spec: DraftSpec, names: dict[str, str]) -> list[Finding]:
     out = []
     if "embed_tokens.weight" not in names:
-        out.append(info("embed-absent", "embed_tokens.weight: absent (normal: the engine uses the target's embedding)"))  # fmt: skip
+        out.append(
+            info(
+                "embed-absent",
+                "embed_tokens.weight: absent (normal: the engine uses the target's embedding)",
+            )
+        )
     for req in spec.required_tensors():
         if req in names:
             continue
         if req == "lm_head.weight":
-            out.append(error("missing-lm-head", f"lm_head.weight: missing, but draft_vocab_size={spec.draft_vocab_size} is declared; "
-                             "SGLang warns only about unexpected keys and would serve a random head (accept length 1.00)"))  # fmt: skip
+            out.append(
+                error(
+                    "missing-lm-head",
+                    f"lm_head.weight: missing, but draft_vocab_size={spec.draft_vocab_size} is declared; "
+                    "SGLang warns only about unexpected keys and would serve a random head (accept length 1.00)",
+                )
+            )
         elif req == "d2t":
-            out.append(error("missing-d2t", f"d2t: missing, but draft_vocab_size={spec.draft_vocab_size} != vocab_size={spec.vocab_size}; "
-                             "engines would map draft id i to target id i"))  # fmt: skip
+            out.append(
+                error(
+                    "missing-d2t",
+                    f"d2t: missing, but draft_vocab_size={spec.draft_vocab_size} != vocab_size={spec.vocab_size}; "
+                    "engines would map draft id i to target id i",
+                )
+            )
         else:
             out.append(error("missing-tensor", f"{req}: missing"))
     if spec.draft_vocab_size != spec.vocab_size and "t2d" not in names:
-        out.append(warning("missing-t2d", "t2d: missing (engines ignore it; trainers and eagle3kit use it)"))  # fmt: skip
+        out.append(
+            warning(
+                "missing-t2d", "t2d: missing (engines ignore it; trainers and eagle3kit use it)"
+            )
+        )
     return out
 
 
@@ -160,15 +225,27 @@ def _vocab_findings(
     t2d = ckpt.read_small_tensor(names["t2d"]).reshape(-1) if "t2d" in names else None
     out = []
     if d2t is not None and len(d2t) != spec.draft_vocab_size:
-        out.append(error("d2t-length", f"d2t: expected {spec.draft_vocab_size} entries (draft_vocab_size), found {len(d2t)}"))  # fmt: skip
+        out.append(
+            error(
+                "d2t-length",
+                f"d2t: expected {spec.draft_vocab_size} entries (draft_vocab_size), found {len(d2t)}",
+            )
+        )
     if t2d is not None and int(t2d.astype(bool).sum()) != spec.draft_vocab_size:
-        out.append(error("t2d-count", f"t2d: expected {spec.draft_vocab_size} target ids marked (draft_vocab_size), "
-                         f"found {int(t2d.astype(bool).sum())}"))  # fmt: skip
+        out.append(
+            error(
+                "t2d-count",
+                f"t2d: expected {spec.draft_vocab_size} target ids marked (draft_vocab_size), "
+                f"found {int(t2d.astype(bool).sum())}",
+            )
+        )
     if d2t is not None:
         t2d_ok = t2d is not None and not out  # a t2d of another size says nothing more
         out += [error(c, m) for c, m in vocab_problems(d2t, t2d if t2d_ok else None, vocab)]
     elif t2d is not None and len(t2d) != vocab:
-        out.append(error("t2d-length", f"t2d: expected {vocab} entries (vocab_size), found {len(t2d)}"))  # fmt: skip
+        out.append(
+            error("t2d-length", f"t2d: expected {vocab} entries (vocab_size), found {len(t2d)}")
+        )
     return out
 
 
@@ -205,14 +282,36 @@ def _config_diff(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
         va, vb = fa.get(k, "<absent>"), fb.get(k, "<absent>")
         if va != vb:
             meta = k.rsplit(".", 1)[-1] in METADATA_KEYS or k.startswith("speculators_config.")
-            rows.append({"key": k, "a": va, "b": vb, "kind": "metadata" if meta else "architectural"})  # fmt: skip
+            rows.append(
+                {"key": k, "a": va, "b": vb, "kind": "metadata" if meta else "architectural"}
+            )
     return rows
 
 
-_ARCH_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
-                "vocab_size", "draft_vocab_size", "target_hidden_size", "rms_norm_eps", "rope_theta", "rope_scaling",
-                "hidden_act", "attention_bias", "mlp_bias", "qk_norm", "attention", "q_lora_rank", "kv_lora_rank",
-                "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", *NORM_FLAGS)  # fmt: skip
+_ARCH_FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+    "draft_vocab_size",
+    "target_hidden_size",
+    "rms_norm_eps",
+    "rope_theta",
+    "rope_scaling",
+    "hidden_act",
+    "attention_bias",
+    "mlp_bias",
+    "qk_norm",
+    "attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
+    *NORM_FLAGS,
+)
 
 
 def _aux_candidates(c: Checkpoint) -> tuple[set[tuple[int, ...]], str]:
@@ -242,10 +341,21 @@ def _aux_findings_drafters(a: Checkpoint, b: Checkpoint) -> list[Finding]:
 
 
 def _spec_findings(la: str, sa: DraftSpec, lb: str, sb: DraftSpec) -> list[Finding]:
-    out = [error("spec-differs", f"{f}: A has {getattr(sa, f, None)!r}, B has {getattr(sb, f, None)!r} (changes tensors or math)")
-           for f in _ARCH_FIELDS if getattr(sa, f, None) != getattr(sb, f, None)]  # fmt: skip
+    out = [
+        error(
+            "spec-differs",
+            f"{f}: A has {getattr(sa, f, None)!r}, B has {getattr(sb, f, None)!r} (changes tensors or math)",
+        )
+        for f in _ARCH_FIELDS
+        if getattr(sa, f, None) != getattr(sb, f, None)
+    ]
     if la != lb:
-        out.append(info("layout-differs", f"layouts differ: A is {la}, B is {lb} (names are mapped; compared canonically)"))  # fmt: skip
+        out.append(
+            info(
+                "layout-differs",
+                f"layouts differ: A is {la}, B is {lb} (names are mapped; compared canonically)",
+            )
+        )
     return out
 
 
@@ -267,10 +377,17 @@ def _tensor_row(n: str, ta: Any, tb: Any) -> tuple[dict[str, Any], Finding | Non
         )
     else:
         status = "only in A" if ta else "only in B"
-    row = {"name": n, "a": {"shape": list(ta.shape), "dtype": ta.dtype} if ta else None,
-           "b": {"shape": list(tb.shape), "dtype": tb.dtype} if tb else None, "status": status}  # fmt: skip
+    row = {
+        "name": n,
+        "a": {"shape": list(ta.shape), "dtype": ta.dtype} if ta else None,
+        "b": {"shape": list(tb.shape), "dtype": tb.dtype} if tb else None,
+        "status": status,
+    }
     if _is_trainable(n) and status in ("shape differs", "only in A", "only in B"):
-        return row, error("tensor-differs", f"{n}: {status} (A {ta.shape if ta else '-'}, B {tb.shape if tb else '-'})")  # fmt: skip
+        return row, error(
+            "tensor-differs",
+            f"{n}: {status} (A {ta.shape if ta else '-'}, B {tb.shape if tb else '-'})",
+        )
     if status == "dtype differs":
         return row, warning(
             "dtype-differs", f"{n}: A is {ta.dtype}, B is {tb.dtype} (cast when fine-tuning)"
@@ -291,8 +408,14 @@ def compare_drafters(a: Checkpoint, b: Checkpoint) -> CompatResult:
     res = CompatResult("drafter-drafter", a.source, b.source)
     res.config_diff = _config_diff(a.config, b.config) if la == lb else []
     res.findings += _spec_findings(la, sa, lb, sb) + _aux_findings_drafters(a, b)
-    res.findings += [info("config-metadata", f"{r['key']}: A {r['a']!r}, B {r['b']!r} (metadata: no tensor or math changes)")
-                     for r in res.config_diff if r["kind"] == "metadata"]  # fmt: skip
+    res.findings += [
+        info(
+            "config-metadata",
+            f"{r['key']}: A {r['a']!r}, B {r['b']!r} (metadata: no tensor or math changes)",
+        )
+        for r in res.config_diff
+        if r["kind"] == "metadata"
+    ]
     for n in sorted(set(na) | set(nb)):
         ta = a.tensors[na[n]] if n in na else None
         tb = b.tensors[nb[n]] if n in nb else None
@@ -300,8 +423,11 @@ def compare_drafters(a: Checkpoint, b: Checkpoint) -> CompatResult:
         res.tensors.append(row)
         res.findings += [finding] if finding else []
     for ckpt, spec, names, tag in ((a, sa, na, "A"), (b, sb, nb, "B")):
-        res.findings += [Finding(f.severity, f.code, f"{tag}: {f.message}")
-                         for f in drafter_findings(ckpt, spec, names) if f.severity != "info"]  # fmt: skip
+        res.findings += [
+            Finding(f.severity, f.code, f"{tag}: {f.message}")
+            for f in drafter_findings(ckpt, spec, names)
+            if f.severity != "info"
+        ]
     blocking = ("spec-differs", "aux-layers-differ", "tensor-differs")
     res.drop_in = not any(f.code in blocking for f in res.findings)
     return res
@@ -339,16 +465,36 @@ def _target_findings(
 ) -> list[Finding]:
     out = []
     if spec.target_hidden_size != ti.hidden_size:
-        out.append(error("hidden-size", f"target_hidden_size: the target's hidden_size is {ti.hidden_size}, the drafter expects "
-                         f"{spec.target_hidden_size} (fc input {spec.fc_in_features} = 3 x {spec.target_hidden_size})"))  # fmt: skip
+        out.append(
+            error(
+                "hidden-size",
+                f"target_hidden_size: the target's hidden_size is {ti.hidden_size}, the drafter expects "
+                f"{spec.target_hidden_size} (fc input {spec.fc_in_features} = 3 x {spec.target_hidden_size})",
+            )
+        )
     if spec.vocab_size != ti.vocab_size:
-        out.append(error("vocab-size", f"vocab_size: the target has {ti.vocab_size}, the drafter declares {spec.vocab_size}"))  # fmt: skip
+        out.append(
+            error(
+                "vocab-size",
+                f"vocab_size: the target has {ti.vocab_size}, the drafter declares {spec.vocab_size}",
+            )
+        )
     if ti.max_position_embeddings and spec.max_position_embeddings < ti.max_position_embeddings:
-        out.append(warning("max-position", f"max_position_embeddings: drafter {spec.max_position_embeddings} is below the target's "
-                           f"{ti.max_position_embeddings}; long contexts may exceed the drafter's rope range"))  # fmt: skip
+        out.append(
+            warning(
+                "max-position",
+                f"max_position_embeddings: drafter {spec.max_position_embeddings} is below the target's "
+                f"{ti.max_position_embeddings}; long contexts may exceed the drafter's rope range",
+            )
+        )
     dig_d, dig_t = _tokenizer_digest(d), _tokenizer_digest(t)
     if dig_d and dig_t and dig_d != dig_t:
-        out.append(error("tokenizer", "tokenizer.json: the drafter's and the target's tokenizers differ (token ids would not line up)"))  # fmt: skip
+        out.append(
+            error(
+                "tokenizer",
+                "tokenizer.json: the drafter's and the target's tokenizers differ (token ids would not line up)",
+            )
+        )
     return out
 
 
@@ -366,8 +512,13 @@ def _writer_findings(ctx: AuxContext) -> list[Finding]:
     if isinstance(ctx.trained, list):
         bad_ids = [i for i in ctx.trained if not 0 <= i < L]
         if bad_ids:
-            out.append(error("aux-out-of-range", f"aux layers: {bad_ids} outside the target's hidden states "
-                             f"[0, {L - 1}] (target has {L} layers)"))  # fmt: skip
+            out.append(
+                error(
+                    "aux-out-of-range",
+                    f"aux layers: {bad_ids} outside the target's hidden states "
+                    f"[0, {L - 1}] (target has {L} layers)",
+                )
+            )
     return out
 
 
@@ -379,9 +530,15 @@ def _default_findings(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> list
     """The engine reads no ids and uses its default."""
     eng, where = sel.name, f"{sel.label} {cap.why}"
     if ctx.no_ids and ctx.writer.name != "EAGLE":
-        return [error("aux-default", f"{where}; nothing in the file says the drafter was trained on those layers "
-                      f"({EVIDENCE_DEFAULT}); record the layers it was trained on in its config "
-                      "(`eagle3kit probe` finds them from data)", eng)]  # fmt: skip
+        return [
+            error(
+                "aux-default",
+                f"{where}; nothing in the file says the drafter was trained on those layers "
+                f"({EVIDENCE_DEFAULT}); record the layers it was trained on in its config "
+                "(`eagle3kit probe` finds them from data)",
+                eng,
+            )
+        ]
     if cap.captures == ctx.trained:
         why = (
             "original EAGLE always trains on it"
@@ -396,27 +553,54 @@ def _aux_findings(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> list[Fin
     eng, L = sel.name, ctx.num_layers
     hi = L if cap.allow_last else L - 1
     if any(not 0 <= i <= hi for i in cap.captures):
-        return [error("aux-out-of-range", f"{sel.label} would capture h{cap.captures} ({cap.why}), outside [0, {hi}]", eng)]  # fmt: skip
+        return [
+            error(
+                "aux-out-of-range",
+                f"{sel.label} would capture h{cap.captures} ({cap.why}), outside [0, {hi}]",
+                eng,
+            )
+        ]
     out = _default_findings(sel, cap, ctx) if cap.read_from is None else []
     if out:
         return out
     trained = ctx.trained
     if isinstance(trained, list):
         if cap.captures != trained:
-            out.append(error("aux-convention", f"{sel.label} captures h{cap.captures} ({cap.why}), but the drafter was "
-                             f"trained on h{trained} ({ctx.writer.name}'s reading); {_fix(eng)}", eng))  # fmt: skip
+            out.append(
+                error(
+                    "aux-convention",
+                    f"{sel.label} captures h{cap.captures} ({cap.why}), but the drafter was "
+                    f"trained on h{trained} ({ctx.writer.name}'s reading); {_fix(eng)}",
+                    eng,
+                )
+            )
         return out
     match = [r for r, h in trained.items() if h == cap.captures]
     serves = {r: E.releases_capturing(eng, ctx.family, ctx.ids, L, h) for r, h in trained.items()}
-    per = "; ".join(f"{MEANS[r]}: {', '.join(v) or 'no ' + E.DISPLAY[eng] + ' release'}" for r, v in serves.items())  # fmt: skip
+    per = "; ".join(
+        f"{MEANS[r]}: {', '.join(v) or 'no ' + E.DISPLAY[eng] + ' release'}"
+        for r, v in serves.items()
+    )
     if match:
         other = next(r for r in trained if r not in match)
-        out.append(warning("aux-ambiguous", f"{sel.label} captures h{cap.captures} ({cap.why}): right if the ids are "
-                           f"{MEANS[match[0]]}, wrong if they are {MEANS[other]}, and no marker names the writer. "
-                           f"Releases right under each reading: {per}. {PROBE}", eng))  # fmt: skip
+        out.append(
+            warning(
+                "aux-ambiguous",
+                f"{sel.label} captures h{cap.captures} ({cap.why}): right if the ids are "
+                f"{MEANS[match[0]]}, wrong if they are {MEANS[other]}, and no marker names the writer. "
+                f"Releases right under each reading: {per}. {PROBE}",
+                eng,
+            )
+        )
     else:
-        out.append(error("aux-convention", f"{sel.label} captures h{cap.captures} ({cap.why}), right under neither reading "
-                         f"of the ids ({per}). {PROBE}", eng))  # fmt: skip
+        out.append(
+            error(
+                "aux-convention",
+                f"{sel.label} captures h{cap.captures} ({cap.why}), right under neither reading "
+                f"of the ids ({per}). {PROBE}",
+                eng,
+            )
+        )
     return out
 
 
@@ -426,10 +610,20 @@ def _older_findings(sel: E.EngineSel, ctx: AuxContext) -> list[Finding]:
         return []
     out = []
     for label, cap in E.other_releases(sel.name, ctx.family, ctx.ids, ctx.num_layers):
-        notes = [n for (eng, v), n in E.VERSION_NOTES.items() if eng == sel.name and ".".join(map(str, v)) in label]  # fmt: skip
+        notes = [
+            n
+            for (eng, v), n in E.VERSION_NOTES.items()
+            if eng == sel.name and ".".join(map(str, v)) in label
+        ]
         note = f" ({'; '.join(notes)})" if notes else ""
-        out.append(warning("aux-older-releases", f"{label} captures h{cap}{note}{_verdict_on(cap, ctx.trained)}; "
-                           f"pass --engine {sel.name}@VERSION for the rules of the release you run", sel.name))  # fmt: skip
+        out.append(
+            warning(
+                "aux-older-releases",
+                f"{label} captures h{cap}{note}{_verdict_on(cap, ctx.trained)}; "
+                f"pass --engine {sel.name}@VERSION for the rules of the release you run",
+                sel.name,
+            )
+        )
     return out
 
 
@@ -450,14 +644,30 @@ def _flag_findings(sel: E.EngineSel, spec: DraftSpec, family: str) -> list[Findi
     out = []
     for flag in NORM_FLAGS:
         if getattr(spec, flag) and not E.flag_rule(sel.name, flag, att, family, sel.version):
-            where = [f"{', '.join(sorted(r.attention))} drafters on {'/'.join(sorted(r.families)) if len(r.families) < 3 else 'all'} "
-                     f"targets{' from ' + '.'.join(map(str, r.since)) if r.since else ''} ({r.source})"
-                     for r in E.FLAG_RULES if r.engine == sel.name and r.flag == flag]  # fmt: skip
-            out.append(error("norm-flag", f"{flag}=true: {sel.label} ignores it for an {att.upper()} drafter on a "
-                             f"{family} target (implemented for: {'; '.join(where) or 'none'})", sel.name))  # fmt: skip
+            where = [
+                f"{', '.join(sorted(r.attention))} drafters on {'/'.join(sorted(r.families)) if len(r.families) < 3 else 'all'} "
+                f"targets{' from ' + '.'.join(map(str, r.since)) if r.since else ''} ({r.source})"
+                for r in E.FLAG_RULES
+                if r.engine == sel.name and r.flag == flag
+            ]
+            out.append(
+                error(
+                    "norm-flag",
+                    f"{flag}=true: {sel.label} ignores it for an {att.upper()} drafter on a "
+                    f"{family} target (implemented for: {'; '.join(where) or 'none'})",
+                    sel.name,
+                )
+            )
     if spec.qk_norm:
         sev = "error" if sel.name == "sglang" else "warning"
-        out.append(Finding(sev, "qk-norm", f"q_norm/k_norm tensors (Qwen3-style layer) are not part of {sel.label}'s Llama EAGLE-3 layer", sel.name))  # fmt: skip
+        out.append(
+            Finding(
+                sev,
+                "qk-norm",
+                f"q_norm/k_norm tensors (Qwen3-style layer) are not part of {sel.label}'s Llama EAGLE-3 layer",
+                sel.name,
+            )
+        )
     return out
 
 
@@ -467,25 +677,51 @@ def _arch_findings(sel: E.EngineSel, spec: DraftSpec, names: dict[str, str]) -> 
     if rule is None:
         want = ", ".join(sorted(E.architectures(sel.name)))
         hint = " (convert with `eagle3kit convert --to sglang`)" if sel.name == "sglang" else ""
-        out.append(error("architecture", f"architectures: expected one of [{want}] for {sel.label}, found {spec.architecture!r}{hint}", sel.name))  # fmt: skip
+        out.append(
+            error(
+                "architecture",
+                f"architectures: expected one of [{want}] for {sel.label}, found {spec.architecture!r}{hint}",
+                sel.name,
+            )
+        )
         att = getattr(spec, "attention", "mha")  # were it only renamed: which names would load?
         rule = E.arch_rule(sel.name, E.architectures(sel.name, att)[0])
     layer = ("midlayer.", "layers.0.", "model.layers.0.")
-    skipped = sorted(s for s in names.values() if s.startswith(layer) and not s.startswith(rule.loads))  # fmt: skip
+    skipped = sorted(
+        s for s in names.values() if s.startswith(layer) and not s.startswith(rule.loads)
+    )
     if skipped:
-        out.append(error("skipped-names", f"{len(skipped)} tensors named {skipped[0].rsplit('.', 2)[0]}.* would be silently skipped by "
-                         f"{sel.label} (it loads {', '.join(p + '*' for p in rule.loads)}; the layer would stay random); "
-                         f"{_fix(sel.name)}", sel.name))  # fmt: skip
+        out.append(
+            error(
+                "skipped-names",
+                f"{len(skipped)} tensors named {skipped[0].rsplit('.', 2)[0]}.* would be silently skipped by "
+                f"{sel.label} (it loads {', '.join(p + '*' for p in rule.loads)}; the layer would stay random); "
+                f"{_fix(sel.name)}",
+                sel.name,
+            )
+        )
     return out
 
 
 def _engine_entry(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> dict[str, Any]:
-    entry = {"label": sel.label, "version": sel.version_text, "rules": E.band_label(sel.name, sel.version),
-             "family": ctx.family, "reads": cap.read_from, "ids": cap.ids, "captures": cap.captures, "why": cap.why,
-             "sources": list(cap.sources), "trained_on": ctx.trained, "writer": ctx.writer.to_json()}  # fmt: skip
+    entry = {
+        "label": sel.label,
+        "version": sel.version_text,
+        "rules": E.band_label(sel.name, sel.version),
+        "family": ctx.family,
+        "reads": cap.read_from,
+        "ids": cap.ids,
+        "captures": cap.captures,
+        "why": cap.why,
+        "sources": list(cap.sources),
+        "trained_on": ctx.trained,
+        "writer": ctx.writer.to_json(),
+    }
     if isinstance(ctx.trained, dict):
-        entry["serves_if"] = {r: E.releases_capturing(sel.name, ctx.family, ctx.ids, ctx.num_layers, h)
-                              for r, h in ctx.trained.items()}  # fmt: skip
+        entry["serves_if"] = {
+            r: E.releases_capturing(sel.name, ctx.family, ctx.ids, ctx.num_layers, h)
+            for r, h in ctx.trained.items()
+        }
     return entry
 
 

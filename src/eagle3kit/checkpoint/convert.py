@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.core.atomic import atomic_dir, atomic_write_json
-from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.checkpoint.layouts import (
     LAYOUTS,
     LossyConversion,
@@ -24,7 +22,13 @@ from eagle3kit.checkpoint.layouts import (
     config_for,
     read_spec,
 )
-from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint, write_safetensors_sparse
+from eagle3kit.checkpoint.safetensors_io import (
+    Checkpoint,
+    load_checkpoint,
+    write_safetensors_sparse,
+)
+from eagle3kit.core.atomic import atomic_dir, atomic_write_json
+from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import DraftSpec
 
 # Tensors some trainers save that no engine serves; conversion may drop them.
@@ -83,14 +87,18 @@ def _shape_problem(canon: str, stored: str, spec: DraftSpec, found: tuple[int, .
     """`field: expected ..., found ...` for a tensor whose shape disagrees with the config."""
     exp = spec.expected_shapes()[canon]
     if canon == "lm_head.weight" and found[:1] != exp[:1]:
-        return f"{stored}: expected {exp[0]} rows (config draft_vocab_size={spec.draft_vocab_size}), found {found[0]} (shape {list(found)})"  # fmt: skip
+        return f"{stored}: expected {exp[0]} rows (config draft_vocab_size={spec.draft_vocab_size}), found {found[0]} (shape {list(found)})"
     if canon == "fc.weight" and len(found) == 2 and found[1] != exp[1]:
-        return (f"{stored}: expected {exp[1]} columns ({spec.num_aux} aux states x config target_hidden_size="
-                f"{spec.target_hidden_size}), found {found[1]} (shape {list(found)})")  # fmt: skip
+        return (
+            f"{stored}: expected {exp[1]} columns ({spec.num_aux} aux states x config target_hidden_size="
+            f"{spec.target_hidden_size}), found {found[1]} (shape {list(found)})"
+        )
     return f"{stored}: expected shape {list(exp)} from the config, found {list(found)}"
 
 
-def drafter_problems(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) -> list[tuple[str, str, str]]:  # fmt: skip
+def drafter_problems(
+    ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]
+) -> list[tuple[str, str, str]]:
     """Every drafter-alone defect as (file, compat's code, `field: expected ..., found ...`);
     [] when sound.
 
@@ -104,7 +112,11 @@ def drafter_problems(ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]) -
     missing = {"lm_head.weight": "missing-lm-head", "d2t": "missing-d2t"}
     for req in spec.required_tensors():
         if req not in names:
-            why = f" (config declares draft_vocab_size={spec.draft_vocab_size})" if req == "lm_head.weight" else ""  # fmt: skip
+            why = (
+                f" (config declares draft_vocab_size={spec.draft_vocab_size})"
+                if req == "lm_head.weight"
+                else ""
+            )
             code = missing.get(req, "missing-tensor")
             out.append((_tensor_file(ckpt), code, f"{req}: expected a tensor{why}, found none"))
     expected = spec.expected_shapes()
@@ -133,13 +145,19 @@ def eagle_refusals(spec: DraftSpec, has_embedding: bool) -> list[str]:
     another width must carry its own embed_tokens)."""
     out = []
     if spec.rope_scaling:
-        out.append(f"rope_scaling: expected none (the EAGLE drafter layer applies plain RoPE), found {spec.rope_scaling}")  # fmt: skip
+        out.append(
+            f"rope_scaling: expected none (the EAGLE drafter layer applies plain RoPE), found {spec.rope_scaling}"
+        )
     if spec.num_attention_heads * spec.head_dim != spec.hidden_size:
-        out.append(f"num_attention_heads x head_dim: expected hidden_size={spec.hidden_size} (EAGLE derives head_dim = hidden_size / heads), "  # fmt: skip
-                   f"found {spec.num_attention_heads} x {spec.head_dim} = {spec.num_attention_heads * spec.head_dim}")  # fmt: skip
+        out.append(
+            f"num_attention_heads x head_dim: expected hidden_size={spec.hidden_size} (EAGLE derives head_dim = hidden_size / heads), "
+            f"found {spec.num_attention_heads} x {spec.head_dim} = {spec.num_attention_heads * spec.head_dim}"
+        )
     if spec.target_hidden_size != spec.hidden_size and not has_embedding:
-        out.append(f"embed_tokens.weight: expected in the drafter when target_hidden_size={spec.target_hidden_size} != "
-                   f"hidden_size={spec.hidden_size} (EAGLE then skips the target's embedding), found none")  # fmt: skip
+        out.append(
+            f"embed_tokens.weight: expected in the drafter when target_hidden_size={spec.target_hidden_size} != "
+            f"hidden_size={spec.hidden_size} (EAGLE then skips the target's embedding), found none"
+        )
     return out
 
 
@@ -237,12 +255,18 @@ def target_embedding(target: str, spec: DraftSpec) -> Any:
     ckpt = load_checkpoint(target)
     names = [n for n in ckpt.tensors if n.endswith("embed_tokens.weight")]
     if not names:
-        raise bad(ckpt.source, "embed_tokens.weight: expected the target's input embedding, found no such tensor")  # fmt: skip
+        raise bad(
+            ckpt.source,
+            "embed_tokens.weight: expected the target's input embedding, found no such tensor",
+        )
     name = min(names, key=len)  # model.embed_tokens.weight over e.g. mtp copies
     info = ckpt.tensors[name]
     want = (spec.vocab_size, spec.hidden_size)
     if tuple(info.shape) != want:
-        raise bad(info.file, f"{name}: expected shape {list(want)} (the drafter's vocab_size, hidden_size), found {list(info.shape)}")  # fmt: skip
+        raise bad(
+            info.file,
+            f"{name}: expected shape {list(want)} (the drafter's vocab_size, hidden_size), found {list(info.shape)}",
+        )
     if ckpt.repo_id is not None:  # pragma: no cover - needs network
         from huggingface_hub import hf_hub_download
 
@@ -254,20 +278,32 @@ def target_embedding(target: str, spec: DraftSpec) -> Any:
     return _read_tensors(ckpt, {"e": name})["e"]
 
 
-def _refuse(src: str, ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str], to: str, embed: bool) -> None:  # fmt: skip
+def _refuse(
+    src: str, ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str], to: str, embed: bool
+) -> None:
     from eagle3kit.checkpoint.compat import drafter_findings
 
     problems = drafter_problems(ckpt, spec, names)
     told = {code for _, code, _ in problems}  # compat's findings of these codes say it again
-    problems += [(_tensor_file(ckpt), f.code, f.message) for f in drafter_findings(ckpt, spec, names)
-                 if f.severity == "error" and f.code not in told]  # fmt: skip
+    problems += [
+        (_tensor_file(ckpt), f.code, f.message)
+        for f in drafter_findings(ckpt, spec, names)
+        if f.severity == "error" and f.code not in told
+    ]
     if problems:
         where, _, what = problems[0]
-        more = f" (and {len(problems) - 1} more problem(s): see `eagle3kit inspect {src}`)" if len(problems) > 1 else ""  # fmt: skip
+        more = (
+            f" (and {len(problems) - 1} more problem(s): see `eagle3kit inspect {src}`)"
+            if len(problems) > 1
+            else ""
+        )
         raise bad(where, what + more)
     unknown = [n for n in names if n not in spec.expected_shapes() and n not in TRAINING_ONLY]
     if unknown:
-        raise bad(src, f"refusing a lossy conversion: tensors with no place in the {to} layout: {', '.join(sorted(unknown))}")  # fmt: skip
+        raise bad(
+            src,
+            f"refusing a lossy conversion: tensors with no place in the {to} layout: {', '.join(sorted(unknown))}",
+        )
     if to == "eagle":
         eagle = eagle_refusals(spec, embed)
         if eagle:
@@ -287,10 +323,14 @@ def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | No
             f"trained on HF hidden states {list(spec.aux_layers)} (kept in config as eagle3kit_aux_layers)"
         )
     if "embed_tokens.weight" not in tensors:
-        notes.append("no embed_tokens: the engine uses the target's embedding (normal; --embed-from TARGET copies it in)")  # fmt: skip
+        notes.append(
+            "no embed_tokens: the engine uses the target's embedding (normal; --embed-from TARGET copies it in)"
+        )
     if to == "vllm" and not verifier:
-        notes.append("no verifier name (none given with --verifier, none in the source): vLLM serves it, but speculators' "
-                     "own tooling then cannot load the target")  # fmt: skip
+        notes.append(
+            "no verifier name (none given with --verifier, none in the source): vLLM serves it, but speculators' "
+            "own tooling then cannot load the target"
+        )
     return notes
 
 

@@ -28,8 +28,11 @@ from eagle3kit.core.spec import default_aux_layers
 ENGINES = ("sglang", "vllm")
 DISPLAY = {"sglang": "SGLang", "vllm": "vLLM"}
 FAMILIES = ("llama", "deepseek", "gpt-oss")  # llama = Llama/Qwen/GLM/Gemma/most targets
-FAMILY_NAMES = {"llama": "Llama/Qwen/GLM/Gemma and most targets",
-                "deepseek": "DeepSeek-V2/V3 and Kimi targets", "gpt-oss": "GPT-OSS targets"}  # fmt: skip
+FAMILY_NAMES = {
+    "llama": "Llama/Qwen/GLM/Gemma and most targets",
+    "deepseek": "DeepSeek-V2/V3 and Kimi targets",
+    "gpt-oss": "GPT-OSS targets",
+}
 _ALL = frozenset(FAMILIES)
 Version = tuple[int, ...]
 
@@ -85,20 +88,50 @@ class CaptureRule:
 
 CAPTURE_RULES = (
     # vLLM: id x is an h-index, every target (vllm models/*: aux layer x = input of layer x)
-    CaptureRule("vllm", None, None, _ALL, "as_is", False, "vllm models/llama.py set_aux_hidden_state_layers"),
+    CaptureRule(
+        "vllm", None, None, _ALL, "as_is", False, "vllm models/llama.py set_aux_hidden_state_layers"
+    ),
     # SGLang, Llama/Qwen/GLM/Gemma/most targets: x names a layer output, h[x + 1]
     # (sglang models/llama.py etc. set_eagle3_layers_to_capture: layer_id + 1)
-    CaptureRule("sglang", None, None, frozenset({"llama"}), "plus1", False, "sglang models/llama.py"),
+    CaptureRule(
+        "sglang", None, None, frozenset({"llama"}), "plus1", False, "sglang models/llama.py"
+    ),
     # SGLang < 0.5.13, DeepSeek-V2/V3 + Kimi targets: h[x + 1] (sglang models/deepseek_v2.py)
-    CaptureRule("sglang", None, (0, 5, 13), frozenset({"deepseek"}), "plus1", False, "sglang models/deepseek_v2.py"),
+    CaptureRule(
+        "sglang",
+        None,
+        (0, 5, 13),
+        frozenset({"deepseek"}),
+        "plus1",
+        False,
+        "sglang models/deepseek_v2.py",
+    ),
     # SGLang >= 0.5.13, DeepSeek/Kimi: h[x + 1] if the first id is 1, else h[x] (PR #25454,
     # merged 2026-05-18)
-    CaptureRule("sglang", (0, 5, 13), None, frozenset({"deepseek"}), "plus1_if_first", False, "SGLang PR #25454"),
+    CaptureRule(
+        "sglang",
+        (0, 5, 13),
+        None,
+        frozenset({"deepseek"}),
+        "plus1_if_first",
+        False,
+        "SGLang PR #25454",
+    ),
     # SGLang < 0.5.17, GPT-OSS: the generic rule, h[x + 1] (sglang models/gpt_oss.py)
-    CaptureRule("sglang", None, (0, 5, 17), frozenset({"gpt-oss"}), "plus1", False, "sglang models/gpt_oss.py"),
+    CaptureRule(
+        "sglang",
+        None,
+        (0, 5, 17),
+        frozenset({"gpt-oss"}),
+        "plus1",
+        False,
+        "sglang models/gpt_oss.py",
+    ),
     # SGLang >= 0.5.17, GPT-OSS: h[x], x = L allowed (before the final norm) (PR #32334)
-    CaptureRule("sglang", (0, 5, 17), None, frozenset({"gpt-oss"}), "as_is", True, "SGLang PR #32334"),
-)  # fmt: skip
+    CaptureRule(
+        "sglang", (0, 5, 17), None, frozenset({"gpt-oss"}), "as_is", True, "SGLang PR #32334"
+    ),
+)
 
 # Not EAGLE-3, kept so the table is whole: vLLM's DFlash/DSpark drafters name their target
 # layers in `target_layer_ids`, and id x captures h[x + 1] (FORMATS.md, "Which layers are aux").
@@ -124,7 +157,9 @@ FLAG_RULES = (
     # norm_before_fc (input_norm.weight): vLLM for Llama (MHA) drafters, not MLA (PR #36545)
     FlagRule("vllm", "norm_before_fc", _MHA, _ALL, None, "vLLM PR #36545"),
     # ... SGLang for GPT-OSS targets only (PR #32334, the 0.5.17 GPT-OSS change)
-    FlagRule("sglang", "norm_before_fc", _BOTH, frozenset({"gpt-oss"}), (0, 5, 17), "SGLang PR #32334"),
+    FlagRule(
+        "sglang", "norm_before_fc", _BOTH, frozenset({"gpt-oss"}), (0, 5, 17), "SGLang PR #32334"
+    ),
     # fc_norm (fc_norm.{i}.weight): vLLM (PR #42764 MHA, #43482 MLA; #43482's release is not
     # pinned, taken as the same >= 0.22); SGLang MHA (PR #24663)
     FlagRule("vllm", "fc_norm", _MHA, _ALL, (0, 22), "vLLM PR #42764"),
@@ -134,7 +169,7 @@ FLAG_RULES = (
     FlagRule("vllm", "norm_output", _BOTH, _ALL, None, "vllm models/llama_eagle3.py"),
     FlagRule("sglang", "norm_output", _MHA, _ALL, None, "SGLang PR #24663"),
     FlagRule("sglang", "norm_output", _MLA, _ALL, None, "SGLang PR #26506"),
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -151,17 +186,57 @@ class ArchRule:
 ARCH_RULES = (
     # SGLang's Llama drafter loads midlayer.*; unknown names (layers.0.*) are skipped without a
     # word (sglang models/llama_eagle3.py load_weights)
-    ArchRule("sglang", "LlamaForCausalLMEagle3", "mha", ("midlayer.",), "sglang models/llama_eagle3.py"),
+    ArchRule(
+        "sglang", "LlamaForCausalLMEagle3", "mha", ("midlayer.",), "sglang models/llama_eagle3.py"
+    ),
     # SGLang's MLA drafter maps midlayer. <-> layers.0. (FORMATS.md "MLA drafters")
-    ArchRule("sglang", "Eagle3DeepseekV2ForCausalLM", "mla", ("midlayer.", "layers.0."), "FORMATS.md MLA drafters"),
+    ArchRule(
+        "sglang",
+        "Eagle3DeepseekV2ForCausalLM",
+        "mla",
+        ("midlayer.", "layers.0."),
+        "FORMATS.md MLA drafters",
+    ),
     # vLLM loads both naming styles (vllm models/llama_eagle3.py, speculators' Eagle3Speculator)
-    ArchRule("vllm", "LlamaForCausalLMEagle3", "mha", ("midlayer.", "layers.0."), "vllm models/llama_eagle3.py"),
-    ArchRule("vllm", "Eagle3LlamaForCausalLM", "mha", ("midlayer.", "layers.0."), "vllm models/llama_eagle3.py"),
-    ArchRule("vllm", "Eagle3Speculator", "mha", ("midlayer.", "layers.0."), "vllm transformers_utils/configs/speculators/base.py"),
-    ArchRule("vllm", "LlamaForCausalLM", "mha", ("midlayer.", "layers.0."), "vllm config/speculative.py"),
-    ArchRule("vllm", "Eagle3DeepseekV2ForCausalLM", "mla", ("midlayer.", "layers.0."), "FORMATS.md MLA drafters"),
-    ArchRule("vllm", "Eagle3DeepseekV3ForCausalLM", "mla", ("midlayer.", "layers.0."), "FORMATS.md MLA drafters"),
-)  # fmt: skip
+    ArchRule(
+        "vllm",
+        "LlamaForCausalLMEagle3",
+        "mha",
+        ("midlayer.", "layers.0."),
+        "vllm models/llama_eagle3.py",
+    ),
+    ArchRule(
+        "vllm",
+        "Eagle3LlamaForCausalLM",
+        "mha",
+        ("midlayer.", "layers.0."),
+        "vllm models/llama_eagle3.py",
+    ),
+    ArchRule(
+        "vllm",
+        "Eagle3Speculator",
+        "mha",
+        ("midlayer.", "layers.0."),
+        "vllm transformers_utils/configs/speculators/base.py",
+    ),
+    ArchRule(
+        "vllm", "LlamaForCausalLM", "mha", ("midlayer.", "layers.0."), "vllm config/speculative.py"
+    ),
+    ArchRule(
+        "vllm",
+        "Eagle3DeepseekV2ForCausalLM",
+        "mla",
+        ("midlayer.", "layers.0."),
+        "FORMATS.md MLA drafters",
+    ),
+    ArchRule(
+        "vllm",
+        "Eagle3DeepseekV3ForCausalLM",
+        "mla",
+        ("midlayer.", "layers.0."),
+        "FORMATS.md MLA drafters",
+    ),
+)
 
 
 # ---------------------------------------------------------------- engine selection
@@ -287,8 +362,10 @@ class Capture:
     sources: tuple[str, ...]
 
 
-WHERE = {"top": "top-level eagle_aux_hidden_state_layer_ids",
-         "nested": "eagle_config.eagle_aux_hidden_state_layer_ids"}  # fmt: skip
+WHERE = {
+    "top": "top-level eagle_aux_hidden_state_layer_ids",
+    "nested": "eagle_config.eagle_aux_hidden_state_layer_ids",
+}
 
 
 def id_source(engine: str, version: Version | None) -> IdSource:
@@ -329,15 +406,29 @@ def capture(
         dflt = list(default_aux_layers(num_layers))
         why = f"reads no ids{' (' + skip + ')' if skip else ''}: default h[2, L//2, L-3] = {dflt}"
         why += ", with a warning in its log" if src.warns_on_default else ""
-        return Capture(dflt, None, None, "default", rule.allow_last, src.warns_on_default, why,
-                       (src.source,))  # fmt: skip
+        return Capture(
+            dflt, None, None, "default", rule.allow_last, src.warns_on_default, why, (src.source,)
+        )
     raw = list(ids[read])
     cap = apply_rule(rule.capture, raw)
-    how = {"plus1": "id x -> h[x+1]", "as_is": "id x -> h[x]",
-           "plus1_if_first": "first id is 1: id x -> h[x+1]" if raw[0] == 1 else "first id is not 1: id x -> h[x]"}  # fmt: skip
+    how = {
+        "plus1": "id x -> h[x+1]",
+        "as_is": "id x -> h[x]",
+        "plus1_if_first": "first id is 1: id x -> h[x+1]"
+        if raw[0] == 1
+        else "first id is not 1: id x -> h[x]",
+    }
     why = f"{WHERE[read]} {raw}, {how[rule.capture]}" + (f"; {skip}" if skip else "")
-    return Capture(cap, read, raw, rule.capture, rule.allow_last, src.warns_on_default, why,
-                   (src.source, rule.source))  # fmt: skip
+    return Capture(
+        cap,
+        read,
+        raw,
+        rule.capture,
+        rule.allow_last,
+        src.warns_on_default,
+        why,
+        (src.source, rule.source),
+    )
 
 
 def other_releases(

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.core.errors import bad
 from eagle3kit.checkpoint.layouts import is_drafter_config, read_spec
 from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
+from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, default_aux_layers
 
 
@@ -95,9 +95,10 @@ def _attention_roles(spec: DraftSpec) -> dict[str, str]:
         pre + "kv_a_proj_with_mqa.weight": f"kv_a_proj_with_mqa (MLA): cat(embed, hidden) {h2} -> "
         f"kv latent {kvl} + one shared rope key {rope}",
         pre + "kv_a_layernorm.weight": f"kv_a_layernorm (MLA): RMSNorm of the kv latent ({kvl})",
-        pre + "kv_b_proj.weight": f"kv_b_proj (MLA): kv latent {kvl} -> {n}x({nope} key nope + {v} value)",
+        pre
+        + "kv_b_proj.weight": f"kv_b_proj (MLA): kv latent {kvl} -> {n}x({nope} key nope + {v} value)",
         pre + "o_proj.weight": f"o_proj (MLA): {n}x{v} values -> {spec.hidden_size}",
-    }  # fmt: skip
+    }
 
 
 def tensor_role(name: str, spec: DraftSpec) -> str:
@@ -198,15 +199,23 @@ class InspectResult:
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
-            "kind": self.kind, "source": self.source, "format": self.format,
+            "kind": self.kind,
+            "source": self.source,
+            "format": self.format,
             "spec": self.spec.to_json() if self.spec else None,
             "target": self.target.to_json() if self.target else None,
-            "tensors": self.tensors, "total_bytes": self.total_bytes, "missing": self.missing,
-            "unexpected": self.unexpected, "has_tokenizer": self.has_tokenizer,
-        }  # fmt: skip
+            "tensors": self.tensors,
+            "total_bytes": self.total_bytes,
+            "missing": self.missing,
+            "unexpected": self.unexpected,
+            "has_tokenizer": self.has_tokenizer,
+        }
         if self.kind == "drafter":
-            doc.update(shape_mismatches=self.shape_mismatches, vocab_map=self.vocab_map,
-                       variant=self.variant)  # fmt: skip
+            doc.update(
+                shape_mismatches=self.shape_mismatches,
+                vocab_map=self.vocab_map,
+                variant=self.variant,
+            )
         return doc
 
     def __getitem__(self, key: str) -> Any:
@@ -229,10 +238,20 @@ def _require_config(ckpt: Checkpoint) -> None:
 
 def _inspect_target(ckpt: Checkpoint) -> InspectResult:
     info = target_info(ckpt)
-    rows = [{"name": n, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.nbytes}
-            for n, t in sorted(ckpt.tensors.items())]  # fmt: skip
-    return InspectResult("target", ckpt.source, "target", None, info, rows,
-                         sum(r["bytes"] for r in rows), ckpt.has_tokenizer)  # fmt: skip
+    rows = [
+        {"name": n, "shape": list(t.shape), "dtype": t.dtype, "bytes": t.nbytes}
+        for n, t in sorted(ckpt.tensors.items())
+    ]
+    return InspectResult(
+        "target",
+        ckpt.source,
+        "target",
+        None,
+        info,
+        rows,
+        sum(r["bytes"] for r in rows),
+        ckpt.has_tokenizer,
+    )
 
 
 def inspect_checkpoint(path_or_repo: str) -> InspectResult:
@@ -246,24 +265,56 @@ def inspect_checkpoint(path_or_repo: str) -> InspectResult:
     rows, mismatches = [], []
     for canon in sorted(names, key=_order):
         t = ckpt.tensors[names[canon]]
-        rows.append({"name": names[canon], "canonical": canon, "shape": list(t.shape), "dtype": t.dtype,
-                     "bytes": t.nbytes, "role": tensor_role(canon, spec)})  # fmt: skip
+        rows.append(
+            {
+                "name": names[canon],
+                "canonical": canon,
+                "shape": list(t.shape),
+                "dtype": t.dtype,
+                "bytes": t.nbytes,
+                "role": tensor_role(canon, spec),
+            }
+        )
         if canon in expected and tuple(t.shape) != expected[canon]:
             mismatches.append(
                 {"name": names[canon], "expected": list(expected[canon]), "found": list(t.shape)}
             )
     vm = {k: v for k, v in vocab_map_summary(ckpt, spec, names).items() if not k.startswith("_")}
     return InspectResult(
-        "drafter", ckpt.source, layout, spec, None, rows, sum(r["bytes"] for r in rows),
-        ckpt.has_tokenizer, missing=[n for n in spec.required_tensors() if n not in names],
+        "drafter",
+        ckpt.source,
+        layout,
+        spec,
+        None,
+        rows,
+        sum(r["bytes"] for r in rows),
+        ckpt.has_tokenizer,
+        missing=[n for n in spec.required_tensors() if n not in names],
         unexpected=[names[n] for n in sorted(names) if n not in expected],
-        shape_mismatches=mismatches, vocab_map=vm, variant=eagle_variant(spec),
-    )  # fmt: skip
+        shape_mismatches=mismatches,
+        vocab_map=vm,
+        variant=eagle_variant(spec),
+    )
 
 
-_ORDER = ["fc.", "input_norm", "fc_norm", "midlayer.input_layernorm", "midlayer.hidden_norm",
-          "midlayer.self_attn.q_", "midlayer.self_attn.k", "midlayer.self_attn.v", "midlayer.self_attn",
-          "midlayer.post_attention_layernorm", "midlayer.mlp", "norm.", "lm_head", "d2t", "t2d", "embed_tokens"]  # fmt: skip
+_ORDER = [
+    "fc.",
+    "input_norm",
+    "fc_norm",
+    "midlayer.input_layernorm",
+    "midlayer.hidden_norm",
+    "midlayer.self_attn.q_",
+    "midlayer.self_attn.k",
+    "midlayer.self_attn.v",
+    "midlayer.self_attn",
+    "midlayer.post_attention_layernorm",
+    "midlayer.mlp",
+    "norm.",
+    "lm_head",
+    "d2t",
+    "t2d",
+    "embed_tokens",
+]
 
 
 def _order(name: str) -> tuple[int, str]:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from eagle3kit.core.errors import bad
 from eagle3kit.checkpoint.safetensors_io import Checkpoint
+from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, rope_from_config
 
 LAYOUTS = ("sglang", "vllm", "eagle")
@@ -162,12 +162,21 @@ def _read_speculators(cfg: dict[str, Any], where: str, names: dict[str, str]) ->
     )
     verifier = ((cfg.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
     qk_norm = layer.get("model_type") == "qwen3" or "midlayer.self_attn.q_norm.weight" in names
-    return dict(layer=layer, lwhere=f"{where}: transformer_layer_config", aux_layers_raw=raw,
-                aux_layers=raw, aux_convention="hf", verifier=verifier, architecture=VLLM_ARCH,
-                qk_norm=qk_norm)  # fmt: skip
+    return dict(
+        layer=layer,
+        lwhere=f"{where}: transformer_layer_config",
+        aux_layers_raw=raw,
+        aux_layers=raw,
+        aux_convention="hf",
+        verifier=verifier,
+        architecture=VLLM_ARCH,
+        qk_norm=qk_norm,
+    )
 
 
-def _read_flat(cfg: dict[str, Any], where: str, layout: str, names: dict[str, str]) -> dict[str, Any]:  # fmt: skip
+def _read_flat(
+    cfg: dict[str, Any], where: str, layout: str, names: dict[str, str]
+) -> dict[str, Any]:
     """SGLang (nested `eagle_config` ids, read as layer outputs: h = id + 1) or original EAGLE."""
     nested = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
     key = "eagle_config.eagle_aux_hidden_state_layer_ids"
@@ -177,10 +186,16 @@ def _read_flat(cfg: dict[str, Any], where: str, layout: str, names: dict[str, st
         aux, conv = raw, "hf"
     else:  # SGLang captures HF output_hidden_states[id + 1] for explicit ids
         aux, conv = (tuple(i + 1 for i in raw) if raw else None), "sglang"
-    return dict(layer=cfg, lwhere=where, aux_layers_raw=raw, aux_layers=aux, aux_convention=conv,
-                verifier=cfg.get("eagle3kit_verifier"),
-                architecture=_arch(cfg, SGLANG_ARCH if layout == "sglang" else EAGLE_ARCH),
-                qk_norm="midlayer.self_attn.q_norm.weight" in names)  # fmt: skip
+    return dict(
+        layer=cfg,
+        lwhere=where,
+        aux_layers_raw=raw,
+        aux_layers=aux,
+        aux_convention=conv,
+        verifier=cfg.get("eagle3kit_verifier"),
+        architecture=_arch(cfg, SGLANG_ARCH if layout == "sglang" else EAGLE_ARCH),
+        qk_norm="midlayer.self_attn.q_norm.weight" in names,
+    )
 
 
 def _read_mla_ids(cfg: dict[str, Any], where: str) -> dict[str, Any]:
@@ -194,8 +209,11 @@ def _read_mla_ids(cfg: dict[str, Any], where: str) -> dict[str, Any]:
     nested = cfg.get("eagle_config") if isinstance(cfg.get("eagle_config"), dict) else {}
     key = "eagle_config.eagle_aux_hidden_state_layer_ids"
     raw = _aux_ids(nested.get("eagle_aux_hidden_state_layer_ids"), where, key)
-    return dict(aux_layers_raw=raw, aux_layers=tuple(i + 1 for i in raw) if raw else None,
-                aux_convention="sglang")  # fmt: skip
+    return dict(
+        aux_layers_raw=raw,
+        aux_layers=tuple(i + 1 for i in raw) if raw else None,
+        aux_convention="sglang",
+    )
 
 
 def _mla_fields(ckpt: Checkpoint, names: dict[str, str]) -> dict[str, Any]:
@@ -415,14 +433,20 @@ def config_for(
             "embed_requires_grad": False,
             "speculators_config": {
                 "algorithm": "eagle3",
-                "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": speculative_tokens,
-                                      "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+                "proposal_methods": [
+                    {
+                        "proposal_type": "greedy",
+                        "speculative_tokens": speculative_tokens,
+                        "verifier_accept_k": 1,
+                        "accept_tolerance": 0.0,
+                    }
+                ],
                 "default_proposal_method": "greedy",
                 "verifier": {"name_or_path": verifier, "architectures": []},
             },
             "torch_dtype": spec.dtype,
             **({"eagle3kit": {"aux_layers_hf": list(spec.aux_layers)}} if spec.aux_layers else {}),
-        }  # fmt: skip
+        }
     cfg = {
         "architectures": [SGLANG_ARCH if layout == "sglang" else EAGLE_ARCH],
         **_llama_block(spec),

@@ -27,12 +27,24 @@ from eagle3kit.core.errors import Eagle3Error, bad
 
 # Bytes per element of each safetensors dtype.
 DTYPE_SIZES = {
-    "F64": 8, "F32": 4, "F16": 2, "BF16": 2,
-    "I64": 8, "I32": 4, "I16": 2, "I8": 1,
-    "U64": 8, "U32": 4, "U16": 2, "U8": 1,
-    "BOOL": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "U8": 1,
+    "BOOL": 1,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "F8_E8M0": 1,
     "C64": 8,
-}  # fmt: skip
+}
 MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own limit
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -120,8 +132,9 @@ def _header_json(raw: bytes, file_size: int, where: str) -> tuple[dict, int]:
     return header, 8 + n
 
 
-def _tensor_info(name: str, entry: Any, where: str, file: str, data_start: int,
-                 data_len: int) -> TensorInfo:  # fmt: skip
+def _tensor_info(
+    name: str, entry: Any, where: str, file: str, data_start: int, data_len: int
+) -> TensorInfo:
     """One header entry, checked: dtype, shape, offsets, and its span against the file."""
     if not isinstance(entry, dict):
         raise bad(where, f"tensor {name!r}: expected an object, found {entry!r}")
@@ -208,7 +221,10 @@ def _index_files(index: Any, where: str, root: Path | None) -> dict[str, str]:
         if root is not None and not outside:
             outside = not (root / p).resolve().is_relative_to(root.resolve())
         if outside:
-            raise bad(where, f"weight_map[{name!r}]: shard {fname!r} points outside the checkpoint directory")  # fmt: skip
+            raise bad(
+                where,
+                f"weight_map[{name!r}]: shard {fname!r} points outside the checkpoint directory",
+            )
     return wmap
 
 
@@ -264,20 +280,29 @@ def _read_tensors(src: _Files) -> tuple[dict[str, TensorInfo], list[str]]:
                     tensors[name] = info
         for name, fname in wmap.items():
             if name not in tensors:
-                raise bad(src.label(fname), f"tensor {name!r} is listed in {indexes[0]} but absent from the shard")  # fmt: skip
+                raise bad(
+                    src.label(fname),
+                    f"tensor {name!r} is listed in {indexes[0]} but absent from the shard",
+                )
     else:
         first: dict[str, str] = {}  # tensor name -> the file that holds it
         for fname in (n for n in names if n.endswith(".safetensors")):
             for name, info in src.header(fname).items():
                 if name in first:
-                    raise bad(src.label(fname), f"tensor {name!r} also appears in {src.label(first[name])}")  # fmt: skip
+                    raise bad(
+                        src.label(fname),
+                        f"tensor {name!r} also appears in {src.label(first[name])}",
+                    )
                 first[name] = fname
                 tensors[name] = info
             files.append(src.label(fname))
     pickles = [n for n in names if Path(n).suffix in PICKLE_SUFFIXES]
     if not files and pickles:
-        raise bad(src.where, f"only pickle weights found ({', '.join(pickles)}); eagle3kit reads only safetensors, "
-                  "because loading a pickle can run arbitrary code (convert it to safetensors first)")  # fmt: skip
+        raise bad(
+            src.where,
+            f"only pickle weights found ({', '.join(pickles)}); eagle3kit reads only safetensors, "
+            "because loading a pickle can run arbitrary code (convert it to safetensors first)",
+        )
     return tensors, files
 
 
@@ -297,20 +322,32 @@ def load_local(path: str | Path) -> Checkpoint:
         raise bad(str(p), "no such file or directory")
     if p.is_file():
         if p.suffix != ".safetensors":
-            raise bad(str(p), f"expected a checkpoint directory or a .safetensors file, found a {p.suffix or 'plain'} file")  # fmt: skip
+            raise bad(
+                str(p),
+                f"expected a checkpoint directory or a .safetensors file, found a {p.suffix or 'plain'} file",
+            )
         tensors = read_header_file(p)
         cfg_path = p.parent / "config.json"
         config = _config(_Folder(p.parent)) if cfg_path.exists() else {}
         return Checkpoint(str(p), config, str(cfg_path), tensors, [str(p)])
     src = _Folder(p)
     if not (p / "config.json").exists():
-        raise bad(str(p), "no config.json in the directory (expected a Hugging Face-style checkpoint)")  # fmt: skip
+        raise bad(
+            str(p), "no config.json in the directory (expected a Hugging Face-style checkpoint)"
+        )
     config = _config(src)
     tensors, files = _read_tensors(src)
     tok = p / "tokenizer.json"
     has_tok = tok.exists() or (p / "tokenizer_config.json").exists()
-    return Checkpoint(str(p), config, str(p / "config.json"), tensors, files, has_tokenizer=has_tok,
-                      tokenizer_file=str(tok) if tok.exists() else None)  # fmt: skip
+    return Checkpoint(
+        str(p),
+        config,
+        str(p / "config.json"),
+        tensors,
+        files,
+        has_tokenizer=has_tok,
+        tokenizer_file=str(tok) if tok.exists() else None,
+    )
 
 
 # ---------------------------------------------------------------- the Hub
@@ -361,7 +398,11 @@ class _HubRepo:
         sib = info.get("siblings") if isinstance(info, dict) else None
         if not isinstance(sib, list):
             raise bad(self.where, f"Hub model info: expected a list of siblings, found {sib!r}")
-        self._names = sorted(s["rfilename"] for s in sib if isinstance(s, dict) and isinstance(s.get("rfilename"), str))  # fmt: skip
+        self._names = sorted(
+            s["rfilename"]
+            for s in sib
+            if isinstance(s, dict) and isinstance(s.get("rfilename"), str)
+        )
 
     def url(self, rel: str) -> str:
         from huggingface_hub import hf_hub_url
@@ -424,11 +465,22 @@ def load_hub(repo_id: str, revision: str | None = None) -> Checkpoint:
     if src.exists("tokenizer.json"):
         from huggingface_hub import hf_hub_download
 
-        tok_file = _hub_call(src.label("tokenizer.json"), lambda: hf_hub_download(repo_id, "tokenizer.json", revision=revision))  # fmt: skip
+        tok_file = _hub_call(
+            src.label("tokenizer.json"),
+            lambda: hf_hub_download(repo_id, "tokenizer.json", revision=revision),
+        )
     has_tok = src.exists("tokenizer.json") or src.exists("tokenizer_config.json")
-    return Checkpoint(src.where, config, src.label("config.json"), tensors,
-                      [f.removeprefix(src.where + "/") for f in files], repo_id=repo_id,
-                      revision=revision, has_tokenizer=has_tok, tokenizer_file=tok_file)  # fmt: skip
+    return Checkpoint(
+        src.where,
+        config,
+        src.label("config.json"),
+        tensors,
+        [f.removeprefix(src.where + "/") for f in files],
+        repo_id=repo_id,
+        revision=revision,
+        has_tokenizer=has_tok,
+        tokenizer_file=tok_file,
+    )
 
 
 def _offline() -> bool:
@@ -447,17 +499,35 @@ def load_checkpoint(path_or_repo: str) -> Checkpoint:
         raise bad(p, "no such file or directory (and not a Hub repo id of the form org/name)")
     first = p.split("/")[0]
     if os.path.isdir(first):
-        raise bad(p, f"no such local path (folder {first}/ exists here, so it is not tried as a Hub repo id)")  # fmt: skip
+        raise bad(
+            p,
+            f"no such local path (folder {first}/ exists here, so it is not tried as a Hub repo id)",
+        )
     if _offline():
-        raise bad(p, "no such local path; as a Hub repo id it cannot be read offline (HF_HUB_OFFLINE is set)")  # fmt: skip
+        raise bad(
+            p,
+            "no such local path; as a Hub repo id it cannot be read offline (HF_HUB_OFFLINE is set)",
+        )
     try:
         return load_hub(p)
     except Eagle3Error as e:
         raise bad(p, f"no such local path, and as a Hub repo id: {e}") from e
 
 
-_NP_DTYPES = {"I64": "<i8", "I32": "<i4", "I16": "<i2", "I8": "i1", "U8": "u1", "BOOL": "?",
-              "F32": "<f4", "F64": "<f8", "F16": "<f2", "U16": "<u2", "U32": "<u4", "U64": "<u8"}  # fmt: skip
+_NP_DTYPES = {
+    "I64": "<i8",
+    "I32": "<i4",
+    "I16": "<i2",
+    "I8": "i1",
+    "U8": "u1",
+    "BOOL": "?",
+    "F32": "<f4",
+    "F64": "<f8",
+    "F16": "<f2",
+    "U16": "<u2",
+    "U32": "<u4",
+    "U64": "<u8",
+}
 
 
 def read_small_tensor(ckpt: Checkpoint, name: str, max_bytes: int = 64 * 1024 * 1024):
@@ -490,7 +560,9 @@ def _hub_range(ckpt: Checkpoint, info: TensorInfo) -> bytes:
     if info.nbytes == 0:
         return b""
     url = hf_hub_url(ckpt.repo_id, info.file, revision=ckpt.revision)
-    return _hub_call(f"{ckpt.source}/{info.file}", lambda: _http_get(url, (info.start, info.end - 1))[0])  # fmt: skip
+    return _hub_call(
+        f"{ckpt.source}/{info.file}", lambda: _http_get(url, (info.start, info.end - 1))[0]
+    )
 
 
 # ---------------------------------------------------------------- writing
@@ -536,7 +608,11 @@ def write_safetensors_sparse(
         if t.dtype not in dtypes:
             raise bad(str(path), f"tensor {n!r}: dtype {t.dtype} has no safetensors name")
         size = t.numel() * t.element_size()
-        header[n] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + size]}  # fmt: skip
+        header[n] = {
+            "dtype": dtypes[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + size],
+        }
         offset += size
 
     def chunks():  # (offset in the data section, bytes): the non-zero SPARSE_CHUNK runs
@@ -551,8 +627,9 @@ def write_safetensors_sparse(
     return write_with_holes(path, header, offset, chunks())
 
 
-def write_with_holes(path: str | Path, header: dict[str, Any], total: int,
-                     chunks: Iterable[tuple[int, bytes]]) -> int:  # fmt: skip
+def write_with_holes(
+    path: str | Path, header: dict[str, Any], total: int, chunks: Iterable[tuple[int, bytes]]
+) -> int:
     """A safetensors file from its header and (offset in the data section, bytes) chunks; the
     rest of the `total`-byte data section stays holes. Atomic; returns the data bytes written."""
     from eagle3kit.core.atomic import atomic_open
@@ -575,8 +652,16 @@ def _torch_dtypes() -> dict[str, Any]:
     import torch
 
     return {
-        "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-        "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-        "U8": torch.uint8, "BOOL": torch.bool,
-        "F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2,
-    }  # fmt: skip
+        "F64": torch.float64,
+        "F32": torch.float32,
+        "F16": torch.float16,
+        "BF16": torch.bfloat16,
+        "I64": torch.int64,
+        "I32": torch.int32,
+        "I16": torch.int16,
+        "I8": torch.int8,
+        "U8": torch.uint8,
+        "BOOL": torch.bool,
+        "F8_E4M3": torch.float8_e4m3fn,
+        "F8_E5M2": torch.float8_e5m2,
+    }

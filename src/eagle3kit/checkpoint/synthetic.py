@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.checkpoint.layouts import MLA_ARCH, canonical_to_file, config_for
 from eagle3kit.checkpoint.safetensors_io import DTYPE_SIZES, write_with_holes
+from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.core.spec import DraftSpec
 
 _WEIGHT_DTYPE = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
@@ -116,10 +116,18 @@ def kimi_k2_spec(max_position_embeddings: int = 131072) -> DraftSpec:
 
 # Kimi-K2.5 (moonshotai/Kimi-K2.5 text_config; DeepSeek-V3 architecture): 61 layers, H 7168,
 # 64 heads, MLA q_lora 1536 / kv_lora 512 / nope 128 / rope 64 / v 128, yarn x64 over 4096.
-KIMI_K25_YARN = {"type": "yarn", "factor": 64.0, "original_max_position_embeddings": 4096,
-                 "beta_fast": 1.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0}  # fmt: skip
-_KIMI_MLA = dict(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
-                 v_head_dim=128)  # fmt: skip
+KIMI_K25_YARN = {
+    "type": "yarn",
+    "factor": 64.0,
+    "original_max_position_embeddings": 4096,
+    "beta_fast": 1.0,
+    "beta_slow": 1.0,
+    "mscale": 1.0,
+    "mscale_all_dim": 1.0,
+}
+_KIMI_MLA = dict(
+    q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128
+)
 
 
 def kimi_k25_mla_spec() -> DraftSpec:
@@ -152,15 +160,33 @@ def kimi_k25_target_config() -> dict[str, Any]:
     """The Kimi-K2.5 target's config.json, as far as eagle3kit reads it (text_config nested in
     the multimodal wrapper, as the Hub's file has it)."""
     text = dict(
-        architectures=["DeepseekV3ForCausalLM"], model_type="kimi_k2", hidden_size=7168,
-        intermediate_size=18432, moe_intermediate_size=2048, num_hidden_layers=61,
-        num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384, n_shared_experts=1,
-        num_experts_per_tok=8, first_k_dense_replace=1, vocab_size=163840, rms_norm_eps=1e-6,
-        rope_theta=50000.0, rope_scaling=dict(KIMI_K25_YARN), max_position_embeddings=262144,
-        torch_dtype="bfloat16", tie_word_embeddings=False, **_KIMI_MLA,
-    )  # fmt: skip
-    return {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
-            "text_config": text, "torch_dtype": "bfloat16"}  # fmt: skip
+        architectures=["DeepseekV3ForCausalLM"],
+        model_type="kimi_k2",
+        hidden_size=7168,
+        intermediate_size=18432,
+        moe_intermediate_size=2048,
+        num_hidden_layers=61,
+        num_attention_heads=64,
+        num_key_value_heads=64,
+        n_routed_experts=384,
+        n_shared_experts=1,
+        num_experts_per_tok=8,
+        first_k_dense_replace=1,
+        vocab_size=163840,
+        rms_norm_eps=1e-6,
+        rope_theta=50000.0,
+        rope_scaling=dict(KIMI_K25_YARN),
+        max_position_embeddings=262144,
+        torch_dtype="bfloat16",
+        tie_word_embeddings=False,
+        **_KIMI_MLA,
+    )
+    return {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "model_type": "kimi_k25",
+        "text_config": text,
+        "torch_dtype": "bfloat16",
+    }
 
 
 def write_target_config(out: str | Path, config: dict[str, Any]) -> Path:

@@ -28,8 +28,14 @@ READINGS = ("layer_output", "h_index")
 OUR_KEY = "eagle3kit"  # config.json: {"eagle3kit": {"aux_layers_hf": [...]}}
 # ModelOpt's export template puts these beside the ids in eagle_config
 # (modelopt/torch/export/plugins/hf_spec_export.py, llama/kimik2 templates)
-MODELOPT_KEYS = ("use_input_layernorm_in_first_layer", "use_last_layernorm", "use_mtp_layernorm",
-                 "next_layer_regular", "parallel_draft_step", "parallel_draft_heads_num_layers")  # fmt: skip
+MODELOPT_KEYS = (
+    "use_input_layernorm_in_first_layer",
+    "use_last_layernorm",
+    "use_mtp_layernorm",
+    "next_layer_regular",
+    "parallel_draft_step",
+    "parallel_draft_heads_num_layers",
+)
 # TorchSpec's tools/convert_to_hf.py writes `_torchspec_version` into config.json
 TORCHSPEC_KEY = "_torchspec_version"
 # speculators' config keys (vllm-project/speculators, Eagle3SpeculatorConfig)
@@ -52,8 +58,12 @@ class Writer:
         return self.reading is not None
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "reading": self.reading, "evidence": list(self.evidence),
-                "confidence": self.confidence}  # fmt: skip
+        return {
+            "name": self.name,
+            "reading": self.reading,
+            "evidence": list(self.evidence),
+            "confidence": self.confidence,
+        }
 
 
 def our_aux_layers(config: dict[str, Any], where: str) -> tuple[int, ...] | None:
@@ -75,7 +85,7 @@ def our_aux_layers(config: dict[str, Any], where: str) -> tuple[int, ...] | None
         or not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in v)
     ):
         raise bad(where, f"{key}: expected a list of non-negative h-indices, found {v!r}")
-    return tuple(v)  # fmt: skip
+    return tuple(v)
 
 
 def _local_files(source: str | None) -> set[str]:
@@ -137,7 +147,7 @@ def infer_writer(
             [f"{sf[0]} beside config.json (SpecForge's training checkpoint)"],
             "medium",
         )
-    return _by_shape(config, tensor_names)  # fmt: skip
+    return _by_shape(config, tensor_names)
 
 
 def _torchspec(config: dict[str, Any], names: set[str]) -> Writer:
@@ -147,16 +157,28 @@ def _torchspec(config: dict[str, Any], names: set[str]) -> Writer:
     if _layer_prefix(names) == "midlayer.":
         return Writer("TorchSpec", "layer_output", ev + ["midlayer.* names: native export"], "high")
     if config.get("model_type") == "kimi_k2":
-        return Writer("TorchSpec", "h_index", ev + ["layers.0.* names and model_type kimi_k2: --vllm export (ids + 1)"], "high")  # fmt: skip
-    return Writer("TorchSpec", "layer_output", ev + ["layers.0.* names: --vllm export, which shifts ids only for kimi_k2"], "medium")  # fmt: skip
+        return Writer(
+            "TorchSpec",
+            "h_index",
+            ev + ["layers.0.* names and model_type kimi_k2: --vllm export (ids + 1)"],
+            "high",
+        )
+    return Writer(
+        "TorchSpec",
+        "layer_output",
+        ev + ["layers.0.* names: --vllm export, which shifts ids only for kimi_k2"],
+        "medium",
+    )
 
 
 def _by_shape(config: dict[str, Any], names: set[str]) -> Writer:
     archs = [a for a in (config.get("architectures") or []) if isinstance(a, str)]
     nested = config.get("eagle_config")
     if archs == ["LlamaForCausalLM"] and "draft_vocab_size" in config and not nested:
-        ev = ["architectures [LlamaForCausalLM] with draft_vocab_size, no eagle_config: SafeAILab EAGLE-3 layout "
-              "(its code always uses the default h[2, L//2, L-3])"]  # fmt: skip
+        ev = [
+            "architectures [LlamaForCausalLM] with draft_vocab_size, no eagle_config: SafeAILab EAGLE-3 layout "
+            "(its code always uses the default h[2, L//2, L-3])"
+        ]
         return Writer("EAGLE", "h_index", ev, "medium")
     ev = [
         f"architectures {archs}; no marker of SpecForge, ModelOpt, TorchSpec, speculators or eagle3kit"

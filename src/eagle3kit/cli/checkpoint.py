@@ -69,16 +69,20 @@ def _render_drafter(r: dict) -> None:
         if aux
         else "not recorded: engines use (2, L//2, L-3)"
     )
-    con.print(f"  hidden {s['hidden_size']} (target {s['target_hidden_size']}), intermediate {s['intermediate_size']}, "
-              f"heads {s['num_attention_heads']}/{s['num_key_value_heads']} x {s['head_dim']}, vocab {s['draft_vocab_size']} of {s['vocab_size']}")  # fmt: skip
+    con.print(
+        f"  hidden {s['hidden_size']} (target {s['target_hidden_size']}), intermediate {s['intermediate_size']}, "
+        f"heads {s['num_attention_heads']}/{s['num_key_value_heads']} x {s['head_dim']}, vocab {s['draft_vocab_size']} of {s['vocab_size']}"
+    )
     con.print(
         f"  aux layers: {aux_s}; dtype {s['dtype']}; max positions {s['max_position_embeddings']}"
     )
     flags = [f for f in (*NORM_FLAGS, "qk_norm") if s[f]]
     con.print(f"  flags: {', '.join(flags) if flags else 'none'} -> {r['variant']}")
     if s["attention"] == "mla":
-        con.print(f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope {s['qk_nope_head_dim']} "
-                  f"+ rope {s['qk_rope_head_dim']}, v {s['v_head_dim']}, rope_scaling {s['rope_scaling']})")  # fmt: skip
+        con.print(
+            f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope {s['qk_nope_head_dim']} "
+            f"+ rope {s['qk_rope_head_dim']}, v {s['v_head_dim']}, rope_scaling {s['rope_scaling']})"
+        )
     table = Table(show_lines=False)
     for col in ("name", "shape", "dtype", "bytes", "role"):
         table.add_column(col, overflow="fold")
@@ -185,7 +189,11 @@ def register(app: typer.Typer) -> None:
             from rich.markup import escape
 
             for e in r.engines.values():
-                con.print(escape(f"  {e['label']}: captures h{e['captures']} ({e['why']}); drafter trained on {e['trained_on'] or 'unknown (no ids)'}"))  # fmt: skip
+                con.print(
+                    escape(
+                        f"  {e['label']}: captures h{e['captures']} ({e['why']}); drafter trained on {e['trained_on'] or 'unknown (no ids)'}"
+                    )
+                )
             colour = {"error": "red", "warning": "yellow", "info": "blue"}
             for f in r.findings:
                 tag = escape(f" [{f.engine}]") if f.engine else ""

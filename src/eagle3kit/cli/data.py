@@ -21,8 +21,10 @@ def _render_prepare(r: dict) -> None:
     t = Table(title=f"prepared {r['out']} (loss mask: {r['mask_method']})")
     for col in ("samples", "tokens", "loss tokens", "truncated", "skipped"):
         t.add_column(col, justify="right")
-    t.add_row(*(str(r[k]) for k in ("samples", "tokens", "loss_tokens", "truncated")),
-              str(len(r["skipped"])))  # fmt: skip
+    t.add_row(
+        *(str(r[k]) for k in ("samples", "tokens", "loss_tokens", "truncated")),
+        str(len(r["skipped"])),
+    )
     out().print(t)
     shown = r["skipped"][:20]
     for s in shown:
@@ -38,8 +40,10 @@ def _render_vocab(r: dict) -> None:
 
     from eagle3kit.cli._render import out
 
-    t = Table(title=f"draft vocab {r['out']}: {r['draft_vocab_size']} of {r['vocab_size']} ids, "
-                    f"from {r['loss_tokens']} loss tokens")  # fmt: skip
+    t = Table(
+        title=f"draft vocab {r['out']}: {r['draft_vocab_size']} of {r['vocab_size']} ids, "
+        f"from {r['loss_tokens']} loss tokens"
+    )
     t.add_column("draft vocab size", justify="right")
     t.add_column("loss tokens covered", justify="right")
     for n, share in r["coverage"].items():
@@ -62,37 +66,37 @@ def register(app: typer.Typer) -> None:
             typer.Argument(
                 help="JSONL files (ShareGPT or OpenAI form), saved `datasets` dirs or hub dataset ids."
             ),
-        ],  # fmt: skip
+        ],
         target: Annotated[
             str,
             typer.Option(
                 "--target",
                 help="The target model (local dir or hub id): its tokenizer and chat template.",
             ),
-        ],  # fmt: skip
+        ],
         output: Annotated[str, typer.Option("-o", "--output", help="The DATA directory to write.")],
         max_length: Annotated[
             int, typer.Option("--max-length", help="Truncate samples to this many tokens.")
-        ] = 2048,  # fmt: skip
+        ] = 2048,
         strict: Annotated[
             bool, typer.Option("--strict", help="Stop at the first malformed record (exit 2).")
-        ] = False,  # fmt: skip
+        ] = False,
         chat_template: Annotated[
             str | None,
             typer.Option(
                 "--chat-template", help="A Jinja file replacing the tokenizer's chat template."
             ),
-        ] = None,  # fmt: skip
+        ] = None,
         template_kwargs: Annotated[
             str | None,
             typer.Option(
                 "--template-kwargs",
                 help="JSON passed to the template, e.g. '{\"enable_thinking\": false}'.",
             ),
-        ] = None,  # fmt: skip
+        ] = None,
         trust_remote_code: Annotated[
             bool, typer.Option("--trust-remote-code", help="Allow the target's own tokenizer code.")
-        ] = False,  # fmt: skip
+        ] = False,
         json_: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
     ) -> None:
         """Tokenise conversations with the target's chat template; loss mask = assistant tokens + EOT."""
@@ -100,21 +104,31 @@ def register(app: typer.Typer) -> None:
 
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json
+        from eagle3kit.core.errors import Eagle3Error
         from eagle3kit.data.prepare import parse_template_kwargs
         from eagle3kit.data.prepare import prepare as run_prepare
-        from eagle3kit.core.errors import Eagle3Error
 
         tpl = None
         if chat_template is not None:
             try:
                 tpl = Path(chat_template).read_text(encoding="utf-8")
             except OSError as e:
-                raise Eagle3Error(f"{chat_template}: cannot read the chat template ({e.strerror or e})") from e  # fmt: skip
+                raise Eagle3Error(
+                    f"{chat_template}: cannot read the chat template ({e.strerror or e})"
+                ) from e
         kwargs = parse_template_kwargs(template_kwargs)
         with bar(not json_) as progress:
-            r = run_prepare(inputs, target, output, max_length=max_length, strict=strict,
-                            chat_template=tpl, template_kwargs=kwargs,
-                            trust_remote_code=trust_remote_code, progress=progress)  # fmt: skip
+            r = run_prepare(
+                inputs,
+                target,
+                output,
+                max_length=max_length,
+                strict=strict,
+                chat_template=tpl,
+                template_kwargs=kwargs,
+                trust_remote_code=trust_remote_code,
+                progress=progress,
+            )
         if json_:
             emit_json(r)
         else:
@@ -126,11 +140,11 @@ def register(app: typer.Typer) -> None:
         draft_vocab_size: Annotated[
             int,
             typer.Option("--draft-vocab-size", help="N: how many target ids the drafter predicts."),
-        ],  # fmt: skip
+        ],
         output: Annotated[
             str,
             typer.Option("-o", "--output", help="The vocab file to write (safetensors: d2t, t2d)."),
-        ],  # fmt: skip
+        ],
         json_: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
     ) -> None:
         """Draft vocab = the N most frequent loss tokens (ties: lower id); d2t/t2d + coverage table."""

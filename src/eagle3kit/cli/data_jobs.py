@@ -12,12 +12,18 @@ import typer
 JSON_HELP = "Print one JSON document on stdout (progress stays on stderr)."
 
 
-def _load_target(target: str, device: str, dtype: str, aux_layers: list[int] | None,
-                 trust_remote_code: bool):  # fmt: skip
+def _load_target(
+    target: str, device: str, dtype: str, aux_layers: list[int] | None, trust_remote_code: bool
+):
     from eagle3kit.model.target import TargetModel
 
-    return TargetModel.from_pretrained(target, device=device, dtype=dtype, aux_layers=aux_layers,
-                                       trust_remote_code=trust_remote_code)  # fmt: skip
+    return TargetModel.from_pretrained(
+        target,
+        device=device,
+        dtype=dtype,
+        aux_layers=aux_layers,
+        trust_remote_code=trust_remote_code,
+    )
 
 
 def register(data_app: typer.Typer) -> None:
@@ -63,19 +69,29 @@ def register(data_app: typer.Typer) -> None:
         """
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json, err, out
+        from eagle3kit.core.errors import Eagle3Error
         from eagle3kit.data.prepare import parse_template_kwargs
         from eagle3kit.data.regenerate import regenerate
-        from eagle3kit.core.errors import Eagle3Error
 
         if (target is None) == (not server):
             raise Eagle3Error("data regenerate: give exactly one of --target or --server")
         kwargs = parse_template_kwargs(template_kwargs)
         tm = _load_target(target, device, dtype, None, trust_remote_code) if target else None
         with bar(not json_) as progress:
-            res = regenerate(input, output, target=tm, servers=server, model=model,
-                             max_tokens=max_tokens, temperature=temperature,
-                             concurrency=concurrency, retries=retries, timeout=timeout,
-                             template_kwargs=kwargs, progress=progress)  # fmt: skip
+            res = regenerate(
+                input,
+                output,
+                target=tm,
+                servers=server,
+                model=model,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                concurrency=concurrency,
+                retries=retries,
+                timeout=timeout,
+                template_kwargs=kwargs,
+                progress=progress,
+            )
         if json_:
             emit_json(res.to_json())
         else:
@@ -85,8 +101,10 @@ def register(data_app: typer.Typer) -> None:
                 )
             for sid, why in res.errors.items():
                 err().print(f"failed {sid}: {why}", markup=False, highlight=False)
-            out().print(f"{output}: {res.done} regenerated, {res.already_done} already done, "
-                        f"{len(res.failed)} failed, {len(res.skipped)} input lines skipped")  # fmt: skip
+            out().print(
+                f"{output}: {res.done} regenerated, {res.already_done} already done, "
+                f"{len(res.failed)} failed, {len(res.skipped)} input lines skipped"
+            )
         if res.failed:
             raise typer.Exit(1)
 
@@ -126,11 +144,21 @@ def register(data_app: typer.Typer) -> None:
             target, device, dtype, list(aux_layers) if aux_layers else None, trust_remote_code
         )
         with bar(not json_) as progress:
-            res = capture(data, tm, output, vocab=vocab, topk=topk or None, shard_tokens=shard_tokens,
-                          batch_tokens=batch_tokens, progress=progress)  # fmt: skip
+            res = capture(
+                data,
+                tm,
+                output,
+                vocab=vocab,
+                topk=topk or None,
+                shard_tokens=shard_tokens,
+                batch_tokens=batch_tokens,
+                progress=progress,
+            )
         if json_:
             emit_json(res)
             return
-        out().print(f"{output}: {res['samples']} samples, {res['tokens']} tokens in {len(res['shards'])} shards, "
-                    f"{res['bytes_per_token']:.0f} bytes/token (aux layers {res['aux_layers']}, top-{res['quantisation']['topk']})"
-                    + (f"; resumed after {res['resumed_from']} samples" if res["resumed_from"] else ""))  # fmt: skip
+        out().print(
+            f"{output}: {res['samples']} samples, {res['tokens']} tokens in {len(res['shards'])} shards, "
+            f"{res['bytes_per_token']:.0f} bytes/token (aux layers {res['aux_layers']}, top-{res['quantisation']['topk']})"
+            + (f"; resumed after {res['resumed_from']} samples" if res["resumed_from"] else "")
+        )

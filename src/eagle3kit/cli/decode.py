@@ -70,21 +70,38 @@ def register(app: typer.Typer) -> None:
         user = [{"role": "user", "content": prompt}]
         ids = chat_prompt_ids(tok, user) if chat else tok(prompt)["input_ids"]
         stream = None if json_ else _Streamer(tok)
-        g = speculative_generate(tm, d, ids, max_new_tokens=max_new_tokens, depth=depth,
-                                 tree=_tree(tree, topk, budget),
-                                 sampling=Sampling(temperature, top_p),
-                                 eos_token_id=tok.eos_token_id, seed=seed,
-                                 on_tokens=stream)  # fmt: skip
+        g = speculative_generate(
+            tm,
+            d,
+            ids,
+            max_new_tokens=max_new_tokens,
+            depth=depth,
+            tree=_tree(tree, topk, budget),
+            sampling=Sampling(temperature, top_p),
+            eos_token_id=tok.eos_token_id,
+            seed=seed,
+            on_tokens=stream,
+        )
         text = tok.decode(g.tokens)
         if json_:
-            emit_json({"prompt_ids": g.prompt_ids, "tokens": g.tokens, "text": text,
-                       "accept_len": g.stats.accept_len, "tokens_per_s": g.stats.tokens_per_s,
-                       "stats": g.stats.summary()})  # fmt: skip
+            emit_json(
+                {
+                    "prompt_ids": g.prompt_ids,
+                    "tokens": g.tokens,
+                    "text": text,
+                    "accept_len": g.stats.accept_len,
+                    "tokens_per_s": g.stats.tokens_per_s,
+                    "stats": g.stats.summary(),
+                }
+            )
             return
         s = g.stats
-        print(f"\n\ntau {s.accept_len:.2f}  {s.tokens_per_s:.1f} tok/s  ({s.new_tokens} tokens, "
-              f"{len(s.cycles)} cycles, draft {s.mean_ms('draft_s'):.2f} ms + verify "
-              f"{s.mean_ms('verify_s'):.2f} ms per cycle)", file=sys.stderr)  # fmt: skip
+        print(
+            f"\n\ntau {s.accept_len:.2f}  {s.tokens_per_s:.1f} tok/s  ({s.new_tokens} tokens, "
+            f"{len(s.cycles)} cycles, draft {s.mean_ms('draft_s'):.2f} ms + verify "
+            f"{s.mean_ms('verify_s'):.2f} ms per cycle)",
+            file=sys.stderr,
+        )
 
     @app.command("eval")
     def eval_(
@@ -107,8 +124,17 @@ def register(app: typer.Typer) -> None:
         tm, d = _load(target, drafter, device, threads)
         ev = load_eval_data(data, tm.tokenizer)
         with bar(not json_) as progress:
-            r = evaluate(tm, d, ev, depth, online=online, max_new_tokens=max_new_tokens,
-                         repeats=repeats, limit=limit, progress=progress)  # fmt: skip
+            r = evaluate(
+                tm,
+                d,
+                ev,
+                depth,
+                online=online,
+                max_new_tokens=max_new_tokens,
+                repeats=repeats,
+                limit=limit,
+                progress=progress,
+            )
         _output(r, json_, _render_eval)
 
     @app.command("bench")
@@ -131,9 +157,9 @@ def register(app: typer.Typer) -> None:
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order)."""
-        from eagle3kit.measure.bench import bench, default_prompts
         from eagle3kit.cli._progress import bar
         from eagle3kit.decode import TreeShape
+        from eagle3kit.measure.bench import bench, default_prompts
         from eagle3kit.measure.evaluate import load_eval_data
 
         tm, d = _load(target, drafter, device, threads)
@@ -142,9 +168,18 @@ def register(app: typer.Typer) -> None:
         else:
             ps = default_prompts(tm.tokenizer, prompts)
         with bar(not json_) as progress:
-            r = bench(tm, d, ps, repeats=repeats, max_new_tokens=max_new_tokens, depth=depth,
-                      tree=TreeShape(topk, budget), tree_depth=tree_depth, lookup=lookup,
-                      progress=progress)  # fmt: skip
+            r = bench(
+                tm,
+                d,
+                ps,
+                repeats=repeats,
+                max_new_tokens=max_new_tokens,
+                depth=depth,
+                tree=TreeShape(topk, budget),
+                tree_depth=tree_depth,
+                lookup=lookup,
+                progress=progress,
+            )
         _output(r, json_, _render_bench)
 
 
@@ -175,19 +210,27 @@ def _render_eval(r: dict) -> None:
     c.print(f"  conditional acceptance   {_fmt_list(r['conditional_acceptance'])}")
     if r["mode"] == "offline":
         u = r["all_positions"]
-        c.print(f"  {r['cycles']} chain cycles walked on {r['samples']} held-out answers; with "
-                f"every position as a cycle start (training's metric) tau {u['accept_len']:.2f}")  # fmt: skip
+        c.print(
+            f"  {r['cycles']} chain cycles walked on {r['samples']} held-out answers; with "
+            f"every position as a cycle start (training's metric) tau {u['accept_len']:.2f}"
+        )
     if r["mode"] == "online":
         s, b = r["tokens_per_s_spread"], r["baseline_tokens_per_s_spread"]
-        c.print(f"  speculative {s['median']:.1f} tok/s (min {s['min']:.1f}, max {s['max']:.1f}); "
-                f"greedy {b['median']:.1f} (min {b['min']:.1f}, max {b['max']:.1f}); "
-                f"speedup {r['speedup']:.2f}x")  # fmt: skip
-        c.print(f"  decode step {r['decode_ms']:.2f} ms, cycle {r['cycle_ms']:.2f} ms (draft "
-                f"{r['draft_ms']:.2f} + verify {r['verify_ms']:.2f}); lossless: {r['lossless']}")  # fmt: skip
+        c.print(
+            f"  speculative {s['median']:.1f} tok/s (min {s['min']:.1f}, max {s['max']:.1f}); "
+            f"greedy {b['median']:.1f} (min {b['min']:.1f}, max {b['max']:.1f}); "
+            f"speedup {r['speedup']:.2f}x"
+        )
+        c.print(
+            f"  decode step {r['decode_ms']:.2f} ms, cycle {r['cycle_ms']:.2f} ms (draft "
+            f"{r['draft_ms']:.2f} + verify {r['verify_ms']:.2f}); lossless: {r['lossless']}"
+        )
         o, f = r["offline_same_answers"], r["offline"]
-        c.print(f"  offline simulated tau {o['accept_len']:.2f} on the {o['samples']} answers "
-                f"decoded vs online {r['accept_len']:.2f}: gap {100 * r['offline_online_gap']:+.1f}%"
-                f" (offline on all {f['samples']} held-out samples: {f['accept_len']:.2f})")  # fmt: skip
+        c.print(
+            f"  offline simulated tau {o['accept_len']:.2f} on the {o['samples']} answers "
+            f"decoded vs online {r['accept_len']:.2f}: gap {100 * r['offline_online_gap']:+.1f}%"
+            f" (offline on all {f['samples']} held-out samples: {f['accept_len']:.2f})"
+        )
 
 
 def _render_bench(r: dict) -> None:
@@ -204,13 +247,21 @@ def _render_bench(r: dict) -> None:
     for m in r["methods"]:
         tps = m["tokens_per_s"]
         ideal = m.get("ideal_speedup")
-        t.add_row(m["name"], f"{tps['median']:.1f}", f"{tps['min']:.1f}", f"{tps['max']:.1f}",
-                  f"{m['speedup']:.2f}x", f"{m['accept_len']:.2f}",
-                  f"{ideal:.2f}x" if ideal else "-",
-                  f"{100 * m['fraction_of_ideal']:.0f}%" if ideal else "-")  # fmt: skip
+        t.add_row(
+            m["name"],
+            f"{tps['median']:.1f}",
+            f"{tps['min']:.1f}",
+            f"{tps['max']:.1f}",
+            f"{m['speedup']:.2f}x",
+            f"{m['accept_len']:.2f}",
+            f"{ideal:.2f}x" if ideal else "-",
+            f"{100 * m['fraction_of_ideal']:.0f}%" if ideal else "-",
+        )
     c = out()
     c.print(t)
     if r["target_distinct4"] is not None:
         c.print(f"target greedy distinct-4: {r['target_distinct4']:.2f}")
-    c.print(f"{e['cpu']} ({e['cpu_count']} cpus, {e['threads']} threads, load {e['load_avg_1m']}) "
-            f"| python {e['python']} | torch {e['torch']} | transformers {e['transformers']}")  # fmt: skip
+    c.print(
+        f"{e['cpu']} ({e['cpu_count']} cpus, {e['threads']} threads, load {e['load_avg_1m']}) "
+        f"| python {e['python']} | torch {e['torch']} | transformers {e['transformers']}"
+    )

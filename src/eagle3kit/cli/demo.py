@@ -49,7 +49,6 @@ def register(app: typer.Typer) -> None:
 
         chosen = size or ("tiny" if quick else "full")
         with bar(True) as progress:
-            summary = run_demo(out, say=say,
-                               size=chosen, progress=progress, threads=threads)  # fmt: skip
+            summary = run_demo(out, say=say, size=chosen, progress=progress, threads=threads)
         if json_out:
             emit_json(summary)

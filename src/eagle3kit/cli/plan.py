@@ -75,24 +75,124 @@ def _o(flag: str, help: str, *, metavar: str | None = None, panel: str | None = 
 def register(app: typer.Typer) -> None:
     @app.command(cls=_PlanCommand)
     def plan(
-        baseline_tps: Annotated[float | None, _o("--baseline-tps", "Plain-decode throughput, tok/s (e.g. 82).", panel=_BASE)] = None,
-        decode_ms: Annotated[float | None, _o("--decode-ms", "Plain decode step, ms (tok/s = 1000 / ms).", panel=_BASE)] = None,
-        cycle_ms: Annotated[float | None, _o("--cycle-ms", "Whole speculative cycle (draft + verify), ms; depth then costs nothing.", panel=_CYCLE)] = None,
-        draft_ms: Annotated[float | None, _o("--draft-ms", "One draft step, ms; cycle(k) = k*draft + verify(k+1).", panel=_CYCLE)] = None,
-        verify_ms: Annotated[list[str] | None, _o("--verify-ms", "Measured verify time of N tokens (repeat). Linear between points, along the last segment beyond; refused below the smallest N.", metavar="N:MS", panel=_CYCLE)] = None,
-        verify_fit: Annotated[str | None, _o("--verify-fit", "Verify time = INTERCEPT + PER_TOKEN * n, ms.", metavar="INTERCEPT,PER_TOKEN", panel=_CYCLE)] = None,
-        acceptance: Annotated[float | None, _o("--acceptance", "Constant per-step conditional acceptance, in [0, 1).", metavar="P", panel=_ACC)] = None,
-        acceptance_file: Annotated[Path | None, _o("--acceptance-file", 'Per-position rates: {"per_position_acceptance": \\[p1, p2, ...]} or \\[p1, ...].', metavar="FILE.json", panel=_ACC)] = None,
-        accept_len: Annotated[float | None, _o("--accept-len", "Measured accept length (tokens per verify), >= 1.", metavar="TAU", panel=_ACC)] = None,
-        depth: Annotated[int | None, _o("--depth", "Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 (SGLang's usual --speculative-num-steps).", metavar="K")] = None,
-        max_depth: Annotated[int | None, _o("--max-depth", "Best-depth search over 1..N (composed cycle only). Default max(10, depth).")] = None,
-        target_tps: Annotated[list[float] | None, _o("--target-tps", "Target tok/s; several: --target-tps 150 200 (or repeat the option).", metavar="TPS...")] = None,
-        plot: Annotated[Path | None, _o("--plot", "Write a PNG: throughput against accept length.", metavar="FILE.png")] = None,
-        new_tokens: Annotated[float | None, _o("--new-tokens", "Request: tokens generated per request (with --prefill-ms: end-to-end tok/s).", metavar="N")] = None,
-        prefill_ms: Annotated[float | None, _o("--prefill-ms", "Request: prefill time, ms (the prompt's forward; it emits the first token).", metavar="MS")] = None,
-        from_: Annotated[Path | None, _o("--from", "`eagle3kit eval --json` output: its accept length, depth, cycle and decode times, new tokens and prefill (options given here win).", metavar="EVAL.json")] = None,
+        baseline_tps: Annotated[
+            float | None,
+            _o("--baseline-tps", "Plain-decode throughput, tok/s (e.g. 82).", panel=_BASE),
+        ] = None,
+        decode_ms: Annotated[
+            float | None,
+            _o("--decode-ms", "Plain decode step, ms (tok/s = 1000 / ms).", panel=_BASE),
+        ] = None,
+        cycle_ms: Annotated[
+            float | None,
+            _o(
+                "--cycle-ms",
+                "Whole speculative cycle (draft + verify), ms; depth then costs nothing.",
+                panel=_CYCLE,
+            ),
+        ] = None,
+        draft_ms: Annotated[
+            float | None,
+            _o("--draft-ms", "One draft step, ms; cycle(k) = k*draft + verify(k+1).", panel=_CYCLE),
+        ] = None,
+        verify_ms: Annotated[
+            list[str] | None,
+            _o(
+                "--verify-ms",
+                "Measured verify time of N tokens (repeat). Linear between points, along the last segment beyond; refused below the smallest N.",
+                metavar="N:MS",
+                panel=_CYCLE,
+            ),
+        ] = None,
+        verify_fit: Annotated[
+            str | None,
+            _o(
+                "--verify-fit",
+                "Verify time = INTERCEPT + PER_TOKEN * n, ms.",
+                metavar="INTERCEPT,PER_TOKEN",
+                panel=_CYCLE,
+            ),
+        ] = None,
+        acceptance: Annotated[
+            float | None,
+            _o(
+                "--acceptance",
+                "Constant per-step conditional acceptance, in [0, 1).",
+                metavar="P",
+                panel=_ACC,
+            ),
+        ] = None,
+        acceptance_file: Annotated[
+            Path | None,
+            _o(
+                "--acceptance-file",
+                'Per-position rates: {"per_position_acceptance": \\[p1, p2, ...]} or \\[p1, ...].',
+                metavar="FILE.json",
+                panel=_ACC,
+            ),
+        ] = None,
+        accept_len: Annotated[
+            float | None,
+            _o(
+                "--accept-len",
+                "Measured accept length (tokens per verify), >= 1.",
+                metavar="TAU",
+                panel=_ACC,
+            ),
+        ] = None,
+        depth: Annotated[
+            int | None,
+            _o(
+                "--depth",
+                "Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 (SGLang's usual --speculative-num-steps).",
+                metavar="K",
+            ),
+        ] = None,
+        max_depth: Annotated[
+            int | None,
+            _o(
+                "--max-depth",
+                "Best-depth search over 1..N (composed cycle only). Default max(10, depth).",
+            ),
+        ] = None,
+        target_tps: Annotated[
+            list[float] | None,
+            _o(
+                "--target-tps",
+                "Target tok/s; several: --target-tps 150 200 (or repeat the option).",
+                metavar="TPS...",
+            ),
+        ] = None,
+        plot: Annotated[
+            Path | None,
+            _o("--plot", "Write a PNG: throughput against accept length.", metavar="FILE.png"),
+        ] = None,
+        new_tokens: Annotated[
+            float | None,
+            _o(
+                "--new-tokens",
+                "Request: tokens generated per request (with --prefill-ms: end-to-end tok/s).",
+                metavar="N",
+            ),
+        ] = None,
+        prefill_ms: Annotated[
+            float | None,
+            _o(
+                "--prefill-ms",
+                "Request: prefill time, ms (the prompt's forward; it emits the first token).",
+                metavar="MS",
+            ),
+        ] = None,
+        from_: Annotated[
+            Path | None,
+            _o(
+                "--from",
+                "`eagle3kit eval --json` output: its accept length, depth, cycle and decode times, new tokens and prefill (options given here win).",
+                metavar="EVAL.json",
+            ),
+        ] = None,
         json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Will speculation pay, and what would it take? (cycle model -> speedup, break-even)
 
         tau = 1 + sum_i prod_{j<=i} p_j; throughput = tau / cycle; break-even tau =
@@ -172,8 +272,11 @@ def _render(r: PlanResult, plot: Path | None) -> None:
     t.add_row("throughput", f"{r.throughput_tps:.4g} tok/s = τ / cycle")
     if r.request is not None:
         q = r.request
-        t.add_row("per request", f"{q.tps:.4g} tok/s end to end: {q.new_tokens:.4g} tokens, "
-                  f"prefill {q.prefill_ms:.4g} ms + (N-1)/τ cycles")  # fmt: skip
+        t.add_row(
+            "per request",
+            f"{q.tps:.4g} tok/s end to end: {q.new_tokens:.4g} tokens, "
+            f"prefill {q.prefill_ms:.4g} ms + (N-1)/τ cycles",
+        )
     verdict = "[green]pays[/]" if r.pays else "[red]below break-even[/]"
     t.add_row("speedup", f"{r.speedup:.3f}×  {verdict}")
     be_k = r.break_even_per_step_acceptance_at_depth

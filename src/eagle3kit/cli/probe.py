@@ -13,8 +13,10 @@ def _render_probe(r: dict[str, Any]) -> None:
     from eagle3kit.cli._render import out
 
     con = out()
-    con.print(f"[bold]probe[/]: drafter {r['drafter']} on {r['target']}"
-              + (f" (reference {r['reference']})" if r["reference"] else ""))  # fmt: skip
+    con.print(
+        f"[bold]probe[/]: drafter {r['drafter']} on {r['target']}"
+        + (f" (reference {r['reference']})" if r["reference"] else "")
+    )
     con.print(f"  compat: {r['compat']['verdict']}")
     if r.get("data"):
         d = r["data"]
@@ -44,8 +46,13 @@ def _render_probe(r: dict[str, Any]) -> None:
             t.add_column(col)
         rows = [*r["similarity"], {"layer": "fc(aux)", **r["fc_similarity"]}]
         for s in rows:
-            t.add_row(str(s["layer"]), f"{s['cosine_mean']:.4f}", f"{s['cosine_p10']:.4f}",
-                      f"{s['cka']:.4f}", f"{s['norm_ratio']:.3f}")  # fmt: skip
+            t.add_row(
+                str(s["layer"]),
+                f"{s['cosine_mean']:.4f}",
+                f"{s['cosine_p10']:.4f}",
+                f"{s['cka']:.4f}",
+                f"{s['norm_ratio']:.3f}",
+            )
         con.print(t)
     al = r["accept_len"]
     if al["target"] is not None:
@@ -103,9 +110,21 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.measure.probe import probe as run_probe
 
         with bar(not json_out) as progress:
-            r = run_probe(drafter, target, reference, data, baseline_tps=baseline_tps,
-                          cycle_ms=cycle_ms, bench=bench, depth=depth, samples=samples, online_prompts=online_prompts,
-                          device=device, dtype=dtype, progress=progress)  # fmt: skip
+            r = run_probe(
+                drafter,
+                target,
+                reference,
+                data,
+                baseline_tps=baseline_tps,
+                cycle_ms=cycle_ms,
+                bench=bench,
+                depth=depth,
+                samples=samples,
+                online_prompts=online_prompts,
+                device=device,
+                dtype=dtype,
+                progress=progress,
+            )
         if json_out:
             emit_json(r)
         else:

@@ -13,19 +13,25 @@ def _render(s: dict) -> None:
 
     o = out()
     depth = s.get("sim_accept_len_by_depth") or []
-    o.print(f"trained {s['steps']} steps ({s['source']}, {s['attention']} drafter, "
-            f"{s['train_samples']} samples, {s['world_size']} process(es))")  # fmt: skip
-    o.print(f"best step {s['best_step']}: simulated accept length {s['sim_accept_len']:.3f} "
-            f"(by depth: {', '.join(f'{x:.2f}' for x in depth)})")  # fmt: skip
+    o.print(
+        f"trained {s['steps']} steps ({s['source']}, {s['attention']} drafter, "
+        f"{s['train_samples']} samples, {s['world_size']} process(es))"
+    )
+    o.print(
+        f"best step {s['best_step']}: simulated accept length {s['sim_accept_len']:.3f} "
+        f"(by depth: {', '.join(f'{x:.2f}' for x in depth)})"
+    )
     if s.get("best_acc"):
         o.print("held-out accuracy per draft step: " + ", ".join(f"{a:.3f}" for a in s["best_acc"]))
     tps = s.get("tokens_per_s")
     o.print(f"{tps:.0f} tokens/s; peak memory {s['peak_memory_mb']:.0f} MB" if tps else "")
     ref = s.get("reference")
     if ref:
-        o.print(f"accept length on the old target {ref['target']}: {ref['before']['old']:.3f} -> "
-                f"{ref['after']['old']:.3f}; on the new target: {ref['before']['new']:.3f} -> "
-                f"{ref['after']['new']:.3f}")  # fmt: skip
+        o.print(
+            f"accept length on the old target {ref['target']}: {ref['before']['old']:.3f} -> "
+            f"{ref['after']['old']:.3f}; on the new target: {ref['before']['new']:.3f} -> "
+            f"{ref['after']['new']:.3f}"
+        )
 
 
 def _o(default, *flags: str, help: str | None = None):  # noqa: A002  (typer's name)
@@ -37,40 +43,70 @@ def register(app: typer.Typer) -> None:
     def train(
         target: str = _o(None, "--target", help="Target model dir or hub id."),
         out_dir: str = _o(..., "-o", "--out", help="Run directory RUN."),
-        data: str = _o(None, "--data", help="DATA dir from `data prepare` (online: the target runs on each batch)."),
+        data: str = _o(
+            None,
+            "--data",
+            help="DATA dir from `data prepare` (online: the target runs on each batch).",
+        ),
         features: str = _o(None, "--features", help="Feature STORE from `data capture` (offline)."),
-        init_from: str = _o(None, "--init-from", help="Warm start from this drafter (any layout, dir or hub id)."),
+        init_from: str = _o(
+            None, "--init-from", help="Warm start from this drafter (any layout, dir or hub id)."
+        ),
         attention: str = _o("mha", "--attention", help="Fresh drafter's attention: mha or mla."),
         vocab: str = _o(None, "--vocab", help="VOCAB file (d2t/t2d) from `data vocab`."),
-        draft_vocab_size: int = _o(None, "--draft-vocab-size", help="Build the vocab from DATA's assistant-token counts."),
-        rebuild_vocab: bool = _o(False, "--rebuild-vocab", help="Warm start: replace the checkpoint's d2t/t2d (lm_head rows follow their ids)."),
-        l2sp: float = _o(0.0, "--l2sp", help="Warm start: L2-SP weight toward the starting weights."),
-        reference_target: str = _o(None, "--reference-target", help="Old target: report accept length before/after on it too."),
+        draft_vocab_size: int = _o(
+            None, "--draft-vocab-size", help="Build the vocab from DATA's assistant-token counts."
+        ),
+        rebuild_vocab: bool = _o(
+            False,
+            "--rebuild-vocab",
+            help="Warm start: replace the checkpoint's d2t/t2d (lm_head rows follow their ids).",
+        ),
+        l2sp: float = _o(
+            0.0, "--l2sp", help="Warm start: L2-SP weight toward the starting weights."
+        ),
+        reference_target: str = _o(
+            None,
+            "--reference-target",
+            help="Old target: report accept length before/after on it too.",
+        ),
         ttt_steps: int = _o(7, "--ttt-steps", help="Unrolled draft steps (weights 0.8^i)."),
         steps: int = _o(None, "--steps", help="Exactly this many optimizer steps."),
-        epochs: float = _o(None, "--epochs", help="Or: passes over the training split (default 1)."),
+        epochs: float = _o(
+            None, "--epochs", help="Or: passes over the training split (default 1)."
+        ),
         batch_size: int = _o(8, "--batch-size", help="Samples per optimizer step (global)."),
         max_len: int = _o(512, "--max-len", help="Truncate samples to this many tokens."),
-        max_samples: int = _o(None, "--max-samples", help="Train on the first N training samples only."),
+        max_samples: int = _o(
+            None, "--max-samples", help="Train on the first N training samples only."
+        ),
         lr: float = _o(1e-3, "--lr", help="Peak learning rate (AdamW)."),
         warmup: int = _o(None, "--warmup", help="Warm-up steps (default 5% of steps)."),
         weight_decay: float = _o(0.0, "--weight-decay"),
         grad_clip: float = _o(1.0, "--grad-clip"),
         heldout: float = _o(0.05, "--heldout", help="Held-out fraction (by sample id)."),
-        eval_every: int = _o(None, "--eval-every", help="Evaluate every N steps (default steps/10)."),
-        eval_samples: int = _o(64, "--eval-samples", help="Held-out samples scored per evaluation."),
+        eval_every: int = _o(
+            None, "--eval-every", help="Evaluate every N steps (default steps/10)."
+        ),
+        eval_samples: int = _o(
+            64, "--eval-samples", help="Held-out samples scored per evaluation."
+        ),
         eval_batch: int = _o(8, "--eval-batch", help="Held-out samples per forward."),
         save_every: int = _o(None, "--save-every", help="Write RUN/step-N every N steps."),
         seed: int = _o(0, "--seed"),
         device: str = _o("cpu", "--device", help="cpu, cuda, cuda:1 ..."),
         target_dtype: str = _o("float32", "--target-dtype", help="float32, bfloat16, float16."),
         topk: int = _o(None, "--topk", help="Online: keep the teacher's top-K draft ids only."),
-        time_limit: float = _o(None, "--time-limit", help="Stop after this many seconds of training (evaluate and save first)."),
+        time_limit: float = _o(
+            None,
+            "--time-limit",
+            help="Stop after this many seconds of training (evaluate and save first).",
+        ),
         resume: bool = _o(False, "--resume", help="Continue RUN exactly (its saved settings)."),
         threads: int = _o(None, "--threads", help="torch CPU threads."),
         trust_remote_code: bool = _o(False, "--trust-remote-code"),
         json_: bool = _o(False, "--json", help="Print RUN/summary.json as one JSON document."),
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Train a drafter (training-time test); keeps RUN/best by simulated accept length."""
         _run(dict(locals()))
 

@@ -21,8 +21,16 @@ def _row(d: dict) -> list[str]:
         quality += f", chat {met['chat']['distinct4_mean']:.2f}"
     params = f"{man['params'] / 1e6:.1f}M" if man else "-"
     shape = f"{man['num_layers']}x{man['hidden_size']}, V={man['vocab_size']}" if man else "-"
-    return [d["name"], d["architecture"], d["parent"] or "-", d["slice"], params, shape, quality,
-            "yes" if d["built"] else "no"]  # fmt: skip
+    return [
+        d["name"],
+        d["architecture"],
+        d["parent"] or "-",
+        d["slice"],
+        params,
+        shape,
+        quality,
+        "yes" if d["built"] else "no",
+    ]
 
 
 def register(app: typer.Typer) -> None:
@@ -48,8 +56,16 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         t = Table(title=f"eagle3kit zoo ({size}) in {zoo.home() / 'zoo'}")
-        for col in ("name", "architecture", "parent", "data", "params", "layers x hidden",
-                    "held-out / unigram loss / greedy distinct-4", "built"):  # fmt: skip
+        for col in (
+            "name",
+            "architecture",
+            "parent",
+            "data",
+            "params",
+            "layers x hidden",
+            "held-out / unigram loss / greedy distinct-4",
+            "built",
+        ):
             t.add_column(col)
         for d in rows:
             t.add_row(*_row(d))
@@ -76,9 +92,16 @@ def register(app: typer.Typer) -> None:
             t0 = time.time()
             with bar(True) as progress:  # stderr, so --json stays one document on stdout
                 p = zoo.build(n, size=size, force=force, progress=progress)
-            results.append({"name": n, "size": size, "path": str(p), "cached": cached,
-                            "seconds": round(time.time() - t0, 2),
-                            "manifest": zoo.manifest(n, size=size)})  # fmt: skip
+            results.append(
+                {
+                    "name": n,
+                    "size": size,
+                    "path": str(p),
+                    "cached": cached,
+                    "seconds": round(time.time() - t0, 2),
+                    "manifest": zoo.manifest(n, size=size),
+                }
+            )
         if json_:
             emit_json({"members": results})
             return

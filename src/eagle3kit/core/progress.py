@@ -28,8 +28,14 @@ class Event:
 Progress = Callable[[Event], None]
 
 
-def emit(progress: Progress | None, stage: str, done: int, total: int | None = None,
-         unit: str = "it", **info: Any) -> None:  # fmt: skip
+def emit(
+    progress: Progress | None,
+    stage: str,
+    done: int,
+    total: int | None = None,
+    unit: str = "it",
+    **info: Any,
+) -> None:
     """Call `progress` if there is one."""
     if progress is not None:
         progress(Event(stage, done, total, unit, info))

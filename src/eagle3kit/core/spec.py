@@ -102,8 +102,12 @@ class DraftSpec:
             raise bad("DraftSpec", f"attention: expected 'mha' or 'mla', found {self.attention!r}")
         if not self.is_mla:
             return
-        dims = {"kv_lora_rank": self.kv_lora_rank, "qk_rope_head_dim": self.qk_rope_head_dim,
-                "v_head_dim": self.v_head_dim, "q_lora_rank": self.q_lora_rank or 1}  # fmt: skip
+        dims = {
+            "kv_lora_rank": self.kv_lora_rank,
+            "qk_rope_head_dim": self.qk_rope_head_dim,
+            "v_head_dim": self.v_head_dim,
+            "q_lora_rank": self.q_lora_rank or 1,
+        }
         for key, v in dims.items():
             if not isinstance(v, int) or v <= 0:
                 raise bad(

@@ -104,22 +104,47 @@ def vocab_problems(d2t: Any, t2d: Any | None, vocab_size: int) -> list[tuple[str
         return out
     span = f"draft_id + d2t[draft_id] spans {s['target_min']}..{s['target_max']}"
     if s["negative"]:
-        out.append(("d2t-negative", f"d2t: expected target ids >= 0, found {s['negative']} negative ({span})"))  # fmt: skip
+        out.append(
+            (
+                "d2t-negative",
+                f"d2t: expected target ids >= 0, found {s['negative']} negative ({span})",
+            )
+        )
     too_big = s["out_of_range"] - s["negative"]
     if too_big:
-        out.append(("d2t-range", f"d2t: expected target ids < {vocab_size} (vocab_size), found {too_big} beyond ({span})"))  # fmt: skip
+        out.append(
+            (
+                "d2t-range",
+                f"d2t: expected target ids < {vocab_size} (vocab_size), found {too_big} beyond ({span})",
+            )
+        )
     if s["duplicates"]:
-        out.append(("d2t-duplicates", f"d2t: expected distinct target ids, found {s['duplicates']} draft ids mapping to a target id already taken"))  # fmt: skip
+        out.append(
+            (
+                "d2t-duplicates",
+                f"d2t: expected distinct target ids, found {s['duplicates']} draft ids mapping to a target id already taken",
+            )
+        )
     if t2d is not None:
         t = _as_numpy(t2d).reshape(-1)
         if t.shape[0] != vocab_size:
-            out.append(("t2d-length", f"t2d: expected {vocab_size} entries (vocab_size), found {t.shape[0]}"))  # fmt: skip
+            out.append(
+                (
+                    "t2d-length",
+                    f"t2d: expected {vocab_size} entries (vocab_size), found {t.shape[0]}",
+                )
+            )
         elif not s["out_of_range"]:
             d = _as_numpy(d2t).reshape(-1).astype(np.int64)
             tgt = np.sort(np.arange(d.shape[0], dtype=np.int64) + d)
             marked = np.flatnonzero(t.astype(bool))
             if not np.array_equal(tgt, marked):
-                out.append(("t2d-disagree", f"t2d: expected exactly the {len(tgt)} target ids d2t names marked, found {len(marked)} marked, {len(np.setxor1d(tgt, marked))} differing"))  # fmt: skip
+                out.append(
+                    (
+                        "t2d-disagree",
+                        f"t2d: expected exactly the {len(tgt)} target ids d2t names marked, found {len(marked)} marked, {len(np.setxor1d(tgt, marked))} differing",
+                    )
+                )
     return out
 
 

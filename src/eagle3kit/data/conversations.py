@@ -195,7 +195,9 @@ def _json_array_records(path: Path) -> Iterator[tuple[int, Any]]:
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise Eagle3Error(f"{path}: expected a JSON array of conversations ({e})") from e
     if not isinstance(doc, list):
-        raise Eagle3Error(f"{path}: expected a JSON array of conversations, found {type(doc).__name__}")  # fmt: skip
+        raise Eagle3Error(
+            f"{path}: expected a JSON array of conversations, found {type(doc).__name__}"
+        )
     yield from enumerate(doc, 1)
 
 

@@ -18,11 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.atomic import atomic_dir
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.progress import Progress, emit
 from eagle3kit.data.conversations import Conversation, Malformed, Problem, read_conversations
 from eagle3kit.data.prepared import META, PreparedWriter
 from eagle3kit.data.templates import ChatEncoder, template_sha256
-from eagle3kit.core.errors import Eagle3Error
-from eagle3kit.core.progress import Progress, emit
 
 
 def load_tokenizer(target: str, *, trust_remote_code: bool = False, revision: str | None = None):
@@ -51,13 +51,21 @@ def target_identity(
 
         cfg = AutoConfig.from_pretrained(str(target), trust_remote_code=trust_remote_code)
     except (OSError, ValueError):
-        return {**ident, "model_type": None, "num_layers": None, "hidden_size": None,
-                "vocab_size": len(tokenizer)}  # fmt: skip
+        return {
+            **ident,
+            "model_type": None,
+            "num_layers": None,
+            "hidden_size": None,
+            "vocab_size": len(tokenizer),
+        }
     text = cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
-    return {**ident, "model_type": getattr(cfg, "model_type", None),
-            "num_layers": getattr(text, "num_hidden_layers", None),
-            "hidden_size": getattr(text, "hidden_size", None),
-            "vocab_size": int(getattr(text, "vocab_size", None) or len(tokenizer))}  # fmt: skip
+    return {
+        **ident,
+        "model_type": getattr(cfg, "model_type", None),
+        "num_layers": getattr(text, "num_hidden_layers", None),
+        "hidden_size": getattr(text, "hidden_size", None),
+        "vocab_size": int(getattr(text, "vocab_size", None) or len(tokenizer)),
+    }
 
 
 def _check_out(out: Path, inputs: list[str]) -> None:
@@ -110,7 +118,13 @@ def _encode_one(
     if len(ids) > max_length:
         ids, mask = ids[:max_length], mask[:max_length]
         if not any(mask):
-            run.skip(Problem(file, line, f"no assistant token within the first {max_length} tokens (--max-length)"))  # fmt: skip
+            run.skip(
+                Problem(
+                    file,
+                    line,
+                    f"no assistant token within the first {max_length} tokens (--max-length)",
+                )
+            )
             return None
         run.truncated += 1
     if not any(mask):
@@ -147,7 +161,9 @@ def prepare(
         raise Eagle3Error(f"--max-length: expected an int >= 2, found {max_length}")
     _check_out(out, inputs)
     tok = load_tokenizer(str(target), trust_remote_code=trust_remote_code, revision=revision)
-    enc = ChatEncoder(tok, template=chat_template, template_kwargs=template_kwargs, where=str(target))  # fmt: skip
+    enc = ChatEncoder(
+        tok, template=chat_template, template_kwargs=template_kwargs, where=str(target)
+    )
     ident = target_identity(str(target), tok, trust_remote_code=trust_remote_code)
     run = _Run(strict)
     bases, total = _line_bases(inputs)
@@ -165,12 +181,25 @@ def prepare(
             if n % 256 == 0:
                 done = bases[file] + line if total else n
                 emit(progress, "prepare", done, total, "lines", samples=w.samples)
-        meta = {"target": ident, "template_sha256": template_sha256(enc.template),
-                "template_kwargs": enc.kwargs, "mask_method": enc.mode, "max_length": max_length,
-                "inputs": inputs, "truncated": run.truncated,
-                "skipped": [p.to_json() for p in run.skipped]}  # fmt: skip
+        meta = {
+            "target": ident,
+            "template_sha256": template_sha256(enc.template),
+            "template_kwargs": enc.kwargs,
+            "mask_method": enc.mode,
+            "max_length": max_length,
+            "inputs": inputs,
+            "truncated": run.truncated,
+            "skipped": [p.to_json() for p in run.skipped],
+        }
         doc = w.finish(meta)
-        emit(progress, "prepare", total if total is not None else n, total, "lines", samples=w.samples)  # fmt: skip
+        emit(
+            progress,
+            "prepare",
+            total if total is not None else n,
+            total,
+            "lines",
+            samples=w.samples,
+        )
     keys = ("samples", "tokens", "loss_tokens", "truncated", "skipped")
     return {**{k: doc[k] for k in keys}, "out": str(out), "mask_method": enc.mode}
 
@@ -178,7 +207,9 @@ def prepare(
 def _check_ids(ids: list[int], vocab_size: int, target: str, file: str, line: int) -> None:
     top = max(ids)
     if top >= vocab_size:
-        raise Eagle3Error(f"{file}:{line}: token id {top} is outside the target's vocab_size {vocab_size} ({target}); the tokenizer and model disagree")  # fmt: skip
+        raise Eagle3Error(
+            f"{file}:{line}: token id {top} is outside the target's vocab_size {vocab_size} ({target}); the tokenizer and model disagree"
+        )
 
 
 def parse_template_kwargs(text: str | None) -> dict[str, Any]:

@@ -74,7 +74,9 @@ class PreparedWriter:
         ids = torch.as_tensor(input_ids, dtype=torch.int32)  # [T]
         mask = torch.as_tensor(loss_mask, dtype=torch.uint8)  # [T]
         if ids.dim() != 1 or ids.shape != mask.shape:
-            raise ValueError(f"sample {sample_id}: input_ids {list(ids.shape)} vs loss_mask {list(mask.shape)}")  # fmt: skip
+            raise ValueError(
+                f"sample {sample_id}: input_ids {list(ids.shape)} vs loss_mask {list(mask.shape)}"
+            )
         self._ids.append(str(sample_id))
         self._tok.append(ids)
         self._mask.append(mask)
@@ -98,15 +100,27 @@ class PreparedWriter:
             "offsets": offsets,
         }
         save_safetensors(self.folder / name, tensors, {"ids": json.dumps(self._ids)})
-        self.shards.append({"file": name, "samples": len(self._ids), "tokens": self._n_tok,
-                            "sha256": sha256_file(self.folder / name)})  # fmt: skip
+        self.shards.append(
+            {
+                "file": name,
+                "samples": len(self._ids),
+                "tokens": self._n_tok,
+                "sha256": sha256_file(self.folder / name),
+            }
+        )
         self._ids, self._tok, self._mask, self._n_tok = [], [], [], 0
 
     def finish(self, meta: dict[str, Any]) -> dict[str, Any]:
         """Write the last shard and data.json (`meta` + counts + shards); returns the document."""
         self._flush()
-        doc = {"format": FORMAT, **meta, "samples": self.samples, "tokens": self.tokens,
-               "loss_tokens": self.loss_tokens, "shards": self.shards}  # fmt: skip
+        doc = {
+            "format": FORMAT,
+            **meta,
+            "samples": self.samples,
+            "tokens": self.tokens,
+            "loss_tokens": self.loss_tokens,
+            "shards": self.shards,
+        }
         atomic_write_json(self.folder / META, doc)
         return doc
 
@@ -151,12 +165,19 @@ def _load_shard(
             str(f), f"expected a shard with input_ids, loss_mask, offsets and ids ({e})"
         ) from e
     n_tok, n = t["input_ids"].numel(), len(t["offsets"]) - 1
-    ok = (isinstance(ids, list) and len(ids) == n == entry.get("samples")
-          and t["loss_mask"].numel() == n_tok == entry.get("tokens")
-          and int(t["offsets"][0]) == 0 and int(t["offsets"][-1]) == n_tok
-          and bool((t["offsets"][1:] >= t["offsets"][:-1]).all()))  # fmt: skip
+    ok = (
+        isinstance(ids, list)
+        and len(ids) == n == entry.get("samples")
+        and t["loss_mask"].numel() == n_tok == entry.get("tokens")
+        and int(t["offsets"][0]) == 0
+        and int(t["offsets"][-1]) == n_tok
+        and bool((t["offsets"][1:] >= t["offsets"][:-1]).all())
+    )
     if not ok:
-        raise bad(str(f), f"expected {entry.get('samples')} samples / {entry.get('tokens')} tokens with consistent offsets, ids and loss_mask, found {n} / {n_tok}")  # fmt: skip
+        raise bad(
+            str(f),
+            f"expected {entry.get('samples')} samples / {entry.get('tokens')} tokens with consistent offsets, ids and loss_mask, found {n} / {n_tok}",
+        )
     return ids, t
 
 
@@ -180,7 +201,10 @@ class PreparedData:
         self._mask = torch.cat(masks).bool() if masks else torch.zeros(0, dtype=torch.bool)
         self._offsets = torch.cat(offs)  # [n+1]
         if len(self.ids) != self.meta.get("samples"):
-            raise bad(str(self.path / META), f"samples: expected {self.meta.get('samples')}, found {len(self.ids)} in the shards")  # fmt: skip
+            raise bad(
+                str(self.path / META),
+                f"samples: expected {self.meta.get('samples')}, found {len(self.ids)} in the shards",
+            )
 
     def __len__(self) -> int:
         return len(self.ids)

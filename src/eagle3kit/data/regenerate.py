@@ -38,9 +38,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.data.conversations import SHAREGPT_ROLES, Malformed, iter_records, validate
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
+from eagle3kit.data.conversations import SHAREGPT_ROLES, Malformed, iter_records, validate
 
 Messages = list[dict[str, str]]
 Generate = Callable[[Messages, str], str]  # (history, sample id) -> the assistant's answer
@@ -58,8 +58,14 @@ class RegenResult:
     output: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {"done": self.done, "failed": self.failed, "already_done": self.already_done,
-                "skipped": self.skipped, "errors": self.errors, "output": self.output}  # fmt: skip
+        return {
+            "done": self.done,
+            "failed": self.failed,
+            "already_done": self.already_done,
+            "skipped": self.skipped,
+            "errors": self.errors,
+            "output": self.output,
+        }
 
 
 # -- conversation records --------------------------------------------------------------------
@@ -114,8 +120,11 @@ def resume_output(path: Path) -> set[str]:
         try:
             ids.add(str(json.loads(line)["id"]))
         except (ValueError, KeyError, TypeError):
-            raise bad(f"{path}:{n}", "expected a JSON object with an 'id' (a finished sample), "
-                      "found something else; fix or remove that line") from None  # fmt: skip
+            raise bad(
+                f"{path}:{n}",
+                "expected a JSON object with an 'id' (a finished sample), "
+                "found something else; fix or remove that line",
+            ) from None
     return ids
 
 
@@ -256,8 +265,12 @@ class ServerPool:
     def request(self, base: str, path: str, body: dict[str, Any] | None) -> dict[str, Any]:
         """One HTTP call; RetryableError for what a retry may fix, Eagle3Error-free otherwise."""
         data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(base + path, data=data, method="GET" if body is None else "POST",
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+        req = urllib.request.Request(
+            base + path,
+            data=data,
+            method="GET" if body is None else "POST",
+            headers={"Content-Type": "application/json"},
+        )
         try:
             with urllib.request.urlopen(req, timeout=self.timeout) as r:
                 raw = r.read()
@@ -283,14 +296,24 @@ class ServerPool:
 
 
 def server_generator(
-    pool: ServerPool, model: str, max_tokens: int, temperature: float,
-    retries: int = 4, backoff: float = 0.5, template_kwargs: dict | None = None,
-) -> Generate:  # fmt: skip
+    pool: ServerPool,
+    model: str,
+    max_tokens: int,
+    temperature: float,
+    retries: int = 4,
+    backoff: float = 0.5,
+    template_kwargs: dict | None = None,
+) -> Generate:
     """Ask ``/v1/chat/completions``; retry with backoff ``backoff * 2^attempt`` (+ jitter, <= 8 s)."""
 
     def generate(history: Messages, sid: str) -> str:
-        body = {"model": model, "messages": history, "max_tokens": max_tokens,
-                "temperature": temperature, "stream": False}  # fmt: skip
+        body = {
+            "model": model,
+            "messages": history,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stream": False,
+        }
         if template_kwargs:
             body["chat_template_kwargs"] = (
                 template_kwargs  # SGLang and vLLM pass these to the template
@@ -390,14 +413,26 @@ def regenerate(
         )
     else:
         pool = ServerPool(list(servers or []), timeout)
-        generate = server_generator(pool, model or pool.model_name(), max_tokens, temperature,
-                                    retries, template_kwargs=template_kwargs)  # fmt: skip
+        generate = server_generator(
+            pool,
+            model or pool.model_name(),
+            max_tokens,
+            temperature,
+            retries,
+            template_kwargs=template_kwargs,
+        )
     _write(outp, pending, generate, concurrency, res, progress)
     return res
 
 
-def _write(outp: Path, pending: list, generate: Generate, concurrency: int, res: RegenResult,
-           progress: Progress | None) -> None:  # fmt: skip
+def _write(
+    outp: Path,
+    pending: list,
+    generate: Generate,
+    concurrency: int,
+    res: RegenResult,
+    progress: Progress | None,
+) -> None:
     """Append each finished sample to OUTPUT as it completes; failures go to `res`."""
     outp.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(outp, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
@@ -413,7 +448,14 @@ def _write(outp: Path, pending: list, generate: Generate, concurrency: int, res:
                 res.done += 1
             n = res.done + len(res.failed)
             rate = n / max(time.monotonic() - t0, 1e-9)
-            emit(progress, "regenerate", n, len(pending), "sample", failed=len(res.failed),
-                 per_s=rate)  # fmt: skip
+            emit(
+                progress,
+                "regenerate",
+                n,
+                len(pending),
+                "sample",
+                failed=len(res.failed),
+                per_s=rate,
+            )
     finally:
         os.close(fd)

@@ -32,10 +32,10 @@ from typing import Any
 import torch
 
 from eagle3kit.core.atomic import atomic_write_json, save_safetensors
-from eagle3kit.data.features import Features, compute_features
-from eagle3kit.data.prepared import META, collate, load_prepared, sha256_file, split_ids
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
+from eagle3kit.data.features import Features, compute_features
+from eagle3kit.data.prepared import META, collate, load_prepared, sha256_file, split_ids
 
 FORMAT = "eagle3kit-features/1"
 MANIFEST = "manifest.json"
@@ -80,26 +80,47 @@ def _vocab(vocab: str | Path | None, target: Any) -> tuple[torch.Tensor, dict[st
 
     d2t, t2d = load_vocab(vocab)
     validate_vocab(d2t, t2d, V, str(vocab))
-    return d2t.long(), {"file": str(Path(vocab).resolve()), "sha256": sha256_file(vocab),
-                        "draft_vocab_size": int(d2t.numel())}  # fmt: skip
+    return d2t.long(), {
+        "file": str(Path(vocab).resolve()),
+        "sha256": sha256_file(vocab),
+        "draft_vocab_size": int(d2t.numel()),
+    }
 
 
 def _data_identity(data: Any) -> dict[str, Any]:
     m = data.meta
-    return {"path": str(data.path.resolve()), "data_json_sha256": sha256_file(data.path / META),
-            "samples": len(data), "tokens": int(m.get("tokens", 0)),
-            "template_sha256": m.get("template_sha256")}  # fmt: skip
+    return {
+        "path": str(data.path.resolve()),
+        "data_json_sha256": sha256_file(data.path / META),
+        "samples": len(data),
+        "tokens": int(m.get("tokens", 0)),
+        "template_sha256": m.get("template_sha256"),
+    }
 
 
 def _fresh_manifest(target: Any, data: Any, vocab_id: dict, topk: int, shard_tokens: int) -> dict:
     vd = vocab_id["draft_vocab_size"]
-    quant = {"aux": "float8_e4m3fn", "aux_scale": "float32 per token per aux layer (amax / 448)",
-             "teacher_logp": "float16", "topk": topk,
-             "teacher_ids": None if topk >= vd else str(ids_dtype(vd)).removeprefix("torch.")}  # fmt: skip
-    return {"format": FORMAT, "target": target.identity(), "aux_layers": list(target.aux_layers),
-            "hidden_size": target.hidden_size, "tokens": 0, "samples": 0, "shards": [],
-            "data": _data_identity(data), "vocab": vocab_id, "quantisation": quant,
-            "shard_tokens": shard_tokens, "complete": False}  # fmt: skip
+    quant = {
+        "aux": "float8_e4m3fn",
+        "aux_scale": "float32 per token per aux layer (amax / 448)",
+        "teacher_logp": "float16",
+        "topk": topk,
+        "teacher_ids": None if topk >= vd else str(ids_dtype(vd)).removeprefix("torch."),
+    }
+    return {
+        "format": FORMAT,
+        "target": target.identity(),
+        "aux_layers": list(target.aux_layers),
+        "hidden_size": target.hidden_size,
+        "tokens": 0,
+        "samples": 0,
+        "shards": [],
+        "data": _data_identity(data),
+        "vocab": vocab_id,
+        "quantisation": quant,
+        "shard_tokens": shard_tokens,
+        "complete": False,
+    }
 
 
 _SAME = ("format", "target", "aux_layers", "data", "vocab", "quantisation", "shard_tokens")
@@ -136,11 +157,17 @@ def _resume(out: Path, fresh: dict[str, Any]) -> dict[str, Any]:
     old = read_manifest(out)
     for key in _SAME:
         if _what(old.get(key)) != _what(fresh[key]):
-            raise bad(str(out / MANIFEST), f"{key}: this run has {json.dumps(fresh[key])}, the store "
-                      f"has {json.dumps(old.get(key))}; resume with the same inputs or use a new -o")  # fmt: skip
+            raise bad(
+                str(out / MANIFEST),
+                f"{key}: this run has {json.dumps(fresh[key])}, the store "
+                f"has {json.dumps(old.get(key))}; resume with the same inputs or use a new -o",
+            )
     for s in old["shards"]:
         if not (out / s["file"]).is_file() or (out / s["file"]).stat().st_size != s["bytes"]:
-            raise bad(str(out / s["file"]), f"expected {s['bytes']} bytes (manifest), found another size or no file")  # fmt: skip
+            raise bad(
+                str(out / s["file"]),
+                f"expected {s['bytes']} bytes (manifest), found another size or no file",
+            )
     return old
 
 
@@ -181,11 +208,14 @@ def _batches(lengths: list[int], start: int, batch_tokens: int) -> list[list[int
 def _sample_tensors(f: Features, row: int, n: int, k: int, ids_dt: torch.dtype | None) -> dict:
     """One sample's first n positions of a Features batch, in the shard's compact dtypes."""
     q, s = quantise_aux(f.aux[row, :n].cpu(), k)
-    t = {"aux": q, "aux_scale": s,
-         "teacher_logp": f.teacher_logp[row, :n].cpu().clamp(min=-1e4).half(),
-         "target_argmax": f.target_argmax[row, :n].cpu().int(),
-         "input_ids": f.input_ids[row, :n].cpu().int(),
-         "loss_mask": f.loss_mask[row, :n].cpu().to(torch.uint8)}  # fmt: skip
+    t = {
+        "aux": q,
+        "aux_scale": s,
+        "teacher_logp": f.teacher_logp[row, :n].cpu().clamp(min=-1e4).half(),
+        "target_argmax": f.target_argmax[row, :n].cpu().int(),
+        "input_ids": f.input_ids[row, :n].cpu().int(),
+        "loss_mask": f.loss_mask[row, :n].cpu().to(torch.uint8),
+    }
     if ids_dt is not None:
         t["teacher_ids"] = f.teacher_ids[row, :n].cpu().to(ids_dt)
     return t
@@ -201,8 +231,15 @@ def _write_shard(out: Path, man: dict, parts: list[dict], ids: list[str]) -> Non
     name = f"shard-{len(man['shards']):05d}.safetensors"
     save_safetensors(out / name, tensors, {"ids": json.dumps(ids), "format": FORMAT})
     n_tok = int(offsets[-1])
-    man["shards"].append({"file": name, "sha256": sha256_file(out / name), "tokens": n_tok,
-                          "samples": len(parts), "bytes": (out / name).stat().st_size})  # fmt: skip
+    man["shards"].append(
+        {
+            "file": name,
+            "sha256": sha256_file(out / name),
+            "tokens": n_tok,
+            "samples": len(parts),
+            "bytes": (out / name).stat().st_size,
+        }
+    )
     man["tokens"] += n_tok
     man["samples"] += len(parts)
     atomic_write_json(out / MANIFEST, man)
@@ -228,7 +265,10 @@ def capture(
     prepared = load_prepared(data)
     want = (prepared.meta.get("target") or {}).get("vocab_size")
     if want is not None and want != target.vocab_size:
-        raise bad(str(Path(data) / META), f"target.vocab_size: expected {target.vocab_size} (the target), found {want}")  # fmt: skip
+        raise bad(
+            str(Path(data) / META),
+            f"target.vocab_size: expected {target.vocab_size} (the target), found {want}",
+        )
     d2t, vocab_id = _vocab(vocab, target)
     vd = vocab_id["draft_vocab_size"]
     k_top = vd if topk is None else min(int(topk), vd)
@@ -290,8 +330,11 @@ class FeatureStore:
         self.path = Path(path)
         self.manifest = read_manifest(self.path)
         if not partial and self.manifest.get("complete") is not True:
-            raise bad(str(self.path / MANIFEST), "complete: expected true (a finished capture), found "
-                      f"{self.manifest.get('complete')!r}; rerun the same `data capture` command to finish it")  # fmt: skip
+            raise bad(
+                str(self.path / MANIFEST),
+                "complete: expected true (a finished capture), found "
+                f"{self.manifest.get('complete')!r}; rerun the same `data capture` command to finish it",
+            )
         self.ids: list[str] = []
         self._where: list[tuple[int, int, int]] = []  # sample -> (shard, token start, token end)
         for si, s in enumerate(self.manifest["shards"]):
@@ -304,7 +347,10 @@ class FeatureStore:
                 ids = json.loads((st.metadata() or {}).get("ids", "[]"))
                 offs = st.get_tensor("offsets").tolist()
             if len(ids) != s["samples"] or len(offs) != s["samples"] + 1 or offs[-1] != s["tokens"]:
-                raise bad(str(f), f"expected {s['samples']} samples / {s['tokens']} tokens (manifest), found {len(ids)} / {offs[-1]}")  # fmt: skip
+                raise bad(
+                    str(f),
+                    f"expected {s['samples']} samples / {s['tokens']} tokens (manifest), found {len(ids)} / {offs[-1]}",
+                )
             self.ids += ids
             self._where += [(si, offs[j], offs[j + 1]) for j in range(len(ids))]
         q = self.manifest["quantisation"]

@@ -35,8 +35,8 @@ import hashlib
 import re
 from typing import Any
 
-from eagle3kit.data.conversations import Malformed
 from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.data.conversations import Malformed
 
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 SENTINEL = "E3K_SENTINEL_ANSWER"
@@ -81,7 +81,9 @@ class ChatEncoder:
         self.where = where
         self.mode = "generation" if marks_generation(self.template) else "prefix-diff"
         if not getattr(tokenizer, "is_fast", False):
-            raise Eagle3Error(f"{where}: expected a fast tokenizer (tokenizer.json) for character offsets, found {type(tokenizer).__name__}")  # fmt: skip
+            raise Eagle3Error(
+                f"{where}: expected a fast tokenizer (tokenizer.json) for character offsets, found {type(tokenizer).__name__}"
+            )
         if self.mode == "prefix-diff":
             self.pre, self.post, self.eot = self._probe()
 
@@ -106,9 +108,13 @@ class ChatEncoder:
             p = self.render([user], True)
             q = self.render([user, {"role": "assistant", "content": SENTINEL}])
         except Malformed as e:
-            raise Eagle3Error(f"{self.where}: the chat template fails on a plain user/assistant pair ({e})") from e  # fmt: skip
+            raise Eagle3Error(
+                f"{self.where}: the chat template fails on a plain user/assistant pair ({e})"
+            ) from e
         if not q.startswith(p) or SENTINEL not in q[len(p) :]:
-            raise Eagle3Error(f"{self.where}: the chat template's assistant turn does not extend its generation prompt; cannot locate answers (add {{% generation %}} marks to the template)")  # fmt: skip
+            raise Eagle3Error(
+                f"{self.where}: the chat template's assistant turn does not extend its generation prompt; cannot locate answers (add {{% generation %}} marks to the template)"
+            )
         diff = q[len(p) :]
         pre, post = diff.split(SENTINEL, 1)
         eot = ""
@@ -162,7 +168,9 @@ class ChatEncoder:
         p = self.render(turns[:i], True)
         q = self.render(turns[: i + 1])
         if not q.startswith(p) or not q.endswith(self.post):
-            raise Malformed(f"turn {i + 1}: the chat template renders this answer outside its generation prompt/suffix")  # fmt: skip
+            raise Malformed(
+                f"turn {i + 1}: the chat template renders this answer outside its generation prompt/suffix"
+            )
         answer = q[len(p) : len(q) - len(self.post)] + self.eot
         if len(p) >= cursor and full.startswith(answer, len(p)):
             return len(p), len(p) + len(answer)  # the template only appends

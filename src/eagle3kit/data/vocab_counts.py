@@ -16,8 +16,8 @@ from typing import Any
 
 import torch
 
-from eagle3kit.data.prepared import META, PreparedData, load_prepared
 from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.data.prepared import META, PreparedData, load_prepared
 
 COMMON_SIZES = (8192, 16384, 32000, 65536)
 
@@ -26,7 +26,10 @@ def loss_token_counts(data: PreparedData, vocab_size: int) -> torch.Tensor:
     """How often each target id occurs as a loss token -> int64 [vocab_size]."""
     toks = data.all_input_ids[data.all_loss_mask].long()  # [N_loss]
     if toks.numel() and int(toks.max()) >= vocab_size:
-        raise bad(str(data.path / META), f"token ids: expected < {vocab_size} (target vocab_size), found {int(toks.max())}")  # fmt: skip
+        raise bad(
+            str(data.path / META),
+            f"token ids: expected < {vocab_size} (target vocab_size), found {int(toks.max())}",
+        )
     return torch.bincount(toks, minlength=vocab_size)  # [V]
 
 
@@ -48,14 +51,25 @@ def draft_vocab(
     d = load_prepared(data)
     vocab_size = (d.meta.get("target") or {}).get("vocab_size")
     if not isinstance(vocab_size, int) or vocab_size < 1:
-        raise bad(str(d.path / META), f"target.vocab_size: expected a positive int, found {vocab_size!r}")  # fmt: skip
+        raise bad(
+            str(d.path / META), f"target.vocab_size: expected a positive int, found {vocab_size!r}"
+        )
     if not 1 <= draft_vocab_size <= vocab_size:
-        raise Eagle3Error(f"--draft-vocab-size: expected 1..{vocab_size} (the target's vocab_size), found {draft_vocab_size}")  # fmt: skip
+        raise Eagle3Error(
+            f"--draft-vocab-size: expected 1..{vocab_size} (the target's vocab_size), found {draft_vocab_size}"
+        )
     counts = loss_token_counts(d, vocab_size)  # [V]
     if int(counts.sum()) == 0:
         raise bad(str(d.path / META), "loss_tokens: expected some, found 0")
     d2t, t2d = build_vocab(counts, draft_vocab_size)
     save_vocab(out, d2t, t2d)
-    table = coverage(counts, sizes if sizes is not None else coverage_sizes(draft_vocab_size, vocab_size))  # fmt: skip
-    return {"draft_vocab_size": draft_vocab_size, "coverage": table, "vocab_size": vocab_size,
-            "loss_tokens": int(counts.sum()), "out": str(out)}  # fmt: skip
+    table = coverage(
+        counts, sizes if sizes is not None else coverage_sizes(draft_vocab_size, vocab_size)
+    )
+    return {
+        "draft_vocab_size": draft_vocab_size,
+        "coverage": table,
+        "vocab_size": vocab_size,
+        "loss_tokens": int(counts.sum()),
+        "out": str(out),
+    }

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
+from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode.sampling import Sampling, accept_sampled, draft_probs_on_target, draw, probs
 from eagle3kit.decode.stats import Cycle, DecodeStats
 from eagle3kit.decode.tree import draft_tree, walk
-from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.model.drafter import DraftCache
 
 

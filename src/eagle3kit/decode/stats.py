@@ -58,8 +58,10 @@ class DecodeStats:
 
     def per_position_acceptance(self) -> list[float]:
         n = len(self.cycles)
-        return [sum(c.accepted >= i for c in self.cycles) / n if n else 0.0
-                for i in range(1, self.depth + 1)]  # fmt: skip
+        return [
+            sum(c.accepted >= i for c in self.cycles) / n if n else 0.0
+            for i in range(1, self.depth + 1)
+        ]
 
     def conditional_acceptance(self) -> list[float]:
         return conditional(self.per_position_acceptance())

@@ -73,10 +73,13 @@ def _run_lookup(
     try:
         with torch.no_grad():
             out = target.model.generate(
-                torch.tensor([ids], device=target.device), do_sample=False,
-                max_new_tokens=n_new, prompt_lookup_num_tokens=lookup, eos_token_id=eos,
+                torch.tensor([ids], device=target.device),
+                do_sample=False,
+                max_new_tokens=n_new,
+                prompt_lookup_num_tokens=lookup,
+                eos_token_id=eos,
                 pad_token_id=eos if eos is not None else 0,
-            )[0, len(ids):].tolist()  # fmt: skip
+            )[0, len(ids) :].tolist()
     finally:
         count.close()
     if eos is not None and eos in out:
@@ -101,17 +104,37 @@ def _run(method, target, drafter, ids, cfg) -> dict[str, Any]:
         g = greedy_generate(target, ids, max_new_tokens=cfg["max_new_tokens"], eos_token_id=eos)
     else:
         tree = cfg["tree"] if method == "tree" else None
-        g = speculative_generate(target, drafter, ids, max_new_tokens=cfg["max_new_tokens"],
-                                 depth=cfg["tree_depth" if tree else "depth"], tree=tree,
-                                 eos_token_id=eos)  # fmt: skip
-    return {"tokens": g.tokens, "s": g.stats.total_s, "forwards": len(g.stats.cycles),
-            "stats": g.stats}  # fmt: skip
+        g = speculative_generate(
+            target,
+            drafter,
+            ids,
+            max_new_tokens=cfg["max_new_tokens"],
+            depth=cfg["tree_depth" if tree else "depth"],
+            tree=tree,
+            eos_token_id=eos,
+        )
+    return {
+        "tokens": g.tokens,
+        "s": g.stats.total_s,
+        "forwards": len(g.stats.cycles),
+        "stats": g.stats,
+    }
 
 
-def bench(target, drafter=None, prompts: list[list[int]] | None = None, *, repeats: int = 5,
-          max_new_tokens: int = 128, depth: int = 4, tree=None, tree_depth: int = 5,
-          lookup: int = 10, methods: tuple[str, ...] | None = None,
-          progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+def bench(
+    target,
+    drafter=None,
+    prompts: list[list[int]] | None = None,
+    *,
+    repeats: int = 5,
+    max_new_tokens: int = 128,
+    depth: int = 4,
+    tree=None,
+    tree_depth: int = 5,
+    lookup: int = 10,
+    methods: tuple[str, ...] | None = None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Measure every method on `prompts` (module docstring); returns the JSON document."""
     from eagle3kit.decode import TreeShape
 
@@ -124,8 +147,13 @@ def bench(target, drafter=None, prompts: list[list[int]] | None = None, *, repea
         raise Eagle3Error(f"bench: unknown methods {unknown}, expected some of {list(METHODS)}")
     if drafter is None and {"chain", "tree"} & set(names):
         raise Eagle3Error("bench: the chain and tree methods need --drafter")
-    cfg = {"max_new_tokens": max_new_tokens, "depth": depth, "tree": tree or TreeShape(),
-           "tree_depth": tree_depth, "lookup": lookup}  # fmt: skip
+    cfg = {
+        "max_new_tokens": max_new_tokens,
+        "depth": depth,
+        "tree": tree or TreeShape(),
+        "tree_depth": tree_depth,
+        "lookup": lookup,
+    }
     runs: dict[str, list[dict[str, Any]]] = {m: [] for m in names}
     done, total = 0, repeats * len(names) * len(prompts)
     for r in range(repeats):
@@ -153,8 +181,11 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
         # tokens after the prefill's one, counting an EOS that ended a run (it cost a forward)
         ended = [len(x["tokens"]) < cfg["max_new_tokens"] for x in runs[m]]
         new = sum(len(x["tokens"]) + e - 1 for x, e in zip(runs[m], ended, strict=True))
-        row = {"name": m, "tokens_per_s": {"median": statistics.median(tps), "min": min(tps),
-               "max": max(tps)}, "accept_len": new / fwd if fwd else 1.0}  # fmt: skip
+        row = {
+            "name": m,
+            "tokens_per_s": {"median": statistics.median(tps), "min": min(tps), "max": max(tps)},
+            "accept_len": new / fwd if fwd else 1.0,
+        }
         if greedy_tokens:
             row["same_tokens_as_greedy"] = all(
                 x["tokens"] == greedy_tokens[i % len(prompts)] for i, x in enumerate(runs[m])
@@ -188,9 +219,14 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
 def _bound(st, t_decode: float | None) -> dict[str, Any]:
     """tau and cycle times of our method, and the ideal speedup tau*t_decode/(draft+verify)."""
     draft, verify = st.mean_ms("draft_s"), st.mean_ms("verify_s")
-    out = {"depth": st.depth, "tau": st.accept_len, "draft_ms": draft, "verify_ms": verify,
-           "cycle_ms": st.mean_ms("cycle_s"),
-           "per_position_acceptance": st.per_position_acceptance()}  # fmt: skip
+    out = {
+        "depth": st.depth,
+        "tau": st.accept_len,
+        "draft_ms": draft,
+        "verify_ms": verify,
+        "cycle_ms": st.mean_ms("cycle_s"),
+        "per_position_acceptance": st.per_position_acceptance(),
+    }
     if t_decode:
         out["ideal_speedup"] = st.accept_len * 1e3 * t_decode / (draft + verify)
     return out

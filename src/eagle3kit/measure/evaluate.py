@@ -97,8 +97,15 @@ def _encode_jsonl(
     return out, skipped
 
 
-def evaluate_offline(target, drafter, data: EvalData, depth: int = 3, *, batch_size: int = 8,
-                     progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+def evaluate_offline(
+    target,
+    drafter,
+    data: EvalData,
+    depth: int = 3,
+    *,
+    batch_size: int = 8,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Teacher-forced acceptance on the held-out samples (module docstring)."""
     from eagle3kit.data.features import compute_features
     from eagle3kit.data.prepared import Sample, collate
@@ -139,9 +146,17 @@ def _spread(xs: list[float]) -> dict[str, float]:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
 
-def evaluate_online(target, drafter, prompts: list[list[int]], depth: int = 3, *,
-                    max_new_tokens: int = 128, repeats: int = 3, tree=None,
-                    progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+def evaluate_online(
+    target,
+    drafter,
+    prompts: list[list[int]],
+    depth: int = 3,
+    *,
+    max_new_tokens: int = 128,
+    repeats: int = 3,
+    tree=None,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Real decoding of `prompts`: speculative (chain, or tree) against plain greedy."""
     from eagle3kit.decode import greedy_generate, speculative_generate
 
@@ -160,8 +175,15 @@ def evaluate_online(target, drafter, prompts: list[list[int]], depth: int = 3, *
                         target, ids, max_new_tokens=max_new_tokens, eos_token_id=eos
                     )
                 else:
-                    g = speculative_generate(target, drafter, ids, max_new_tokens=max_new_tokens,
-                                             depth=depth, tree=tree, eos_token_id=eos)  # fmt: skip
+                    g = speculative_generate(
+                        target,
+                        drafter,
+                        ids,
+                        max_new_tokens=max_new_tokens,
+                        depth=depth,
+                        tree=tree,
+                        eos_token_id=eos,
+                    )
                 times[name][0] += g.stats.total_s
                 times[name][1] += g.stats.new_tokens
                 out[name] = g
@@ -206,19 +228,41 @@ def _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, n_prompts,
     }
 
 
-def evaluate(target, drafter, data: EvalData, depth: int = 3, *, online: bool = False,
-             max_new_tokens: int = 128, repeats: int = 3, limit: int | None = 20,
-             progress: Progress | None = None) -> dict[str, Any]:  # fmt: skip
+def evaluate(
+    target,
+    drafter,
+    data: EvalData,
+    depth: int = 3,
+    *,
+    online: bool = False,
+    max_new_tokens: int = 128,
+    repeats: int = 3,
+    limit: int | None = 20,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
     """Offline always; with `online`, also real decoding, and the offline-online gap, taken
     against offline on the very answers decoding covered (`_as_decoded`)."""
     off = evaluate_offline(target, drafter, data, depth, progress=progress)
     if not online:
         return off
     same = _as_decoded(data, limit, max_new_tokens)
-    on = evaluate_online(target, drafter, same.prompts, depth, max_new_tokens=max_new_tokens,
-                         repeats=repeats, progress=progress)  # fmt: skip
-    keys = ("accept_len", "per_position_acceptance", "conditional_acceptance", "cycles",
-            "all_positions", "samples")  # fmt: skip
+    on = evaluate_online(
+        target,
+        drafter,
+        same.prompts,
+        depth,
+        max_new_tokens=max_new_tokens,
+        repeats=repeats,
+        progress=progress,
+    )
+    keys = (
+        "accept_len",
+        "per_position_acceptance",
+        "conditional_acceptance",
+        "cycles",
+        "all_positions",
+        "samples",
+    )
     on["offline"] = {k: off[k] for k in keys}
     off_same = evaluate_offline(target, drafter, same, depth)
     on["offline_same_answers"] = {k: off_same[k] for k in keys}
@@ -276,8 +320,10 @@ def plan_args_from_eval(path: str | Path, given: dict[str, Any]) -> dict[str, An
     """Fill `plan`'s decode_ms, cycle_ms, accept_len and depth from an eval JSON, each only
     where the user gave nothing for that group (baseline, cycle, acceptance, depth)."""
     f = plan_inputs(path)
-    out = {k: given.get(k) for k in ("decode_ms", "cycle_ms", "accept_len", "depth",
-                                     "new_tokens", "prefill_ms")}  # fmt: skip
+    out = {
+        k: given.get(k)
+        for k in ("decode_ms", "cycle_ms", "accept_len", "depth", "new_tokens", "prefill_ms")
+    }
     groups = {
         "new_tokens": ("new_tokens",),
         "prefill_ms": ("prefill_ms",),

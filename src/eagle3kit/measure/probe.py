@@ -122,8 +122,9 @@ def _with_aux(target: Any, layers: Sequence[int]) -> Any:
     """A TargetModel over the same weights that captures ``layers`` instead."""
     from eagle3kit.model.target import TargetModel
 
-    return TargetModel(target.model, target.tokenizer, aux_layers=tuple(layers),
-                       name_or_path=target.name_or_path)  # fmt: skip
+    return TargetModel(
+        target.model, target.tokenizer, aux_layers=tuple(layers), name_or_path=target.name_or_path
+    )
 
 
 def _features(target: Any, batch: Batch, drafter: Any, chunk: int = 8) -> list[Any]:
@@ -132,8 +133,9 @@ def _features(target: Any, batch: Batch, drafter: Any, chunk: int = 8) -> list[A
     out = []
     for s in range(0, batch.input_ids.shape[0], chunk):
         sl = slice(s, s + chunk)
-        f = compute_features(target, batch.input_ids[sl], batch.attention_mask[sl],
-                             batch.loss_mask[sl], drafter.d2t)  # fmt: skip
+        f = compute_features(
+            target, batch.input_ids[sl], batch.attention_mask[sl], batch.loss_mask[sl], drafter.d2t
+        )
         out.append(f.to(drafter.fc.weight.device, drafter.fc.weight.dtype))
     return out
 
@@ -173,8 +175,14 @@ def aux_candidates(spec: Any, num_layers: int) -> list[dict[str, Any]]:
         if layers in seen or not all(0 <= i < num_layers for i in layers):
             continue
         seen.add(layers)
-        out.append({"reading": name, "layers": list(layers), "writers": who,
-                    "declared": spec.aux_layers is not None and tuple(spec.aux_layers) == layers})  # fmt: skip
+        out.append(
+            {
+                "reading": name,
+                "layers": list(layers),
+                "writers": who,
+                "declared": spec.aux_layers is not None and tuple(spec.aux_layers) == layers,
+            }
+        )
     if not out:
         raise Eagle3Error(
             f"probe: aux ids {list(raw)} fit neither reading on a {num_layers}-layer target"
@@ -234,8 +242,8 @@ def engine_capture(
     spec: Any, layout: str, target: Any, chosen: Sequence[int], src: str
 ) -> dict[str, Any]:
     """What each engine captures for D as written, whether that is ``chosen``, and the fix."""
-    from eagle3kit.checkpoint.compat import captured_layers
     from eagle3kit.checkpoint import engines as E
+    from eagle3kit.checkpoint.compat import captured_layers
 
     chosen = list(chosen)
     family = E.target_family(target.config.to_dict())
@@ -250,8 +258,9 @@ def engine_capture(
         if cap != chosen:
             ids = _fix_ids(eng, family, chosen, target.num_layers)
             where = "nested" if eng == "sglang" else "top"
-            serves = E.releases_capturing(eng, family, {where: tuple(ids)}, target.num_layers,
-                                          chosen)  # fmt: skip
+            serves = E.releases_capturing(
+                eng, family, {where: tuple(ids)}, target.num_layers, chosen
+            )
             fix = f"set {key} to {ids} in config.json (captured right by {', '.join(serves)})"
             if declared_ok:
                 fix = f"eagle3kit convert {src} --to {eng} -o OUT  (or {fix})"
@@ -264,8 +273,9 @@ def engine_capture(
     return out
 
 
-def hidden_similarity(ref_feats: list[Any], new_feats: list[Any], drafter: Any,
-                      layers: Sequence[int]) -> tuple[list[dict[str, Any]], dict[str, float]]:  # fmt: skip
+def hidden_similarity(
+    ref_feats: list[Any], new_feats: list[Any], drafter: Any, layers: Sequence[int]
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """OLD vs NEW at ``layers`` on the batch's real tokens, from each target's features of the
     same batch; and on fc(aux), D's view of them."""
     import torch
@@ -284,8 +294,9 @@ def hidden_similarity(ref_feats: list[Any], new_feats: list[Any], drafter: Any,
     return rows, compare(fa, fb)
 
 
-def online_accept_len(drafter: Any, target: Any, batch: Batch, depth: int, n_prompts: int,
-                      max_new: int) -> dict[str, Any] | None:  # fmt: skip
+def online_accept_len(
+    drafter: Any, target: Any, batch: Batch, depth: int, n_prompts: int, max_new: int
+) -> dict[str, Any] | None:
     """Real chain decoding on the first ``n_prompts`` prompts (the tokens before the first
     assistant token): tau = emitted tokens / target verifies. None without `eagle3kit.decode`."""
     if n_prompts <= 0:
@@ -298,8 +309,13 @@ def online_accept_len(drafter: Any, target: Any, batch: Batch, depth: int, n_pro
     for b in range(min(n_prompts, batch.input_ids.shape[0])):
         lm = batch.loss_mask[b]
         start = int(lm.nonzero()[0]) if lm.any() else int(batch.attention_mask[b].sum())
-        r = speculative_generate(target, drafter, batch.input_ids[b, :start].tolist(),
-                                 max_new_tokens=max_new, depth=depth)  # fmt: skip
+        r = speculative_generate(
+            target,
+            drafter,
+            batch.input_ids[b, :start].tolist(),
+            max_new_tokens=max_new,
+            depth=depth,
+        )
         accepted += sum(c.accepted + 1 for c in r.stats.cycles)
         cycles += len(r.stats.cycles)
         tokens += r.stats.new_tokens
@@ -342,8 +358,12 @@ def break_even(
             depth=depth,
         )
         out["break_even_accept_len"] = round(r.break_even_accept_len, 6)
-        out[name] = {"accept_len": tau, "tps": round(r.throughput_tps, 3),
-                     "speedup": round(r.speedup, 4), "pays": r.pays}  # fmt: skip
+        out[name] = {
+            "accept_len": tau,
+            "tps": round(r.throughput_tps, 3),
+            "speedup": round(r.speedup, 4),
+            "pays": r.pays,
+        }
     return out
 
 
@@ -371,8 +391,10 @@ def decide(
     retention = None
     if tau_ref is not None and tau_ref > 1:
         retention = (tau - 1) / (tau_ref - 1)
-        reasons.append(f"offline accept length {tau:.3f} on the new target vs {tau_ref:.3f} on the "
-                       f"reference: keeps {retention:.0%} of the gain (plug-in needs >= {PLUG_IN_RETENTION:.0%})")  # fmt: skip
+        reasons.append(
+            f"offline accept length {tau:.3f} on the new target vs {tau_ref:.3f} on the "
+            f"reference: keeps {retention:.0%} of the gain (plug-in needs >= {PLUG_IN_RETENTION:.0%})"
+        )
     else:
         reasons.append(
             f"offline accept length {tau:.3f} on the new target (no reference to compare)"
@@ -384,9 +406,11 @@ def decide(
     pays = None
     if be is not None and "target" in be:
         pays = be["target"]["pays"]
-        reasons.append(f"plan: break-even accept length {be['break_even_accept_len']:.2f} "
-                       f"({be['baseline_tps']:g} tok/s x {be['cycle_ms']:g} ms); at {tau:.2f}: "
-                       f"{be['target']['tps']:.1f} tok/s, {be['target']['speedup']:.2f}x")  # fmt: skip
+        reasons.append(
+            f"plan: break-even accept length {be['break_even_accept_len']:.2f} "
+            f"({be['baseline_tps']:g} tok/s x {be['cycle_ms']:g} ms); at {tau:.2f}: "
+            f"{be['target']['tps']:.1f} tok/s, {be['target']['speedup']:.2f}x"
+        )
     lost = retention is not None and retention < WARM_START_RETENTION
     if lost and (fc_cosine is None or fc_cosine < WARM_START_FC_COSINE):
         return "from-scratch", reasons
@@ -421,8 +445,16 @@ def _on(drafter: Any, target: Any, own_embed: bool) -> Any:
     return drafter
 
 
-def _online(d: Any, target: Any, layers: Sequence[int], own_embed: bool, batch: Batch, depth: int,
-            n: int, max_new: int) -> dict[str, Any] | None:  # fmt: skip
+def _online(
+    d: Any,
+    target: Any,
+    layers: Sequence[int],
+    own_embed: bool,
+    batch: Batch,
+    depth: int,
+    n: int,
+    max_new: int,
+) -> dict[str, Any] | None:
     t = _with_aux(target, layers)
     try:
         return online_accept_len(_on(d, t, own_embed), t, batch, depth, n, max_new)
@@ -430,9 +462,18 @@ def _online(d: Any, target: Any, layers: Sequence[int], own_embed: bool, batch: 
         t.close()
 
 
-def _against_reference(d: Any, new: Any, ref: Any, batch: Batch, layers: Sequence[int], own_embed: bool,
-                       depth: int, online_args: tuple[int, int], progress: Progress | None,
-                       new_feats: list[Any]):  # fmt: skip
+def _against_reference(
+    d: Any,
+    new: Any,
+    ref: Any,
+    batch: Batch,
+    layers: Sequence[int],
+    own_embed: bool,
+    depth: int,
+    online_args: tuple[int, int],
+    progress: Progress | None,
+    new_feats: list[Any],
+):
     """Similarity OLD vs NEW, D's offline acceptance on OLD, and online decoding on both.
     ``new_feats``: NEW's features of the batch at ``layers`` (from detect_aux)."""
     stages = 5
@@ -486,20 +527,38 @@ def probe(
     c = compat(drafter, target, "both")
     layout, spec, d, new, ref = _load(drafter, target, reference, device, dtype)
     own_embed = bool(d.embed_loaded)
-    doc: dict[str, Any] = {"drafter": drafter, "target": target, "reference": reference,
-                           "compat": c.to_json(), "depth": depth}  # fmt: skip
+    doc: dict[str, Any] = {
+        "drafter": drafter,
+        "target": target,
+        "reference": reference,
+        "compat": c.to_json(),
+        "depth": depth,
+    }
     if not _runs_on(spec, new):
         v, why = decide(False, None, None, None, None)
-        return {**doc, "aux": None, "similarity": [], "fc_similarity": None, "data": None,
-                "acceptance": None, "accept_len": {"target": None, "reference": None},
-                "break_even": None, "verdict": v, "reasons": why}  # fmt: skip
+        return {
+            **doc,
+            "aux": None,
+            "similarity": [],
+            "fc_similarity": None,
+            "data": None,
+            "acceptance": None,
+            "accept_len": {"target": None, "reference": None},
+            "break_even": None,
+            "verdict": v,
+            "reasons": why,
+        }
     batch = (
         data_batch(data, samples, max_len)
         if data
         else builtin_batch(new.tokenizer, samples, max_len)
     )
-    doc["data"] = {"source": batch.source, "sequences": int(batch.input_ids.shape[0]),
-                   "tokens": int(batch.attention_mask.sum()), "scored": int(batch.loss_mask.sum())}  # fmt: skip
+    doc["data"] = {
+        "source": batch.source,
+        "sequences": int(batch.input_ids.shape[0]),
+        "tokens": int(batch.attention_mask.sum()),
+        "scored": int(batch.loss_mask.sum()),
+    }
     emit(progress, "probe", 1, stages, "stage", doing="aux readings")
     aux = detect_aux(_on(d, new, own_embed), new, batch, spec, depth)
     layers = aux["chosen"]["layers"]
@@ -529,7 +588,14 @@ def probe(
             "in accept length; kept the config's reading"
         )
     emit(progress, "probe", stages, stages, "stage", doing="done")
-    return {**doc, "aux": aux, "similarity": sim, "fc_similarity": fc_sim,
-            "acceptance": {"target": acc_new, "reference": acc_ref},
-            "accept_len": {"target": tau, "reference": tau_ref, "online": online},
-            "break_even": be, "verdict": verdict, "reasons": reasons}  # fmt: skip
+    return {
+        **doc,
+        "aux": aux,
+        "similarity": sim,
+        "fc_similarity": fc_sim,
+        "acceptance": {"target": acc_new, "reference": acc_ref},
+        "accept_len": {"target": tau, "reference": tau_ref, "online": online},
+        "break_even": be,
+        "verdict": verdict,
+        "reasons": reasons,
+    }

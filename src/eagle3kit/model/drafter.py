@@ -26,6 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.spec import DraftSpec, spec_for_target
 from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter's public API)
     Attention,
     DraftCache,
@@ -34,7 +35,6 @@ from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter
     causal_mask,
     make_attention,
 )
-from eagle3kit.core.spec import DraftSpec, spec_for_target
 
 
 class MLP(nn.Module):
@@ -234,9 +234,14 @@ class Eagle3Drafter(nn.Module):
         return cls.from_tensors(spec, tensors, device=device, dtype=dtype)
 
     @classmethod
-    def from_tensors(cls, spec: DraftSpec, tensors: dict[str, torch.Tensor], *,
-                     device: torch.device | str = "cpu",
-                     dtype: torch.dtype | None = None) -> Eagle3Drafter:  # fmt: skip
+    def from_tensors(
+        cls,
+        spec: DraftSpec,
+        tensors: dict[str, torch.Tensor],
+        *,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | None = None,
+    ) -> Eagle3Drafter:
         """A drafter of `spec` holding canonical-named `tensors` (dtype default: the spec's)."""
         model = cls(spec, device=device, dtype=dtype or getattr(torch, spec.dtype, torch.float32))
         model.load_canonical(tensors)

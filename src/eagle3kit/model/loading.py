@@ -22,8 +22,14 @@ def resolve_target(name_or_path: str) -> str:
     return name_or_path
 
 
-def load_pair(target: str, drafter: str | None, *, device: str = "cpu", dtype: Any = "float32",
-              trust_remote_code: bool = False) -> tuple[Any, Any]:  # fmt: skip
+def load_pair(
+    target: str,
+    drafter: str | None,
+    *,
+    device: str = "cpu",
+    dtype: Any = "float32",
+    trust_remote_code: bool = False,
+) -> tuple[Any, Any]:
     """(TargetModel, Eagle3Drafter | None) on one device and dtype.
 
     The target captures the drafter's aux layers when its checkpoint records them; the drafter
@@ -38,14 +44,25 @@ def load_pair(target: str, drafter: str | None, *, device: str = "cpu", dtype: A
     if drafter is not None:
         d = Eagle3Drafter.from_pretrained(drafter, device=device, dtype=dt)
     aux = d.spec.aux_layers if d is not None else None
-    tm = TargetModel.from_pretrained(resolve_target(target), device=device, dtype=dt,
-                                     aux_layers=aux, trust_remote_code=trust_remote_code)  # fmt: skip
+    tm = TargetModel.from_pretrained(
+        resolve_target(target),
+        device=device,
+        dtype=dt,
+        aux_layers=aux,
+        trust_remote_code=trust_remote_code,
+    )
     if d is None:
         return tm, None
     if d.spec.vocab_size != tm.vocab_size:
-        raise bad(f"{drafter}/config.json", f"vocab_size: expected the target's {tm.vocab_size}, found {d.spec.vocab_size}")  # fmt: skip
+        raise bad(
+            f"{drafter}/config.json",
+            f"vocab_size: expected the target's {tm.vocab_size}, found {d.spec.vocab_size}",
+        )
     if d.spec.target_hidden_size != tm.hidden_size:
-        raise bad(f"{drafter}/config.json", f"target_hidden_size: expected the target's {tm.hidden_size}, found {d.spec.target_hidden_size}")  # fmt: skip
+        raise bad(
+            f"{drafter}/config.json",
+            f"target_hidden_size: expected the target's {tm.hidden_size}, found {d.spec.target_hidden_size}",
+        )
     if not d.embed_loaded:
         d.set_embedding(tm.embed_tokens.weight)
     return tm, d.eval()

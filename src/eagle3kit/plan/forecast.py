@@ -448,8 +448,9 @@ def _depth_points(cycle: CycleModel, acc: Acceptance, k: int, kmax: int) -> list
     return out
 
 
-def _target(target: float, base: float, cycle_s: float, k: int,
-            depths: list[DepthPoint]) -> TargetResult:  # fmt: skip
+def _target(
+    target: float, base: float, cycle_s: float, k: int, depths: list[DepthPoint]
+) -> TargetResult:
     """What a target tok/s needs at depth k, and (composed) the depth that asks the least."""
     t = _positive("--target-tps", target, "a rate in tok/s")
     if t <= base:

@@ -63,8 +63,9 @@ def training_curves(runs: dict[str, list[dict[str, Any]]]) -> bytes | None:
     return _png(fig)
 
 
-def throughput(baseline_tps: float, cycle_ms: float, depth: int,
-               points: dict[str, tuple[float, float]]) -> bytes | None:  # fmt: skip
+def throughput(
+    baseline_tps: float, cycle_ms: float, depth: int, points: dict[str, tuple[float, float]]
+) -> bytes | None:
     """tok/s = tau / cycle_s against tau, the baseline, break-even tau = baseline x cycle_s,
     and the measured (tau, tok/s) points."""
     if baseline_tps <= 0 or cycle_ms <= 0:

@@ -68,10 +68,16 @@ def _bench_summary(doc: dict) -> dict | None:
     g, c = rows.get("greedy"), rows.get("chain") or rows.get("tree")
     if not g or not c or "tau" not in c:
         return None
-    return {"label": c["name"], "baseline_tps": g["tokens_per_s"]["median"],
-            "spec_tps": c["tokens_per_s"]["median"], "speedup": c["speedup"], "accept_len": c["tau"],
-            "cycle_ms": c["cycle_ms"], "depth": c["depth"],
-            "per_position_acceptance": c["per_position_acceptance"]}  # fmt: skip
+    return {
+        "label": c["name"],
+        "baseline_tps": g["tokens_per_s"]["median"],
+        "spec_tps": c["tokens_per_s"]["median"],
+        "speedup": c["speedup"],
+        "accept_len": c["tau"],
+        "cycle_ms": c["cycle_ms"],
+        "depth": c["depth"],
+        "per_position_acceptance": c["per_position_acceptance"],
+    }
 
 
 def collect(run_dirs: list[str | Path]) -> Found:
@@ -120,39 +126,89 @@ def headline(f: Found) -> list[tuple]:
         return []
     rows = []
     base = f.benches[0][1]
-    rows.append(["baseline (plain decoding)", _n(base["baseline_tps"], ".1f"), "-", "1.00x", "1.00",
-                 f.benches[0][0]])  # fmt: skip
+    rows.append(
+        [
+            "baseline (plain decoding)",
+            _n(base["baseline_tps"], ".1f"),
+            "-",
+            "1.00x",
+            "1.00",
+            f.benches[0][0],
+        ]
+    )
     for cite, b in f.benches:
-        rows.append([b.get("label", cite), _n(b["spec_tps"], ".1f"), _n(b["baseline_tps"], ".1f"),
-                     _n(b["speedup"], ".2f") + "x", _n(b["accept_len"], ".2f"), cite])  # fmt: skip
+        rows.append(
+            [
+                b.get("label", cite),
+                _n(b["spec_tps"], ".1f"),
+                _n(b["baseline_tps"], ".1f"),
+                _n(b["speedup"], ".2f") + "x",
+                _n(b["accept_len"], ".2f"),
+                cite,
+            ]
+        )
     head = ["", "tok/s", "plain tok/s, same run", "speedup", "τ", "source"]
-    return [("h2", "Headline"), ("table", head, rows),
-            ("p", "Each speedup is against plain decoding measured in the same run, interleaved.")]  # fmt: skip
+    return [
+        ("h2", "Headline"),
+        ("table", head, rows),
+        ("p", "Each speedup is against plain decoding measured in the same run, interleaved."),
+    ]
 
 
 def probe_blocks(f: Found) -> list[tuple]:
     out: list[tuple] = []
     for cite, p in f.probes:
         out.append(("h2", f"Phase 0 probe: verdict {p['verdict']}"))
-        out.append(("p", f"Drafter {p['drafter']} on {p['target']}"
-                         + (f", reference {p['reference']}" if p.get("reference") else "") + f" [{cite}]."))  # fmt: skip
+        out.append(
+            (
+                "p",
+                f"Drafter {p['drafter']} on {p['target']}"
+                + (f", reference {p['reference']}" if p.get("reference") else "")
+                + f" [{cite}].",
+            )
+        )
         out.append(("list", [f"{r} [{cite}]" for r in p["reasons"]]))
         aux = p.get("aux")
         if aux:
-            rows = [[c["reading"], str(c["layers"]), "yes" if c["declared"] else "",
-                     _n(aux["acceptance"][c["reading"]]["accept_len"]),
-                     "chosen" if c["reading"] == aux["chosen"]["reading"] else "", cite]
-                    for c in aux["candidates"]]  # fmt: skip
+            rows = [
+                [
+                    c["reading"],
+                    str(c["layers"]),
+                    "yes" if c["declared"] else "",
+                    _n(aux["acceptance"][c["reading"]]["accept_len"]),
+                    "chosen" if c["reading"] == aux["chosen"]["reading"] else "",
+                    cite,
+                ]
+                for c in aux["candidates"]
+            ]
             out.append(("h3", "Which hidden states was the drafter trained on?"))
             out.append(
                 ("table", ["reading", "HF layers", "config says", "offline τ", "", "source"], rows)
             )
-            out.append(("list", [f"{eng}: captures {e['captures']}: " + ("correct" if e["ok"] else f"wrong; {e['fix']}")
-                                 + f" [{cite}]" for eng, e in aux.get("engines", {}).items()]))  # fmt: skip
+            out.append(
+                (
+                    "list",
+                    [
+                        f"{eng}: captures {e['captures']}: "
+                        + ("correct" if e["ok"] else f"wrong; {e['fix']}")
+                        + f" [{cite}]"
+                        for eng, e in aux.get("engines", {}).items()
+                    ],
+                )
+            )
         if p["similarity"]:
-            rows = [[f"h[{s['layer']}]", _n(s["cosine_mean"], ".4f"), _n(s["cosine_p10"], ".4f"),
-                     _n(s["cka"], ".4f"), _n(s["norm_ratio"], ".3f"), cite]
-                    for s in p["similarity"] + ([{"layer": "fc", **p["fc_similarity"]}] if p["fc_similarity"] else [])]  # fmt: skip
+            rows = [
+                [
+                    f"h[{s['layer']}]",
+                    _n(s["cosine_mean"], ".4f"),
+                    _n(s["cosine_p10"], ".4f"),
+                    _n(s["cka"], ".4f"),
+                    _n(s["norm_ratio"], ".3f"),
+                    cite,
+                ]
+                for s in p["similarity"]
+                + ([{"layer": "fc", **p["fc_similarity"]}] if p["fc_similarity"] else [])
+            ]
             rows[-1][0] = "fc(aux)" if p["fc_similarity"] else rows[-1][0]
             out.append(("h3", "Hidden-state similarity (reference vs new target, same tokens)"))
             out.append(
@@ -163,8 +219,13 @@ def probe_blocks(f: Found) -> list[tuple]:
                 )
             )
         al = p["accept_len"]
-        out.append(("p", f"Offline accept length (depth {p['depth']}): new target {_n(al['target'])}, "
-                         f"reference {_n(al['reference'])} [{cite}]."))  # fmt: skip
+        out.append(
+            (
+                "p",
+                f"Offline accept length (depth {p['depth']}): new target {_n(al['target'])}, "
+                f"reference {_n(al['reference'])} [{cite}].",
+            )
+        )
     return out
 
 
@@ -182,11 +243,37 @@ def train_blocks(f: Found) -> list[tuple]:
     rows = []
     for cite, s, m, cfg in f.runs:
         first = m[0]["sim_accept_len"] if m else None
-        rows.append([_run_name(cite), "warm start" if s.get("init_from") else "from scratch",
-                     str(s.get("steps")), str(cfg.get("batch_size", "-")), str(s.get("train_samples")),
-                     _n(first), _n(s["sim_accept_len"]), str(s.get("best_step")), cite])  # fmt: skip
-    return [("h2", "Training"), ("table", ["run", "init", "steps", "batch", "train samples",
-             "τ at step 0", "best τ", "best step", "source"], rows)]  # fmt: skip
+        rows.append(
+            [
+                _run_name(cite),
+                "warm start" if s.get("init_from") else "from scratch",
+                str(s.get("steps")),
+                str(cfg.get("batch_size", "-")),
+                str(s.get("train_samples")),
+                _n(first),
+                _n(s["sim_accept_len"]),
+                str(s.get("best_step")),
+                cite,
+            ]
+        )
+    return [
+        ("h2", "Training"),
+        (
+            "table",
+            [
+                "run",
+                "init",
+                "steps",
+                "batch",
+                "train samples",
+                "τ at step 0",
+                "best τ",
+                "best step",
+                "source",
+            ],
+            rows,
+        ),
+    ]
 
 
 def _run_name(cite: str) -> str:
@@ -213,8 +300,10 @@ def game_plan(f: Found) -> list[tuple]:
     probe = f.probes[0] if f.probes else None
     if stale:
         c, b = stale
-        items.append(f"Plug in as is: 0 samples; measured {b['spec_tps']:.1f} tok/s, {b['speedup']:.2f}x, τ {b['accept_len']:.2f} [{c}]"
-                     + (f"; probe verdict {probe[1]['verdict']} [{probe[0]}]" if probe else ""))  # fmt: skip
+        items.append(
+            f"Plug in as is: 0 samples; measured {b['spec_tps']:.1f} tok/s, {b['speedup']:.2f}x, τ {b['accept_len']:.2f} [{c}]"
+            + (f"; probe verdict {probe[1]['verdict']} [{probe[0]}]" if probe else "")
+        )
     warm = [r for r in f.runs if r[1].get("init_from")]
     cold = [r for r in f.runs if not r[1].get("init_from")]
     for name, group in (("Fine-tune the old drafter", warm), ("Train from scratch", cold)):
@@ -227,8 +316,10 @@ def game_plan(f: Found) -> list[tuple]:
             per = _tokens_per_sample(cfg)
             if s.get("tokens_per_s") and n is not None and per:
                 secs = n * per[0] / s["tokens_per_s"]
-                t += (f"; ≈ {secs:.0f} s of training at {s['tokens_per_s']:.0f} tokens/s and "
-                      f"{per[0]:.0f} tokens/sample [{cite}, {per[1]}]")  # fmt: skip
+                t += (
+                    f"; ≈ {secs:.0f} s of training at {s['tokens_per_s']:.0f} tokens/s and "
+                    f"{per[0]:.0f} tokens/sample [{cite}, {per[1]}]"
+                )
             if b:
                 t += f"; measured {b[1]['spec_tps']:.1f} tok/s, {b[1]['speedup']:.2f}x, τ {b[1]['accept_len']:.2f} [{b[0]}]"
             items.append(t)
@@ -238,8 +329,10 @@ def game_plan(f: Found) -> list[tuple]:
         nw = _samples_to(wm, int(wcfg.get("batch_size") or 0), target)
         nc = _samples_to(cm, int(ccfg.get("batch_size") or 0), target)
         if nw is not None and nc:
-            items.append(f"Warm start reaches scratch's best τ {target:.3f} after {nw} samples instead of {nc} "
-                         f"({1 - nw / nc:.0%} fewer) [{wc}, {cc}]")  # fmt: skip
+            items.append(
+                f"Warm start reaches scratch's best τ {target:.3f} after {nw} samples instead of {nc} "
+                f"({1 - nw / nc:.0%} fewer) [{wc}, {cc}]"
+            )
     for cite, s, m, cfg in f.runs:
         if m and s.get("best_step") == m[-1]["step"] and len(m) >= 3:
             a, z = m[len(m) // 2], m[-1]
@@ -247,8 +340,10 @@ def game_plan(f: Found) -> list[tuple]:
             gain = (z["sim_accept_len"] - a["sim_accept_len"]) / max(
                 1, (z["step"] - a["step"]) * batch
             )
-            items.append(f"More data ({_run_name(cite)}): still improving at its last evaluation: "
-                         f"+{gain * 1000:.3f} τ per 1000 samples over its second half [{Path(cite).parent / 'metrics.jsonl'}]")  # fmt: skip
+            items.append(
+                f"More data ({_run_name(cite)}): still improving at its last evaluation: "
+                f"+{gain * 1000:.3f} τ per 1000 samples over its second half [{Path(cite).parent / 'metrics.jsonl'}]"
+            )
     if not items:
         return []
     return [("h2", "Game plan"), ("list", items)]
@@ -280,8 +375,14 @@ def figure_blocks(f: Found) -> list[tuple]:
     if f.benches:
         b0 = f.benches[0][1]
         pts = {b.get("label", c): (b["accept_len"], b["spec_tps"]) for c, b in f.benches}
-        out.append(("img", "throughput.png", rp.throughput(b0["baseline_tps"], b0["cycle_ms"], int(b0.get("depth", 3)), pts),
-                    f"Throughput vs accept length [{f.benches[0][0]}]"))  # fmt: skip
+        out.append(
+            (
+                "img",
+                "throughput.png",
+                rp.throughput(b0["baseline_tps"], b0["cycle_ms"], int(b0.get("depth", 3)), pts),
+                f"Throughput vs accept length [{f.benches[0][0]}]",
+            )
+        )
     if f.probes:
         c, p = f.probes[0]
         out.append(
@@ -334,8 +435,12 @@ def _md(blocks: list[tuple], title: str) -> str:
 
 def _html(blocks: list[tuple], title: str) -> str:
     e = html.escape
-    parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
-             f"<title>{e(title)}</title><style>{CSS}</style></head><body>", f"<h1>{e(title)}</h1>"]  # fmt: skip
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{e(title)}</h1>",
+    ]
     for b in blocks:
         if b[0] in ("h2", "h3", "p"):
             parts.append(f"<{b[0]}>{e(b[1])}</{b[0]}>")
@@ -343,14 +448,24 @@ def _html(blocks: list[tuple], title: str) -> str:
             parts.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in b[1]) + "</ul>")
         elif b[0] == "table":
             head = "".join(f"<th>{e(h)}</th>" for h in b[1])
-            body = "".join("<tr>" + "".join(
-                f'<td class="src">{e(c)}</td>' if i == len(r) - 1 and b[1][-1] == "source" else f"<td>{e(c)}</td>"
-                for i, c in enumerate(r)) + "</tr>" for r in b[2])  # fmt: skip
+            body = "".join(
+                "<tr>"
+                + "".join(
+                    f'<td class="src">{e(c)}</td>'
+                    if i == len(r) - 1 and b[1][-1] == "source"
+                    else f"<td>{e(c)}</td>"
+                    for i, c in enumerate(r)
+                )
+                + "</tr>"
+                for r in b[2]
+            )
             parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
         elif b[0] == "img":
             data = base64.b64encode(b[2]).decode("ascii")
-            parts.append(f'<figure><img alt="{e(b[3])}" src="data:image/png;base64,{data}">'
-                         f"<figcaption>{e(b[3])}</figcaption></figure>")  # fmt: skip
+            parts.append(
+                f'<figure><img alt="{e(b[3])}" src="data:image/png;base64,{data}">'
+                f"<figcaption>{e(b[3])}</figcaption></figure>"
+            )
     parts.append("</body></html>")
     return "\n".join(parts)
 
@@ -366,14 +481,27 @@ def report(
     figs = figure_blocks(f)
     blocks += [("h2", "Figures")] + figs if figs else []
     srcs = ", ".join(str(Path(r)) for r in run_dirs)
-    blocks.append(("p", f"Every number above comes from the JSON artefacts under {srcs}; "
-                        "the bracketed path after it names the file, relative to its run directory."))  # fmt: skip
+    blocks.append(
+        (
+            "p",
+            f"Every number above comes from the JSON artefacts under {srcs}; "
+            "the bracketed path after it names the file, relative to its run directory.",
+        )
+    )
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     for b in figs:
         atomic_write_bytes(out / b[1], b[2])
     atomic_write_text(out / "report.md", _md(blocks, title))
     atomic_write_text(out / "report.html", _html(blocks, title))
-    return {"report_md": str(out / "report.md"), "report_html": str(out / "report.html"),
-            "figures": [b[1] for b in figs], "found": {"probe": [c for c, _ in f.probes],
-            "bench": [c for c, _ in f.benches], "train": [c for c, *_ in f.runs], "plan": [c for c, _ in f.plans]}}  # fmt: skip
+    return {
+        "report_md": str(out / "report.md"),
+        "report_html": str(out / "report.html"),
+        "figures": [b[1] for b in figs],
+        "found": {
+            "probe": [c for c, _ in f.probes],
+            "bench": [c for c, _ in f.benches],
+            "train": [c for c, *_ in f.runs],
+            "plan": [c for c, _ in f.plans],
+        },
+    }

@@ -213,7 +213,14 @@ def _run(
         tokens += int(dist_.all_sum(feats.attention_mask.sum().cpu().double(), d))
         busy += time.perf_counter() - t0
         done = step + 1
-        emit(progress, "train", done, n_steps, "steps", loss=float(dist_.all_sum(loss.detach().double().cpu(), d)))  # fmt: skip
+        emit(
+            progress,
+            "train",
+            done,
+            n_steps,
+            "steps",
+            loss=float(dist_.all_sum(loss.detach().double().cpu(), d)),
+        )
         last = done == n_steps or _out_of_time(cfg, t_start, d)
         step_dir = bool(cfg.save_every and done % cfg.save_every == 0) or last
         if done % eval_every == 0 or last:  # evaluates, then saves the state (and RUN/step-N)
@@ -236,9 +243,16 @@ def _out_of_time(cfg: TrainConfig, t_start: float, d: dist_.Dist) -> bool:
 
 def _after_eval(run, cfg, m, opt, anchor, meta, step, met, d, ctx, step_dir: bool) -> None:
     """Log one evaluation; keep RUN/best by simulated accept length; save the state."""
-    row = {"step": step, "loss": met["loss"], "acc": met["acc"], "cond_acc": met["cond_acc"],
-           "sim_accept_len": met["sim_accept_len"], "sim_accept_len_by_depth": met["sim_accept_len_by_depth"],
-           "counted": met["counted"], "walk_accept_len": met["walk_tau"]}  # fmt: skip
+    row = {
+        "step": step,
+        "loss": met["loss"],
+        "acc": met["acc"],
+        "cond_acc": met["cond_acc"],
+        "sim_accept_len": met["sim_accept_len"],
+        "sim_accept_len_by_depth": met["sim_accept_len_by_depth"],
+        "counted": met["counted"],
+        "walk_accept_len": met["walk_tau"],
+    }
     tensors = dist_.model_state(m)  # collective
     if met["sim_accept_len"] > meta["best_sim_accept_len"]:
         meta["best_step"], meta["best_sim_accept_len"] = step, met["sim_accept_len"]
@@ -266,9 +280,18 @@ def _save_point(
         outputs.save_servable(run / f"step-{step}", ctx.spec, tensors, cfg.target)
     meta["step"] = step
     groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
-    state.save_state(run / "state", model=tensors, optim=optim, anchor=anchor_full,
-                     meta={**meta, "data_position": step * cfg.batch_size, "param_groups": groups,
-                           "config": asdict(cfg)})  # fmt: skip
+    state.save_state(
+        run / "state",
+        model=tensors,
+        optim=optim,
+        anchor=anchor_full,
+        meta={
+            **meta,
+            "data_position": step * cfg.batch_size,
+            "param_groups": groups,
+            "config": asdict(cfg),
+        },
+    )
 
 
 def _finish(run, cfg, meta, n_steps, tokens, busy, d, ctx) -> dict[str, Any]:

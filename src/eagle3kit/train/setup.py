@@ -41,10 +41,15 @@ def _open_source(cfg: Any, target: Any, d2t: torch.Tensor, aux_layers: Any):
         store = FeatureStore(cfg.features)
         have, _ = store_vocab(store, cfg.features)
         if not torch.equal(have, d2t.cpu()):
-            raise bad(cfg.features, "vocab: the store's teacher columns were taken with another draft vocab (d2t) than the drafter's")  # fmt: skip
+            raise bad(
+                cfg.features,
+                "vocab: the store's teacher columns were taken with another draft vocab (d2t) than the drafter's",
+            )
         got = list(store.manifest.get("aux_layers") or [])
         if got != list(aux_layers):
-            raise bad(cfg.features, f"aux_layers: expected the drafter's {list(aux_layers)}, found {got}")  # fmt: skip
+            raise bad(
+                cfg.features, f"aux_layers: expected the drafter's {list(aux_layers)}, found {got}"
+            )
         return OfflineSource(store, max_len=cfg.max_len), None
     from eagle3kit.data.prepared import load_prepared
 
@@ -59,7 +64,9 @@ def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor
     v = target.vocab_size
     if init is not None and not cfg.rebuild_vocab:
         if cfg.vocab or cfg.draft_vocab_size:
-            raise Eagle3Error("--vocab/--draft-vocab-size: a warm start keeps its checkpoint's d2t/t2d; add --rebuild-vocab to replace it")  # fmt: skip
+            raise Eagle3Error(
+                "--vocab/--draft-vocab-size: a warm start keeps its checkpoint's d2t/t2d; add --rebuild-vocab to replace it"
+            )
         return None
     if cfg.vocab:
         d2t, t2d = load_vocab(cfg.vocab)
@@ -70,7 +77,9 @@ def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor
 
         d2t, t2d = store_vocab(FeatureStore(cfg.features), cfg.features)
         if t2d.numel() != v:
-            raise bad(cfg.features, f"vocab: t2d covers {t2d.numel()} ids, expected the target's {v}")  # fmt: skip
+            raise bad(
+                cfg.features, f"vocab: t2d covers {t2d.numel()} ids, expected the target's {v}"
+            )
         return d2t, t2d
     n = cfg.draft_vocab_size or (init.spec.draft_vocab_size if init is not None else v)
     if n == v and not cfg.rebuild_vocab:
@@ -84,8 +93,13 @@ def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor
 def _target(cfg: Any, path: str, aux: Any, device: str):
     from eagle3kit.model.target import TargetModel
 
-    return TargetModel.from_pretrained(path, device=device, dtype=cfg.target_dtype, aux_layers=aux,
-                                       trust_remote_code=cfg.trust_remote_code)  # fmt: skip
+    return TargetModel.from_pretrained(
+        path,
+        device=device,
+        dtype=cfg.target_dtype,
+        aux_layers=aux,
+        trust_remote_code=cfg.trust_remote_code,
+    )
 
 
 def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
@@ -98,7 +112,9 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
     if cfg.attention not in ("mha", "mla"):
         raise Eagle3Error(f"--attention: expected 'mha' or 'mla', found {cfg.attention!r}")
     if cfg.batch_size < d.world:
-        raise Eagle3Error(f"--batch-size: expected at least one sample per rank ({d.world}), found {cfg.batch_size}")  # fmt: skip
+        raise Eagle3Error(
+            f"--batch-size: expected at least one sample per rank ({d.world}), found {cfg.batch_size}"
+        )
     init = warmstart.warm_drafter(cfg.init_from, device="cpu") if cfg.init_from else None
     target = _target(cfg, cfg.target, init.spec.aux_layers if init is not None else None, d.device)
     emb = target.embed_tokens.weight  # [V, H]
@@ -110,8 +126,13 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         info = warmstart.describe(cfg.init_from, init)
     vocab = _vocab(cfg, init, target)
     if init is None:
-        m = warmstart.fresh_drafter(target.config.to_dict(), target.aux_layers, *vocab,
-                                    attention=cfg.attention, seed=cfg.seed)  # fmt: skip
+        m = warmstart.fresh_drafter(
+            target.config.to_dict(),
+            target.aux_layers,
+            *vocab,
+            attention=cfg.attention,
+            seed=cfg.seed,
+        )
     elif vocab is not None:
         m = warmstart.rebuild_vocab(init, *vocab)
         info["rebuilt_vocab"] = {
@@ -127,7 +148,10 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
     if cfg.max_samples:
         train_idx = train_idx[: cfg.max_samples]
     if not train_idx or not held_idx:
-        raise bad(cfg.data or cfg.features, f"expected training and held-out samples, found {len(train_idx)} and {len(held_idx)} (--heldout {cfg.heldout})")  # fmt: skip
+        raise bad(
+            cfg.data or cfg.features,
+            f"expected training and held-out samples, found {len(train_idx)} and {len(held_idx)} (--heldout {cfg.heldout})",
+        )
     held = held_idx[: cfg.eval_samples]
     eval_batches = []
     for j, ch in enumerate(_chunks(held, cfg.eval_batch)):
@@ -151,11 +175,13 @@ def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device
     k = cfg.ttt_steps
     return {
         "old_batches": old_batches,
-        "before": {"old": evaluate(ctx.drafter, old_batches, k)["sim_accept_len"],
-                   "new": evaluate(ctx.drafter, ctx.eval_batches, k)["sim_accept_len"]},
+        "before": {
+            "old": evaluate(ctx.drafter, old_batches, k)["sim_accept_len"],
+            "new": evaluate(ctx.drafter, ctx.eval_batches, k)["sim_accept_len"],
+        },
         "target": cfg.reference_target,
         "k": k,
-    }  # fmt: skip
+    }
 
 
 def reference_after(ctx: Context, best_dir: Path) -> dict[str, Any]:
@@ -168,6 +194,8 @@ def reference_after(ctx: Context, best_dir: Path) -> dict[str, Any]:
     best = Eagle3Drafter.from_pretrained(best_dir, device=dev, dtype=torch.float32)
     best.set_embedding(ctx.drafter.embed_tokens.weight.detach())
     k = ref["k"]
-    after = {"old": evaluate(best, ref["old_batches"], k)["sim_accept_len"],
-             "new": evaluate(best, ctx.eval_batches, k)["sim_accept_len"]}  # fmt: skip
+    after = {
+        "old": evaluate(best, ref["old_batches"], k)["sim_accept_len"],
+        "new": evaluate(best, ctx.eval_batches, k)["sim_accept_len"],
+    }
     return {"target": ref["target"], "before": ref["before"], "after": after}

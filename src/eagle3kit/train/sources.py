@@ -19,8 +19,9 @@ class OnlineSource:
 
     kind = "online"
 
-    def __init__(self, data: Any, target: Any, d2t: torch.Tensor, *, max_len: int,
-                 topk: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, data: Any, target: Any, d2t: torch.Tensor, *, max_len: int, topk: int | None = None
+    ) -> None:
         self.data, self.target, self.d2t, self.max_len, self.topk = data, target, d2t, max_len, topk
 
     def split(self, heldout: float | int, seed: int = 0) -> tuple[list[int], list[int]]:
@@ -60,8 +61,8 @@ class OfflineSource:
 
 def store_vocab(store: Any, where: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The (d2t, t2d) a feature store's teacher columns were taken with (its manifest's vocab)."""
-    from eagle3kit.data.prepared import sha256_file
     from eagle3kit.core.vocab import load_vocab
+    from eagle3kit.data.prepared import sha256_file
 
     man = store.manifest
     v = man.get("vocab") or {}

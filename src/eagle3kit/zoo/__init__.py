@@ -124,7 +124,7 @@ RECIPES: dict[tuple[str, int, str], Recipe] = {
     ("llama", 2, "tiny"): replace(_TINY, steps=15, lr=1e-3, warmup=2, muon_lr=0.02),
     ("dsv3", 1, "tiny"): _TINY,
     ("dsv3", 2, "tiny"): replace(_TINY, steps=15, lr=1e-3, warmup=2, muon_lr=0.02),
-}  # fmt: skip
+}
 
 
 def recipe(name: str, size: str = "full") -> Recipe:

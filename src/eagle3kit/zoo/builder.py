@@ -119,8 +119,9 @@ class _Data:
     chat_prompts: list
 
 
-def _metrics(model, tok, special, recipe: tr.Recipe, d: _Data, other: str,
-             last_loss: float) -> dict[str, Any]:  # fmt: skip
+def _metrics(
+    model, tok, special, recipe: tr.Recipe, d: _Data, other: str, last_loss: float
+) -> dict[str, Any]:
     """Held-out losses and greedy-loop metrics of the trained model (zoo.json "metrics")."""
     vocab = model.config.vocab_size
     eos, pad = special[corpus.EOS], special[corpus.PAD]
@@ -163,8 +164,9 @@ def _metrics(model, tok, special, recipe: tr.Recipe, d: _Data, other: str,
     return metrics
 
 
-def _manifest(m: Member, label: str, size: str, recipe: tr.Recipe, model, d: _Data,
-              metrics: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+def _manifest(
+    m: Member, label: str, size: str, recipe: tr.Recipe, model, d: _Data, metrics: dict[str, Any]
+) -> dict[str, Any]:
     """zoo.json without the timing fields (the caller adds them)."""
     import torch
     import transformers
@@ -259,12 +261,21 @@ def build_into(
         if recipe.unloop_steps:
             bar.stage("unlikelihood against greedy loops")
             starts = (chat == special[corpus.ROLE_TOKENS[2]]).nonzero()[:, 0] + 2  # after "\n"
-            tr.unloop(model, (raw, chat), recipe, m.seed, special[corpus.EOS],
-                      special[corpus.PAD], answer_starts=starts, progress=bar.step)  # fmt: skip
+            tr.unloop(
+                model,
+                (raw, chat),
+                recipe,
+                m.seed,
+                special[corpus.EOS],
+                special[corpus.PAD],
+                answer_starts=starts,
+                progress=bar.step,
+            )
 
         bar.stage("evaluating")
-        d = _Data(train_files, held, convs, raw, chat, held_raw, held_other_raw, held_convs,
-                  chat_prompts)  # fmt: skip
+        d = _Data(
+            train_files, held, convs, raw, chat, held_raw, held_other_raw, held_convs, chat_prompts
+        )
         metrics = _metrics(model, tok, special, recipe, d, other, last_loss)
         bar.stage("saving")
         model.save_pretrained(str(out))

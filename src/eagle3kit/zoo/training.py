@@ -247,8 +247,11 @@ def train(model, streams, recipe: Recipe, seed: int, progress: ProgressFn | None
 
     gen = torch.Generator().manual_seed(seed)
     named = list(model.named_parameters())
-    hidden = [p for n, p in named if p.ndim >= 2 and "embed" not in n and "lm_head" not in n
-              and not n.endswith("gate.weight")]  # fmt: skip
+    hidden = [
+        p
+        for n, p in named
+        if p.ndim >= 2 and "embed" not in n and "lm_head" not in n and not n.endswith("gate.weight")
+    ]
     ids = {id(p) for p in hidden} if recipe.muon_lr > 0 else set()
     decay = [p for n, p in named if p.ndim >= 2 and "embed" not in n and id(p) not in ids]
     rest = [p for n, p in named if p.ndim < 2 or "embed" in n]
@@ -304,8 +307,16 @@ def repeat_mask(seq, start: int, n: int = 4):
     return mask
 
 
-def unloop(model, streams, recipe: Recipe, seed: int, eos_id: int, pad_id: int,
-           answer_starts=None, progress: ProgressFn | None = None) -> float:  # fmt: skip
+def unloop(
+    model,
+    streams,
+    recipe: Recipe,
+    seed: int,
+    eos_id: int,
+    pad_id: int,
+    answer_starts=None,
+    progress: ProgressFn | None = None,
+) -> float:
     """Sequence-level unlikelihood fine-tuning (Welleck et al., 2019) against greedy loops.
 
     Each step greedily continues ``unloop_batch`` prompts of ``unloop_prefix`` tokens (up to
@@ -333,8 +344,9 @@ def unloop(model, streams, recipe: Recipe, seed: int, eos_id: int, pad_id: int,
         answer_starts = answer_starts[answer_starts >= recipe.unloop_prefix]
     ema = [p.detach().clone() for p in params] if recipe.unloop_ema > 0 else None
     for step in range(recipe.unloop_steps):
-        pre = sample_batch(streams[:1], [1.0], recipe.unloop_batch - n_chat,
-                           recipe.unloop_prefix - 1, gen)  # fmt: skip
+        pre = sample_batch(
+            streams[:1], [1.0], recipe.unloop_batch - n_chat, recipe.unloop_prefix - 1, gen
+        )
         if n_chat:
             ends = answer_starts[torch.randint(0, len(answer_starts), (n_chat,), generator=gen)]
             chat = [streams[1][e - recipe.unloop_prefix : e] for e in ends.tolist()]
@@ -345,8 +357,9 @@ def unloop(model, streams, recipe: Recipe, seed: int, eos_id: int, pad_id: int,
         tail = [c + [eos_id] * (len(c) < n) + [pad_id] * (n - len(c) - 1) for c in cont]
         seq = torch.cat([pre, torch.tensor(tail, dtype=pre.dtype)], dim=1)  # [B, prefix + gen]
         model.train()
-        real = torch.tensor([[True] * min(n, len(c) + 1) + [False] * (n - len(c) - 1)
-                             for c in cont])  # fmt: skip
+        real = torch.tensor(
+            [[True] * min(n, len(c) + 1) + [False] * (n - len(c) - 1) for c in cont]
+        )
         cand = repeat_mask(seq, recipe.unloop_prefix)  # [B, L]
         cand[:, recipe.unloop_prefix :] &= real  # nothing after an answer's EOS
         cand = cand[:, 1:]  # [B, L-1], per target position
@@ -421,8 +434,9 @@ def prompt_windows(stream, recipe: Recipe):
     return eval_windows(stream, recipe.eval_prompts, recipe.prompt_len + recipe.gen_tokens)
 
 
-def greedy(model, prompts: list[list[int]], max_new: int, eos_id: int, pad_id: int,
-           stop_at_eos: bool) -> list[list[int]]:  # fmt: skip
+def greedy(
+    model, prompts: list[list[int]], max_new: int, eos_id: int, pad_id: int, stop_at_eos: bool
+) -> list[list[int]]:
     """Greedy continuations of ``prompts`` in one left-padded batch: at most ``max_new`` tokens
     each, ending before the EOS (dropped) when ``stop_at_eos``, else exactly ``max_new`` (EOS
     suppressed)."""
