@@ -1,0 +1,40 @@
+"""One style: `ruff format --check` and `ruff check` (pyproject's settings, line length 100)
+pass on the whole tree, and no module grows past 600 lines."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TREES = ["src", "tests", "benchmarks"]
+
+
+def _ruff(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("ruff") or str(Path(sys.executable).with_name("ruff"))
+    if not Path(exe).exists():
+        pytest.skip("ruff is not installed (pip install -e '.[dev]')")
+    return subprocess.run([exe, *args, *TREES], cwd=ROOT, capture_output=True, text=True)
+
+
+def test_ruff_format_check():
+    r = _ruff("format", "--check")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_ruff_check():
+    r = _ruff("check", "--output-format", "concise")
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+
+
+def test_no_module_over_600_lines():
+    big = [
+        f"{p.relative_to(ROOT)}: {n} lines"
+        for p in sorted((ROOT / "src").rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > 600
+    ]
+    assert not big, "\n".join(big)
