@@ -127,7 +127,7 @@ def _with_aux(target: Any, layers: Sequence[int]) -> Any:
     )
 
 
-def _features(target: Any, batch: Batch, drafter: Any, chunk: int = 8) -> list[Any]:
+def target_features(target: Any, batch: Batch, drafter: Any, chunk: int = 8) -> list[Any]:
     from eagle3kit.data.features import compute_features
 
     out = []
@@ -197,7 +197,7 @@ def detect_aux(drafter: Any, target: Any, batch: Batch, spec: Any, depth: int) -
     for c in cands:
         t = _with_aux(target, c["layers"])
         try:
-            feats[c["reading"]] = _features(t, batch, drafter)
+            feats[c["reading"]] = target_features(t, batch, drafter)
         finally:
             t.close()
         acc[c["reading"]] = offline_acceptance(drafter, feats[c["reading"]], depth)
@@ -218,7 +218,7 @@ def detect_aux(drafter: Any, target: Any, batch: Batch, spec: Any, depth: int) -
             "margin_accept_len": None if margin is None else round(margin, 6),
             "clear": clear,
         },
-        "_features": feats[chosen],
+        "target_features": feats[chosen],
     }
 
 
@@ -482,7 +482,7 @@ def _against_reference(
     if ref is not None:
         tref = _with_aux(ref, layers)
         try:
-            ref_feats = _features(tref, batch, d)
+            ref_feats = target_features(tref, batch, d)
         finally:
             tref.close()
         sim, fc_sim = hidden_similarity(ref_feats, new_feats, d, layers)
@@ -563,7 +563,7 @@ def probe(
     aux = detect_aux(_on(d, new, own_embed), new, batch, spec, depth)
     layers = aux["chosen"]["layers"]
     aux["engines"] = engine_capture(spec, layout, new, layers, drafter)
-    new_feats = aux.pop("_features")  # the chosen reading's features, for the similarity
+    new_feats = aux.pop("target_features")  # the chosen reading's features, for the similarity
     acc_new = aux["acceptance"][aux["chosen"]["reading"]]
     sim, fc_sim, acc_ref, online = _against_reference(
         d,

@@ -1,0 +1,260 @@
+"""The demo's building blocks, each a plain function of its inputs: the recipe, data,
+training runs (the cached "K2 drafter" among them) and one bench of a drafter."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eagle3kit.core.atomic import atomic_dir, atomic_write_json, atomic_write_text
+from eagle3kit.core.progress import Progress
+
+PAIR = ("dsv3-v1", "dsv3-v2")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """Sizes of the zoo story (full: the default; tiny: tests)."""
+
+    v1_samples: int  # conversations for the K2 drafter (from the stdlib library slice)
+    v2_samples: int  # conversations of "K2.5 data" (the stdlib test slice)
+    max_len: int
+    batch: int
+    k2_steps: int
+    tune_steps: int  # fine-tune and scratch alike
+    draft_vocab: int
+    ttt_steps: int
+    depth: int  # chain depth for bench and plan
+    bench_prompts: int
+    bench_repeats: int
+    bench_tokens: int
+    probe_samples: int
+    lr: float = 3e-3  # from scratch; a warm start uses lr / 3
+
+
+RECIPES = {
+    "full": Recipe(
+        v1_samples=1000,
+        v2_samples=600,
+        max_len=128,
+        batch=8,
+        k2_steps=240,
+        tune_steps=80,
+        draft_vocab=1024,
+        ttt_steps=3,
+        depth=3,
+        bench_prompts=4,
+        bench_repeats=2,
+        bench_tokens=96,
+        probe_samples=16,
+    ),
+    "tiny": Recipe(
+        v1_samples=160,
+        v2_samples=96,
+        max_len=96,
+        batch=8,
+        k2_steps=200,
+        tune_steps=12,
+        draft_vocab=256,
+        ttt_steps=3,
+        depth=3,
+        bench_prompts=2,
+        bench_repeats=1,
+        bench_tokens=24,
+        probe_samples=6,
+    ),
+}
+
+
+def default_out() -> Path:
+    """$EAGLE3KIT_HOME/demo (default ~/.cache/eagle3kit/demo): never the working directory."""
+    from eagle3kit.zoo import home
+
+    return home() / "demo"
+
+
+def conversations(slice_name: str, n: int, path: Path) -> Path:
+    """``n`` stdlib conversations (evenly spaced over the slice's functions) as OpenAI JSONL."""
+    from eagle3kit.zoo import corpus
+
+    # about 30 functions per file: read only as many files as the samples need
+    files = corpus.files(slice_name, limit=max(8, n // 10))
+    convs = corpus.spaced(corpus.chat_samples(files), n)
+    atomic_write_text(path, "".join(json.dumps(c) + "\n" for c in convs))
+    return path
+
+
+def prepare_data(
+    slice_name: str, n: int, folder: Path, target: Path, r: Recipe, progress: Progress | None
+) -> Path:
+    """`eagle3kit data prepare` of ``n`` stdlib conversations for ``target`` (reused if there)."""
+    from eagle3kit.data.prepare import prepare
+
+    data = folder / f"{slice_name}-prepared"
+    if (data / "data.json").is_file():
+        return data
+    folder.mkdir(parents=True, exist_ok=True)
+    src = conversations(slice_name, n, folder / f"{slice_name}.jsonl")
+    prepare([src], target, data, max_length=r.max_len, progress=progress)
+    return data
+
+
+def train_config(run: Path, target: Path, data: Path, steps: int, init: Path | None, r: Recipe):
+    """The `eagle3kit train` settings of every demo run (a warm start takes lr / 3)."""
+    from eagle3kit.train.loop import TrainConfig
+
+    return TrainConfig(
+        out=str(run),
+        target=str(target),
+        data=str(data),
+        init_from=str(init) if init else None,
+        draft_vocab_size=None if init else r.draft_vocab,
+        ttt_steps=r.ttt_steps,
+        steps=steps,
+        batch_size=r.batch,
+        max_len=r.max_len,
+        lr=r.lr / 3 if init else r.lr,
+        eval_every=max(1, steps // 6),
+        eval_samples=32,
+    )
+
+
+def k2_drafter(
+    size: str = "full",
+    progress: Progress | None = None,
+    say: Callable[[str], None] = lambda s: None,
+) -> Path:
+    """$EAGLE3KIT_HOME/drafters/dsv3-v1-eagle3[-tiny]: the demo's "K2 drafter" (trained on
+    dsv3-v1), built once and cached like a zoo member; returns its servable dir."""
+    from eagle3kit import zoo
+    from eagle3kit.train.loop import train
+
+    r = RECIPES[size]
+    p1 = zoo.get(PAIR[0], size=size, progress=progress)
+    fields = ("v1_samples", "max_len", "batch", "k2_steps", "draft_vocab", "ttt_steps", "lr")
+    key = {"recipe": {f: getattr(r, f) for f in fields}, "target": str(p1), "version": 1}
+    final = zoo.home() / "drafters" / ("dsv3-v1-eagle3" + ("" if size == "full" else f"-{size}"))
+    done = final / "demo-drafter.json"
+    if done.is_file() and json.loads(done.read_text()) == key:
+        return final / "run" / "best"
+    say(f"   training the K2 drafter on {PAIR[0]} (once; cached in {final})")
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_dir(final) as tmp:
+        data = prepare_data("lib", r.v1_samples, tmp / "data", p1, r, progress)
+        train(train_config(tmp / "run", p1, data, r.k2_steps, None, r), progress=progress)
+        atomic_write_json(tmp / "demo-drafter.json", key)
+    return final / "run" / "best"
+
+
+def train_run(
+    out: Path,
+    name: str,
+    target: Path,
+    data: Path,
+    init: Path | None,
+    r: Recipe,
+    say: Callable[[str], None],
+    progress: Progress | None,
+) -> dict[str, Any]:
+    """A training run in OUT/runs/NAME: reused when complete with this recipe, resumed when a
+    previous demo was killed in it, else started fresh. Returns its summary."""
+    from eagle3kit.train.loop import TrainConfig, train
+
+    run = out / "runs" / name
+    state = run / "state" / "state.json"
+    if state.is_file():
+        cfg = json.loads(state.read_text()).get("config", {})
+        same = cfg.get("steps") == r.tune_steps and cfg.get("init_from") == (
+            str(init) if init else None
+        )
+        if same and (run / "summary.json").is_file():
+            say(f"   {name}: complete run reused [runs/{name}/summary.json]")
+            return json.loads((run / "summary.json").read_text())
+        if same:
+            say(f"   {name}: resuming an interrupted run")
+            cfg = TrainConfig.from_json({**cfg, "out": str(run)})
+            return train(cfg, resume=True, progress=progress)
+    if run.exists():
+        shutil.rmtree(run)  # a previous demo's run with another recipe
+    return train(train_config(run, target, data, r.tune_steps, init, r), progress=progress)
+
+
+def held_out_prompts(data_dir: Path, n: int) -> list[list[int]]:
+    """The first ``n`` held-out samples of DATA, cut before their first loss token."""
+    from eagle3kit.data.prepared import load_prepared
+
+    data = load_prepared(data_dir)
+    _, held = data.split()
+    out = []
+    for i in held[:n]:
+        s = data[i]
+        first = int(s.loss_mask.nonzero()[0]) if s.loss_mask.any() else len(s.input_ids)
+        out.append(s.input_ids[:first].tolist())
+    return out
+
+
+def load_drafter(path: Path, target: Any) -> Any:
+    """An Eagle3Drafter for inference, sharing ``target``'s embedding."""
+    from eagle3kit.model.drafter import Eagle3Drafter
+
+    d = Eagle3Drafter.from_pretrained(path).eval().requires_grad_(False)
+    d.set_embedding(target.embed_tokens.weight)
+    return d
+
+
+def bench_drafter(
+    target: Any,
+    drafter_dir: Path,
+    prompts: list[list[int]],
+    r: Recipe,
+    progress: Progress | None,
+    labels: dict[str, Any],
+) -> dict[str, Any]:
+    """`eagle3kit bench` (greedy and chain, interleaved, `bench_repeats` repeats) with the
+    drafter at ``drafter_dir``; its document plus ``labels`` and the demo's summary keys."""
+    from eagle3kit.measure.bench import bench
+
+    doc = bench(
+        target,
+        load_drafter(drafter_dir, target),
+        prompts,
+        repeats=r.bench_repeats,
+        max_new_tokens=r.bench_tokens,
+        depth=r.depth,
+        methods=("greedy", "chain"),
+        progress=progress,
+    )
+    rows = {m["name"]: m for m in doc["methods"]}
+    g, c = rows["greedy"], rows["chain"]
+    doc.update(
+        {
+            **labels,
+            "depth": r.depth,
+            "baseline_tps": round(g["tokens_per_s"]["median"], 3),
+            "spec_tps": round(c["tokens_per_s"]["median"], 3),
+            "speedup": round(c["speedup"], 4),
+            "accept_len": round(c["tau"], 4),
+            "cycle_ms": round(c["cycle_ms"], 3),
+            "draft_ms": round(c["draft_ms"], 3),
+            "verify_ms": round(c["verify_ms"], 3),
+            "per_position_acceptance": [round(x, 4) for x in c["per_position_acceptance"]],
+            "lossless": c.get("same_tokens_as_greedy"),
+        }
+    )
+    return doc
+
+
+def headline_row(name: str, b: dict[str, Any], src: str) -> dict[str, Any]:
+    """One row of the demo's headline table from a bench document."""
+    return {
+        "name": name,
+        "tps": b["spec_tps"],
+        "plain": b["baseline_tps"],
+        "speedup": b["speedup"],
+        "accept_len": b["accept_len"],
+        "source": src,
+    }
