@@ -10,7 +10,7 @@ from ckpt_helpers import random_drafter, tiny_spec
 from conftest import run_cli
 from safetensors.torch import load_file
 
-from eagle3kit.checkpoint.convert import load_drafter_tensors
+from eagle3kit.checkpoint.reader import read_drafter
 from eagle3kit.core.spec import NORM_FLAGS
 from eagle3kit.model.drafter import Eagle3Drafter
 
@@ -47,8 +47,8 @@ def test_round_trip_sglang(tmp_path, via):
     assert torch.equal(_logits(src), _logits(tmp_path / "mid"))
     assert torch.equal(_logits(src), _logits(tmp_path / "back"))
     # the spec survives, aux layers included
-    s0, _, _ = load_drafter_tensors(str(src))
-    s2, _, _ = load_drafter_tensors(str(tmp_path / "back"))
+    s0, _, _ = read_drafter(str(src))
+    s2, _, _ = read_drafter(str(tmp_path / "back"))
     assert s0.replace(tensors=()) == s2.replace(tensors=())
 
 
@@ -268,8 +268,8 @@ def test_to_eagle_omits_target_hidden_size_when_equal(tmp_path):
     cfg = json.loads((tmp_path / "e" / "config.json").read_text())
     assert _eagle_loads_target_embedding(cfg) and "target_hidden_size" not in cfg
     # reading the EAGLE file back gives the same target width and aux layers
-    s0, _, _ = load_drafter_tensors(str(src))
-    s1, _, _ = load_drafter_tensors(str(tmp_path / "e"))
+    s0, _, _ = read_drafter(str(src))
+    s1, _, _ = read_drafter(str(tmp_path / "e"))
     assert s1.target_hidden_size == 64 and s1.aux_layers == s0.aux_layers == (2, 5, 9)
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from eagle3kit.checkpoint import engines as E
 from eagle3kit.checkpoint.inspection import TargetInfo, is_drafter, target_info
-from eagle3kit.checkpoint.layouts import read_spec
+from eagle3kit.checkpoint.reader import drafter_header
 from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
 from eagle3kit.checkpoint.writers import Writer, infer_writer, pattern_hint, trained_on
 from eagle3kit.core.errors import Eagle3Error
@@ -403,8 +403,9 @@ def _tensor_row(n: str, ta: Any, tb: Any) -> tuple[dict[str, Any], Finding | Non
 
 def compare_drafters(a: Checkpoint, b: Checkpoint) -> CompatResult:
     """The fine-tuning question: can B's weights start from A's (same tensors, same math)?"""
-    la, sa, na = read_spec(a)
-    lb, sb, nb = read_spec(b)
+    ha, hb = drafter_header(a), drafter_header(b)
+    la, sa, na = ha.layout, ha.spec, ha.names
+    lb, sb, nb = hb.layout, hb.spec, hb.names
     res = CompatResult("drafter-drafter", a.source, b.source)
     res.config_diff = _config_diff(a.config, b.config) if la == lb else []
     res.findings += _spec_findings(la, sa, lb, sb) + _aux_findings_drafters(a, b)
@@ -727,7 +728,8 @@ def _engine_entry(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> dict[str
 
 def check_against_target(d: Checkpoint, t: Checkpoint, engines: list[E.EngineSel]) -> CompatResult:
     """The serving question: will each engine release run this drafter on this target as trained?"""
-    _, spec, names = read_spec(d)
+    head = drafter_header(d)
+    spec, names = head.spec, head.names
     ti = target_info(t)
     res = CompatResult("drafter-target", d.source, t.source)
     res.findings += drafter_findings(d, spec, names, ti.vocab_size)

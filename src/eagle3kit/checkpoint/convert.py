@@ -15,16 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.layouts import (
-    LAYOUTS,
-    LossyConversion,
-    canonical_to_file,
-    config_for,
-    read_spec,
-)
+from eagle3kit.checkpoint.layouts import LAYOUTS, LossyConversion, canonical_to_file, config_for
+from eagle3kit.checkpoint.reader import read_drafter, read_tensors
 from eagle3kit.checkpoint.safetensors_io import (
     Checkpoint,
     load_checkpoint,
+    load_local,
     write_safetensors_sparse,
 )
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
@@ -33,51 +29,6 @@ from eagle3kit.core.spec import DraftSpec
 
 # Tensors some trainers save that no engine serves; conversion may drop them.
 TRAINING_ONLY = ("verifier_norm.weight", "verifier_lm_head.weight")
-
-
-def _local_dir(ckpt: Checkpoint) -> Checkpoint:  # pragma: no cover - needs network
-    """For a Hub checkpoint, download its safetensors + config (the weights are needed here)."""
-    from huggingface_hub import snapshot_download
-
-    from eagle3kit.checkpoint.safetensors_io import load_local
-
-    d = snapshot_download(
-        ckpt.repo_id, revision=ckpt.revision, allow_patterns=["*.json", "*.safetensors"]
-    )
-    return load_local(d)
-
-
-def _read_tensors(ckpt: Checkpoint, wanted: dict[str, str]) -> dict[str, Any]:
-    """{key: torch tensor} for {key: stored name} of a local checkpoint."""
-    from safetensors import safe_open
-
-    by_file: dict[str, list[tuple[str, str]]] = {}
-    for key, stored in wanted.items():
-        by_file.setdefault(ckpt.tensors[stored].file, []).append((key, stored))
-    out: dict[str, Any] = {}
-    for fname, pairs in by_file.items():
-        try:
-            with safe_open(fname, framework="pt") as f:
-                for key, stored in pairs:
-                    out[key] = f.get_tensor(stored)
-        except Exception as e:  # the header passed our checks, so this is an I/O-level failure
-            raise bad(fname, f"cannot read tensors: {type(e).__name__}: {e}") from e
-    return out
-
-
-def load_drafter(path: str) -> tuple[Checkpoint, str, DraftSpec, dict[str, str], dict[str, Any]]:
-    """(checkpoint, layout, spec, canonical -> stored name, canonical -> torch tensor)."""
-    ckpt = load_checkpoint(path)
-    if ckpt.repo_id is not None:
-        ckpt = _local_dir(ckpt)
-    layout, spec, names = read_spec(ckpt)
-    return ckpt, layout, spec, names, _read_tensors(ckpt, names)
-
-
-def load_drafter_tensors(path: str) -> tuple[DraftSpec, dict[str, Any], str]:
-    """(spec, canonical name -> torch tensor, layout) for a drafter checkpoint."""
-    _, layout, spec, _, tensors = load_drafter(path)
-    return spec, tensors, layout
 
 
 # ---------------------------------------------------------------- refusals
@@ -270,12 +221,10 @@ def target_embedding(target: str, spec: DraftSpec) -> Any:
     if ckpt.repo_id is not None:  # pragma: no cover - needs network
         from huggingface_hub import hf_hub_download
 
-        from eagle3kit.checkpoint.safetensors_io import load_local
-
         path = hf_hub_download(ckpt.repo_id, info.file, revision=ckpt.revision)
         local = load_local(path)
-        return _read_tensors(local, {"e": name})["e"]
-    return _read_tensors(ckpt, {"e": name})["e"]
+        return read_tensors(local, {"e": name})["e"]
+    return read_tensors(ckpt, {"e": name})["e"]
 
 
 def _refuse(
@@ -347,7 +296,8 @@ def convert(
     drafter or a conversion the destination cannot represent (module docstring)."""
     if to not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {to!r}")
-    ckpt, layout, spec, names, tensors = load_drafter(src)
+    spec, tensors, head = read_drafter(src)
+    ckpt, layout, names = head.ckpt, head.layout, head.names
     _refuse(src, ckpt, spec, names, to, "embed_tokens.weight" in tensors or embed_from is not None)
     if embed_from is not None:
         emb = target_embedding(embed_from, spec)  # [V, H]

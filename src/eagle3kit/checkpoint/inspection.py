@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.layouts import is_drafter_config, read_spec
+from eagle3kit.checkpoint.layouts import is_drafter_config
+from eagle3kit.checkpoint.reader import drafter_header
 from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, default_aux_layers
@@ -260,7 +261,8 @@ def inspect_checkpoint(path_or_repo: str) -> InspectResult:
     _require_config(ckpt)
     if not is_drafter(ckpt):
         return _inspect_target(ckpt)
-    layout, spec, names = read_spec(ckpt)
+    head = drafter_header(ckpt)
+    layout, spec, names = head.layout, head.spec, head.names
     expected = spec.expected_shapes()
     rows, mismatches = [], []
     for canon in sorted(names, key=_order):

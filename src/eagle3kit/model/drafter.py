@@ -228,9 +228,9 @@ class Eagle3Drafter(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> Eagle3Drafter:
         """Load a drafter in any layout (SGLang, speculators/vLLM, EAGLE) from safetensors."""
-        from eagle3kit.checkpoint.convert import load_drafter_tensors
+        from eagle3kit.checkpoint.reader import read_drafter
 
-        spec, tensors, _layout = load_drafter_tensors(str(path))
+        spec, tensors, _ = read_drafter(str(path))
         return cls.from_tensors(spec, tensors, device=device, dtype=dtype)
 
     @classmethod
