@@ -11,6 +11,7 @@ from conftest import run_cli
 
 from eagle3kit.checkpoint.compat import compat
 from eagle3kit.checkpoint.synthetic import default_vocab_map, kimi_k2_spec, write_sparse_drafter
+from eagle3kit.core.errors import Eagle3Error
 
 
 def codes(res, severity="error"):
@@ -227,3 +228,23 @@ def test_cli_exit_codes_and_json(tmp_path, target):
     assert r.code == 2 and "at least one drafter" in r.err
     r = run_cli("compat", good, target, "--engine", "tgi")
     assert r.code == 2
+
+
+def test_one_checker_for_compat_and_convert(tmp_path, target):
+    """A defect of a drafter alone is found by checker.check_drafter, told by compat with the
+    drafter it concerns as a field (not a message prefix), and refused by convert in the same
+    words."""
+    from eagle3kit.checkpoint.convert import convert
+
+    good = drafter(tmp_path, "good")
+    broken = drafter(tmp_path, "broken", omit=("embed_tokens.weight", "lm_head.weight"))
+    res = compat(str(good), str(broken))
+    (miss,) = [f for f in res.findings if f.code == "missing-lm-head"]
+    assert miss.drafter == "B" and miss.to_json()["drafter"] == "B"
+    assert miss.message.startswith("lm_head.weight: expected a tensor")
+    served = compat(str(broken), str(target))
+    assert [f.message for f in served.findings if f.code == "missing-lm-head"] == [miss.message]
+    with pytest.raises(Eagle3Error) as e:
+        convert(str(broken), "vllm", str(tmp_path / "out"))
+    assert str(e.value).endswith(miss.message)
+    assert not (tmp_path / "out").exists()

@@ -7,6 +7,7 @@ tests/golden/outputs`) in the commit that makes it, which names the files it cha
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 from pathlib import Path
 
@@ -32,4 +33,9 @@ def test_the_same_commands_are_recorded(fresh):
 @pytest.mark.parametrize("name", sorted(p.name for p in (HERE / "outputs").glob("*.txt")))
 def test_output_is_byte_identical(fresh, name):
     out, _ = fresh
-    assert (out / name).read_bytes() == (HERE / "outputs" / name).read_bytes(), name
+    got, want = (out / name).read_bytes(), (HERE / "outputs" / name).read_bytes()
+    if got != want:
+        diff = difflib.unified_diff(
+            want.decode().splitlines(), got.decode().splitlines(), "golden", "now", lineterm=""
+        )
+        pytest.fail(f"{name} differs:\n" + "\n".join(diff), pytrace=False)

@@ -1,9 +1,8 @@
 """Load drafter weights in any layout, save them in any layout, and convert between layouts.
 
 convert refuses (Eagle3Error, exit 2, nothing written) what it cannot carry faithfully:
-- a drafter that fails the drafter-alone checks: tensor shapes vs the config (lm_head rows vs
-  `draft_vocab_size`, fc width vs `num_aux x target_hidden_size`, ...), a required tensor
-  missing (lm_head, d2t when the vocabularies differ), a d2t/t2d pair model/vocab.py rejects;
+- a drafter with an error checker.check_drafter finds (the checks compat makes of a drafter
+  alone): tensor shapes vs the config, a required tensor missing, a broken d2t/t2d pair;
 - what the destination cannot represent: flags its drafter layer lacks (layouts.unsupported_by),
   and for the original EAGLE code scaled RoPE, heads x head_dim != hidden_size, and a drafter
   whose embedding EAGLE would not load (see `eagle_refusals`).
@@ -15,10 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.checkpoint.checker import check_drafter
 from eagle3kit.checkpoint.layouts import LAYOUTS, LossyConversion, canonical_to_file, config_for
-from eagle3kit.checkpoint.reader import read_drafter, read_tensors
+from eagle3kit.checkpoint.reader import DrafterHeader, read_drafter, read_tensors
 from eagle3kit.checkpoint.safetensors_io import (
-    Checkpoint,
     load_checkpoint,
     load_local,
     write_safetensors_sparse,
@@ -32,60 +31,6 @@ TRAINING_ONLY = ("verifier_norm.weight", "verifier_lm_head.weight")
 
 
 # ---------------------------------------------------------------- refusals
-
-
-def _shape_problem(canon: str, stored: str, spec: DraftSpec, found: tuple[int, ...]) -> str:
-    """`field: expected ..., found ...` for a tensor whose shape disagrees with the config."""
-    exp = spec.expected_shapes()[canon]
-    if canon == "lm_head.weight" and found[:1] != exp[:1]:
-        return f"{stored}: expected {exp[0]} rows (config draft_vocab_size={spec.draft_vocab_size}), found {found[0]} (shape {list(found)})"
-    if canon == "fc.weight" and len(found) == 2 and found[1] != exp[1]:
-        return (
-            f"{stored}: expected {exp[1]} columns ({spec.num_aux} aux states x config target_hidden_size="
-            f"{spec.target_hidden_size}), found {found[1]} (shape {list(found)})"
-        )
-    return f"{stored}: expected shape {list(exp)} from the config, found {list(found)}"
-
-
-def drafter_problems(
-    ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]
-) -> list[tuple[str, str, str]]:
-    """Every drafter-alone defect as (file, compat's code, `field: expected ..., found ...`);
-    [] when sound.
-
-    Shapes vs config (naming the config field for lm_head rows and fc width), required
-    tensors, and the d2t/t2d pair (model/vocab.py: integer dtype, 0 <= target id < vocab,
-    distinct, t2d agreeing with d2t). convert also refuses every error of compat's
-    `drafter_findings`, so nothing compat fails on its own is converted."""
-    from eagle3kit.core.vocab import vocab_problems
-
-    out: list[tuple[str, str, str]] = []
-    missing = {"lm_head.weight": "missing-lm-head", "d2t": "missing-d2t"}
-    for req in spec.required_tensors():
-        if req not in names:
-            why = (
-                f" (config declares draft_vocab_size={spec.draft_vocab_size})"
-                if req == "lm_head.weight"
-                else ""
-            )
-            code = missing.get(req, "missing-tensor")
-            out.append((_tensor_file(ckpt), code, f"{req}: expected a tensor{why}, found none"))
-    expected = spec.expected_shapes()
-    for canon, stored in sorted(names.items()):
-        t = ckpt.tensors[stored]
-        if canon in expected and tuple(t.shape) != expected[canon]:
-            code = "embed-shape" if canon == "embed_tokens.weight" else "tensor-shape"
-            out.append((t.file, code, _shape_problem(canon, stored, spec, tuple(t.shape))))
-    if "d2t" in names:
-        d2t = ckpt.read_small_tensor(names["d2t"])
-        t2d = ckpt.read_small_tensor(names["t2d"]) if "t2d" in names else None
-        for code, msg in vocab_problems(d2t, t2d, spec.vocab_size):
-            out.append((ckpt.tensors[names["d2t"]].file, code, msg))
-    return out
-
-
-def _tensor_file(ckpt: Checkpoint) -> str:
-    return ckpt.files[0] if ckpt.files else ckpt.source
 
 
 def eagle_refusals(spec: DraftSpec, has_embedding: bool) -> list[str]:
@@ -227,37 +172,31 @@ def target_embedding(target: str, spec: DraftSpec) -> Any:
     return read_tensors(ckpt, {"e": name})["e"]
 
 
-def _refuse(
-    src: str, ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str], to: str, embed: bool
-) -> None:
-    from eagle3kit.checkpoint.compat import drafter_findings
-
-    problems = drafter_problems(ckpt, spec, names)
-    told = {code for _, code, _ in problems}  # compat's findings of these codes say it again
-    problems += [
-        (_tensor_file(ckpt), f.code, f.message)
-        for f in drafter_findings(ckpt, spec, names)
-        if f.severity == "error" and f.code not in told
-    ]
-    if problems:
-        where, _, what = problems[0]
+def _refuse(src: str, head: DrafterHeader, to: str, embed: bool) -> None:
+    """Raise at the first error checker.check_drafter finds (naming how many more), then at
+    what the destination cannot represent."""
+    spec, names = head.spec, head.names
+    errors = [f for f in check_drafter(head) if f.severity == "error"]
+    if errors:
         more = (
-            f" (and {len(problems) - 1} more problem(s): see `eagle3kit inspect {src}`)"
-            if len(problems) > 1
+            f" (and {len(errors) - 1} more problem(s): see `eagle3kit inspect {src}`)"
+            if len(errors) > 1
             else ""
         )
-        raise bad(where, what + more)
+        raise bad(errors[0].where or head.tensor_file, errors[0].message + more)
     unknown = [n for n in names if n not in spec.expected_shapes() and n not in TRAINING_ONLY]
     if unknown:
         raise bad(
             src,
-            f"refusing a lossy conversion: tensors with no place in the {to} layout: {', '.join(sorted(unknown))}",
+            f"refusing a lossy conversion: tensors with no place in the {to} layout: "
+            f"{', '.join(sorted(unknown))}",
         )
     if to == "eagle":
         eagle = eagle_refusals(spec, embed)
         if eagle:
             raise bad(
-                ckpt.config_file, f"refusing a conversion the EAGLE code cannot load: {eagle[0]}"
+                head.ckpt.config_file,
+                f"refusing a conversion the EAGLE code cannot load: {eagle[0]}",
             )
 
 
@@ -297,8 +236,7 @@ def convert(
     if to not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {to!r}")
     spec, tensors, head = read_drafter(src)
-    ckpt, layout, names = head.ckpt, head.layout, head.names
-    _refuse(src, ckpt, spec, names, to, "embed_tokens.weight" in tensors or embed_from is not None)
+    _refuse(src, head, to, "embed_tokens.weight" in tensors or embed_from is not None)
     if embed_from is not None:
         emb = target_embedding(embed_from, spec)  # [V, H]
         ref = tensors.get("fc.weight")
@@ -306,6 +244,8 @@ def convert(
     verifier = verifier or spec.verifier
     notes = _notes(spec, tensors, to, verifier)
     save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite)
-    res = ConvertResult(src, layout, to, str(out), launch_command(to, str(out), verifier), notes)
+    res = ConvertResult(
+        src, head.layout, to, str(out), launch_command(to, str(out), verifier), notes
+    )
     res.verifier, res.embed_from = verifier, embed_from
     return res

@@ -196,7 +196,8 @@ def register(app: typer.Typer) -> None:
                 )
             colour = {"error": "red", "warning": "yellow", "info": "blue"}
             for f in r.findings:
-                tag = escape(f" [{f.engine}]") if f.engine else ""
+                tags = [t for t in (f.drafter, f.engine) if t]
+                tag = escape(f" [{', '.join(tags)}]") if tags else ""
                 con.print(
                     f"  [{colour[f.severity]}]{f.severity:7}[/] {f.code}{tag}: {escape(f.message)}"
                 )
