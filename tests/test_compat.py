@@ -248,3 +248,25 @@ def test_one_checker_for_compat_and_convert(tmp_path, target):
         convert(str(broken), "vllm", str(tmp_path / "out"))
     assert str(e.value).endswith(miss.message)
     assert not (tmp_path / "out").exists()
+
+
+def test_d2t_without_t2d_says_t2d_is_derived(tmp_path, target):
+    """Issue 21: compat tells that t2d will be derived from d2t (not a silent all-zero t2d)."""
+    d = drafter(tmp_path, omit=("embed_tokens.weight", "t2d"))
+    res = compat(str(d), str(target), engine="sglang")
+    (f,) = [f for f in res.findings if f.code == "t2d-derived"]
+    assert f.severity == "info" and "derived from d2t" in f.message
+    assert "missing-t2d" not in codes(res, "warning") and res.compatible
+
+
+def test_unknown_writer_renders_trained_on_in_words(tmp_path, target):
+    """Issue 21: the human output never prints a Python dict for the two readings."""
+    nested = {"eagle_aux_hidden_state_layer_ids": [2, 5, 9]}
+    d = drafter(tmp_path, config_overrides={"eagle_config": nested, "eagle3kit": None})
+    r = run_cli("compat", d, target)
+    assert "{" not in r.out and "'layer_output'" not in r.out, r.out
+    # h[x+1] under the layer-output reading, h[x] under the h-index one
+    text = " ".join(r.out.split())  # Rich wraps long lines
+    line = text[text.index("SGLang") : text.index("vLLM")]
+    assert "drafter trained on h[3, 6, 10] if its ids are layer outputs" in line, line
+    assert "h[2, 5, 9] if they are h-indices" in line, line

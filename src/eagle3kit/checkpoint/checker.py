@@ -6,7 +6,8 @@ small index tensors only:
 - shapes against the config (lm_head rows against `draft_vocab_size`, fc columns against
   `num_aux x target_hidden_size`, embed_tokens against `[vocab_size, hidden_size]`, ...);
 - required tensors (lm_head; d2t when the vocabularies differ; the flags' norms); embed_tokens
-  absent is normal (info); t2d absent is told;
+  absent is normal (info); t2d absent is told, with how it is derived from d2t
+  (core/vocab.derive_t2d; without d2t, missing-d2t already says what is wrong);
 - the d2t/t2d pair: lengths, marked count, then core/vocab.vocab_problems (integer dtype,
   0 <= target id < vocab, distinct, t2d agreeing with d2t); docs/formats.md "d2t and t2d".
 """
@@ -117,9 +118,13 @@ def _presence(head: DrafterHeader) -> list[Finding]:
     for req in spec.required_tensors():
         if req not in names:
             out.append(error(*_missing(spec, req), where=head.tensor_file))
-    if spec.draft_vocab_size != spec.vocab_size and "t2d" not in names:
-        msg = "t2d: missing (engines ignore it; trainers and eagle3kit use it)"
-        out.append(warning("missing-t2d", msg))
+    if spec.draft_vocab_size != spec.vocab_size and "t2d" not in names and "d2t" in names:
+        msg = (
+            "t2d: absent (engines ignore it); it will be derived from d2t "
+            "(t2d[i + d2t[i]] = true) wherever eagle3kit needs one, as when training "
+            "starts from this drafter"
+        )
+        out.append(info("t2d-derived", msg))
     return out
 
 

@@ -10,6 +10,7 @@ convert refuses (Eagle3Error, exit 2, nothing written) what it cannot carry fait
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from eagle3kit.checkpoint.reader import DrafterHeader, read_drafter, read_tensor
 from eagle3kit.checkpoint.safetensors_io import (
     load_checkpoint,
     load_local,
+    looks_like_repo_id,
     write_safetensors_sparse,
 )
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
@@ -200,6 +202,24 @@ def _refuse(src: str, head: DrafterHeader, to: str, embed: bool) -> None:
             )
 
 
+def without_identity_maps(tensors: dict[str, Any]) -> dict[str, Any]:
+    """A full-vocab drafter's tensors without d2t/t2d, as speculators saves one (its
+    `DraftVocabMixin._init_vocab` registers no maps when draft_vocab_size == vocab_size, so a
+    strict load reports ours as unexpected keys; docs/convert.md). A d2t that permutes the
+    ids first moves each lm_head row to its target id: row i -> row i + d2t[i]."""
+    import torch
+
+    out = {k: v for k, v in tensors.items() if k not in ("d2t", "t2d")}
+    d2t = tensors.get("d2t")
+    if d2t is not None and bool(d2t.ne(0).any()):
+        head = tensors["lm_head.weight"]  # [V, H], row i predicts target id i + d2t[i]
+        target = torch.arange(d2t.shape[0], device=d2t.device) + d2t.long()  # [V]
+        moved = torch.empty_like(head)
+        moved[target] = head
+        out["lm_head.weight"] = moved
+    return out
+
+
 def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | None) -> list[str]:
     notes: list[str] = []
     dropped = [n for n in tensors if n in TRAINING_ONLY]
@@ -222,6 +242,20 @@ def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | No
     return notes
 
 
+def check_verifier(verifier: str | None) -> None:
+    """--verifier names a target: an existing local path or a Hub repo id (`org/name`, read
+    only as a name here). A path that is not there is a mistake, not a name to record."""
+    if verifier is None or os.path.exists(verifier):
+        return
+    if looks_like_repo_id(verifier) and not os.path.isdir(verifier.split("/")[0]):
+        return
+    raise bad(
+        "--verifier",
+        f"expected an existing local path or a Hub repo id (org/name), found {verifier!r} "
+        "(no such file or directory)",
+    )
+
+
 def convert(
     src: str,
     to: str,
@@ -235,6 +269,7 @@ def convert(
     drafter or a conversion the destination cannot represent (module docstring)."""
     if to not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {to!r}")
+    check_verifier(verifier)
     spec, tensors, head = read_drafter(src)
     _refuse(src, head, to, "embed_tokens.weight" in tensors or embed_from is not None)
     if embed_from is not None:
@@ -243,6 +278,12 @@ def convert(
         tensors["embed_tokens.weight"] = emb.to(ref.dtype) if ref is not None else emb
     verifier = verifier or spec.verifier
     notes = _notes(spec, tensors, to, verifier)
+    if to == "vllm" and spec.draft_vocab_size == spec.vocab_size and "d2t" in tensors:
+        tensors = without_identity_maps(tensors)
+        notes.append(
+            "full vocabulary: d2t/t2d left out, as speculators saves a full-vocab drafter "
+            "(its strict load would report them as unexpected keys)"
+        )
     save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite)
     res = ConvertResult(
         src, head.layout, to, str(out), launch_command(to, str(out), verifier), notes

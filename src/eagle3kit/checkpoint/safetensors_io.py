@@ -487,6 +487,11 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def looks_like_repo_id(p: str) -> bool:
+    """`org/name` and not a relative or absolute path (`./x`, `/x`)."""
+    return bool(_REPO_ID.match(p)) and not p.startswith((".", "/"))
+
+
 def load_checkpoint(path_or_repo: str) -> Checkpoint:
     """A local path when it exists, else a Hub repo id (`org/name`), else a clear error.
 
@@ -495,7 +500,7 @@ def load_checkpoint(path_or_repo: str) -> Checkpoint:
     p = path_or_repo
     if os.path.exists(p):
         return load_local(p)
-    if not (_REPO_ID.match(p) and not p.startswith((".", "/"))):
+    if not looks_like_repo_id(p):
         raise bad(p, "no such file or directory (and not a Hub repo id of the form org/name)")
     first = p.split("/")[0]
     if os.path.isdir(first):

@@ -31,6 +31,19 @@ def _inspect_failures(r: dict) -> list[str]:
     return out
 
 
+def _trained_on(t: list[int] | dict[str, list[int]] | None) -> str:
+    """The h-indices a drafter was trained on, in words (both readings when the writer is
+    unknown: its ids are layer outputs, h[x+1], or h-indices, h[x])."""
+    if t is None:
+        return "unknown (no ids)"
+    if isinstance(t, dict):
+        return (
+            f"h{t['layer_output']} if its ids are layer outputs, h{t['h_index']} if they are "
+            "h-indices (writer unknown)"
+        )
+    return str(t)
+
+
 def _render_target(r: dict) -> None:
     con = out()
     t = r["target"]
@@ -191,7 +204,8 @@ def register(app: typer.Typer) -> None:
             for e in r.engines.values():
                 con.print(
                     escape(
-                        f"  {e['label']}: captures h{e['captures']} ({e['why']}); drafter trained on {e['trained_on'] or 'unknown (no ids)'}"
+                        f"  {e['label']}: captures h{e['captures']} ({e['why']}); "
+                        f"drafter trained on {_trained_on(e['trained_on'])}"
                     )
                 )
             colour = {"error": "red", "warning": "yellow", "info": "blue"}
