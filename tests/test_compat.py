@@ -1,4 +1,5 @@
-"""compat catches each silent mismatch of FORMATS.md; the K2/K2.5 pair is drop-in compatible."""
+"""compat catches each silent mismatch of docs/formats.md; the K2/K2.5 pair is drop-in
+compatible."""
 
 from __future__ import annotations
 

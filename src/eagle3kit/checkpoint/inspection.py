@@ -138,7 +138,7 @@ def tensor_role(name: str, spec: DraftSpec) -> str:
 
 
 def eagle_variant(spec: DraftSpec) -> str:
-    """Name the drafter-layer variant from its norm flags (FORMATS.md "Norm flags").
+    """Name the drafter-layer variant from its norm flags (docs/formats.md "Norm flags").
 
     "EAGLE 3.1" means two things: vLLM/TorchSpec's fc_norm + norm_output, and speculators'
     (PR #610) norm_before_fc + norm_output."""

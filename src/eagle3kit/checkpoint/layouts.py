@@ -1,4 +1,4 @@
-"""The three drafter layouts of FORMATS.md <-> DraftSpec, auto-detected.
+"""The three drafter layouts (docs/formats.md "Drafter layouts") <-> DraftSpec, auto-detected.
 
 - "sglang": SGLang / SpecForge `LlamaForCausalLMEagle3`; aux ids in `eagle_config` are read by
   SGLang as decoder-layer *outputs* (it captures HF `output_hidden_states[id + 1]`; checked
@@ -30,7 +30,7 @@ LAYOUTS = ("sglang", "vllm", "eagle")
 SGLANG_ARCH = "LlamaForCausalLMEagle3"
 VLLM_ARCH = "Eagle3Speculator"
 EAGLE_ARCH = "LlamaForCausalLM"
-# MLA drafters (FORMATS.md "MLA drafters"): SGLang registers both names (kimi_k25_eagle3.py,
+# MLA drafters (docs/formats.md "MLA drafters"): SGLang registers both names (kimi_k25_eagle3.py,
 # deepseek_eagle3 alias), vLLM maps both to its deepseek_eagle3 model; ModelOpt's kimik2
 # export template writes V2.
 MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"

@@ -4,7 +4,7 @@ Nothing here reads weight bytes: a checkpoint is described by its headers alone.
 tensors ever read are small index tensors (d2t, t2d), through `read_small_tensor`, which uses
 numpy (no torch import, so `inspect` and `compat` start fast).
 
-Checks made on every header (DESIGN.md "Safety"): the header length fits in the file; the header
+Checks made on every header (docs/formats.md "Reading safetensors safely"): the header length fits in the file; the header
 is a JSON object; every dtype is known; shapes are lists of non-negative ints; dtype x shape
 equals the byte span; spans lie inside the file and do not overlap; sharded index file names
 stay inside the checkpoint directory.

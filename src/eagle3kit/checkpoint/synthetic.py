@@ -95,7 +95,8 @@ def write_sparse_drafter(
 
 
 def kimi_k2_spec(max_position_embeddings: int = 131072) -> DraftSpec:
-    """The AQ-MedAI Kimi-K2 EAGLE-3 drafter's shapes (FORMATS.md): H=7168, 64x128 heads,
+    """The AQ-MedAI Kimi-K2 EAGLE-3 drafter's shapes (docs/formats.md "Drafter layouts"):
+    H=7168, 64x128 heads,
     I=18432, V=163840, Vd=32000, aux layers [2, 30, 58] of a 61-layer target."""
     return DraftSpec(
         hidden_size=7168,
@@ -131,7 +132,7 @@ _KIMI_MLA = dict(
 
 
 def kimi_k25_mla_spec() -> DraftSpec:
-    """lightseekorg/kimi-k2.5-eagle3-mla's shapes (FORMATS.md "MLA drafters"): one MLA layer
+    """lightseekorg/kimi-k2.5-eagle3-mla's shapes (docs/formats.md "MLA drafters"): one MLA layer
     in Kimi-K2.5's own dims, H 7168, MLP 18432, the full 163840 draft vocab, fc [7168, 21504];
     TorchSpec's native ids [1, 29, 57] (layer outputs) = h[2, 30, 58]."""
     return DraftSpec(

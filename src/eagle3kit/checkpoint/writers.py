@@ -1,7 +1,7 @@
 """Who wrote this drafter, and therefore what its aux-layer ids mean.
 
 The same list `eagle_aux_hidden_state_layer_ids = [x1, x2, x3]` is written with two meanings
-(FORMATS.md "Which layers are aux"):
+(docs/formats.md "Aux layer ids"):
 
     layer_output: x names the output of decoder layer x, i.e. h[x + 1]
                   (SpecForge, NVIDIA ModelOpt, TorchSpec's native export)

@@ -43,7 +43,7 @@ MLA_ATTENTION_TENSORS = (
 )
 INDEX_TENSORS = ("d2t", "t2d")
 OPTIONAL_TENSORS = ("embed_tokens.weight",)
-# The drafter-layer flags (FORMATS.md "Norm flags"); qk_norm is a layer kind, not one of them.
+# The drafter-layer flags (docs/formats.md "Norm flags"); qk_norm is a layer kind, not one of them.
 NORM_FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 ATTENTION_KINDS = ("mha", "mla")
 

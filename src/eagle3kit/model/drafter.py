@@ -1,6 +1,6 @@
 """Eagle3Drafter: the EAGLE-3 draft model as an nn.Module, built from a DraftSpec.
 
-One draft step, per position t (FORMATS.md "The architecture in one paragraph"):
+One draft step, per position t (docs/formats.md "The drafter in one paragraph"):
 
     h_t   = fc(cat(aux_low, aux_mid, aux_high))          on the first step  # [B, T, H]
           = the previous step's output hidden            on later steps     # [B, T, H]
