@@ -1,4 +1,5 @@
-"""convert: lossless round trips between layouts (tensors and drafter logits), refusals, launch lines."""
+"""convert: lossless round trips between layouts (tensors and drafter logits), refusals, launch
+lines."""
 
 from __future__ import annotations
 

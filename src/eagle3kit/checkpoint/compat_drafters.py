@@ -128,7 +128,8 @@ def _spec_findings(la: str, sa: DraftSpec, lb: str, sb: DraftSpec) -> list[Findi
     out = [
         error(
             "spec-differs",
-            f"{f}: A has {getattr(sa, f, None)!r}, B has {getattr(sb, f, None)!r} (changes tensors or math)",
+            f"{f}: A has {getattr(sa, f, None)!r}, B has {getattr(sb, f, None)!r} (changes tensors "
+            "or math)",
         )
         for f in _ARCH_FIELDS
         if getattr(sa, f, None) != getattr(sb, f, None)

@@ -67,22 +67,26 @@ def _target_findings(
         out.append(
             error(
                 "hidden-size",
-                f"target_hidden_size: the target's hidden_size is {ti.hidden_size}, the drafter expects "
-                f"{spec.target_hidden_size} (fc input {spec.fc_in_features} = 3 x {spec.target_hidden_size})",
+                f"target_hidden_size: the target's hidden_size is {ti.hidden_size}, the drafter "
+                "expects "
+                f"{spec.target_hidden_size} (fc input {spec.fc_in_features} = 3 x "
+                f"{spec.target_hidden_size})",
             )
         )
     if spec.vocab_size != ti.vocab_size:
         out.append(
             error(
                 "vocab-size",
-                f"vocab_size: the target has {ti.vocab_size}, the drafter declares {spec.vocab_size}",
+                f"vocab_size: the target has {ti.vocab_size}, the drafter declares "
+                f"{spec.vocab_size}",
             )
         )
     if ti.max_position_embeddings and spec.max_position_embeddings < ti.max_position_embeddings:
         out.append(
             warning(
                 "max-position",
-                f"max_position_embeddings: drafter {spec.max_position_embeddings} is below the target's "
+                f"max_position_embeddings: drafter {spec.max_position_embeddings} is below the "
+                "target's "
                 f"{ti.max_position_embeddings}; long contexts may exceed the drafter's rope range",
             )
         )
@@ -91,7 +95,8 @@ def _target_findings(
         out.append(
             error(
                 "tokenizer",
-                "tokenizer.json: the drafter's and the target's tokenizers differ (token ids would not line up)",
+                "tokenizer.json: the drafter's and the target's tokenizers differ (token ids would "
+                "not line up)",
             )
         )
     return out
@@ -186,7 +191,8 @@ def _aux_findings(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> list[Fin
             warning(
                 "aux-ambiguous",
                 f"{sel.label} captures h{cap.captures} ({cap.why}): right if the ids are "
-                f"{MEANS[match[0]]}, wrong if they are {MEANS[other]}, and no marker names the writer. "
+                f"{MEANS[match[0]]}, wrong if they are {MEANS[other]}, and no marker names the "
+                "writer. "
                 f"Releases right under each reading: {per}. {PROBE}",
                 eng,
             )
@@ -244,7 +250,8 @@ def _flag_findings(sel: E.EngineSel, spec: DraftSpec, family: str) -> list[Findi
     for flag in NORM_FLAGS:
         if getattr(spec, flag) and not E.flag_rule(sel.name, flag, att, family, sel.version):
             where = [
-                f"{', '.join(sorted(r.attention))} drafters on {'/'.join(sorted(r.families)) if len(r.families) < 3 else 'all'} "
+                f"{', '.join(sorted(r.attention))} drafters on "
+                f"{'/'.join(sorted(r.families)) if len(r.families) < 3 else 'all'} "
                 f"targets{' from ' + '.'.join(map(str, r.since)) if r.since else ''} ({r.source})"
                 for r in E.FLAG_RULES
                 if r.engine == sel.name and r.flag == flag
@@ -263,7 +270,8 @@ def _flag_findings(sel: E.EngineSel, spec: DraftSpec, family: str) -> list[Findi
             Finding(
                 sev,
                 "qk-norm",
-                f"q_norm/k_norm tensors (Qwen3-style layer) are not part of {sel.label}'s Llama EAGLE-3 layer",
+                f"q_norm/k_norm tensors (Qwen3-style layer) are not part of {sel.label}'s Llama "
+                "EAGLE-3 layer",
                 sel.name,
             )
         )
@@ -279,7 +287,8 @@ def _arch_findings(sel: E.EngineSel, spec: DraftSpec, names: dict[str, str]) -> 
         out.append(
             error(
                 "architecture",
-                f"architectures: expected one of [{want}] for {sel.label}, found {spec.architecture!r}{hint}",
+                f"architectures: expected one of [{want}] for {sel.label}, found "
+                f"{spec.architecture!r}{hint}",
                 sel.name,
             )
         )
@@ -293,8 +302,10 @@ def _arch_findings(sel: E.EngineSel, spec: DraftSpec, names: dict[str, str]) -> 
         out.append(
             error(
                 "skipped-names",
-                f"{len(skipped)} tensors named {skipped[0].rsplit('.', 2)[0]}.* would be silently skipped by "
-                f"{sel.label} (it loads {', '.join(p + '*' for p in rule.loads)}; the layer would stay random); "
+                f"{len(skipped)} tensors named {skipped[0].rsplit('.', 2)[0]}.* would be silently "
+                "skipped by "
+                f"{sel.label} (it loads {', '.join(p + '*' for p in rule.loads)}; the layer would "
+                "stay random); "
                 f"{_fix(sel.name)}",
                 sel.name,
             )

@@ -44,16 +44,20 @@ def eagle_refusals(spec: DraftSpec, has_embedding: bool) -> list[str]:
     out = []
     if spec.rope_scaling:
         out.append(
-            f"rope_scaling: expected none (the EAGLE drafter layer applies plain RoPE), found {spec.rope_scaling}"
+            "rope_scaling: expected none (the EAGLE drafter layer applies plain RoPE), found "
+            f"{spec.rope_scaling}"
         )
     if spec.num_attention_heads * spec.head_dim != spec.hidden_size:
         out.append(
-            f"num_attention_heads x head_dim: expected hidden_size={spec.hidden_size} (EAGLE derives head_dim = hidden_size / heads), "
-            f"found {spec.num_attention_heads} x {spec.head_dim} = {spec.num_attention_heads * spec.head_dim}"
+            f"num_attention_heads x head_dim: expected hidden_size={spec.hidden_size} (EAGLE "
+            "derives head_dim = hidden_size / heads), "
+            f"found {spec.num_attention_heads} x {spec.head_dim} = "
+            f"{spec.num_attention_heads * spec.head_dim}"
         )
     if spec.target_hidden_size != spec.hidden_size and not has_embedding:
         out.append(
-            f"embed_tokens.weight: expected in the drafter when target_hidden_size={spec.target_hidden_size} != "
+            "embed_tokens.weight: expected in the drafter when "
+            f"target_hidden_size={spec.target_hidden_size} != "
             f"hidden_size={spec.hidden_size} (EAGLE then skips the target's embedding), found none"
         )
     return out
@@ -86,7 +90,7 @@ def save_drafter(
 ) -> dict[str, Any]:
     """Write a servable drafter directory in `layout`; returns the config written.
 
-    Built in a temporary sibling directory and renamed into place (eagle3kit.core.atomic.atomic_dir),
+    Built in a temporary sibling directory and renamed into place (core/atomic.atomic_dir),
     so an existing directory is never left half-written; all-zero runs stay holes."""
     if layout not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {layout!r}")
@@ -120,7 +124,8 @@ def launch_command(layout: str, draft: str, target: str | None, steps: int = 3) 
         )
     return (
         'python -c "from eagle.model.ea_model import EaModel; '
-        f"EaModel.from_pretrained(base_model_path='{tgt}', ea_model_path='{draft}', use_eagle3=True)\""
+        f"EaModel.from_pretrained(base_model_path='{tgt}', ea_model_path='{draft}', "
+        'use_eagle3=True)"'
     )
 
 
@@ -163,7 +168,8 @@ def target_embedding(target: str, spec: DraftSpec) -> Any:
     if tuple(info.shape) != want:
         raise bad(
             info.file,
-            f"{name}: expected shape {list(want)} (the drafter's vocab_size, hidden_size), found {list(info.shape)}",
+            f"{name}: expected shape {list(want)} (the drafter's vocab_size, hidden_size), found "
+            f"{list(info.shape)}",
         )
     if ckpt.repo_id is not None:  # pragma: no cover - needs network
         from huggingface_hub import hf_hub_download
@@ -227,16 +233,20 @@ def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | No
         notes.append(f"dropped training-only tensors: {', '.join(dropped)}")
     if to == "eagle" and spec.aux_layers:
         notes.append(
-            f"original EAGLE code always captures its default aux layers (2, L//2, L-3); this drafter was "
-            f"trained on HF hidden states {list(spec.aux_layers)} (kept in config as eagle3kit_aux_layers)"
+            "original EAGLE code always captures its default aux layers (2, L//2, L-3); this "
+            "drafter was "
+            f"trained on HF hidden states {list(spec.aux_layers)} (kept in config as "
+            "eagle3kit_aux_layers)"
         )
     if "embed_tokens.weight" not in tensors:
         notes.append(
-            "no embed_tokens: the engine uses the target's embedding (normal; --embed-from TARGET copies it in)"
+            "no embed_tokens: the engine uses the target's embedding (normal; --embed-from TARGET "
+            "copies it in)"
         )
     if to == "vllm" and not verifier:
         notes.append(
-            "no verifier name (none given with --verifier, none in the source): vLLM serves it, but speculators' "
+            "no verifier name (none given with --verifier, none in the source): vLLM serves it, "
+            "but speculators' "
             "own tooling then cannot load the target"
         )
     return notes

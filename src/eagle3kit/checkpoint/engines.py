@@ -313,7 +313,8 @@ def bands(engine: str) -> list[tuple[str, Version]]:
 
 
 def target_family(config: dict[str, Any]) -> str:
-    """'deepseek' (model_type deepseek_v2/deepseek_v3/kimi_k2, incl. a text_config), 'gpt-oss', or 'llama'."""
+    """'deepseek' (model_type deepseek_v2/deepseek_v3/kimi_k2, incl. a text_config),
+    'gpt-oss', or 'llama'."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     types = {str(c.get("model_type", "")).lower() for c in (config, text)}
     archs = " ".join(str(a) for a in (config.get("architectures") or []) if isinstance(a, str))

@@ -303,7 +303,8 @@ def _check_one_layer(layer: dict[str, Any], where: str, names: dict[str, str]) -
     if n_layers != 1 and (more or not is_mla_config(layer)):
         raise bad(
             where,
-            f"num_hidden_layers: expected 1 (an EAGLE-3 drafter has one decoder layer), found {n_layers}",
+            "num_hidden_layers: expected 1 (an EAGLE-3 drafter has one decoder layer), found "
+            f"{n_layers}",
         )
 
 
@@ -319,7 +320,8 @@ def unsupported_by(spec: DraftSpec, layout: str) -> list[str]:
     problems = []
     if spec.is_mla and layout == "eagle":
         problems.append(
-            "attention=mla (the EAGLE drafter layer has Llama attention only; use --to sglang or vllm)"
+            "attention=mla (the EAGLE drafter layer has Llama attention only; use --to sglang or "
+            "vllm)"
         )
     if spec.is_mla and layout == "vllm" and spec.norm_before_fc:
         problems.append("norm_before_fc=true (vLLM implements it for Llama drafters, not MLA)")
@@ -333,7 +335,8 @@ def unsupported_by(spec: DraftSpec, layout: str) -> list[str]:
             )
     if layout == "sglang" and spec.aux_layers and min(spec.aux_layers) < 1:
         problems.append(
-            f"aux layer 0 (the embedding output) cannot be named in SGLang's convention (id = layer - 1), found {list(spec.aux_layers)}"
+            "aux layer 0 (the embedding output) cannot be named in SGLang's convention (id = "
+            f"layer - 1), found {list(spec.aux_layers)}"
         )
     return problems
 
@@ -464,7 +467,7 @@ def config_for(
             cfg["eagle3kit"] = {"aux_layers_hf": list(spec.aux_layers)}  # ours: h-indices
         if verifier:
             cfg["eagle3kit_verifier"] = verifier
-    else:  # original EAGLE: its code always uses the default aux layers; record ours for round trips
+    else:  # original EAGLE: its code always uses the default aux layers; ours kept for round trips
         if spec.aux_layers:
             cfg["eagle3kit_aux_layers"] = list(spec.aux_layers)
         if verifier:

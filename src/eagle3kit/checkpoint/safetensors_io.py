@@ -4,10 +4,10 @@ Nothing here reads weight bytes: a checkpoint is described by its headers alone.
 tensors ever read are small index tensors (d2t, t2d), through `read_small_tensor`, which uses
 numpy (no torch import, so `inspect` and `compat` start fast).
 
-Checks made on every header (docs/formats.md "Reading safetensors safely"): the header length fits in the file; the header
-is a JSON object; every dtype is known; shapes are lists of non-negative ints; dtype x shape
-equals the byte span; spans lie inside the file and do not overlap; sharded index file names
-stay inside the checkpoint directory.
+Checks made on every header (docs/formats.md "Reading safetensors safely"): the header length
+fits in the file; the header is a JSON object; every dtype is known; shapes are lists of
+non-negative ints; dtype x shape equals the byte span; spans lie inside the file and do not
+overlap; sharded index file names stay inside the checkpoint directory.
 """
 
 from __future__ import annotations
@@ -160,7 +160,8 @@ def _tensor_info(
     ):
         raise bad(
             where,
-            f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, found {offs!r}",
+            f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, found "
+            f"{offs!r}",
         )
     span = offs[1] - offs[0]
     expected = math.prod(shape) * DTYPE_SIZES[dtype]
@@ -172,7 +173,8 @@ def _tensor_info(
     if offs[1] > data_len:
         raise bad(
             where,
-            f"tensor {name!r}: data_offsets {offs} end outside the file (data section is {data_len} bytes)",
+            f"tensor {name!r}: data_offsets {offs} end outside the file (data section is "
+            f"{data_len} bytes)",
         )
     return TensorInfo(name, dtype, tuple(shape), file, data_start + offs[0], data_start + offs[1])
 
@@ -324,7 +326,8 @@ def load_local(path: str | Path) -> Checkpoint:
         if p.suffix != ".safetensors":
             raise bad(
                 str(p),
-                f"expected a checkpoint directory or a .safetensors file, found a {p.suffix or 'plain'} file",
+                "expected a checkpoint directory or a .safetensors file, found a "
+                f"{p.suffix or 'plain'} file",
             )
         tensors = read_header_file(p)
         cfg_path = p.parent / "config.json"
@@ -506,12 +509,14 @@ def load_checkpoint(path_or_repo: str) -> Checkpoint:
     if os.path.isdir(first):
         raise bad(
             p,
-            f"no such local path (folder {first}/ exists here, so it is not tried as a Hub repo id)",
+            f"no such local path (folder {first}/ exists here, so it is not tried as a Hub repo "
+            "id)",
         )
     if _offline():
         raise bad(
             p,
-            "no such local path; as a Hub repo id it cannot be read offline (HF_HUB_OFFLINE is set)",
+            "no such local path; as a Hub repo id it cannot be read offline (HF_HUB_OFFLINE is "
+            "set)",
         )
     try:
         return load_hub(p)
@@ -576,7 +581,7 @@ def _hub_range(ckpt: Checkpoint, info: TensorInfo) -> bytes:
 def write_safetensors(
     path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
 ) -> None:
-    """Write torch tensors to `path` atomically (eagle3kit.core.atomic; the file respects the umask)."""
+    """Write torch tensors to `path` atomically (core/atomic; the file respects the umask)."""
     save_safetensors(path, tensors, metadata)
 
 
@@ -589,7 +594,8 @@ SPARSE_CHUNK = 1 << 20  # bytes: an all-zero run this long becomes a hole in the
 
 
 def _tensor_bytes(t: Any):
-    """The raw little-endian bytes of a torch tensor as a numpy uint8 view (no copy if contiguous)."""
+    """The raw little-endian bytes of a torch tensor as a numpy uint8 view (no copy if
+    contiguous)."""
     import torch
 
     return t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy()  # [nbytes]

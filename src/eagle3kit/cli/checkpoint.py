@@ -56,7 +56,8 @@ def _render_target(r: dict) -> None:
     )
     con.print(f"  default EAGLE-3 aux layers (HF hidden-state indices): {t['default_aux_layers']}")
     con.print(
-        f"  {len(r['tensors'])} tensors, {_fmt_bytes(r['total_bytes'])}; tokenizer: {'yes' if r['has_tokenizer'] else 'no'}"
+        f"  {len(r['tensors'])} tensors, {_fmt_bytes(r['total_bytes'])}; tokenizer: "
+        f"{'yes' if r['has_tokenizer'] else 'no'}"
     )
 
 
@@ -69,7 +70,8 @@ def _render_drafter(r: dict) -> None:
     con = out()
     s = r["spec"]
     con.print(
-        f"[bold]{r['source']}[/]: EAGLE-3 drafter, [cyan]{r['format']}[/] layout ({s['architecture']})"
+        f"[bold]{r['source']}[/]: EAGLE-3 drafter, [cyan]{r['format']}[/] layout "
+        f"({s['architecture']})"
     )
     aux = s["aux_layers"]
     aux_s = (
@@ -83,8 +85,10 @@ def _render_drafter(r: dict) -> None:
         else "not recorded: engines use (2, L//2, L-3)"
     )
     con.print(
-        f"  hidden {s['hidden_size']} (target {s['target_hidden_size']}), intermediate {s['intermediate_size']}, "
-        f"heads {s['num_attention_heads']}/{s['num_key_value_heads']} x {s['head_dim']}, vocab {s['draft_vocab_size']} of {s['vocab_size']}"
+        f"  hidden {s['hidden_size']} (target {s['target_hidden_size']}), intermediate "
+        f"{s['intermediate_size']}, "
+        f"heads {s['num_attention_heads']}/{s['num_key_value_heads']} x {s['head_dim']}, vocab "
+        f"{s['draft_vocab_size']} of {s['vocab_size']}"
     )
     con.print(
         f"  aux layers: {aux_s}; dtype {s['dtype']}; max positions {s['max_position_embeddings']}"
@@ -93,8 +97,10 @@ def _render_drafter(r: dict) -> None:
     con.print(f"  flags: {', '.join(flags) if flags else 'none'} -> {r['variant']}")
     if s["attention"] == "mla":
         con.print(
-            f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope {s['qk_nope_head_dim']} "
-            f"+ rope {s['qk_rope_head_dim']}, v {s['v_head_dim']}, rope_scaling {s['rope_scaling']})"
+            f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope "
+            f"{s['qk_nope_head_dim']} "
+            f"+ rope {s['qk_rope_head_dim']}, v {s['v_head_dim']}, rope_scaling "
+            f"{s['rope_scaling']})"
         )
     table = Table(show_lines=False)
     for col in ("name", "shape", "dtype", "bytes", "role"):
@@ -108,7 +114,8 @@ def _render_drafter(r: dict) -> None:
         parts = []
         if "d2t" in vm:
             parts.append(
-                f"d2t -> target ids {vm['d2t']['target_min']}..{vm['d2t']['target_max']}, {vm['d2t']['out_of_range']} out of range"
+                f"d2t -> target ids {vm['d2t']['target_min']}..{vm['d2t']['target_max']}, "
+                f"{vm['d2t']['out_of_range']} out of range"
             )
         if "t2d" in vm:
             parts.append(f"t2d marks {vm['t2d']['count']} ids")
@@ -134,9 +141,10 @@ def register(app: typer.Typer) -> None:
         ],
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
-        """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers only.
+        """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers.
 
-        Exit 1 when the drafter is broken (vocab map, shapes vs config, a required tensor missing)."""
+        Exit 1 when the drafter is broken (vocab map, shapes vs config, a required tensor
+        missing)."""
         from eagle3kit.checkpoint.inspection import inspect_checkpoint
 
         r = inspect_checkpoint(path)
@@ -164,12 +172,13 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 help="sglang, vllm or both, each optionally @VERSION (sglang@0.5.12, vllm@0.21); "
-                "without a version, the latest rules plus a warning naming older releases that differ."
+                "without a version, the latest rules plus a warning naming older releases that "
+                "differ."
             ),
         ] = "both",
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
-        """Drafter vs drafter: drop-in compatible for fine-tuning? Drafter vs target: will each engine serve it right?
+        """Drafter vs drafter: drop-in for fine-tuning? Drafter vs target: served right?
 
         Exit 0 when no error is found, 1 when any is, 2 on bad input."""
         from rich.table import Table

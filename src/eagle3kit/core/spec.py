@@ -122,7 +122,8 @@ class DraftSpec:
         if self.num_key_value_heads != self.num_attention_heads:
             raise bad(
                 "DraftSpec",
-                f"num_key_value_heads: an MLA drafter has one per head ({self.num_attention_heads}), "
+                "num_key_value_heads: an MLA drafter has one per head "
+                f"({self.num_attention_heads}), "
                 f"found {self.num_key_value_heads}",
             )
 

@@ -115,14 +115,16 @@ def vocab_problems(d2t: Any, t2d: Any | None, vocab_size: int) -> list[tuple[str
         out.append(
             (
                 "d2t-range",
-                f"d2t: expected target ids < {vocab_size} (vocab_size), found {too_big} beyond ({span})",
+                f"d2t: expected target ids < {vocab_size} (vocab_size), found {too_big} beyond "
+                f"({span})",
             )
         )
     if s["duplicates"]:
         out.append(
             (
                 "d2t-duplicates",
-                f"d2t: expected distinct target ids, found {s['duplicates']} draft ids mapping to a target id already taken",
+                f"d2t: expected distinct target ids, found {s['duplicates']} draft ids mapping to "
+                "a target id already taken",
             )
         )
     if t2d is not None:
@@ -142,7 +144,8 @@ def vocab_problems(d2t: Any, t2d: Any | None, vocab_size: int) -> list[tuple[str
                 out.append(
                     (
                         "t2d-disagree",
-                        f"t2d: expected exactly the {len(tgt)} target ids d2t names marked, found {len(marked)} marked, {len(np.setxor1d(tgt, marked))} differing",
+                        f"t2d: expected exactly the {len(tgt)} target ids d2t names marked, found "
+                        f"{len(marked)} marked, {len(np.setxor1d(tgt, marked))} differing",
                     )
                 )
     return out
