@@ -89,7 +89,7 @@ def test_refuses_lossy_conversion(tmp_path):
 
 
 def test_refuses_unknown_tensors(tmp_path):
-    from eagle3kit.checkpoint.safetensors_io import write_safetensors
+    from eagle3kit.checkpoint.safetensors_write import write_safetensors
 
     src = random_drafter(tmp_path / "src", tiny_spec(), "sglang")
     t = load_file(src / "model.safetensors")

@@ -172,9 +172,12 @@ def commands(p: dict[str, str], o: str) -> list[tuple[str, list[str]]]:
         ("compat_tgt_tgt", ["compat", p["tgt"], p["tgt_ds"]]),
         ("compat_bad_engine", ["compat", p["d_sg"], p["tgt"], "--engine", "trt"]),
     ]
-    missing = os.path.join(os.path.dirname(p["tgt"]), "no-such-target")
+    return cases + _plan_cases() + _convert_cases(p, o)
+
+
+def _plan_cases() -> list[tuple[str, list[str]]]:
     base = ["plan", "--baseline-tps", "82", "--draft-ms", "2.5", "--verify-ms", "4:14"]
-    cases += [
+    return [
         ("plan_basic", [*base, "--acceptance", "0.7"]),
         ("plan_json", [*base, "--acceptance", "0.7", "--json"]),
         ("plan_tau", ["plan", "--decode-ms", "12", "--cycle-ms", "20", "--accept-len", "2.4"]),
@@ -190,6 +193,10 @@ def commands(p: dict[str, str], o: str) -> list[tuple[str, list[str]]]:
         ),
         ("plan_bad", ["plan", "--baseline-tps", "82", "--acceptance", "1.5", "--cycle-ms", "9"]),
     ]
+
+
+def _convert_cases(p: dict[str, str], o: str) -> list[tuple[str, list[str]]]:
+    missing = os.path.join(os.path.dirname(p["tgt"]), "no-such-target")
     conv = [
         ("sg_vllm", "d_sg", "vllm", []),
         ("sg_eagle", "d_sg", "eagle", []),
@@ -204,10 +211,10 @@ def commands(p: dict[str, str], o: str) -> list[tuple[str, list[str]]]:
         ("refused_to", "d_sg", "trt", []),
         ("verifier_missing", "d_sg", "vllm", ["--verifier", missing]),
     ]
-    for name, src, to, extra in conv:
-        out = os.path.join(o, name)
-        cases.append((f"convert_{name}", ["convert", p[src], "--to", to, "-o", out, *extra]))
-    return cases
+    return [
+        (f"convert_{name}", ["convert", p[src], "--to", to, "-o", os.path.join(o, name), *extra])
+        for name, src, to, extra in conv
+    ]
 
 
 def _run_inproc(argv: list[str]) -> tuple[int, str, str]:

@@ -22,8 +22,8 @@ from eagle3kit.checkpoint.safetensors_io import (
     load_checkpoint,
     load_local,
     looks_like_repo_id,
-    write_safetensors_sparse,
 )
+from eagle3kit.checkpoint.safetensors_write import write_safetensors_sparse
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import DraftSpec

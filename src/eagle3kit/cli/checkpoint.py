@@ -61,13 +61,10 @@ def _render_target(r: dict) -> None:
     )
 
 
-def _render_drafter(r: dict) -> None:
-    """The spec in a few lines, the tensor table, the vocab map, mismatches, errors."""
-    from rich.table import Table
-
+def _render_spec(con, r: dict) -> None:
+    """A drafter's DraftSpec in a few lines."""
     from eagle3kit.core.spec import NORM_FLAGS
 
-    con = out()
     s = r["spec"]
     con.print(
         f"[bold]{r['source']}[/]: EAGLE-3 drafter, [cyan]{r['format']}[/] layout "
@@ -102,6 +99,14 @@ def _render_drafter(r: dict) -> None:
             f"+ rope {s['qk_rope_head_dim']}, v {s['v_head_dim']}, rope_scaling "
             f"{s['rope_scaling']})"
         )
+
+
+def _render_drafter(r: dict) -> None:
+    """The spec in a few lines, the tensor table, the vocab map, mismatches, errors."""
+    from rich.table import Table
+
+    con = out()
+    _render_spec(con, r)
     table = Table(show_lines=False)
     for col in ("name", "shape", "dtype", "bytes", "role"):
         table.add_column(col, overflow="fold")
@@ -128,6 +133,46 @@ def _render_drafter(r: dict) -> None:
     con.print(f"  unexpected: {', '.join(r['unexpected']) or 'none'}")
     for f in _inspect_failures(r):
         con.print(f"  [red]error[/] {f}", markup=True, highlight=False)
+
+
+def _render_compat(r) -> None:
+    """compat's findings for a person: tables of config and tensor differences, what each
+    engine captures, the findings (engine or drafter in brackets), the verdict."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = out()
+    con.print(f"[bold]compat[/] ({r.mode}): A = {r.a}, B = {r.b}")
+    if r.config_diff:
+        t = Table(title="config differences")
+        for col in ("key", "A", "B", "kind"):
+            t.add_column(col, overflow="fold")
+        for row in r.config_diff:
+            t.add_row(row["key"], repr(row["a"]), repr(row["b"]), row["kind"])
+        con.print(t)
+    if r.tensors:
+        t = Table(title="tensors")
+        for col in ("name", "A", "B", "status"):
+            t.add_column(col, overflow="fold")
+        for row in r.tensors:
+            fa = f"{row['a']['shape']} {row['a']['dtype']}" if row["a"] else "-"
+            fb = f"{row['b']['shape']} {row['b']['dtype']}" if row["b"] else "-"
+            style = "green" if row["status"] == "match" else "yellow"
+            t.add_row(row["name"], fa, fb, f"[{style}]{row['status']}[/]")
+        con.print(t)
+    for e in r.engines.values():
+        con.print(
+            escape(
+                f"  {e['label']}: captures h{e['captures']} ({e['why']}); "
+                f"drafter trained on {_trained_on(e['trained_on'])}"
+            )
+        )
+    colour = {"error": "red", "warning": "yellow", "info": "blue"}
+    for f in r.findings:
+        tags = [t for t in (f.drafter, f.engine) if t]
+        tag = escape(f" [{', '.join(tags)}]") if tags else ""
+        con.print(f"  [{colour[f.severity]}]{f.severity:7}[/] {f.code}{tag}: {escape(f.message)}")
+    con.print(f"[bold {'green' if r.compatible else 'red'}]verdict: {escape(r.verdict)}[/]")
 
 
 def register(app: typer.Typer) -> None:
@@ -181,50 +226,13 @@ def register(app: typer.Typer) -> None:
         """Drafter vs drafter: drop-in for fine-tuning? Drafter vs target: served right?
 
         Exit 0 when no error is found, 1 when any is, 2 on bad input."""
-        from rich.table import Table
-
         from eagle3kit.checkpoint.compat import compat as run_compat
 
         r = run_compat(a, b, engine)
         if json_out:
             emit_json(r.to_json())
         else:
-            con = out()
-            con.print(f"[bold]compat[/] ({r.mode}): A = {r.a}, B = {r.b}")
-            if r.config_diff:
-                t = Table(title="config differences")
-                for col in ("key", "A", "B", "kind"):
-                    t.add_column(col, overflow="fold")
-                for row in r.config_diff:
-                    t.add_row(row["key"], repr(row["a"]), repr(row["b"]), row["kind"])
-                con.print(t)
-            if r.tensors:
-                t = Table(title="tensors")
-                for col in ("name", "A", "B", "status"):
-                    t.add_column(col, overflow="fold")
-                for row in r.tensors:
-                    fa = f"{row['a']['shape']} {row['a']['dtype']}" if row["a"] else "-"
-                    fb = f"{row['b']['shape']} {row['b']['dtype']}" if row["b"] else "-"
-                    style = "green" if row["status"] == "match" else "yellow"
-                    t.add_row(row["name"], fa, fb, f"[{style}]{row['status']}[/]")
-                con.print(t)
-            from rich.markup import escape
-
-            for e in r.engines.values():
-                con.print(
-                    escape(
-                        f"  {e['label']}: captures h{e['captures']} ({e['why']}); "
-                        f"drafter trained on {_trained_on(e['trained_on'])}"
-                    )
-                )
-            colour = {"error": "red", "warning": "yellow", "info": "blue"}
-            for f in r.findings:
-                tags = [t for t in (f.drafter, f.engine) if t]
-                tag = escape(f" [{', '.join(tags)}]") if tags else ""
-                con.print(
-                    f"  [{colour[f.severity]}]{f.severity:7}[/] {f.code}{tag}: {escape(f.message)}"
-                )
-            con.print(f"[bold {'green' if r.compatible else 'red'}]verdict: {escape(r.verdict)}[/]")
+            _render_compat(r)
         if not r.compatible:
             raise typer.Exit(1)
 
