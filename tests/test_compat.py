@@ -1,4 +1,5 @@
-"""compat catches each silent mismatch of FORMATS.md; the K2/K2.5 pair is drop-in compatible."""
+"""compat catches each silent mismatch of docs/formats.md; the K2/K2.5 pair is drop-in
+compatible."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from conftest import run_cli
 
 from eagle3kit.checkpoint.compat import compat
 from eagle3kit.checkpoint.synthetic import default_vocab_map, kimi_k2_spec, write_sparse_drafter
+from eagle3kit.core.errors import Eagle3Error
 
 
 def codes(res, severity="error"):
@@ -227,3 +229,45 @@ def test_cli_exit_codes_and_json(tmp_path, target):
     assert r.code == 2 and "at least one drafter" in r.err
     r = run_cli("compat", good, target, "--engine", "tgi")
     assert r.code == 2
+
+
+def test_one_checker_for_compat_and_convert(tmp_path, target):
+    """A defect of a drafter alone is found by checker.check_drafter, told by compat with the
+    drafter it concerns as a field (not a message prefix), and refused by convert in the same
+    words."""
+    from eagle3kit.checkpoint.convert import convert
+
+    good = drafter(tmp_path, "good")
+    broken = drafter(tmp_path, "broken", omit=("embed_tokens.weight", "lm_head.weight"))
+    res = compat(str(good), str(broken))
+    (miss,) = [f for f in res.findings if f.code == "missing-lm-head"]
+    assert miss.drafter == "B" and miss.to_json()["drafter"] == "B"
+    assert miss.message.startswith("lm_head.weight: expected a tensor")
+    served = compat(str(broken), str(target))
+    assert [f.message for f in served.findings if f.code == "missing-lm-head"] == [miss.message]
+    with pytest.raises(Eagle3Error) as e:
+        convert(str(broken), "vllm", str(tmp_path / "out"))
+    assert str(e.value).endswith(miss.message)
+    assert not (tmp_path / "out").exists()
+
+
+def test_d2t_without_t2d_says_t2d_is_derived(tmp_path, target):
+    """Issue 21: compat tells that t2d will be derived from d2t (not a silent all-zero t2d)."""
+    d = drafter(tmp_path, omit=("embed_tokens.weight", "t2d"))
+    res = compat(str(d), str(target), engine="sglang")
+    (f,) = [f for f in res.findings if f.code == "t2d-derived"]
+    assert f.severity == "info" and "derived from d2t" in f.message
+    assert "missing-t2d" not in codes(res, "warning") and res.compatible
+
+
+def test_unknown_writer_renders_trained_on_in_words(tmp_path, target):
+    """Issue 21: the human output never prints a Python dict for the two readings."""
+    nested = {"eagle_aux_hidden_state_layer_ids": [2, 5, 9]}
+    d = drafter(tmp_path, config_overrides={"eagle_config": nested, "eagle3kit": None})
+    r = run_cli("compat", d, target)
+    assert "{" not in r.out and "'layer_output'" not in r.out, r.out
+    # h[x+1] under the layer-output reading, h[x] under the h-index one
+    text = " ".join(r.out.split())  # Rich wraps long lines
+    line = text[text.index("SGLang") : text.index("vLLM")]
+    assert "drafter trained on h[3, 6, 10] if its ids are layer outputs" in line, line
+    assert "h[2, 5, 9] if they are h-indices" in line, line

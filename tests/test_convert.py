@@ -1,4 +1,5 @@
-"""convert: lossless round trips between layouts (tensors and drafter logits), refusals, launch lines."""
+"""convert: lossless round trips between layouts (tensors and drafter logits), refusals, launch
+lines."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from ckpt_helpers import random_drafter, tiny_spec
 from conftest import run_cli
 from safetensors.torch import load_file
 
-from eagle3kit.checkpoint.convert import load_drafter_tensors
+from eagle3kit.checkpoint.reader import read_drafter
 from eagle3kit.core.spec import NORM_FLAGS
 from eagle3kit.model.drafter import Eagle3Drafter
 
@@ -47,8 +48,8 @@ def test_round_trip_sglang(tmp_path, via):
     assert torch.equal(_logits(src), _logits(tmp_path / "mid"))
     assert torch.equal(_logits(src), _logits(tmp_path / "back"))
     # the spec survives, aux layers included
-    s0, _, _ = load_drafter_tensors(str(src))
-    s2, _, _ = load_drafter_tensors(str(tmp_path / "back"))
+    s0, _, _ = read_drafter(str(src))
+    s2, _, _ = read_drafter(str(tmp_path / "back"))
     assert s0.replace(tensors=()) == s2.replace(tensors=())
 
 
@@ -88,7 +89,7 @@ def test_refuses_lossy_conversion(tmp_path):
 
 
 def test_refuses_unknown_tensors(tmp_path):
-    from eagle3kit.checkpoint.safetensors_io import write_safetensors
+    from eagle3kit.checkpoint.safetensors_write import write_safetensors
 
     src = random_drafter(tmp_path / "src", tiny_spec(), "sglang")
     t = load_file(src / "model.safetensors")
@@ -268,8 +269,8 @@ def test_to_eagle_omits_target_hidden_size_when_equal(tmp_path):
     cfg = json.loads((tmp_path / "e" / "config.json").read_text())
     assert _eagle_loads_target_embedding(cfg) and "target_hidden_size" not in cfg
     # reading the EAGLE file back gives the same target width and aux layers
-    s0, _, _ = load_drafter_tensors(str(src))
-    s1, _, _ = load_drafter_tensors(str(tmp_path / "e"))
+    s0, _, _ = read_drafter(str(src))
+    s1, _, _ = read_drafter(str(tmp_path / "e"))
     assert s1.target_hidden_size == 64 and s1.aux_layers == s0.aux_layers == (2, 5, 9)
 
 
@@ -363,3 +364,51 @@ def test_refuses_what_compat_alone_fails(tmp_path):
     t2d[:10] = True  # marks 10 ids, the config says 512
     src = _bad_drafter(tmp_path, spec, omit=("embed_tokens.weight", "d2t"), t2d=t2d)
     _refused(tmp_path, src, "model.safetensors: t2d: expected 512 target ids marked", "found 10")
+
+
+def test_vllm_full_vocab_omits_identity_maps(tmp_path):
+    """Issue 21: speculators registers no d2t/t2d when draft_vocab_size == vocab_size
+    (vllm-project/speculators src/speculators/model.py `_init_vocab`, c05b95b), so a strict
+    load of ours would report them as unexpected keys: convert --to vllm leaves them out."""
+    spec = tiny_spec(draft_vocab_size=512)
+    src = random_drafter(tmp_path / "src", spec, "sglang")
+    assert {"d2t", "t2d"} <= set(load_file(src / "model.safetensors"))  # ours carries both
+    r = run_cli("convert", src, "--to", "vllm", "-o", tmp_path / "v")
+    assert r.code == 0, r.err
+    names = set(load_file(tmp_path / "v" / "model.safetensors"))
+    assert not names & {"d2t", "t2d"}, names
+    assert torch.equal(_logits(src), _logits(tmp_path / "v"))  # nothing changes what it drafts
+    # the other layouts keep them (SGLang/SpecForge read an identity map the same way)
+    assert run_cli("convert", src, "--to", "sglang", "-o", tmp_path / "s").code == 0
+    assert {"d2t", "t2d"} <= set(load_file(tmp_path / "s" / "model.safetensors"))
+
+
+def test_vllm_full_vocab_permuted_map_reorders_lm_head(tmp_path):
+    """A full-vocab d2t that permutes ids: the lm_head rows move to their target ids, so the
+    map can be left out without changing a drafted token."""
+    spec = tiny_spec(draft_vocab_size=512)
+    src = random_drafter(tmp_path / "src", spec, "sglang")
+    t = load_file(src / "model.safetensors")
+    perm = torch.randperm(512, generator=torch.Generator().manual_seed(0))  # draft i -> perm[i]
+    t["d2t"] = perm - torch.arange(512)
+    from safetensors.torch import save_file
+
+    save_file(t, src / "model.safetensors", metadata={"format": "pt"})
+    assert run_cli("convert", src, "--to", "vllm", "-o", tmp_path / "v").code == 0
+    out = load_file(tmp_path / "v" / "model.safetensors")
+    assert "d2t" not in out
+    assert torch.equal(out["lm_head.weight"][perm], t["lm_head.weight"])  # row i moved to perm[i]
+
+
+def test_verifier_path_that_does_not_exist(tmp_path):
+    """Issue 21: --verifier naming a local path that is not there: one line, exit 2, nothing
+    written (a Hub id of the form org/name is still accepted as a name)."""
+    src = _bad_drafter(tmp_path)
+    for missing in (tmp_path / "no-such-target", "./nope", "a/b/c"):
+        out = tmp_path / "out"
+        r = run_cli("convert", src, "--to", "vllm", "-o", out, "--verifier", missing)
+        assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+        assert "--verifier" in r.err and str(missing) in r.err, r.err
+        assert not out.exists()
+    r = run_cli("convert", src, "--to", "vllm", "-o", tmp_path / "ok", "--verifier", "org/t")
+    assert r.code == 0, r.err

@@ -1,4 +1,4 @@
-"""Eagle3Drafter against a naive reference of the FORMATS.md math, and its KV cache."""
+"""Eagle3Drafter against a naive reference of the docs/formats.md math, and its KV cache."""
 
 from __future__ import annotations
 

@@ -224,8 +224,8 @@ def test_unreachable_hub_one_request_one_line(tmp_path, monkeypatch):
     r = run_cli("inspect", "org/nothing")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
     assert (
-        "org/nothing: no such local path, and as a Hub repo id: hf://org/nothing: cannot read from the Hub: ConnectionError"
-        in r.err
+        "org/nothing: no such local path, and as a Hub repo id: hf://org/nothing: cannot read from "
+        "the Hub: ConnectionError" in r.err
     )
     assert len(calls) == 1  # no retries
     with pytest.raises(Eagle3Error) as ei:  # --debug shows the cause: it is chained, not hidden

@@ -143,7 +143,7 @@ def mla_attention_reference(m: Eagle3Drafter, x, pos):
 
 
 def mla_step_reference(m: Eagle3Drafter, ids, hidden, from_aux, pos):
-    """One whole draft step (FORMATS.md) around the MLA reference, in float64."""
+    """One whole draft step (docs/formats.md) around the MLA reference, in float64."""
     p = {k: v.double() for k, v in m.state_dict().items()}
     h = hidden.double() @ p["fc.weight"].T if from_aux else hidden.double()
     emb = p["embed_tokens.weight"][ids]

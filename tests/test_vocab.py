@@ -109,3 +109,18 @@ def test_coverage_hand_computed():
     cov = coverage(counts, [0, 1, 2, 4, 8, 100])
     assert cov == {0: 0.0, 1: 9 / 36, 2: 18 / 36, 4: 28 / 36, 8: 1.0, 100: 1.0}
     assert coverage(torch.zeros(4, dtype=torch.long), [2]) == {2: 0.0}
+
+
+def test_derive_t2d_marks_the_target_ids_d2t_names():
+    """Issue 21: a checkpoint with d2t but no t2d gets t2d from d2t, never an all-zero one."""
+    from eagle3kit.core.vocab import derive_t2d
+
+    # draft ids 0, 1, 2 -> target ids 0 + 1, 1 + 2, 2 + 4 = 1, 3, 6 (of 8)
+    t2d = derive_t2d(torch.tensor([1, 2, 4]), 8)
+    assert t2d.dtype == torch.bool
+    assert t2d.tolist() == [False, True, False, True, False, False, True, False]
+    import numpy as np
+
+    assert derive_t2d(np.array([1, 2, 4]), 8).tolist() == t2d.tolist()  # numpy in, numpy out
+    with pytest.raises(Eagle3Error, match="d2t: expected target ids < 8"):
+        derive_t2d(torch.tensor([1, 2, 6]), 8)  # draft id 2 -> target id 2 + 6 = 8

@@ -1,9 +1,8 @@
 """Load drafter weights in any layout, save them in any layout, and convert between layouts.
 
 convert refuses (Eagle3Error, exit 2, nothing written) what it cannot carry faithfully:
-- a drafter that fails the drafter-alone checks: tensor shapes vs the config (lm_head rows vs
-  `draft_vocab_size`, fc width vs `num_aux x target_hidden_size`, ...), a required tensor
-  missing (lm_head, d2t when the vocabularies differ), a d2t/t2d pair model/vocab.py rejects;
+- a drafter with an error checker.check_drafter finds (the checks compat makes of a drafter
+  alone): tensor shapes vs the config, a required tensor missing, a broken d2t/t2d pair;
 - what the destination cannot represent: flags its drafter layer lacks (layouts.unsupported_by),
   and for the original EAGLE code scaled RoPE, heads x head_dim != hidden_size, and a drafter
   whose embedding EAGLE would not load (see `eagle_refusals`).
@@ -11,22 +10,20 @@ convert refuses (Eagle3Error, exit 2, nothing written) what it cannot carry fait
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.layouts import (
-    LAYOUTS,
-    LossyConversion,
-    canonical_to_file,
-    config_for,
-    read_spec,
-)
+from eagle3kit.checkpoint.checker import check_drafter
+from eagle3kit.checkpoint.layouts import LAYOUTS, LossyConversion, canonical_to_file, config_for
+from eagle3kit.checkpoint.reader import DrafterHeader, read_drafter, read_tensors
 from eagle3kit.checkpoint.safetensors_io import (
-    Checkpoint,
     load_checkpoint,
-    write_safetensors_sparse,
+    load_local,
+    looks_like_repo_id,
 )
+from eagle3kit.checkpoint.safetensors_write import write_safetensors_sparse
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import DraftSpec
@@ -35,106 +32,7 @@ from eagle3kit.core.spec import DraftSpec
 TRAINING_ONLY = ("verifier_norm.weight", "verifier_lm_head.weight")
 
 
-def _local_dir(ckpt: Checkpoint) -> Checkpoint:  # pragma: no cover - needs network
-    """For a Hub checkpoint, download its safetensors + config (the weights are needed here)."""
-    from huggingface_hub import snapshot_download
-
-    from eagle3kit.checkpoint.safetensors_io import load_local
-
-    d = snapshot_download(
-        ckpt.repo_id, revision=ckpt.revision, allow_patterns=["*.json", "*.safetensors"]
-    )
-    return load_local(d)
-
-
-def _read_tensors(ckpt: Checkpoint, wanted: dict[str, str]) -> dict[str, Any]:
-    """{key: torch tensor} for {key: stored name} of a local checkpoint."""
-    from safetensors import safe_open
-
-    by_file: dict[str, list[tuple[str, str]]] = {}
-    for key, stored in wanted.items():
-        by_file.setdefault(ckpt.tensors[stored].file, []).append((key, stored))
-    out: dict[str, Any] = {}
-    for fname, pairs in by_file.items():
-        try:
-            with safe_open(fname, framework="pt") as f:
-                for key, stored in pairs:
-                    out[key] = f.get_tensor(stored)
-        except Exception as e:  # the header passed our checks, so this is an I/O-level failure
-            raise bad(fname, f"cannot read tensors: {type(e).__name__}: {e}") from e
-    return out
-
-
-def load_drafter(path: str) -> tuple[Checkpoint, str, DraftSpec, dict[str, str], dict[str, Any]]:
-    """(checkpoint, layout, spec, canonical -> stored name, canonical -> torch tensor)."""
-    ckpt = load_checkpoint(path)
-    if ckpt.repo_id is not None:
-        ckpt = _local_dir(ckpt)
-    layout, spec, names = read_spec(ckpt)
-    return ckpt, layout, spec, names, _read_tensors(ckpt, names)
-
-
-def load_drafter_tensors(path: str) -> tuple[DraftSpec, dict[str, Any], str]:
-    """(spec, canonical name -> torch tensor, layout) for a drafter checkpoint."""
-    _, layout, spec, _, tensors = load_drafter(path)
-    return spec, tensors, layout
-
-
 # ---------------------------------------------------------------- refusals
-
-
-def _shape_problem(canon: str, stored: str, spec: DraftSpec, found: tuple[int, ...]) -> str:
-    """`field: expected ..., found ...` for a tensor whose shape disagrees with the config."""
-    exp = spec.expected_shapes()[canon]
-    if canon == "lm_head.weight" and found[:1] != exp[:1]:
-        return f"{stored}: expected {exp[0]} rows (config draft_vocab_size={spec.draft_vocab_size}), found {found[0]} (shape {list(found)})"
-    if canon == "fc.weight" and len(found) == 2 and found[1] != exp[1]:
-        return (
-            f"{stored}: expected {exp[1]} columns ({spec.num_aux} aux states x config target_hidden_size="
-            f"{spec.target_hidden_size}), found {found[1]} (shape {list(found)})"
-        )
-    return f"{stored}: expected shape {list(exp)} from the config, found {list(found)}"
-
-
-def drafter_problems(
-    ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str]
-) -> list[tuple[str, str, str]]:
-    """Every drafter-alone defect as (file, compat's code, `field: expected ..., found ...`);
-    [] when sound.
-
-    Shapes vs config (naming the config field for lm_head rows and fc width), required
-    tensors, and the d2t/t2d pair (model/vocab.py: integer dtype, 0 <= target id < vocab,
-    distinct, t2d agreeing with d2t). convert also refuses every error of compat's
-    `drafter_findings`, so nothing compat fails on its own is converted."""
-    from eagle3kit.core.vocab import vocab_problems
-
-    out: list[tuple[str, str, str]] = []
-    missing = {"lm_head.weight": "missing-lm-head", "d2t": "missing-d2t"}
-    for req in spec.required_tensors():
-        if req not in names:
-            why = (
-                f" (config declares draft_vocab_size={spec.draft_vocab_size})"
-                if req == "lm_head.weight"
-                else ""
-            )
-            code = missing.get(req, "missing-tensor")
-            out.append((_tensor_file(ckpt), code, f"{req}: expected a tensor{why}, found none"))
-    expected = spec.expected_shapes()
-    for canon, stored in sorted(names.items()):
-        t = ckpt.tensors[stored]
-        if canon in expected and tuple(t.shape) != expected[canon]:
-            code = "embed-shape" if canon == "embed_tokens.weight" else "tensor-shape"
-            out.append((t.file, code, _shape_problem(canon, stored, spec, tuple(t.shape))))
-    if "d2t" in names:
-        d2t = ckpt.read_small_tensor(names["d2t"])
-        t2d = ckpt.read_small_tensor(names["t2d"]) if "t2d" in names else None
-        for code, msg in vocab_problems(d2t, t2d, spec.vocab_size):
-            out.append((ckpt.tensors[names["d2t"]].file, code, msg))
-    return out
-
-
-def _tensor_file(ckpt: Checkpoint) -> str:
-    return ckpt.files[0] if ckpt.files else ckpt.source
 
 
 def eagle_refusals(spec: DraftSpec, has_embedding: bool) -> list[str]:
@@ -146,16 +44,20 @@ def eagle_refusals(spec: DraftSpec, has_embedding: bool) -> list[str]:
     out = []
     if spec.rope_scaling:
         out.append(
-            f"rope_scaling: expected none (the EAGLE drafter layer applies plain RoPE), found {spec.rope_scaling}"
+            "rope_scaling: expected none (the EAGLE drafter layer applies plain RoPE), found "
+            f"{spec.rope_scaling}"
         )
     if spec.num_attention_heads * spec.head_dim != spec.hidden_size:
         out.append(
-            f"num_attention_heads x head_dim: expected hidden_size={spec.hidden_size} (EAGLE derives head_dim = hidden_size / heads), "
-            f"found {spec.num_attention_heads} x {spec.head_dim} = {spec.num_attention_heads * spec.head_dim}"
+            f"num_attention_heads x head_dim: expected hidden_size={spec.hidden_size} (EAGLE "
+            "derives head_dim = hidden_size / heads), "
+            f"found {spec.num_attention_heads} x {spec.head_dim} = "
+            f"{spec.num_attention_heads * spec.head_dim}"
         )
     if spec.target_hidden_size != spec.hidden_size and not has_embedding:
         out.append(
-            f"embed_tokens.weight: expected in the drafter when target_hidden_size={spec.target_hidden_size} != "
+            "embed_tokens.weight: expected in the drafter when "
+            f"target_hidden_size={spec.target_hidden_size} != "
             f"hidden_size={spec.hidden_size} (EAGLE then skips the target's embedding), found none"
         )
     return out
@@ -188,7 +90,7 @@ def save_drafter(
 ) -> dict[str, Any]:
     """Write a servable drafter directory in `layout`; returns the config written.
 
-    Built in a temporary sibling directory and renamed into place (eagle3kit.core.atomic.atomic_dir),
+    Built in a temporary sibling directory and renamed into place (core/atomic.atomic_dir),
     so an existing directory is never left half-written; all-zero runs stay holes."""
     if layout not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {layout!r}")
@@ -222,7 +124,8 @@ def launch_command(layout: str, draft: str, target: str | None, steps: int = 3) 
         )
     return (
         'python -c "from eagle.model.ea_model import EaModel; '
-        f"EaModel.from_pretrained(base_model_path='{tgt}', ea_model_path='{draft}', use_eagle3=True)\""
+        f"EaModel.from_pretrained(base_model_path='{tgt}', ea_model_path='{draft}', "
+        'use_eagle3=True)"'
     )
 
 
@@ -265,51 +168,62 @@ def target_embedding(target: str, spec: DraftSpec) -> Any:
     if tuple(info.shape) != want:
         raise bad(
             info.file,
-            f"{name}: expected shape {list(want)} (the drafter's vocab_size, hidden_size), found {list(info.shape)}",
+            f"{name}: expected shape {list(want)} (the drafter's vocab_size, hidden_size), found "
+            f"{list(info.shape)}",
         )
     if ckpt.repo_id is not None:  # pragma: no cover - needs network
         from huggingface_hub import hf_hub_download
 
-        from eagle3kit.checkpoint.safetensors_io import load_local
-
         path = hf_hub_download(ckpt.repo_id, info.file, revision=ckpt.revision)
         local = load_local(path)
-        return _read_tensors(local, {"e": name})["e"]
-    return _read_tensors(ckpt, {"e": name})["e"]
+        return read_tensors(local, {"e": name})["e"]
+    return read_tensors(ckpt, {"e": name})["e"]
 
 
-def _refuse(
-    src: str, ckpt: Checkpoint, spec: DraftSpec, names: dict[str, str], to: str, embed: bool
-) -> None:
-    from eagle3kit.checkpoint.compat import drafter_findings
-
-    problems = drafter_problems(ckpt, spec, names)
-    told = {code for _, code, _ in problems}  # compat's findings of these codes say it again
-    problems += [
-        (_tensor_file(ckpt), f.code, f.message)
-        for f in drafter_findings(ckpt, spec, names)
-        if f.severity == "error" and f.code not in told
-    ]
-    if problems:
-        where, _, what = problems[0]
+def _refuse(src: str, head: DrafterHeader, to: str, embed: bool) -> None:
+    """Raise at the first error checker.check_drafter finds (naming how many more), then at
+    what the destination cannot represent."""
+    spec, names = head.spec, head.names
+    errors = [f for f in check_drafter(head) if f.severity == "error"]
+    if errors:
         more = (
-            f" (and {len(problems) - 1} more problem(s): see `eagle3kit inspect {src}`)"
-            if len(problems) > 1
+            f" (and {len(errors) - 1} more problem(s): see `eagle3kit inspect {src}`)"
+            if len(errors) > 1
             else ""
         )
-        raise bad(where, what + more)
+        raise bad(errors[0].where or head.tensor_file, errors[0].message + more)
     unknown = [n for n in names if n not in spec.expected_shapes() and n not in TRAINING_ONLY]
     if unknown:
         raise bad(
             src,
-            f"refusing a lossy conversion: tensors with no place in the {to} layout: {', '.join(sorted(unknown))}",
+            f"refusing a lossy conversion: tensors with no place in the {to} layout: "
+            f"{', '.join(sorted(unknown))}",
         )
     if to == "eagle":
         eagle = eagle_refusals(spec, embed)
         if eagle:
             raise bad(
-                ckpt.config_file, f"refusing a conversion the EAGLE code cannot load: {eagle[0]}"
+                head.ckpt.config_file,
+                f"refusing a conversion the EAGLE code cannot load: {eagle[0]}",
             )
+
+
+def without_identity_maps(tensors: dict[str, Any]) -> dict[str, Any]:
+    """A full-vocab drafter's tensors without d2t/t2d, as speculators saves one (its
+    `DraftVocabMixin._init_vocab` registers no maps when draft_vocab_size == vocab_size, so a
+    strict load reports ours as unexpected keys; docs/convert.md). A d2t that permutes the
+    ids first moves each lm_head row to its target id: row i -> row i + d2t[i]."""
+    import torch
+
+    out = {k: v for k, v in tensors.items() if k not in ("d2t", "t2d")}
+    d2t = tensors.get("d2t")
+    if d2t is not None and bool(d2t.ne(0).any()):
+        head = tensors["lm_head.weight"]  # [V, H], row i predicts target id i + d2t[i]
+        target = torch.arange(d2t.shape[0], device=d2t.device) + d2t.long()  # [V]
+        moved = torch.empty_like(head)
+        moved[target] = head
+        out["lm_head.weight"] = moved
+    return out
 
 
 def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | None) -> list[str]:
@@ -319,19 +233,37 @@ def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | No
         notes.append(f"dropped training-only tensors: {', '.join(dropped)}")
     if to == "eagle" and spec.aux_layers:
         notes.append(
-            f"original EAGLE code always captures its default aux layers (2, L//2, L-3); this drafter was "
-            f"trained on HF hidden states {list(spec.aux_layers)} (kept in config as eagle3kit_aux_layers)"
+            "original EAGLE code always captures its default aux layers (2, L//2, L-3); this "
+            "drafter was "
+            f"trained on HF hidden states {list(spec.aux_layers)} (kept in config as "
+            "eagle3kit_aux_layers)"
         )
     if "embed_tokens.weight" not in tensors:
         notes.append(
-            "no embed_tokens: the engine uses the target's embedding (normal; --embed-from TARGET copies it in)"
+            "no embed_tokens: the engine uses the target's embedding (normal; --embed-from TARGET "
+            "copies it in)"
         )
     if to == "vllm" and not verifier:
         notes.append(
-            "no verifier name (none given with --verifier, none in the source): vLLM serves it, but speculators' "
+            "no verifier name (none given with --verifier, none in the source): vLLM serves it, "
+            "but speculators' "
             "own tooling then cannot load the target"
         )
     return notes
+
+
+def check_verifier(verifier: str | None) -> None:
+    """--verifier names a target: an existing local path or a Hub repo id (`org/name`, read
+    only as a name here). A path that is not there is a mistake, not a name to record."""
+    if verifier is None or os.path.exists(verifier):
+        return
+    if looks_like_repo_id(verifier) and not os.path.isdir(verifier.split("/")[0]):
+        return
+    raise bad(
+        "--verifier",
+        f"expected an existing local path or a Hub repo id (org/name), found {verifier!r} "
+        "(no such file or directory)",
+    )
 
 
 def convert(
@@ -347,15 +279,24 @@ def convert(
     drafter or a conversion the destination cannot represent (module docstring)."""
     if to not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {to!r}")
-    ckpt, layout, spec, names, tensors = load_drafter(src)
-    _refuse(src, ckpt, spec, names, to, "embed_tokens.weight" in tensors or embed_from is not None)
+    check_verifier(verifier)
+    spec, tensors, head = read_drafter(src)
+    _refuse(src, head, to, "embed_tokens.weight" in tensors or embed_from is not None)
     if embed_from is not None:
         emb = target_embedding(embed_from, spec)  # [V, H]
         ref = tensors.get("fc.weight")
         tensors["embed_tokens.weight"] = emb.to(ref.dtype) if ref is not None else emb
     verifier = verifier or spec.verifier
     notes = _notes(spec, tensors, to, verifier)
+    if to == "vllm" and spec.draft_vocab_size == spec.vocab_size and "d2t" in tensors:
+        tensors = without_identity_maps(tensors)
+        notes.append(
+            "full vocabulary: d2t/t2d left out, as speculators saves a full-vocab drafter "
+            "(its strict load would report them as unexpected keys)"
+        )
     save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite)
-    res = ConvertResult(src, layout, to, str(out), launch_command(to, str(out), verifier), notes)
+    res = ConvertResult(
+        src, head.layout, to, str(out), launch_command(to, str(out), verifier), notes
+    )
     res.verifier, res.embed_from = verifier, embed_from
     return res

@@ -1,7 +1,7 @@
 """The serving engines' drafter rules, by engine version and target family, as data.
 
-Every rule here is one row of a table in FORMATS.md ("Which layers are aux", "Norm flags",
-"MLA drafters"), with its source (PR or file) in a comment. Notation: h[k] is Hugging Face
+Every rule here is one row of a table in docs/formats.md ("Engine rules by release", "Norm
+flags", "MLA drafters"), with its source (PR or file) in a comment. Notation: h[k] is Hugging Face
 `output_hidden_states[k]`, the input of decoder layer k (h[0] = embeddings); eagle3kit's
 aux layers are h-indices. For ids X = [x1, x2, x3] read from the drafter's config an engine
 captures
@@ -12,7 +12,7 @@ captures
 
 and, when it reads no ids, its default h[2, L//2, L-3] for an L-layer target.
 
-Release numbers that FORMATS.md derives from a PR's merge date (vLLM 0.22, SGLang 0.5.13)
+Release numbers derived from a PR's merge date (vLLM 0.22, SGLang 0.5.13)
 are inferred from tag dates; `VERSION_NOTES` says so wherever they show.
 """
 
@@ -134,7 +134,7 @@ CAPTURE_RULES = (
 )
 
 # Not EAGLE-3, kept so the table is whole: vLLM's DFlash/DSpark drafters name their target
-# layers in `target_layer_ids`, and id x captures h[x + 1] (FORMATS.md, "Which layers are aux").
+# layers in `target_layer_ids`, and id x captures h[x + 1] (docs/formats.md "Aux layer ids").
 OTHER_ID_KEYS = {("vllm", "dflash_config.target_layer_ids"): "plus1"}
 
 
@@ -189,13 +189,13 @@ ARCH_RULES = (
     ArchRule(
         "sglang", "LlamaForCausalLMEagle3", "mha", ("midlayer.",), "sglang models/llama_eagle3.py"
     ),
-    # SGLang's MLA drafter maps midlayer. <-> layers.0. (FORMATS.md "MLA drafters")
+    # SGLang's MLA drafter maps midlayer. <-> layers.0. (docs/formats.md "MLA drafters")
     ArchRule(
         "sglang",
         "Eagle3DeepseekV2ForCausalLM",
         "mla",
         ("midlayer.", "layers.0."),
-        "FORMATS.md MLA drafters",
+        "sglang models/kimi_k25_eagle3.py",
     ),
     # vLLM loads both naming styles (vllm models/llama_eagle3.py, speculators' Eagle3Speculator)
     ArchRule(
@@ -227,14 +227,14 @@ ARCH_RULES = (
         "Eagle3DeepseekV2ForCausalLM",
         "mla",
         ("midlayer.", "layers.0."),
-        "FORMATS.md MLA drafters",
+        "vllm models/deepseek_eagle3.py",
     ),
     ArchRule(
         "vllm",
         "Eagle3DeepseekV3ForCausalLM",
         "mla",
         ("midlayer.", "layers.0."),
-        "FORMATS.md MLA drafters",
+        "vllm models/deepseek_eagle3.py",
     ),
 )
 
@@ -313,7 +313,8 @@ def bands(engine: str) -> list[tuple[str, Version]]:
 
 
 def target_family(config: dict[str, Any]) -> str:
-    """'deepseek' (model_type deepseek_v2/deepseek_v3/kimi_k2, incl. a text_config), 'gpt-oss', or 'llama'."""
+    """'deepseek' (model_type deepseek_v2/deepseek_v3/kimi_k2, incl. a text_config),
+    'gpt-oss', or 'llama'."""
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
     types = {str(c.get("model_type", "")).lower() for c in (config, text)}
     archs = " ".join(str(a) for a in (config.get("architectures") or []) if isinstance(a, str))

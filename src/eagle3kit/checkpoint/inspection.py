@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.layouts import is_drafter_config, read_spec
+from eagle3kit.checkpoint.layouts import is_drafter_config
+from eagle3kit.checkpoint.reader import drafter_header
 from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, default_aux_layers
@@ -38,7 +39,8 @@ class TargetInfo:
 
 
 def target_info(ckpt: Checkpoint) -> TargetInfo:
-    """Layers, hidden size and vocab of a causal LM (reads nested text_config of multimodal models)."""
+    """Layers, hidden size and vocab of a causal LM (reads the nested text_config of
+    multimodal models)."""
     cfg, where = ckpt.config, ckpt.config_file
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     if text is not cfg:
@@ -95,8 +97,8 @@ def _attention_roles(spec: DraftSpec) -> dict[str, str]:
         pre + "kv_a_proj_with_mqa.weight": f"kv_a_proj_with_mqa (MLA): cat(embed, hidden) {h2} -> "
         f"kv latent {kvl} + one shared rope key {rope}",
         pre + "kv_a_layernorm.weight": f"kv_a_layernorm (MLA): RMSNorm of the kv latent ({kvl})",
-        pre
-        + "kv_b_proj.weight": f"kv_b_proj (MLA): kv latent {kvl} -> {n}x({nope} key nope + {v} value)",
+        pre + "kv_b_proj.weight": f"kv_b_proj (MLA): kv latent {kvl} -> "
+        f"{n}x({nope} key nope + {v} value)",
         pre + "o_proj.weight": f"o_proj (MLA): {n}x{v} values -> {spec.hidden_size}",
     }
 
@@ -114,12 +116,15 @@ def tensor_role(name: str, spec: DraftSpec) -> str:
         "lm_head.weight": f"lm_head: draft vocab {vd} of target vocab {v}",
         "d2t": f"d2t: draft id -> target id offsets ({vd} entries)",
         "t2d": f"t2d: which of the {v} target ids are in the draft vocab",
-        "embed_tokens.weight": f"embed_tokens: token embedding [{v}, {h}] (engines use the target's)",
+        "embed_tokens.weight": f"embed_tokens: token embedding [{v}, {h}] "
+        "(engines use the target's)",
         "norm.weight": "norm: final RMSNorm before lm_head",
-        "input_norm.weight": "input_norm: RMSNorm over the concatenated aux states (norm_before_fc)",
+        "input_norm.weight": "input_norm: RMSNorm over the concatenated aux states "
+        "(norm_before_fc)",
         "midlayer.input_layernorm.weight": "input_layernorm: RMSNorm of the token embedding",
         "midlayer.hidden_norm.weight": "hidden_norm: RMSNorm of the incoming hidden state",
-        "midlayer.post_attention_layernorm.weight": "post_attention_layernorm: RMSNorm before the MLP",
+        "midlayer.post_attention_layernorm.weight": "post_attention_layernorm: "
+        "RMSNorm before the MLP",
         "midlayer.mlp.gate_proj.weight": f"mlp gate: {h} -> {spec.intermediate_size}",
         "midlayer.mlp.up_proj.weight": f"mlp up: {h} -> {spec.intermediate_size}",
         "midlayer.mlp.down_proj.weight": f"mlp down: {spec.intermediate_size} -> {h}",
@@ -137,7 +142,7 @@ def tensor_role(name: str, spec: DraftSpec) -> str:
 
 
 def eagle_variant(spec: DraftSpec) -> str:
-    """Name the drafter-layer variant from its norm flags (FORMATS.md "Norm flags").
+    """Name the drafter-layer variant from its norm flags (docs/formats.md "Norm flags").
 
     "EAGLE 3.1" means two things: vLLM/TorchSpec's fc_norm + norm_output, and speculators'
     (PR #610) norm_before_fc + norm_output."""
@@ -260,7 +265,8 @@ def inspect_checkpoint(path_or_repo: str) -> InspectResult:
     _require_config(ckpt)
     if not is_drafter(ckpt):
         return _inspect_target(ckpt)
-    layout, spec, names = read_spec(ckpt)
+    head = drafter_header(ckpt)
+    layout, spec, names = head.layout, head.spec, head.names
     expected = spec.expected_shapes()
     rows, mismatches = [], []
     for canon in sorted(names, key=_order):

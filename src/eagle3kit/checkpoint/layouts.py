@@ -1,4 +1,4 @@
-"""The three drafter layouts of FORMATS.md <-> DraftSpec, auto-detected.
+"""The three drafter layouts (docs/formats.md "Drafter layouts") <-> DraftSpec, auto-detected.
 
 - "sglang": SGLang / SpecForge `LlamaForCausalLMEagle3`; aux ids in `eagle_config` are read by
   SGLang as decoder-layer *outputs* (it captures HF `output_hidden_states[id + 1]`; checked
@@ -30,7 +30,7 @@ LAYOUTS = ("sglang", "vllm", "eagle")
 SGLANG_ARCH = "LlamaForCausalLMEagle3"
 VLLM_ARCH = "Eagle3Speculator"
 EAGLE_ARCH = "LlamaForCausalLM"
-# MLA drafters (FORMATS.md "MLA drafters"): SGLang registers both names (kimi_k25_eagle3.py,
+# MLA drafters (docs/formats.md "MLA drafters"): SGLang registers both names (kimi_k25_eagle3.py,
 # deepseek_eagle3 alias), vLLM maps both to its deepseek_eagle3 model; ModelOpt's kimik2
 # export template writes V2.
 MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"
@@ -303,7 +303,8 @@ def _check_one_layer(layer: dict[str, Any], where: str, names: dict[str, str]) -
     if n_layers != 1 and (more or not is_mla_config(layer)):
         raise bad(
             where,
-            f"num_hidden_layers: expected 1 (an EAGLE-3 drafter has one decoder layer), found {n_layers}",
+            "num_hidden_layers: expected 1 (an EAGLE-3 drafter has one decoder layer), found "
+            f"{n_layers}",
         )
 
 
@@ -319,7 +320,8 @@ def unsupported_by(spec: DraftSpec, layout: str) -> list[str]:
     problems = []
     if spec.is_mla and layout == "eagle":
         problems.append(
-            "attention=mla (the EAGLE drafter layer has Llama attention only; use --to sglang or vllm)"
+            "attention=mla (the EAGLE drafter layer has Llama attention only; use --to sglang or "
+            "vllm)"
         )
     if spec.is_mla and layout == "vllm" and spec.norm_before_fc:
         problems.append("norm_before_fc=true (vLLM implements it for Llama drafters, not MLA)")
@@ -333,7 +335,8 @@ def unsupported_by(spec: DraftSpec, layout: str) -> list[str]:
             )
     if layout == "sglang" and spec.aux_layers and min(spec.aux_layers) < 1:
         problems.append(
-            f"aux layer 0 (the embedding output) cannot be named in SGLang's convention (id = layer - 1), found {list(spec.aux_layers)}"
+            "aux layer 0 (the embedding output) cannot be named in SGLang's convention (id = "
+            f"layer - 1), found {list(spec.aux_layers)}"
         )
     return problems
 
@@ -464,7 +467,7 @@ def config_for(
             cfg["eagle3kit"] = {"aux_layers_hf": list(spec.aux_layers)}  # ours: h-indices
         if verifier:
             cfg["eagle3kit_verifier"] = verifier
-    else:  # original EAGLE: its code always uses the default aux layers; record ours for round trips
+    else:  # original EAGLE: its code always uses the default aux layers; ours kept for round trips
         if spec.aux_layers:
             cfg["eagle3kit_aux_layers"] = list(spec.aux_layers)
         if verifier:

@@ -4,10 +4,10 @@ Nothing here reads weight bytes: a checkpoint is described by its headers alone.
 tensors ever read are small index tensors (d2t, t2d), through `read_small_tensor`, which uses
 numpy (no torch import, so `inspect` and `compat` start fast).
 
-Checks made on every header (DESIGN.md "Safety"): the header length fits in the file; the header
-is a JSON object; every dtype is known; shapes are lists of non-negative ints; dtype x shape
-equals the byte span; spans lie inside the file and do not overlap; sharded index file names
-stay inside the checkpoint directory.
+Checks made on every header (docs/formats.md "Reading safetensors safely"): the header length
+fits in the file; the header is a JSON object; every dtype is known; shapes are lists of
+non-negative ints; dtype x shape equals the byte span; spans lie inside the file and do not
+overlap; sharded index file names stay inside the checkpoint directory.
 """
 
 from __future__ import annotations
@@ -17,12 +17,10 @@ import math
 import os
 import re
 import struct
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from eagle3kit.core.atomic import atomic_write_json, save_safetensors
 from eagle3kit.core.errors import Eagle3Error, bad
 
 # Bytes per element of each safetensors dtype.
@@ -160,7 +158,8 @@ def _tensor_info(
     ):
         raise bad(
             where,
-            f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, found {offs!r}",
+            f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, found "
+            f"{offs!r}",
         )
     span = offs[1] - offs[0]
     expected = math.prod(shape) * DTYPE_SIZES[dtype]
@@ -172,7 +171,8 @@ def _tensor_info(
     if offs[1] > data_len:
         raise bad(
             where,
-            f"tensor {name!r}: data_offsets {offs} end outside the file (data section is {data_len} bytes)",
+            f"tensor {name!r}: data_offsets {offs} end outside the file (data section is "
+            f"{data_len} bytes)",
         )
     return TensorInfo(name, dtype, tuple(shape), file, data_start + offs[0], data_start + offs[1])
 
@@ -324,7 +324,8 @@ def load_local(path: str | Path) -> Checkpoint:
         if p.suffix != ".safetensors":
             raise bad(
                 str(p),
-                f"expected a checkpoint directory or a .safetensors file, found a {p.suffix or 'plain'} file",
+                "expected a checkpoint directory or a .safetensors file, found a "
+                f"{p.suffix or 'plain'} file",
             )
         tensors = read_header_file(p)
         cfg_path = p.parent / "config.json"
@@ -487,6 +488,11 @@ def _offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
+def looks_like_repo_id(p: str) -> bool:
+    """`org/name` and not a relative or absolute path (`./x`, `/x`)."""
+    return bool(_REPO_ID.match(p)) and not p.startswith((".", "/"))
+
+
 def load_checkpoint(path_or_repo: str) -> Checkpoint:
     """A local path when it exists, else a Hub repo id (`org/name`), else a clear error.
 
@@ -495,18 +501,20 @@ def load_checkpoint(path_or_repo: str) -> Checkpoint:
     p = path_or_repo
     if os.path.exists(p):
         return load_local(p)
-    if not (_REPO_ID.match(p) and not p.startswith((".", "/"))):
+    if not looks_like_repo_id(p):
         raise bad(p, "no such file or directory (and not a Hub repo id of the form org/name)")
     first = p.split("/")[0]
     if os.path.isdir(first):
         raise bad(
             p,
-            f"no such local path (folder {first}/ exists here, so it is not tried as a Hub repo id)",
+            f"no such local path (folder {first}/ exists here, so it is not tried as a Hub repo "
+            "id)",
         )
     if _offline():
         raise bad(
             p,
-            "no such local path; as a Hub repo id it cannot be read offline (HF_HUB_OFFLINE is set)",
+            "no such local path; as a Hub repo id it cannot be read offline (HF_HUB_OFFLINE is "
+            "set)",
         )
     try:
         return load_hub(p)
@@ -563,105 +571,3 @@ def _hub_range(ckpt: Checkpoint, info: TensorInfo) -> bytes:
     return _hub_call(
         f"{ckpt.source}/{info.file}", lambda: _http_get(url, (info.start, info.end - 1))[0]
     )
-
-
-# ---------------------------------------------------------------- writing
-
-
-def write_safetensors(
-    path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
-) -> None:
-    """Write torch tensors to `path` atomically (eagle3kit.core.atomic; the file respects the umask)."""
-    save_safetensors(path, tensors, metadata)
-
-
-def write_json(path: str | Path, doc: Any) -> None:
-    """Write JSON atomically (eagle3kit.core.atomic; the file respects the umask)."""
-    atomic_write_json(path, doc)
-
-
-SPARSE_CHUNK = 1 << 20  # bytes: an all-zero run this long becomes a hole in the file
-
-
-def _tensor_bytes(t: Any):
-    """The raw little-endian bytes of a torch tensor as a numpy uint8 view (no copy if contiguous)."""
-    import torch
-
-    return t.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy()  # [nbytes]
-
-
-def write_safetensors_sparse(
-    path: str | Path, tensors: dict[str, Any], metadata: dict[str, str] | None = None
-) -> int:
-    """Write a safetensors file whose all-zero runs stay holes (seek past them); returns the bytes
-    actually written. Atomic (eagle3kit.core.atomic), mode from the umask; the safetensors library
-    reads it back like any other file (tensors in name order, contiguous, 8-byte aligned header).
-    """
-    import numpy as np
-
-    names = sorted(tensors)
-    dtypes = {v: k for k, v in _torch_dtypes().items()}
-    header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
-    offset = 0
-    for n in names:
-        t = tensors[n]
-        if t.dtype not in dtypes:
-            raise bad(str(path), f"tensor {n!r}: dtype {t.dtype} has no safetensors name")
-        size = t.numel() * t.element_size()
-        header[n] = {
-            "dtype": dtypes[t.dtype],
-            "shape": list(t.shape),
-            "data_offsets": [offset, offset + size],
-        }
-        offset += size
-
-    def chunks():  # (offset in the data section, bytes): the non-zero SPARSE_CHUNK runs
-        for n in names:
-            raw = _tensor_bytes(tensors[n])  # [nbytes] uint8
-            start = header[n]["data_offsets"][0]
-            for a in range(0, raw.shape[0], SPARSE_CHUNK):
-                chunk = raw[a : a + SPARSE_CHUNK]
-                if np.any(chunk):
-                    yield start + a, chunk.tobytes()
-
-    return write_with_holes(path, header, offset, chunks())
-
-
-def write_with_holes(
-    path: str | Path, header: dict[str, Any], total: int, chunks: Iterable[tuple[int, bytes]]
-) -> int:
-    """A safetensors file from its header and (offset in the data section, bytes) chunks; the
-    rest of the `total`-byte data section stays holes. Atomic; returns the data bytes written."""
-    from eagle3kit.core.atomic import atomic_open
-
-    hjson = json.dumps(header, separators=(",", ":")).encode()
-    hjson += b" " * (-len(hjson) % 8)  # 8-byte aligned data
-    written = 0
-    with atomic_open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(hjson)) + hjson)
-        base = 8 + len(hjson)
-        for off, raw in chunks:
-            f.seek(base + off)
-            f.write(raw)
-            written += len(raw)
-        f.truncate(base + total)
-    return written
-
-
-def _torch_dtypes() -> dict[str, Any]:
-    import torch
-
-    return {
-        "F64": torch.float64,
-        "F32": torch.float32,
-        "F16": torch.float16,
-        "BF16": torch.bfloat16,
-        "I64": torch.int64,
-        "I32": torch.int32,
-        "I16": torch.int16,
-        "I8": torch.int8,
-        "U8": torch.uint8,
-        "BOOL": torch.bool,
-        "F8_E4M3": torch.float8_e4m3fn,
-        "F8_E5M2": torch.float8_e5m2,
-    }

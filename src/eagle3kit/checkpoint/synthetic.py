@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 
 from eagle3kit.checkpoint.layouts import MLA_ARCH, canonical_to_file, config_for
-from eagle3kit.checkpoint.safetensors_io import DTYPE_SIZES, write_with_holes
+from eagle3kit.checkpoint.safetensors_io import DTYPE_SIZES
+from eagle3kit.checkpoint.safetensors_write import write_with_holes
 from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.core.spec import DraftSpec
 
@@ -95,7 +96,8 @@ def write_sparse_drafter(
 
 
 def kimi_k2_spec(max_position_embeddings: int = 131072) -> DraftSpec:
-    """The AQ-MedAI Kimi-K2 EAGLE-3 drafter's shapes (FORMATS.md): H=7168, 64x128 heads,
+    """The AQ-MedAI Kimi-K2 EAGLE-3 drafter's shapes (docs/formats.md "Drafter layouts"):
+    H=7168, 64x128 heads,
     I=18432, V=163840, Vd=32000, aux layers [2, 30, 58] of a 61-layer target."""
     return DraftSpec(
         hidden_size=7168,
@@ -131,7 +133,7 @@ _KIMI_MLA = dict(
 
 
 def kimi_k25_mla_spec() -> DraftSpec:
-    """lightseekorg/kimi-k2.5-eagle3-mla's shapes (FORMATS.md "MLA drafters"): one MLA layer
+    """lightseekorg/kimi-k2.5-eagle3-mla's shapes (docs/formats.md "MLA drafters"): one MLA layer
     in Kimi-K2.5's own dims, H 7168, MLP 18432, the full 163840 draft vocab, fc [7168, 21504];
     TorchSpec's native ids [1, 29, 57] (layer outputs) = h[2, 30, 58]."""
     return DraftSpec(

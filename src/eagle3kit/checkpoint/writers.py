@@ -1,7 +1,7 @@
 """Who wrote this drafter, and therefore what its aux-layer ids mean.
 
 The same list `eagle_aux_hidden_state_layer_ids = [x1, x2, x3]` is written with two meanings
-(FORMATS.md "Which layers are aux"):
+(docs/formats.md "Aux layer ids"):
 
     layer_output: x names the output of decoder layer x, i.e. h[x + 1]
                   (SpecForge, NVIDIA ModelOpt, TorchSpec's native export)
@@ -176,12 +176,14 @@ def _by_shape(config: dict[str, Any], names: set[str]) -> Writer:
     nested = config.get("eagle_config")
     if archs == ["LlamaForCausalLM"] and "draft_vocab_size" in config and not nested:
         ev = [
-            "architectures [LlamaForCausalLM] with draft_vocab_size, no eagle_config: SafeAILab EAGLE-3 layout "
+            "architectures [LlamaForCausalLM] with draft_vocab_size, no eagle_config: SafeAILab "
+            "EAGLE-3 layout "
             "(its code always uses the default h[2, L//2, L-3])"
         ]
         return Writer("EAGLE", "h_index", ev, "medium")
     ev = [
-        f"architectures {archs}; no marker of SpecForge, ModelOpt, TorchSpec, speculators or eagle3kit"
+        f"architectures {archs}; no marker of SpecForge, ModelOpt, TorchSpec, speculators or "
+        "eagle3kit"
     ]
     return Writer("unknown", None, ev, "none")
 
@@ -192,7 +194,10 @@ def pattern_hint(ids: tuple[int, ...] | None, num_layers: int) -> str | None:
         return None
     L = num_layers
     if list(ids) == [1, L // 2 - 1, L - 4]:
-        return f"ids {list(ids)} equal SpecForge/ModelOpt's layer-output default [1, L//2-1, L-4] for L={L}"
+        return (
+            f"ids {list(ids)} equal SpecForge/ModelOpt's layer-output default "
+            f"[1, L//2-1, L-4] for L={L}"
+        )
     if list(ids) == list(default_aux_layers(L)):
         return f"ids {list(ids)} equal the h-index default [2, L//2, L-3] for L={L}"
     return None

@@ -31,6 +31,19 @@ def _inspect_failures(r: dict) -> list[str]:
     return out
 
 
+def _trained_on(t: list[int] | dict[str, list[int]] | None) -> str:
+    """The h-indices a drafter was trained on, in words (both readings when the writer is
+    unknown: its ids are layer outputs, h[x+1], or h-indices, h[x])."""
+    if t is None:
+        return "unknown (no ids)"
+    if isinstance(t, dict):
+        return (
+            f"h{t['layer_output']} if its ids are layer outputs, h{t['h_index']} if they are "
+            "h-indices (writer unknown)"
+        )
+    return str(t)
+
+
 def _render_target(r: dict) -> None:
     con = out()
     t = r["target"]
@@ -43,20 +56,19 @@ def _render_target(r: dict) -> None:
     )
     con.print(f"  default EAGLE-3 aux layers (HF hidden-state indices): {t['default_aux_layers']}")
     con.print(
-        f"  {len(r['tensors'])} tensors, {_fmt_bytes(r['total_bytes'])}; tokenizer: {'yes' if r['has_tokenizer'] else 'no'}"
+        f"  {len(r['tensors'])} tensors, {_fmt_bytes(r['total_bytes'])}; tokenizer: "
+        f"{'yes' if r['has_tokenizer'] else 'no'}"
     )
 
 
-def _render_drafter(r: dict) -> None:
-    """The spec in a few lines, the tensor table, the vocab map, mismatches, errors."""
-    from rich.table import Table
-
+def _render_spec(con, r: dict) -> None:
+    """A drafter's DraftSpec in a few lines."""
     from eagle3kit.core.spec import NORM_FLAGS
 
-    con = out()
     s = r["spec"]
     con.print(
-        f"[bold]{r['source']}[/]: EAGLE-3 drafter, [cyan]{r['format']}[/] layout ({s['architecture']})"
+        f"[bold]{r['source']}[/]: EAGLE-3 drafter, [cyan]{r['format']}[/] layout "
+        f"({s['architecture']})"
     )
     aux = s["aux_layers"]
     aux_s = (
@@ -70,8 +82,10 @@ def _render_drafter(r: dict) -> None:
         else "not recorded: engines use (2, L//2, L-3)"
     )
     con.print(
-        f"  hidden {s['hidden_size']} (target {s['target_hidden_size']}), intermediate {s['intermediate_size']}, "
-        f"heads {s['num_attention_heads']}/{s['num_key_value_heads']} x {s['head_dim']}, vocab {s['draft_vocab_size']} of {s['vocab_size']}"
+        f"  hidden {s['hidden_size']} (target {s['target_hidden_size']}), intermediate "
+        f"{s['intermediate_size']}, "
+        f"heads {s['num_attention_heads']}/{s['num_key_value_heads']} x {s['head_dim']}, vocab "
+        f"{s['draft_vocab_size']} of {s['vocab_size']}"
     )
     con.print(
         f"  aux layers: {aux_s}; dtype {s['dtype']}; max positions {s['max_position_embeddings']}"
@@ -80,9 +94,19 @@ def _render_drafter(r: dict) -> None:
     con.print(f"  flags: {', '.join(flags) if flags else 'none'} -> {r['variant']}")
     if s["attention"] == "mla":
         con.print(
-            f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope {s['qk_nope_head_dim']} "
-            f"+ rope {s['qk_rope_head_dim']}, v {s['v_head_dim']}, rope_scaling {s['rope_scaling']})"
+            f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope "
+            f"{s['qk_nope_head_dim']} "
+            f"+ rope {s['qk_rope_head_dim']}, v {s['v_head_dim']}, rope_scaling "
+            f"{s['rope_scaling']})"
         )
+
+
+def _render_drafter(r: dict) -> None:
+    """The spec in a few lines, the tensor table, the vocab map, mismatches, errors."""
+    from rich.table import Table
+
+    con = out()
+    _render_spec(con, r)
     table = Table(show_lines=False)
     for col in ("name", "shape", "dtype", "bytes", "role"):
         table.add_column(col, overflow="fold")
@@ -95,7 +119,8 @@ def _render_drafter(r: dict) -> None:
         parts = []
         if "d2t" in vm:
             parts.append(
-                f"d2t -> target ids {vm['d2t']['target_min']}..{vm['d2t']['target_max']}, {vm['d2t']['out_of_range']} out of range"
+                f"d2t -> target ids {vm['d2t']['target_min']}..{vm['d2t']['target_max']}, "
+                f"{vm['d2t']['out_of_range']} out of range"
             )
         if "t2d" in vm:
             parts.append(f"t2d marks {vm['t2d']['count']} ids")
@@ -110,6 +135,46 @@ def _render_drafter(r: dict) -> None:
         con.print(f"  [red]error[/] {f}", markup=True, highlight=False)
 
 
+def _render_compat(r) -> None:
+    """compat's findings for a person: tables of config and tensor differences, what each
+    engine captures, the findings (engine or drafter in brackets), the verdict."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = out()
+    con.print(f"[bold]compat[/] ({r.mode}): A = {r.a}, B = {r.b}")
+    if r.config_diff:
+        t = Table(title="config differences")
+        for col in ("key", "A", "B", "kind"):
+            t.add_column(col, overflow="fold")
+        for row in r.config_diff:
+            t.add_row(row["key"], repr(row["a"]), repr(row["b"]), row["kind"])
+        con.print(t)
+    if r.tensors:
+        t = Table(title="tensors")
+        for col in ("name", "A", "B", "status"):
+            t.add_column(col, overflow="fold")
+        for row in r.tensors:
+            fa = f"{row['a']['shape']} {row['a']['dtype']}" if row["a"] else "-"
+            fb = f"{row['b']['shape']} {row['b']['dtype']}" if row["b"] else "-"
+            style = "green" if row["status"] == "match" else "yellow"
+            t.add_row(row["name"], fa, fb, f"[{style}]{row['status']}[/]")
+        con.print(t)
+    for e in r.engines.values():
+        con.print(
+            escape(
+                f"  {e['label']}: captures h{e['captures']} ({e['why']}); "
+                f"drafter trained on {_trained_on(e['trained_on'])}"
+            )
+        )
+    colour = {"error": "red", "warning": "yellow", "info": "blue"}
+    for f in r.findings:
+        tags = [t for t in (f.drafter, f.engine) if t]
+        tag = escape(f" [{', '.join(tags)}]") if tags else ""
+        con.print(f"  [{colour[f.severity]}]{f.severity:7}[/] {f.code}{tag}: {escape(f.message)}")
+    con.print(f"[bold {'green' if r.compatible else 'red'}]verdict: {escape(r.verdict)}[/]")
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def inspect(
@@ -121,9 +186,10 @@ def register(app: typer.Typer) -> None:
         ],
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
-        """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers only.
+        """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers.
 
-        Exit 1 when the drafter is broken (vocab map, shapes vs config, a required tensor missing)."""
+        Exit 1 when the drafter is broken (vocab map, shapes vs config, a required tensor
+        missing)."""
         from eagle3kit.checkpoint.inspection import inspect_checkpoint
 
         r = inspect_checkpoint(path)
@@ -151,56 +217,22 @@ def register(app: typer.Typer) -> None:
             str,
             typer.Option(
                 help="sglang, vllm or both, each optionally @VERSION (sglang@0.5.12, vllm@0.21); "
-                "without a version, the latest rules plus a warning naming older releases that differ."
+                "without a version, the latest rules plus a warning naming older releases that "
+                "differ."
             ),
         ] = "both",
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
-        """Drafter vs drafter: drop-in compatible for fine-tuning? Drafter vs target: will each engine serve it right?
+        """Drafter vs drafter: drop-in for fine-tuning? Drafter vs target: served right?
 
         Exit 0 when no error is found, 1 when any is, 2 on bad input."""
-        from rich.table import Table
-
         from eagle3kit.checkpoint.compat import compat as run_compat
 
         r = run_compat(a, b, engine)
         if json_out:
             emit_json(r.to_json())
         else:
-            con = out()
-            con.print(f"[bold]compat[/] ({r.mode}): A = {r.a}, B = {r.b}")
-            if r.config_diff:
-                t = Table(title="config differences")
-                for col in ("key", "A", "B", "kind"):
-                    t.add_column(col, overflow="fold")
-                for row in r.config_diff:
-                    t.add_row(row["key"], repr(row["a"]), repr(row["b"]), row["kind"])
-                con.print(t)
-            if r.tensors:
-                t = Table(title="tensors")
-                for col in ("name", "A", "B", "status"):
-                    t.add_column(col, overflow="fold")
-                for row in r.tensors:
-                    fa = f"{row['a']['shape']} {row['a']['dtype']}" if row["a"] else "-"
-                    fb = f"{row['b']['shape']} {row['b']['dtype']}" if row["b"] else "-"
-                    style = "green" if row["status"] == "match" else "yellow"
-                    t.add_row(row["name"], fa, fb, f"[{style}]{row['status']}[/]")
-                con.print(t)
-            from rich.markup import escape
-
-            for e in r.engines.values():
-                con.print(
-                    escape(
-                        f"  {e['label']}: captures h{e['captures']} ({e['why']}); drafter trained on {e['trained_on'] or 'unknown (no ids)'}"
-                    )
-                )
-            colour = {"error": "red", "warning": "yellow", "info": "blue"}
-            for f in r.findings:
-                tag = escape(f" [{f.engine}]") if f.engine else ""
-                con.print(
-                    f"  [{colour[f.severity]}]{f.severity:7}[/] {f.code}{tag}: {escape(f.message)}"
-                )
-            con.print(f"[bold {'green' if r.compatible else 'red'}]verdict: {escape(r.verdict)}[/]")
+            _render_compat(r)
         if not r.compatible:
             raise typer.Exit(1)
 

@@ -1,4 +1,4 @@
-"""The project's error types. Exit codes are in DESIGN.md: 0 ok, 1 check failed, 2 bad input."""
+"""Error types. Exit codes (docs/ARCHITECTURE.md, conventions): 0 ok, 1 failed, 2 bad input."""
 
 from __future__ import annotations
 

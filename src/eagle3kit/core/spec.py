@@ -43,7 +43,7 @@ MLA_ATTENTION_TENSORS = (
 )
 INDEX_TENSORS = ("d2t", "t2d")
 OPTIONAL_TENSORS = ("embed_tokens.weight",)
-# The drafter-layer flags (FORMATS.md "Norm flags"); qk_norm is a layer kind, not one of them.
+# The drafter-layer flags (docs/formats.md "Norm flags"); qk_norm is a layer kind, not one of them.
 NORM_FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 ATTENTION_KINDS = ("mha", "mla")
 
@@ -122,7 +122,8 @@ class DraftSpec:
         if self.num_key_value_heads != self.num_attention_heads:
             raise bad(
                 "DraftSpec",
-                f"num_key_value_heads: an MLA drafter has one per head ({self.num_attention_heads}), "
+                "num_key_value_heads: an MLA drafter has one per head "
+                f"({self.num_attention_heads}), "
                 f"found {self.num_key_value_heads}",
             )
 
@@ -334,22 +335,27 @@ def spec_for_target(
         attention=attention,
     )
     if attention == "mla":
-        spec["num_key_value_heads"] = heads
-        spec["architecture"] = "Eagle3DeepseekV2ForCausalLM"
-        if target_is_mla:
-            keys = (
-                "q_lora_rank",
-                "kv_lora_rank",
-                "qk_nope_head_dim",
-                "qk_rope_head_dim",
-                "v_head_dim",
-            )
-            spec.update({k: cfg.get(k) for k in keys})
-            spec["rope_scaling"] = scaling
-            spec["rope_interleave"] = bool(cfg.get("rope_interleave", True))
-            spec["model_type"] = cfg.get("model_type")
-        else:
-            spec.update(_default_mla_dims(h, heads))
-        spec["head_dim"] = spec["qk_nope_head_dim"] + spec["qk_rope_head_dim"]
+        spec.update(_mla_fields(cfg, h, heads, scaling if target_is_mla else None, target_is_mla))
     spec.update(overrides)
     return DraftSpec(**spec)
+
+
+def _mla_fields(
+    cfg: dict[str, Any], h: int, heads: int, scaling: dict[str, Any] | None, own: bool
+) -> dict[str, Any]:
+    """An MLA drafter's fields: an MLA target's own dims and rope (`own`), else
+    `_default_mla_dims`; head_dim = nope + rope."""
+    out: dict[str, Any] = {
+        "num_key_value_heads": heads,
+        "architecture": "Eagle3DeepseekV2ForCausalLM",
+    }
+    if own:
+        keys = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+        out.update({k: cfg.get(k) for k in keys})
+        out["rope_scaling"] = scaling
+        out["rope_interleave"] = bool(cfg.get("rope_interleave", True))
+        out["model_type"] = cfg.get("model_type")
+    else:
+        out.update(_default_mla_dims(h, heads))
+    out["head_dim"] = out["qk_nope_head_dim"] + out["qk_rope_head_dim"]
+    return out

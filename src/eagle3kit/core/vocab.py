@@ -115,14 +115,16 @@ def vocab_problems(d2t: Any, t2d: Any | None, vocab_size: int) -> list[tuple[str
         out.append(
             (
                 "d2t-range",
-                f"d2t: expected target ids < {vocab_size} (vocab_size), found {too_big} beyond ({span})",
+                f"d2t: expected target ids < {vocab_size} (vocab_size), found {too_big} beyond "
+                f"({span})",
             )
         )
     if s["duplicates"]:
         out.append(
             (
                 "d2t-duplicates",
-                f"d2t: expected distinct target ids, found {s['duplicates']} draft ids mapping to a target id already taken",
+                f"d2t: expected distinct target ids, found {s['duplicates']} draft ids mapping to "
+                "a target id already taken",
             )
         )
     if t2d is not None:
@@ -142,9 +144,33 @@ def vocab_problems(d2t: Any, t2d: Any | None, vocab_size: int) -> list[tuple[str
                 out.append(
                     (
                         "t2d-disagree",
-                        f"t2d: expected exactly the {len(tgt)} target ids d2t names marked, found {len(marked)} marked, {len(np.setxor1d(tgt, marked))} differing",
+                        f"t2d: expected exactly the {len(tgt)} target ids d2t names marked, found "
+                        f"{len(marked)} marked, {len(np.setxor1d(tgt, marked))} differing",
                     )
                 )
+    return out
+
+
+def derive_t2d(d2t: Any, vocab_size: int) -> Any:
+    """t2d [V] bool marking the target ids d2t names: t2d[i + d2t[i]] = True.
+
+    For a checkpoint that carries d2t but no t2d (engines never read t2d, so some writers
+    leave it out); a trainer that left t2d all zero would count every position as out of the
+    draft vocab. d2t is checked first (integer, in range, distinct). A torch tensor in gives
+    a torch tensor on its device; anything else gives a numpy array."""
+    problems = vocab_problems(d2t, None, vocab_size)
+    if problems:
+        raise bad("d2t", problems[0][1])
+    if hasattr(d2t, "detach"):  # torch: stay on the tensor's device
+        import torch
+
+        d = d2t.reshape(-1).long()
+        t2d = torch.zeros(vocab_size, dtype=torch.bool, device=d.device)
+        t2d[torch.arange(d.shape[0], device=d.device) + d] = True
+        return t2d
+    d = np.asarray(d2t).reshape(-1).astype(np.int64)
+    out = np.zeros(vocab_size, dtype=np.bool_)
+    out[np.arange(d.shape[0], dtype=np.int64) + d] = True
     return out
 
 
@@ -211,6 +237,7 @@ __all__ = [
     "Eagle3Error",
     "build_vocab",
     "coverage",
+    "derive_t2d",
     "load_vocab",
     "save_vocab",
     "summarise_vocab",

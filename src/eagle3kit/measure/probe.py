@@ -423,15 +423,15 @@ def decide(
 
 
 def _load(drafter: str, target: str, reference: str | None, device: str, dtype: str):
-    from eagle3kit.checkpoint.convert import load_drafter_tensors
+    from eagle3kit.checkpoint.reader import read_drafter
     from eagle3kit.model.drafter import Eagle3Drafter
     from eagle3kit.model.target import TargetModel, _parse_dtype
 
-    spec, tensors, layout = load_drafter_tensors(drafter)  # the checkpoint is read once
+    spec, tensors, head = read_drafter(drafter)  # the checkpoint is read once
     new = TargetModel.from_pretrained(target, device=device, dtype=dtype)
     ref = TargetModel.from_pretrained(reference, device=device, dtype=dtype) if reference else None
     d = Eagle3Drafter.from_tensors(spec, tensors, device=device, dtype=_parse_dtype(dtype))
-    return layout, spec, d.eval().requires_grad_(False), new, ref
+    return head.layout, spec, d.eval().requires_grad_(False), new, ref
 
 
 def _runs_on(spec: Any, target: Any) -> bool:

@@ -1,6 +1,6 @@
 """Eagle3Drafter: the EAGLE-3 draft model as an nn.Module, built from a DraftSpec.
 
-One draft step, per position t (FORMATS.md "The architecture in one paragraph"):
+One draft step, per position t (docs/formats.md "The drafter in one paragraph"):
 
     h_t   = fc(cat(aux_low, aux_mid, aux_high))          on the first step  # [B, T, H]
           = the previous step's output hidden            on later steps     # [B, T, H]
@@ -228,9 +228,9 @@ class Eagle3Drafter(nn.Module):
         dtype: torch.dtype | None = None,
     ) -> Eagle3Drafter:
         """Load a drafter in any layout (SGLang, speculators/vLLM, EAGLE) from safetensors."""
-        from eagle3kit.checkpoint.convert import load_drafter_tensors
+        from eagle3kit.checkpoint.reader import read_drafter
 
-        spec, tensors, _layout = load_drafter_tensors(str(path))
+        spec, tensors, _ = read_drafter(str(path))
         return cls.from_tensors(spec, tensors, device=device, dtype=dtype)
 
     @classmethod

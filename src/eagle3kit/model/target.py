@@ -1,6 +1,6 @@
 """TargetModel: a Hugging Face causal LM that also hands out its hidden states at the aux layers.
 
-Aux-layer convention (FORMATS.md, DraftSpec): aux id ``i`` is Hugging Face
+Aux-layer convention (docs/formats.md "Notation: h-indices"): aux id ``i`` is Hugging Face
 ``output_hidden_states[i]``, the *input* of decoder layer ``i`` (id 0 is the embedding output).
 They are captured by forward pre-hooks on the chosen decoder layers, so a forward never keeps
 the hidden states of every layer. Valid ids are ``0 .. L-1``: HF ``output_hidden_states[L]`` is

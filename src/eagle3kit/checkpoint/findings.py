@@ -1,0 +1,68 @@
+"""What `eagle3kit compat` answers: a CompatResult holding its findings (checker.Finding).
+
+A finding carries its severity, a stable code, a message naming the field, the expected and
+the found value, and as fields (never as a message prefix) the engine it concerns (`engine`,
+None for all) and, comparing two drafters, the drafter it concerns (`drafter`: "A" | "B").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from eagle3kit.checkpoint.checker import Finding
+
+PROBE = "`eagle3kit probe` measures acceptance under each reading and settles it"
+
+
+@dataclass
+class CompatResult:
+    mode: str  # drafter-drafter | drafter-target
+    a: str
+    b: str
+    findings: list[Finding] = field(default_factory=list)
+    config_diff: list[dict[str, Any]] = field(default_factory=list)
+    tensors: list[dict[str, Any]] = field(default_factory=list)
+    engines: dict[str, Any] = field(default_factory=dict)
+    writer: dict[str, Any] | None = None
+    drop_in: bool = False
+
+    @property
+    def compatible(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    def errors_for(self, engine: str) -> int:
+        """Errors that concern `engine`: its own and those concerning every engine."""
+        return sum(f.severity == "error" and f.engine in (None, engine) for f in self.findings)
+
+    @property
+    def verdict(self) -> str:
+        n_err = sum(f.severity == "error" for f in self.findings)
+        if self.mode == "drafter-drafter":
+            if self.drop_in and self.compatible:
+                return "drop-in compatible for fine-tuning"
+            return f"not compatible for fine-tuning ({n_err} error{'s' * (n_err != 1)})"
+        parts = []
+        for eng, e in self.engines.items():
+            n = self.errors_for(eng)
+            amb = any(f.code == "aux-ambiguous" and f.engine == eng for f in self.findings)
+            ok = "serves it correctly" + (
+                " only under one reading of its ids (run `eagle3kit probe`)" if amb else ""
+            )
+            ok = ok if not n else f"incompatible ({n} error{'s' * (n != 1)})"
+            parts.append(f"{e['label']}: {ok}")
+        return "; ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "compatible": self.compatible,
+            "verdict": self.verdict,
+            "mode": self.mode,
+            "a": self.a,
+            "b": self.b,
+            "findings": [f.to_json() for f in self.findings],
+            "config_diff": self.config_diff,
+            "tensors": self.tensors,
+            "engines": self.engines,
+            "writer": self.writer,
+        }

@@ -1,0 +1,86 @@
+"""The one reader of drafter checkpoints: every verb that opens a drafter enters here.
+
+    drafter_header(path or Checkpoint) -> DrafterHeader    headers only (inspect, compat)
+    read_drafter(path) -> (DraftSpec, tensors, DrafterHeader)   the weights too (convert,
+                                                             Eagle3Drafter.from_pretrained,
+                                                             probe)
+
+The path: safetensors_io.load_checkpoint reads config.json and the safetensors headers (local
+dir, file or Hub repo id); layouts.read_spec tells the layout, builds the DraftSpec and maps
+each stored tensor name to its canonical name (SGLang's names: `midlayer.*`, `fc.weight`,
+`d2t`, ...; docs/formats.md "Drafter layouts"); then, for read_drafter only, the tensors are
+read under their canonical names. Only safetensors and JSON are read, never a pickle.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eagle3kit.checkpoint.layouts import read_spec
+from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint, load_local
+from eagle3kit.core.errors import bad
+from eagle3kit.core.spec import DraftSpec
+
+
+@dataclass
+class DrafterHeader:
+    """A drafter read from its config and headers: no tensor bytes (but d2t/t2d on demand)."""
+
+    ckpt: Checkpoint
+    layout: str  # sglang | vllm | eagle
+    spec: DraftSpec
+    names: dict[str, str]  # canonical name -> stored name
+
+    @property
+    def source(self) -> str:
+        return self.ckpt.source
+
+    @property
+    def tensor_file(self) -> str:
+        """The file a finding about a missing tensor names (the first weights file)."""
+        return self.ckpt.files[0] if self.ckpt.files else self.ckpt.source
+
+
+def drafter_header(where: str | Checkpoint) -> DrafterHeader:
+    """Layout, DraftSpec and canonical names of a drafter, from config.json and headers."""
+    ckpt = where if isinstance(where, Checkpoint) else load_checkpoint(where)
+    layout, spec, names = read_spec(ckpt)
+    return DrafterHeader(ckpt, layout, spec, names)
+
+
+def read_tensors(ckpt: Checkpoint, wanted: dict[str, str]) -> dict[str, Any]:
+    """{key: torch tensor} for {key: stored name} of a local checkpoint."""
+    from safetensors import safe_open
+
+    by_file: dict[str, list[tuple[str, str]]] = {}
+    for key, stored in wanted.items():
+        by_file.setdefault(ckpt.tensors[stored].file, []).append((key, stored))
+    out: dict[str, Any] = {}
+    for fname, pairs in by_file.items():
+        try:
+            with safe_open(fname, framework="pt") as f:
+                for key, stored in pairs:
+                    out[key] = f.get_tensor(stored)
+        except Exception as e:  # the header passed our checks, so this is an I/O-level failure
+            raise bad(fname, f"cannot read tensors: {type(e).__name__}: {e}") from e
+    return out
+
+
+def _local_dir(ckpt: Checkpoint) -> Checkpoint:  # pragma: no cover - needs network
+    """For a Hub checkpoint, download its safetensors + config (the weights are needed here)."""
+    from huggingface_hub import snapshot_download
+
+    d = snapshot_download(
+        ckpt.repo_id, revision=ckpt.revision, allow_patterns=["*.json", "*.safetensors"]
+    )
+    return load_local(d)
+
+
+def read_drafter(path: str) -> tuple[DraftSpec, dict[str, Any], DrafterHeader]:
+    """(spec, canonical name -> torch tensor, header) of a drafter in any layout."""
+    ckpt = load_checkpoint(path)
+    if ckpt.repo_id is not None:
+        ckpt = _local_dir(ckpt)
+    head = drafter_header(ckpt)
+    return head.spec, read_tensors(ckpt, head.names), head
