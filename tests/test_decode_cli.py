@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from decode_helpers import new_drafter, save_drafter_dir
+from decode_helpers import hf_greedy_ids, new_drafter, save_drafter_dir
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_generate_json_is_the_target_greedy_output(cli, pair):
     assert set(doc) >= {"prompt_ids", "tokens", "text", "accept_len", "tokens_per_s"}
     assert doc["prompt_ids"] == tm.tokenizer("def main(")["input_ids"]
     eos = tm.tokenizer.eos_token_id
-    want = tm.generate_greedy(doc["prompt_ids"], 16, eos_token_id=eos)
+    want = hf_greedy_ids(tm, doc["prompt_ids"], 16, eos)
     assert doc["tokens"] == [t for t in want if t != eos]
     assert doc["text"] == tm.tokenizer.decode(doc["tokens"])
     assert doc["accept_len"] >= 1.0 and doc["tokens_per_s"] > 0
@@ -73,7 +73,7 @@ def test_generate_chat_tree_streams_text(cli, pair):
         msgs, add_generation_prompt=True, tokenize=True, return_dict=True
     )["input_ids"]
     eos = tm.tokenizer.eos_token_id
-    want = [t for t in tm.generate_greedy(ids, 12, eos_token_id=eos) if t != eos]
+    want = [t for t in hf_greedy_ids(tm, ids, 12, eos) if t != eos]
     assert r.out == tm.tokenizer.decode(want)  # streamed pieces add up to the text
     assert "tau" in r.err and "tok/s" in r.err
 

@@ -58,7 +58,8 @@ def validate_aux_layers(ids: Any, num_layers: int) -> tuple[int, ...]:
         if not 0 <= i < num_layers:
             raise Eagle3Error(
                 f"aux layer {i} is out of range: valid ids are 0..{num_layers - 1} for this "
-                f"{num_layers}-layer target (id i = HF output_hidden_states[i] = input of decoder layer i)"
+                f"{num_layers}-layer target "
+                "(id i = HF output_hidden_states[i] = input of decoder layer i)"
             )
     return ids
 
@@ -336,18 +337,3 @@ class TargetModel:
         if n < 0 or n > self.seq_len:
             raise Eagle3Error(f"rollback: {n} is out of range 0..{self.seq_len}")
         self.crop(self.seq_len - n)
-
-    def generate_greedy(
-        self, prompt_ids: torch.Tensor | list[int], n: int, eos_token_id: int | None = None
-    ) -> list[int]:
-        """Greedy continuation of one prompt with the KV cache: ``n`` tokens (or up to EOS)."""
-        ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1)  # [1, T]
-        out: list[int] = []
-        logits = self.prefill(ids).logits[0, -1]  # [V]
-        while len(out) < n:
-            nxt = int(logits.argmax())
-            out.append(nxt)
-            if nxt == eos_token_id or len(out) == n:
-                break
-            logits = self.verify(torch.tensor([[nxt]])).logits[0, -1]
-        return out
