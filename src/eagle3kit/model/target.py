@@ -75,7 +75,8 @@ def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     raise Eagle3Error(f"{type(model).__name__}: cannot find its decoder layers (model.layers)")
 
 
-def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype | str:
+def parse_dtype(dtype: torch.dtype | str) -> torch.dtype | str:
+    """A torch dtype from its name (float32/fp32, bfloat16/bf16, float16/fp16) or "auto"."""
     if isinstance(dtype, torch.dtype) or dtype == "auto":
         return dtype
     if dtype not in _DTYPES:
@@ -125,7 +126,7 @@ class TargetModel:
         """Load a local model dir or a hub id with ``AutoModelForCausalLM`` (and its tokenizer)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        torch_dtype = _parse_dtype(dtype)
+        torch_dtype = parse_dtype(dtype)
         src = str(path_or_id)
         local = Path(src).expanduser()
         if local.is_dir():
