@@ -122,3 +122,25 @@ def test_generate_bad_input(cli, pair, tmp_path):
     bad_dir = save_drafter_dir(other, tmp_path / "wrong_vocab")
     r = cli("generate", "--target", path, "--drafter", bad_dir, "--prompt", "x")
     assert r.code == 2 and "vocab_size" in r.err and "512" in r.err
+
+
+def test_generate_empty_prompt_is_one_line(cli, pair):
+    """An empty prompt: one line naming --prompt, exit 2, no traceback (issue 21)."""
+    path, d, _ = pair
+    r = cli("generate", "--target", path, "--drafter", d, "--prompt", "")
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert "--prompt" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+@pytest.mark.parametrize("depth", ["0", "-1"])
+def test_eval_depth_below_one_is_refused(cli, pair, tmp_path, depth):
+    """`eval --depth 0` used to run; now one line naming --depth, exit 2, nothing written."""
+    from decode_helpers import chat_jsonl
+
+    path, d, _ = pair
+    data = chat_jsonl(tmp_path / "c.jsonl", n=1)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = cli("eval", "--target", path, "--drafter", d, "--data", data, "--depth", depth)
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert "--depth" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

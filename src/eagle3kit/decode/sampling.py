@@ -80,7 +80,7 @@ def accept_sampled(
     The rule of the module docstring; q[i, drafts[i]] > 0 since drafts[i] was drawn from q[i].
     """
     for i, d in enumerate(drafts):
-        r = float(torch.rand((), generator=gen))
+        r = float(torch.rand((), generator=gen, device=p.device))  # gen lives there too
         if r < min(1.0, float(p[i, d] / q[i, d])):
             continue
         residual = (p[i] - q[i]).clamp(min=0.0)  # [V]

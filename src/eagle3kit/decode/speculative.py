@@ -135,7 +135,8 @@ class SpecDecoder:
         ids = torch.tensor([[self.last] + d.tokens], device=self.target.device)  # [1, n+1]
         if d.tree is None:
             return self.target.verify(ids)
-        return self.target.verify_tree(ids, d.tree.position_ids(d.m), d.tree.mask())
+        dev = self.target.device
+        return self.target.verify_tree(ids, d.tree.position_ids(d.m, dev), d.tree.mask(dev))
 
     def accept(self, d: Draft, v) -> Step:
         rows = v.logits[0]  # [n+1, V]

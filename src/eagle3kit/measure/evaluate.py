@@ -107,6 +107,8 @@ def evaluate_offline(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Teacher-forced acceptance on the held-out samples (module docstring)."""
+    if depth < 1:
+        raise Eagle3Error(f"depth: expected draft steps >= 1, found {depth}")
     from eagle3kit.data.features import compute_features
     from eagle3kit.data.prepared import Sample, collate
     from eagle3kit.decode.stats import conditional

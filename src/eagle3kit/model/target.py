@@ -289,7 +289,7 @@ class TargetModel:
         """
         if self.cache is None:
             raise Eagle3Error("verify_tree() needs a prefix: call prefill() first")
-        tokens = torch.as_tensor(tokens).reshape(1, -1)  # [1, n]
+        tokens = torch.as_tensor(tokens, device=self.device).reshape(1, -1)  # [1, n]
         n, past = tokens.shape[1], self.seq_len
         if tuple(tree_mask.shape) != (n, n):
             raise Eagle3Error(
