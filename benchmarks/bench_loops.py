@@ -2,7 +2,7 @@
 
     python benchmarks/bench_loops.py [--members llama-v1,llama-v2,dsv3-v1,dsv3-v2] [--gen 128]
 
-Uses the path later verbs use (TargetModel.generate_greedy: batch 1, KV cache, EOS not
+Uses the path later verbs use (eagle3kit.decode.greedy_generate: batch 1, KV cache, EOS not
 special-cased) on prompts the build never evaluated: 48-token windows from the middle of
 held-out files of each slice, and held-out chat requests rendered with the tokenizer's own
 chat template (``apply_chat_template(..., add_generation_prompt=True)``; the answer stops at
@@ -35,6 +35,7 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     from eagle3kit import zoo
+    from eagle3kit.decode import greedy_generate
     from eagle3kit.model.target import TargetModel
     from eagle3kit.zoo import corpus as corpus
     from eagle3kit.zoo.training import distinct_ngram_ratio
@@ -66,8 +67,10 @@ def main() -> None:
         for label, prompts in sets.items():
             t0 = time.perf_counter()
             eos = tok.eos_token_id if label == "chat" else None
-            outs = [target.generate_greedy(pr, args.gen, eos_token_id=eos) for pr in prompts]
-            outs = [o[:-1] if o and o[-1] == eos else o for o in outs]
+            outs = [
+                greedy_generate(target, pr, max_new_tokens=args.gen, eos_token_id=eos).tokens
+                for pr in prompts
+            ]
             r = [distinct_ngram_ratio(o) for o in outs]
             row = {
                 "member": name,

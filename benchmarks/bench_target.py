@@ -5,7 +5,8 @@
 
 Builds missing members first (minutes each). Timings are wall-clock medians (min, max) over
 ``--repeats`` calls after warm-up, batch 1, float32, on a cache holding a 64-token prompt:
-- decode: one greedy token with the KV cache (``generate_greedy`` over 64 tokens, per token);
+- decode: one greedy token with the KV cache (``eagle3kit.decode.greedy_generate`` over 64
+  tokens, per token);
 - verify(n): one forward over n tokens on top of the prompt, then crop back to the prompt;
 - 1-layer proxy: verify(1) of the same architecture cut to one decoder layer (random weights),
   the cost class of an EAGLE-3 drafter step.
@@ -48,6 +49,7 @@ def bench_member(name: str, repeats: int, max_n: int = 16, prompt_len: int = 64)
     from transformers import AutoModelForCausalLM
 
     from eagle3kit import zoo
+    from eagle3kit.decode import greedy_generate
     from eagle3kit.model.target import TargetModel
 
     tm = TargetModel.from_pretrained(zoo.get(name))
@@ -58,7 +60,7 @@ def bench_member(name: str, repeats: int, max_n: int = 16, prompt_len: int = 64)
     t_dec = []
     for _ in range(max(3, repeats // 5)):
         t0 = time.perf_counter()
-        tm.generate_greedy(prompt[0], 64)
+        greedy_generate(tm, prompt[0], max_new_tokens=64)
         t_dec.append((time.perf_counter() - t0) * 1e3 / 64)
 
     tm.prefill(prompt)

@@ -60,6 +60,20 @@ def new_drafter(
     return d.eval()
 
 
+def hf_greedy_ids(target, ids: list[int], n: int, eos: int | None = None) -> list[int]:
+    """transformers' own greedy decoding (not our decoder): up to n tokens, EOS kept if hit."""
+    with torch.no_grad():
+        out = target.model.generate(
+            torch.tensor([ids], device=target.device),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=target.device),
+            do_sample=False,
+            max_new_tokens=n,
+            eos_token_id=eos,
+            pad_token_id=eos if eos is not None else 0,
+        )[0, len(ids) :].tolist()
+    return out[: out.index(eos) + 1] if eos is not None and eos in out else out
+
+
 def self_text(target, prompts=PROMPTS, n: int = 40) -> list[list[int]]:
     """prompt + the target's greedy continuation (n tokens), as token ids."""
     eos = target.tokenizer.eos_token_id

@@ -2,7 +2,7 @@
 
 Not a product feature. It answers ``GET /v1/models`` and ``POST /v1/chat/completions``
 (greedy, ``max_tokens`` honoured, the target's chat template), one generation at a time. It
-generates with ``TargetModel.generate_greedy``, a different code path from the local
+generates with transformers' own ``generate``, a different code path from the local
 generator in ``eagle3kit.data.regenerate``, so the two can be compared.
 
 Modes:
@@ -21,6 +21,22 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+import torch
+
+
+def _hf_greedy(target: Any, ids: list[int], n: int, eos: int | None) -> list[int]:
+    """transformers' own greedy generate (not eagle3kit's decoder): EOS kept when hit."""
+    with torch.no_grad():
+        out = target.model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=n,
+            eos_token_id=eos,
+            pad_token_id=eos if eos is not None else 0,
+        )[0, len(ids) :].tolist()
+    return out[: out.index(eos) + 1] if eos is not None and eos in out else out
 
 
 class FakeOpenAIServer:
@@ -140,8 +156,7 @@ class FakeOpenAIServer:
             messages, add_generation_prompt=True, tokenize=True, return_dict=True
         )
         with self._model_lock:
-            ids = self.target.generate_greedy(list(enc["input_ids"]), max_tokens, tok.eos_token_id)
-            self.target.reset()
+            ids = _hf_greedy(self.target, list(enc["input_ids"]), max_tokens, tok.eos_token_id)
         if ids and ids[-1] == tok.eos_token_id:
             ids = ids[:-1]
         return tok.decode(ids, skip_special_tokens=True)

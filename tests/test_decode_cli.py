@@ -6,7 +6,7 @@ import json
 
 import pytest
 import torch
-from decode_helpers import new_drafter, save_drafter_dir
+from decode_helpers import hf_greedy_ids, new_drafter, save_drafter_dir
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,7 @@ def test_generate_json_is_the_target_greedy_output(cli, pair):
     assert set(doc) >= {"prompt_ids", "tokens", "text", "accept_len", "tokens_per_s"}
     assert doc["prompt_ids"] == tm.tokenizer("def main(")["input_ids"]
     eos = tm.tokenizer.eos_token_id
-    want = tm.generate_greedy(doc["prompt_ids"], 16, eos_token_id=eos)
+    want = hf_greedy_ids(tm, doc["prompt_ids"], 16, eos)
     assert doc["tokens"] == [t for t in want if t != eos]
     assert doc["text"] == tm.tokenizer.decode(doc["tokens"])
     assert doc["accept_len"] >= 1.0 and doc["tokens_per_s"] > 0
@@ -73,7 +73,7 @@ def test_generate_chat_tree_streams_text(cli, pair):
         msgs, add_generation_prompt=True, tokenize=True, return_dict=True
     )["input_ids"]
     eos = tm.tokenizer.eos_token_id
-    want = [t for t in tm.generate_greedy(ids, 12, eos_token_id=eos) if t != eos]
+    want = [t for t in hf_greedy_ids(tm, ids, 12, eos) if t != eos]
     assert r.out == tm.tokenizer.decode(want)  # streamed pieces add up to the text
     assert "tau" in r.err and "tok/s" in r.err
 
@@ -122,3 +122,25 @@ def test_generate_bad_input(cli, pair, tmp_path):
     bad_dir = save_drafter_dir(other, tmp_path / "wrong_vocab")
     r = cli("generate", "--target", path, "--drafter", bad_dir, "--prompt", "x")
     assert r.code == 2 and "vocab_size" in r.err and "512" in r.err
+
+
+def test_generate_empty_prompt_is_one_line(cli, pair):
+    """An empty prompt: one line naming --prompt, exit 2, no traceback (issue 21)."""
+    path, d, _ = pair
+    r = cli("generate", "--target", path, "--drafter", d, "--prompt", "")
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert "--prompt" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+@pytest.mark.parametrize("depth", ["0", "-1"])
+def test_eval_depth_below_one_is_refused(cli, pair, tmp_path, depth):
+    """`eval --depth 0` used to run; now one line naming --depth, exit 2, nothing written."""
+    from decode_helpers import chat_jsonl
+
+    path, d, _ = pair
+    data = chat_jsonl(tmp_path / "c.jsonl", n=1)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = cli("eval", "--target", path, "--drafter", d, "--data", data, "--depth", depth)
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert "--depth" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before

@@ -82,6 +82,15 @@ def write_input(path: Path, n: int = 6) -> list[dict]:
     return recs
 
 
+def regen_local(inp, outp, target, *, max_tokens, temperature=0.0, seed=0):
+    """`regenerate` with the local target's generator (eagle3kit.decode.local)."""
+    from eagle3kit.data.regenerate import regenerate
+    from eagle3kit.decode.local import local_generator
+
+    gen = local_generator(target, max_tokens, temperature, seed)
+    return regenerate(inp, outp, generate=gen, max_tokens=max_tokens)
+
+
 def read_output(path: Path) -> dict[str, dict]:
     lines = path.read_text().splitlines()
     recs = [json.loads(x) for x in lines]
@@ -91,20 +100,20 @@ def read_output(path: Path) -> dict[str, dict]:
 
 
 def greedy_text(target, msgs: list[dict]) -> str:
-    """Reference: TargetModel.generate_greedy on the chat template (not the code under test)."""
+    """Reference: transformers' generate on the chat template (not the code under test)."""
+    from decode_helpers import hf_greedy_ids
+
     tok = target.tokenizer
     ids = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=True, return_dict=True)
-    out = target.generate_greedy(list(ids["input_ids"]), MAX_TOKENS, tok.eos_token_id)
-    target.reset()
+    out = hf_greedy_ids(target, list(ids["input_ids"]), MAX_TOKENS, tok.eos_token_id)
     return tok.decode([t for t in out if t != tok.eos_token_id], skip_special_tokens=True)
 
 
 def test_local_turn_by_turn_keeps_form(tmp_path, target):
-    from eagle3kit.data.regenerate import regenerate
 
     inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     recs = write_input(inp, 2)
-    res = regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    res = regen_local(inp, outp, target, max_tokens=MAX_TOKENS)
     assert (res.done, res.failed, res.already_done) == (2, [], 0)
     got = read_output(outp)
     s0 = got["s0"]
@@ -131,7 +140,7 @@ def test_local_turn_by_turn_keeps_form(tmp_path, target):
     ]
     assert oa["messages"][2]["content"] == greedy_text(target, recs[1]["messages"][:2])
     # a rerun does nothing and says so
-    res2 = regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    res2 = regen_local(inp, outp, target, max_tokens=MAX_TOKENS)
     assert (res2.done, res2.already_done) == (0, 2)
     assert len(outp.read_text().splitlines()) == 2
 
@@ -142,7 +151,7 @@ def test_servers_match_local_with_failures(tmp_path, target, model_dir):
 
     inp = tmp_path / "in.jsonl"
     write_input(inp, 6)
-    regenerate(inp, tmp_path / "local.jsonl", target=target, max_tokens=MAX_TOKENS)
+    regen_local(inp, tmp_path / "local.jsonl", target, max_tokens=MAX_TOKENS)
     with FakeOpenAIServer(model_dir) as a, FakeOpenAIServer(model_dir, mode="flaky") as b:
         res = regenerate(
             inp,
@@ -208,60 +217,56 @@ def test_server_dies_mid_run(tmp_path, model_dir):
 
 def test_sampling_is_seeded_per_sample(tmp_path, target):
     """temperature > 0 samples; the same seed and sample give the same text on a rerun."""
-    from eagle3kit.data.regenerate import regenerate
 
     inp = tmp_path / "in.jsonl"
     write_input(inp, 2)
     outs = []
     for name, seed in (("a", 0), ("b", 0), ("c", 1)):
-        regenerate(
+        regen_local(
             inp,
             tmp_path / f"{name}.jsonl",
-            target=target,
+            target,
             max_tokens=MAX_TOKENS,
             temperature=1.5,
             seed=seed,
         )
         outs.append(read_output(tmp_path / f"{name}.jsonl"))
     greedy = tmp_path / "g.jsonl"
-    regenerate(inp, greedy, target=target, max_tokens=MAX_TOKENS)
+    regen_local(inp, greedy, target, max_tokens=MAX_TOKENS)
     assert outs[0] == outs[1]
     assert outs[0] != outs[2] and outs[0] != read_output(greedy)
 
 
 def test_partial_last_line_is_redone(tmp_path, target):
-    from eagle3kit.data.regenerate import regenerate
 
     inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_input(inp, 3)
-    regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    regen_local(inp, outp, target, max_tokens=MAX_TOKENS)
     lines = outp.read_text().splitlines(keepends=True)
     outp.write_text(lines[0] + lines[1][: len(lines[1]) // 2])  # a kill mid-write of line 2
-    res = regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    res = regen_local(inp, outp, target, max_tokens=MAX_TOKENS)
     assert (res.done, res.already_done) == (2, 1)
     assert len(read_output(outp)) == 3
 
 
 def test_corrupt_middle_line_is_an_error(tmp_path, target):
-    from eagle3kit.data.regenerate import regenerate
 
     inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_input(inp, 2)
     outp.write_text('{"id": "s0"}\nnot json\n')
     with pytest.raises(Eagle3Error, match=r"out\.jsonl:2"):
-        regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+        regen_local(inp, outp, target, max_tokens=MAX_TOKENS)
     assert outp.read_text() == '{"id": "s0"}\nnot json\n'  # nothing written was lost
 
 
 def test_malformed_input_lines_are_skipped(tmp_path, target):
-    from eagle3kit.data.regenerate import regenerate
 
     inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     write_input(inp, 1)
     with open(inp, "a") as f:
         f.write("{bad json\n\n")
         f.write(json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n")
-    res = regenerate(inp, outp, target=target, max_tokens=MAX_TOKENS)
+    res = regen_local(inp, outp, target, max_tokens=MAX_TOKENS)
     assert res.done == 1
     assert [s["line"] for s in res.skipped] == [2, 4]
 

@@ -76,12 +76,17 @@ def register(data_app: typer.Typer) -> None:
         if (target is None) == (not server):
             raise Eagle3Error("data regenerate: give exactly one of --target or --server")
         kwargs = parse_template_kwargs(template_kwargs)
-        tm = _load_target(target, device, dtype, None, trust_remote_code) if target else None
+        local = None
+        if target:
+            from eagle3kit.decode.local import local_generator
+
+            tm = _load_target(target, device, dtype, None, trust_remote_code)
+            local = local_generator(tm, max_tokens, temperature, template_kwargs=kwargs)
         with bar(not json_) as progress:
             res = regenerate(
                 input,
                 output,
-                target=tm,
+                generate=local,
                 servers=server,
                 model=model,
                 max_tokens=max_tokens,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from eagle3kit.core.errors import bad
+
 TARGET_HELP = "Target: a model dir, a hub id, or a zoo member (dsv3-v2, llama-v1-tiny)."
 DRAFTER_HELP = "Drafter dir (any layout: SGLang, speculators/vLLM, EAGLE)."
 DATA_HELP = "A DATA dir from `data prepare`, or a JSONL of conversations."
@@ -22,6 +24,11 @@ def _load(target: str, drafter: str | None, device: str, threads: int | None):
 
         torch.set_num_threads(threads)
     return load_pair(target, drafter, device=device)
+
+
+def _check_depth(depth: int, option: str = "--depth") -> None:
+    if depth < 1:
+        raise bad(option, f"expected draft steps >= 1, found {depth}")
 
 
 def _output(r: dict, json_: bool, render) -> None:
@@ -63,12 +70,17 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.data.regenerate import chat_prompt_ids
         from eagle3kit.decode import Sampling, speculative_generate
 
+        if not prompt:
+            raise bad("--prompt", "expected some text, found an empty prompt")
+        _check_depth(depth)
         tm, d = _load(target, drafter, device, threads)
         tok = tm.tokenizer
         if tok is None:
             raise typer.BadParameter("the target has no tokenizer", param_hint="--target")
         user = [{"role": "user", "content": prompt}]
         ids = chat_prompt_ids(tok, user) if chat else tok(prompt)["input_ids"]
+        if not ids:
+            raise bad("--prompt", f"expected text that makes at least one token, found {prompt!r}")
         stream = None if json_ else _Streamer(tok)
         g = speculative_generate(
             tm,
@@ -121,6 +133,7 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.cli._progress import bar
         from eagle3kit.measure.evaluate import evaluate, load_eval_data
 
+        _check_depth(depth)
         tm, d = _load(target, drafter, device, threads)
         ev = load_eval_data(data, tm.tokenizer)
         with bar(not json_) as progress:
@@ -162,6 +175,8 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.measure.bench import bench, default_prompts
         from eagle3kit.measure.evaluate import load_eval_data
 
+        _check_depth(depth)
+        _check_depth(tree_depth, "--tree-depth")
         tm, d = _load(target, drafter, device, threads)
         if data is not None:
             ps = load_eval_data(data, tm.tokenizer).prompts[:prompts]

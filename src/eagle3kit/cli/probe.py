@@ -76,11 +76,17 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--drafter", help="The drafter to reuse (any layout).")
         ],
         target: Annotated[
-            str, typer.Option("--target", help="The new target model dir or hub id.")
+            str,
+            typer.Option(
+                "--target", help="The new target: a model dir, a hub id or a zoo member name."
+            ),
         ],
         reference: Annotated[
             str | None,
-            typer.Option("--reference-target", help="The target the drafter was trained for."),
+            typer.Option(
+                "--reference-target",
+                help="The target the drafter was trained for (dir, hub id or zoo name).",
+            ),
         ] = None,
         data: Annotated[
             str | None,

@@ -8,7 +8,7 @@ For each conversation, turn by turn:
         if turn is an assistant turn:  turn.content = target(history)   # sees regenerated turns
         history.append(turn)
 
-The generator is either the local :class:`~eagle3kit.model.target.TargetModel` (its chat
+The generator is either the local target (``eagle3kit.decode.local.local_generator``: its chat
 template, greedy at temperature 0 or sampled, stopping at EOS / end-of-turn) or one or more
 OpenAI-compatible ``/v1/chat/completions`` servers (SGLang, vLLM) shared by ``concurrency``
 worker threads; a failed request moves on to the next server.
@@ -23,7 +23,6 @@ that still fails is reported by id (and not written, so the next rerun tries it 
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import json
 import os
@@ -185,53 +184,6 @@ def chat_prompt_ids(
     return list(enc["input_ids"])
 
 
-def local_generator(
-    target: Any,
-    max_tokens: int,
-    temperature: float,
-    seed: int = 0,
-    template_kwargs: dict | None = None,
-) -> Generate:
-    """Generate with the TargetModel's KV cache: greedy at temperature 0, else sampled.
-
-    Sampling draws x ~ softmax(z / temperature) with a generator seeded by (seed, sample id,
-    prompt length), so a rerun of the same sample gives the same text.
-    """
-    import torch
-
-    if target.tokenizer is None:
-        raise Eagle3Error(
-            f"{target.name_or_path}: the target has no tokenizer (needed for its chat template)"
-        )
-    stops = stop_ids(target)
-
-    def pick(logits: torch.Tensor, g: torch.Generator | None) -> int:
-        if temperature <= 0:
-            return int(logits.argmax())
-        p = torch.softmax(logits.float() / temperature, dim=-1)  # [V]
-        return int(torch.multinomial(p, 1, generator=g))
-
-    def generate(history: Messages, sid: str) -> str:
-        prompt = chat_prompt_ids(target.tokenizer, history, template_kwargs)
-        g = None
-        if temperature > 0:
-            h = hashlib.sha256(f"{seed}:{sid}:{len(prompt)}".encode()).digest()
-            g = torch.Generator().manual_seed(int.from_bytes(h[:8], "little") >> 1)
-        out: list[int] = []
-        logits = target.prefill(torch.tensor([prompt])).logits[0, -1]  # [V]
-        while len(out) < max_tokens:
-            nxt = pick(logits, g)
-            if nxt in stops:
-                break
-            out.append(nxt)
-            if len(out) < max_tokens:
-                logits = target.verify(torch.tensor([[nxt]])).logits[0, -1]  # [V]
-        target.reset()
-        return target.tokenizer.decode(out, skip_special_tokens=True)
-
-    return generate
-
-
 # -- OpenAI-compatible servers ---------------------------------------------------------------
 class RetryableError(Exception):
     """A request failure worth retrying (timeout, connection, 429, 5xx, a torn response)."""
@@ -376,7 +328,7 @@ def regenerate(
     input_path: str | Path,
     output_path: str | Path,
     *,
-    target: Any = None,
+    generate: Generate | None = None,
     servers: list[str] | None = None,
     model: str | None = None,
     max_tokens: int = 512,
@@ -384,19 +336,19 @@ def regenerate(
     concurrency: int = 1,
     retries: int = 4,
     timeout: float = 120.0,
-    seed: int = 0,
     template_kwargs: dict[str, Any] | None = None,
     progress: Progress | None = None,
 ) -> RegenResult:
     """Regenerate every assistant turn of INPUT into OUTPUT (resumable; see the module doc).
 
-    ``target``: a TargetModel (local generation, one sample at a time); or ``servers``: base
-    URLs of OpenAI-compatible servers (``model`` defaults to the name ``/v1/models`` reports).
-    ``template_kwargs`` go to the chat template (locally) or as ``chat_template_kwargs`` (servers),
-    e.g. ``{"enable_thinking": False}`` for Qwen3's non-thinking mode.
+    ``generate``: a local generator (``eagle3kit.decode.local.local_generator(TargetModel,
+    ...)``, one sample at a time); or ``servers``: base URLs of OpenAI-compatible servers
+    (``model`` defaults to the name ``/v1/models`` reports). ``template_kwargs`` go to the
+    servers as ``chat_template_kwargs`` (the local generator takes its own), e.g.
+    ``{"enable_thinking": False}`` for Qwen3's non-thinking mode.
     """
-    if (target is None) == (not servers):
-        raise Eagle3Error("regenerate: give exactly one of a target or --server URLs")
+    if (generate is None) == (not servers):
+        raise Eagle3Error("regenerate: give exactly one of a local generator or --server URLs")
     if max_tokens < 1:
         raise bad("--max-tokens", f"expected a positive int, found {max_tokens}")
     if concurrency < 1:
@@ -406,11 +358,8 @@ def regenerate(
     finished = resume_output(outp)
     pending = [s for s in samples if s[0] not in finished]
     res = RegenResult(already_done=len(samples) - len(pending), skipped=skipped, output=str(outp))
-    if target is not None:
-        generate, concurrency = (
-            local_generator(target, max_tokens, temperature, seed, template_kwargs),
-            1,
-        )
+    if generate is not None:
+        concurrency = 1
     else:
         pool = ServerPool(list(servers or []), timeout)
         generate = server_generator(

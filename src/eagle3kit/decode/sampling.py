@@ -40,6 +40,9 @@ class Sampling:
         return self.temperature == 0
 
 
+GREEDY = Sampling()  # the default: argmax
+
+
 def probs(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
     """softmax(logits / T), then top-p: keep tokens while the mass before them is < top_p."""
     p = torch.softmax(logits.float() / s.temperature, dim=-1)  # [..., V]
@@ -50,6 +53,11 @@ def probs(logits: torch.Tensor, s: Sampling) -> torch.Tensor:
         p = torch.zeros_like(p).scatter(-1, order, sp)
         p = p / p.sum(-1, keepdim=True)
     return p
+
+
+def make_generator(device: torch.device | str, seed: int) -> torch.Generator:
+    """A seeded random generator on ``device``: the device of the tensors it will sample."""
+    return torch.Generator(device=torch.device(device)).manual_seed(seed)
 
 
 def draw(p: torch.Tensor, gen: torch.Generator | None) -> int:
@@ -72,7 +80,7 @@ def accept_sampled(
     The rule of the module docstring; q[i, drafts[i]] > 0 since drafts[i] was drawn from q[i].
     """
     for i, d in enumerate(drafts):
-        r = float(torch.rand((), generator=gen))
+        r = float(torch.rand((), generator=gen, device=p.device))  # gen lives there too
         if r < min(1.0, float(p[i, d] / q[i, d])):
             continue
         residual = (p[i] - q[i]).clamp(min=0.0)  # [V]

@@ -1,4 +1,4 @@
-"""EAGLE-3 speculative decoding, batch 1: the whole algorithm in `speculative_generate`.
+"""EAGLE-3 speculative decoding, batch 1: `SpecDecoder` holds the state, one method per phase.
 
 State between cycles: the committed tokens x_0..x_m, where x_m (the last emitted token) is not
 yet in the target's KV cache (which holds x_0..x_{m-1}), and the drafter's cache holds its
@@ -20,20 +20,29 @@ One cycle:
             with the token after it), whose last output drafts the next cycle.
 
 Greedy output equals the target's greedy decoding token for token, for any drafter.
+`speculative_generate` runs the cycles and times each phase from outside (decode/generation.py).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
-from eagle3kit.decode.sampling import Sampling, accept_sampled, draft_probs_on_target, draw, probs
+from eagle3kit.decode.generation import Clock, Generation, Output, prompt_tensor, stop_set
+from eagle3kit.decode.sampling import (
+    GREEDY,
+    Sampling,
+    accept_sampled,
+    draft_probs_on_target,
+    draw,
+    make_generator,
+    probs,
+)
 from eagle3kit.decode.stats import Cycle, DecodeStats
-from eagle3kit.decode.tree import draft_tree, walk
+from eagle3kit.decode.tree import Tree, draft_tree, walk
 from eagle3kit.model.drafter import DraftCache
 
 
@@ -46,21 +55,119 @@ class TreeShape:
 
 
 @dataclass
-class Generation:
-    prompt_ids: list[int]
-    tokens: list[int]  # the continuation, without the EOS token
-    stats: DecodeStats
+class Draft:
+    """One cycle's drafts, rooted at x_m (position m)."""
+
+    m: int
+    tokens: list[int]  # target ids: the chain d_1..d_k, or the tree's nodes in verify order
+    q: torch.Tensor | None = None  # chain sampling: the draft distributions [k, Vd]
+    tree: Tree | None = None  # tree drafting: the nodes' parents and depths
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+@dataclass
+class Step:
+    """What a cycle accepted."""
+
+    rows: list[int]  # verify rows kept: 0 (x_m), then the accepted drafts' rows
+    new: list[int]  # the accepted drafts + the bonus token
+
+    @property
+    def accepted(self) -> int:
+        return len(self.rows) - 1
 
 
-def _chooser(s: Sampling, gen: torch.Generator | None) -> Callable[[torch.Tensor], int]:
-    if s.greedy:
-        return lambda logits: int(logits.argmax())
-    return lambda logits: draw(probs(logits, s), gen)
+class SpecDecoder:
+    """Target, drafter, the drafter's cache, the sampling rule and its generator."""
+
+    def __init__(self, target, drafter, depth: int, tree: TreeShape | None, s: Sampling, seed=0):
+        self.target, self.drafter, self.depth, self.tree, self.s = target, drafter, depth, tree, s
+        self.gen = None if s.greedy else make_generator(target.device, seed)
+        self.cache = DraftCache()
+        self.last = -1  # x_m: emitted, not yet in the target's cache
+        self.logits: torch.Tensor | None = None  # [Vd] the drafter's output on its last pair
+        self.hidden: torch.Tensor | None = None  # [1, 1, H]
+
+    def choose(self, logits: torch.Tensor) -> int:
+        """The target's token from its logits [V]: argmax, or a draw from its law."""
+        return int(logits.argmax()) if self.s.greedy else draw(probs(logits, self.s), self.gen)
+
+    def _drafter_on(self, ids: torch.Tensor, aux: torch.Tensor) -> None:
+        """Run the drafter on pairs (aux_t [1, n, 3Ht], x_{t+1} [1, n]) into its cache."""
+        d = self.drafter(ids, aux.to(self.drafter.fc.weight.dtype), self.cache, from_aux=True)
+        self.logits, self.hidden = d.logits[0, -1], d.hidden[:, -1:]
+
+    def prefill(self, ids: torch.Tensor) -> int:
+        """The prompt [1, P] into both caches; returns x_m, the first emitted token."""
+        out = self.target.prefill(ids)  # logits [1, P, V], aux [1, P, 3Ht]
+        self.last = self.choose(out.logits[0, -1])
+        nxt = torch.cat([ids[:, 1:], ids.new_tensor([[self.last]])], dim=1)  # [1, P]: x_{t+1}
+        self._drafter_on(nxt, out.aux)
+        return self.last
+
+    def draft(self) -> Draft:
+        m = self.target.seq_len
+        if self.tree is not None:
+            t = self.tree
+            tr = draft_tree(
+                self.drafter, self.cache, self.logits, self.hidden, m, t.topk, self.depth, t.budget
+            )
+            return Draft(m, tr.tokens, tree=tr)
+        return Draft(m, *self._draft_chain())
+
+    def _draft_chain(self) -> tuple[list[int], torch.Tensor | None]:
+        """k draft tokens (target ids) and, when sampling, their draft laws q [k, Vd]."""
+        logits, hidden, drafts, qs = self.logits, self.hidden, [], []
+        for i in range(self.depth):
+            if self.s.greedy:
+                dd = int(logits.argmax())
+            else:
+                qs.append(probs(logits, self.s))  # [Vd]
+                dd = draw(qs[-1], self.gen)
+            drafts.append(dd + int(self.drafter.d2t[dd]))
+            if i + 1 < self.depth:
+                ids = torch.tensor([[drafts[-1]]], device=hidden.device)  # [1, 1]
+                out = self.drafter(ids, hidden, self.cache, from_aux=False)
+                logits, hidden = out.logits[0, -1], out.hidden[:, -1:]  # [Vd], [1, 1, H]
+        return drafts, (torch.stack(qs) if qs else None)
+
+    def verify(self, d: Draft):
+        """One target forward over [x_m, drafts]: logits [1, n+1, V], aux [1, n+1, 3Ht]."""
+        ids = torch.tensor([[self.last] + d.tokens], device=self.target.device)  # [1, n+1]
+        if d.tree is None:
+            return self.target.verify(ids)
+        dev = self.target.device
+        return self.target.verify_tree(ids, d.tree.position_ids(d.m, dev), d.tree.mask(dev))
+
+    def accept(self, d: Draft, v) -> Step:
+        rows = v.logits[0]  # [n+1, V]
+        if d.tree is not None:  # the target's own choice walked down the tree
+            path, bonus = walk(d.tree, lambda i: self.choose(rows[i]))
+            return Step([0] + path, [d.tokens[i - 1] for i in path] + [bonus])
+        if self.s.greedy:
+            best = rows.argmax(-1).tolist()  # [k+1] the target's choice after each input
+            a = 0
+            while a < len(d.tokens) and d.tokens[a] == best[a]:
+                a += 1
+            bonus = best[a]
+        else:
+            p = probs(rows, self.s)  # [k+1, V]
+            q = draft_probs_on_target(d.q, self.drafter, p.shape[-1])  # [k, V]
+            a, bonus = accept_sampled(p, q, d.tokens, self.gen)
+        return Step(list(range(a + 1)), d.tokens[:a] + [bonus])
+
+    def crop(self, d: Draft, step: Step) -> None:
+        """Target cache -> x_0..x_m + the accepted drafts; drafter cache -> its pairs t < m."""
+        if d.tree is None:
+            self.target.crop(d.m + len(step.rows))
+        else:
+            self.target.keep(list(range(d.m)) + [d.m + i for i in step.rows])
+        self.cache.crop(d.m)
+        self.last = step.new[-1]
+
+    def catch_up(self, step: Step, v) -> None:
+        """The drafter on the new pairs (aux of each kept row, the token after it)."""
+        ids = torch.tensor([step.new], device=self.target.device)  # [1, a+1]
+        self._drafter_on(ids, v.aux[:, step.rows])
 
 
 def speculative_generate(
@@ -71,101 +178,48 @@ def speculative_generate(
     max_new_tokens: int = 128,
     depth: int = 4,
     tree: TreeShape | None = None,
-    sampling: Sampling = Sampling(),
+    sampling: Sampling = GREEDY,
     eos_token_id: int | None = None,
     seed: int = 0,
     on_tokens: Callable[[list[int]], None] | None = None,
 ) -> Generation:
     """Decode up to ``max_new_tokens`` after ``prompt_ids`` (see the module docstring)."""
     _check(drafter, depth, tree, max_new_tokens)
-    dev = target.device
-    gen = torch.Generator(device=dev).manual_seed(seed) if not sampling.greedy else None
-    choose = _chooser(sampling, gen)
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=dev).reshape(1, -1)  # [1, P]
+    ids = prompt_tensor(prompt_ids, target.device)  # [1, P]
+    dec = SpecDecoder(target, drafter, depth, tree, sampling, seed)
+    out = Output(stop_set(eos_token_id), max_new_tokens, on_tokens)
     stats = DecodeStats(depth=depth, method="tree" if tree else "chain", prompt_tokens=ids.shape[1])
-    t_start = time.perf_counter()
+    clock = Clock(target.device)
     with torch.inference_mode():
-        out = target.prefill(ids)  # logits [1, P, V], aux [1, P, 3Ht]
-        x = choose(out.logits[0, -1])
-        cache = DraftCache()
-        nxt = torch.cat([ids[:, 1:], ids.new_tensor([[x]])], dim=1)  # [1, P]: x_{t+1}
-        d = drafter(nxt, out.aux.to(drafter.fc.weight.dtype), cache, from_aux=True)
-        stats.prefill_s = _now(dev) - t_start
-        tokens: list[int] = []
-        done = _emit(tokens, [x], eos_token_id, max_new_tokens, on_tokens)[0]
-        step = _tree_cycle if tree is not None else _chain_cycle
+        x = dec.prefill(ids)
+        stats.prefill_s = clock.lap()
+        done = out.add([x])[0]
+        clock.lap(sync=False)
         while not done:
-            t0 = time.perf_counter()
-            m = target.seq_len  # x_m = tokens[-1] sits at position m
-            logits, hidden = d.logits[0, -1], d.hidden[:, -1:]  # [Vd], [1, 1, H]
-            r = step(target, drafter, cache, logits, hidden, tokens[-1], depth, tree, sampling, gen)
-            cache.crop(m)
-            done, made = _emit(tokens, r.new, eos_token_id, max_new_tokens, on_tokens)
-            t3 = time.perf_counter()
-            if not done:  # catch the drafter up: pairs (aux of kept row, the token after it)
-                aux = r.aux.to(drafter.fc.weight.dtype)  # [1, a+1, 3Ht]
-                d = drafter(ids.new_tensor([r.new]), aux, cache, from_aux=True)
-            t4 = _now(dev)
-            draft_s = (r.t_drafted - t0) + (t4 - t3)
-            accepted = min(r.accepted, made - 1)  # the end (EOS, limit) cuts the last cycle
-            stats.cycles.append(Cycle(r.drafted, accepted, draft_s, r.verify_s, t4 - t0))
-    stats.total_s = time.perf_counter() - t_start
-    stats.new_tokens = len(tokens)
-    return Generation(ids[0].tolist(), tokens, stats)
+            done, cycle = timed_cycle(dec, out, clock)
+            stats.cycles.append(cycle)
+    stats.total_s = clock.total()
+    stats.new_tokens = len(out.tokens)
+    return Generation(ids[0].tolist(), out.tokens, stats)
 
 
-@dataclass
-class _Verified:
-    """One cycle's outcome: counts, the new tokens, the aux rows of the kept inputs, times."""
-
-    drafted: int
-    accepted: int
-    new: list[int]  # accepted drafts + the bonus token
-    aux: torch.Tensor  # [1, a+1, 3Ht] aux of x_m and of the accepted drafts
-    t_drafted: float  # perf_counter when drafting ended
-    verify_s: float
-
-
-def _chain_cycle(target, drafter, cache, logits, hidden, last, depth, _tree, s, gen) -> _Verified:
-    """Draft a chain, verify [x_m, d_1..d_k], accept, crop the target's cache."""
-    m = target.seq_len
-    drafts, q = _draft_chain(drafter, cache, logits, hidden, depth, s, gen)
-    t1 = _now(target.device)
-    v = target.verify(torch.tensor([[last] + drafts], device=target.device))  # [1, k+1, V]
-    t2 = _now(target.device)
-    if s.greedy:
-        best = v.logits[0].argmax(-1).tolist()  # [k+1] the target's choice after each input
-        a = 0
-        while a < len(drafts) and drafts[a] == best[a]:
-            a += 1
-        bonus = best[a]
-    else:
-        p = probs(v.logits[0], s)  # [k+1, V]
-        a, bonus = accept_sampled(p, draft_probs_on_target(q, drafter, p.shape[-1]), drafts, gen)
-    target.crop(m + a + 1)  # x_0..x_m, d_1..d_a
-    return _Verified(len(drafts), a, drafts[:a] + [bonus], v.aux[:, : a + 1], t1, t2 - t1)
-
-
-def _tree_cycle(target, drafter, cache, logits, hidden, last, depth, tree, s, gen) -> _Verified:
-    """Draft a tree, verify it in one forward, walk it, gather the accepted path's cache."""
-    m = target.seq_len
-    tr = draft_tree(drafter, cache, logits, hidden, m, tree.topk, depth, tree.budget)
-    t1 = _now(target.device)
-    ids = torch.tensor([[last] + tr.tokens], device=target.device)  # [1, N+1]
-    v = target.verify_tree(ids, tr.position_ids(m), tr.mask())  # logits [1, N+1, V]
-    t2 = _now(target.device)
-    choose = _chooser(s, gen)
-    rows = v.logits[0]  # [N+1, V]
-    path, bonus = walk(tr, lambda i: choose(rows[i]))
-    keep = [0] + path  # verify rows kept: x_m and the accepted path
-    target.keep(list(range(m)) + [m + i for i in keep])
-    new = [tr.tokens[i - 1] for i in path] + [bonus]
-    return _Verified(len(tr), len(path), new, v.aux[:, keep], t1, t2 - t1)
-
-
-def _now(dev: torch.device) -> float:
-    _sync(dev)
-    return time.perf_counter()
+def timed_cycle(dec: SpecDecoder, out: Output, clock: Clock) -> tuple[bool, Cycle]:
+    """One cycle, draft -> verify -> accept -> crop -> catch up, each phase timed from here.
+    The end (EOS, the limit) cuts the last cycle: it counts what it produced."""
+    d = dec.draft()
+    t_draft = clock.lap()
+    v = dec.verify(d)
+    t_verify = clock.lap()
+    step = dec.accept(d, v)
+    dec.crop(d, step)
+    done, made = out.add(step.new)
+    t_book = clock.lap(sync=False)
+    if not done:
+        dec.catch_up(step, v)
+    t_catch = clock.lap()
+    accepted = min(step.accepted, made - 1)
+    total = t_draft + t_verify + t_book + t_catch
+    return done, Cycle(len(d.tokens), accepted, t_draft + t_catch, t_verify, total)
 
 
 def _check(drafter, depth: int, tree: TreeShape | None, max_new_tokens: int) -> None:
@@ -177,66 +231,6 @@ def _check(drafter, depth: int, tree: TreeShape | None, max_new_tokens: int) -> 
         raise Eagle3Error(f"tree: expected topk >= 1 and budget >= 1, found {tree}")
     if not getattr(drafter, "embed_loaded", True):
         raise Eagle3Error(
-            "drafter: no input embedding loaded (call drafter.set_embedding(target.embed_tokens.weight))"
+            "drafter: no input embedding loaded "
+            "(call drafter.set_embedding(target.embed_tokens.weight))"
         )
-
-
-def _draft_chain(drafter, cache, logits, hidden, k: int, s: Sampling, gen):
-    """k draft tokens (target ids) and, when sampling, their draft distributions q [k, Vd]."""
-    drafts, qs = [], []
-    for i in range(k):
-        if s.greedy:
-            dd = int(logits.argmax())
-        else:
-            qs.append(probs(logits, s))  # [Vd]
-            dd = draw(qs[-1], gen)
-        drafts.append(dd + int(drafter.d2t[dd]))
-        if i + 1 < k:
-            out = drafter(
-                torch.tensor([[drafts[-1]]], device=hidden.device), hidden, cache, from_aux=False
-            )
-            logits, hidden = out.logits[0, -1], out.hidden[:, -1:]  # [Vd], [1, 1, H]
-    return drafts, (torch.stack(qs) if qs else None)
-
-
-def _emit(tokens: list[int], new: list[int], eos: int | None, limit: int, on_tokens):
-    """Append the cycle's tokens up to EOS (dropped) or the limit. (done, made): True when
-    generation ends; how many of `new` were produced, an EOS included."""
-    done, made = False, len(new)
-    if eos is not None and eos in new:
-        made = new.index(eos) + 1
-        new, done = new[: made - 1], True
-    if len(tokens) + len(new) >= limit:
-        new, done = new[: limit - len(tokens)], True
-        made = min(made, len(new))
-    tokens.extend(new)
-    if on_tokens is not None and new:
-        on_tokens(new)
-    return done, made
-
-
-def greedy_generate(
-    target,
-    prompt_ids: list[int] | torch.Tensor,
-    *,
-    max_new_tokens: int = 128,
-    eos_token_id: int | None = None,
-) -> Generation:
-    """Plain greedy decoding with the KV cache, one target forward per token, timed per step
-    (the baseline; ``stats.cycles[i].verify_s`` is decode step i)."""
-    dev = target.device
-    ids = torch.as_tensor(prompt_ids, dtype=torch.long, device=dev).reshape(1, -1)  # [1, P]
-    stats = DecodeStats(depth=0, method="greedy", prompt_tokens=ids.shape[1])
-    t_start = time.perf_counter()
-    tokens: list[int] = []
-    with torch.inference_mode():
-        x = int(target.prefill(ids).logits[0, -1].argmax())
-        stats.prefill_s = _now(dev) - t_start
-        while not _emit(tokens, [x], eos_token_id, max_new_tokens, None)[0]:
-            t0 = time.perf_counter()
-            x = int(target.verify(ids.new_tensor([[x]])).logits[0, -1].argmax())
-            dt = _now(dev) - t0
-            stats.cycles.append(Cycle(0, 0, 0.0, dt, dt))
-    stats.total_s = time.perf_counter() - t_start
-    stats.new_tokens = len(tokens)
-    return Generation(ids[0].tolist(), tokens, stats)

@@ -37,18 +37,18 @@ class Tree:
     def __len__(self) -> int:
         return len(self.tokens)
 
-    def mask(self) -> torch.Tensor:
+    def mask(self, device: torch.device | str = "cpu") -> torch.Tensor:
         """Bool [N+1, N+1] over [root, nodes]: row i may attend to i's ancestors and i."""
         n = len(self.tokens) + 1
-        m = torch.eye(n, dtype=torch.bool)  # [N+1, N+1]
+        m = torch.eye(n, dtype=torch.bool, device=device)  # [N+1, N+1]
         m[:, 0] = True
         for i, p in enumerate(self.parents, start=1):
             m[i] |= m[p]  # parents come first, so m[p] is already complete
         return m
 
-    def position_ids(self, root_pos: int) -> torch.Tensor:
+    def position_ids(self, root_pos: int, device: torch.device | str = "cpu") -> torch.Tensor:
         """[1, N+1]: the root at root_pos, a node at root_pos + its depth."""
-        return torch.tensor([[root_pos] + [root_pos + d for d in self.depths]])
+        return torch.tensor([[root_pos] + [root_pos + d for d in self.depths]], device=device)
 
     def children(self) -> dict[tuple[int, int], int]:
         """(parent verify index, token) -> the node's verify index."""
@@ -108,8 +108,8 @@ def draft_tree(
 
 def _select(scores, toks, parents, depths, budget: int) -> Tree:
     """The ``budget`` best candidates (stable: ties to the earlier one), in candidate order."""
-    order = torch.tensor(scores).sort(descending=True, stable=True).indices[:budget]
-    keep = sorted(order.tolist())
+    order = sorted(range(len(scores)), key=lambda c: -scores[c])  # stable: ties keep order
+    keep = sorted(order[:budget])
     vidx = {c: i for i, c in enumerate(keep, start=1)}  # candidate -> verify index
     return Tree(
         tokens=[toks[c] for c in keep],

@@ -1,8 +1,9 @@
 """Side-by-side decoding speed on the same chat prompts: greedy, prompt lookup, chain, tree.
 
 Every method decodes the same chat-templated prompts (never a random-completion loop: loops
-inflate accept length), `repeats` times; repeat r runs the methods in an order rotated by r,
-so drift in machine speed hits them alike. Per method: tok/s = new tokens / wall time (prefill
+inflate accept length), `repeats` times, through the shared timing harness
+(measure/timing.py): prompt i of repeat r runs the methods in an order rotated by r + i, so
+drift in machine speed hits them alike. Per method: tok/s = new tokens / wall time (prefill
 included) over all prompts of one repeat, median/min/max over repeats; speedup = median /
 greedy's median; tau = new tokens per target forward after the prefill.
 
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
-from eagle3kit.core.progress import Progress, emit
+from eagle3kit.core.progress import Progress
 from eagle3kit.zoo.training import distinct_ngram_ratio
 
 METHODS = ("greedy", "prompt-lookup", "chain", "tree")  # also accepted: "hf-greedy"
@@ -87,38 +88,34 @@ def _run_lookup(
     return out, count.n
 
 
-def _run(method, target, drafter, ids, cfg) -> dict[str, Any]:
-    """One method on one prompt: tokens, seconds, target forwards after prefill, cycle stats."""
-    from eagle3kit.decode import greedy_generate, speculative_generate
+def _runners(names, target, drafter, cfg) -> dict[str, Any]:
+    """The timing harness's runner of each method (measure/timing.py)."""
+    from eagle3kit.measure import timing as T
 
     eos = getattr(target.tokenizer, "eos_token_id", None)
-    t0 = time.perf_counter()
-    if method in (
-        "prompt-lookup",
-        "hf-greedy",
-    ):  # hf-greedy: generate()'s own overhead, for reference
-        lookup = cfg["lookup"] if method == "prompt-lookup" else None
-        toks, fwd = _run_lookup(target, ids, cfg["max_new_tokens"], eos, lookup)
-        return {"tokens": toks, "s": time.perf_counter() - t0, "forwards": fwd - 1, "stats": None}
-    if method == "greedy":
-        g = greedy_generate(target, ids, max_new_tokens=cfg["max_new_tokens"], eos_token_id=eos)
-    else:
-        tree = cfg["tree"] if method == "tree" else None
-        g = speculative_generate(
-            target,
-            drafter,
-            ids,
-            max_new_tokens=cfg["max_new_tokens"],
-            depth=cfg["tree_depth" if tree else "depth"],
-            tree=tree,
-            eos_token_id=eos,
-        )
-    return {
-        "tokens": g.tokens,
-        "s": g.stats.total_s,
-        "forwards": len(g.stats.cycles),
-        "stats": g.stats,
-    }
+    n = cfg["max_new_tokens"]
+
+    def lookup(method: str):
+        k = cfg["lookup"] if method == "prompt-lookup" else None  # hf-greedy: generate() alone
+
+        def run(ids: list[int]) -> T.Timed:
+            t0 = time.perf_counter()
+            toks, fwd = _run_lookup(target, ids, n, eos, k)
+            return T.Timed(toks, time.perf_counter() - t0, fwd - 1)
+
+        return run
+
+    out = {}
+    for m in names:
+        if m in ("prompt-lookup", "hf-greedy"):
+            out[m] = lookup(m)
+        elif m == "greedy":
+            out[m] = T.plain_runner(target, n, eos)
+        else:
+            tree = cfg["tree"] if m == "tree" else None
+            depth = cfg["tree_depth" if tree else "depth"]
+            out[m] = T.spec_runner(target, drafter, n, eos, depth, tree)
+    return out
 
 
 def bench(
@@ -137,6 +134,7 @@ def bench(
 ) -> dict[str, Any]:
     """Measure every method on `prompts` (module docstring); returns the JSON document."""
     from eagle3kit.decode import TreeShape
+    from eagle3kit.measure import timing as T
 
     if repeats < 1:
         raise Eagle3Error(f"repeats: expected >= 1, found {repeats}")
@@ -154,49 +152,33 @@ def bench(
         "tree_depth": tree_depth,
         "lookup": lookup,
     }
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in names}
-    done, total = 0, repeats * len(names) * len(prompts)
-    for r in range(repeats):
-        for m in names[r % len(names) :] + names[: r % len(names)]:
-            for ids in prompts:
-                runs[m].append({**_run(m, target, drafter, ids, cfg), "repeat": r})
-                done += 1
-                emit(progress, "bench", done, total, "runs", method=m)
+    runners = _runners(names, target, drafter, cfg)
+    runs = T.time_methods(runners, prompts, repeats, progress=progress, label="bench")
     return _summarise(runs, names, prompts, repeats, cfg)
 
 
 def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
-    from eagle3kit.decode import DecodeStats
+    from eagle3kit.measure import timing as T
 
-    greedy_tokens = [x["tokens"] for x in runs.get("greedy", [])[: len(prompts)]]
-    steps = [c.verify_s for x in runs.get("greedy", []) for c in x["stats"].cycles]
+    greedy_tokens = [x.tokens for x in T.of(runs, "greedy") if x.repeat == 0]
+    steps = T.step_times(runs, "greedy")
     t_decode = statistics.median(steps) if steps else None
     methods = []
     for m in names:
-        tps = []
-        for r in range(repeats):
-            rs = [x for x in runs[m] if x["repeat"] == r]
-            tps.append(sum(len(x["tokens"]) for x in rs) / sum(x["s"] for x in rs))
-        fwd = sum(x["forwards"] for x in runs[m])
+        tps, mine = T.tokens_per_s(runs, m), T.of(runs, m)
+        fwd = sum(x.forwards for x in mine)
         # tokens after the prefill's one, counting an EOS that ended a run (it cost a forward)
-        ended = [len(x["tokens"]) < cfg["max_new_tokens"] for x in runs[m]]
-        new = sum(len(x["tokens"]) + e - 1 for x, e in zip(runs[m], ended, strict=True))
+        new = sum(len(x.tokens) + (len(x.tokens) < cfg["max_new_tokens"]) - 1 for x in mine)
         row = {
             "name": m,
-            "tokens_per_s": {"median": statistics.median(tps), "min": min(tps), "max": max(tps)},
+            "tokens_per_s": T.spread(tps),
             "accept_len": new / fwd if fwd else 1.0,
         }
         if greedy_tokens:
-            row["same_tokens_as_greedy"] = all(
-                x["tokens"] == greedy_tokens[i % len(prompts)] for i, x in enumerate(runs[m])
-            )
+            row["same_tokens_as_greedy"] = T.same_tokens(runs, m, "greedy")
         if m in ("chain", "tree"):
-            pooled = DecodeStats(
-                depth=cfg["depth"] if m == "chain" else cfg["tree_depth"], method=m
-            )
-            for x in runs[m]:
-                pooled.cycles += x["stats"].cycles
-            row.update(_bound(pooled, t_decode))
+            depth = cfg["depth"] if m == "chain" else cfg["tree_depth"]
+            row.update(_bound(T.pooled(runs, m, depth), t_decode))
         methods.append(row)
     base = next((x["tokens_per_s"]["median"] for x in methods if x["name"] == "greedy"), None)
     for row in methods:

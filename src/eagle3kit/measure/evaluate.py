@@ -107,6 +107,8 @@ def evaluate_offline(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Teacher-forced acceptance on the held-out samples (module docstring)."""
+    if depth < 1:
+        raise Eagle3Error(f"depth: expected draft steps >= 1, found {depth}")
     from eagle3kit.data.features import compute_features
     from eagle3kit.data.prepared import Sample, collate
     from eagle3kit.decode.stats import conditional
@@ -142,10 +144,6 @@ def evaluate_offline(
     }
 
 
-def _spread(xs: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
-
-
 def evaluate_online(
     target,
     drafter,
@@ -157,53 +155,22 @@ def evaluate_online(
     tree=None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Real decoding of `prompts`: speculative (chain, or tree) against plain greedy."""
-    from eagle3kit.decode import greedy_generate, speculative_generate
+    """Real decoding of `prompts`: speculative (chain, or tree) against plain greedy, timed by
+    the shared harness (measure/timing.py: alternating order)."""
+    from eagle3kit.measure import timing as T
 
     if not prompts:
         raise Eagle3Error("online eval: expected at least one prompt, found none")
     eos = getattr(target.tokenizer, "eos_token_id", None)
-    spec_tps, base_tps, steps, runs, lossless = [], [], [], [], True
-    for r in range(repeats):
-        times = {"spec": [0.0, 0], "base": [0.0, 0]}
-        for i, ids in enumerate(prompts):
-            order = ("base", "spec") if (r + i) % 2 == 0 else ("spec", "base")
-            out = {}
-            for name in order:
-                if name == "base":
-                    g = greedy_generate(
-                        target, ids, max_new_tokens=max_new_tokens, eos_token_id=eos
-                    )
-                else:
-                    g = speculative_generate(
-                        target,
-                        drafter,
-                        ids,
-                        max_new_tokens=max_new_tokens,
-                        depth=depth,
-                        tree=tree,
-                        eos_token_id=eos,
-                    )
-                times[name][0] += g.stats.total_s
-                times[name][1] += g.stats.new_tokens
-                out[name] = g
-            lossless &= out["spec"].tokens == out["base"].tokens
-            steps += [c.verify_s for c in out["base"].stats.cycles]
-            runs.append(out["spec"].stats)
-            emit(
-                progress, "online eval", r * len(prompts) + i + 1, repeats * len(prompts), "prompts"
-            )
-        spec_tps.append(times["spec"][1] / times["spec"][0])
-        base_tps.append(times["base"][1] / times["base"][0])
-    return _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, len(prompts), repeats)
-
-
-def _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, n_prompts, repeats):
-    from eagle3kit.decode import DecodeStats
-
-    pooled = DecodeStats(depth=depth, method=runs[0].method)
-    for s in runs:
-        pooled.cycles += s.cycles
+    methods = {
+        "base": T.plain_runner(target, max_new_tokens, eos),
+        "spec": T.spec_runner(target, drafter, max_new_tokens, eos, depth, tree),
+    }
+    runs = T.time_methods(methods, prompts, repeats, progress=progress, label="online eval")
+    spec_tps, base_tps = T.tokens_per_s(runs, "spec"), T.tokens_per_s(runs, "base")
+    steps = T.step_times(runs, "base")
+    stats = [x.stats for x in T.of(runs, "spec")]
+    pooled = T.pooled(runs, "spec", depth)
     return {
         "mode": "online",
         "method": pooled.method,
@@ -213,17 +180,17 @@ def _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, n_prompts,
         "conditional_acceptance": pooled.conditional_acceptance(),
         "tokens_per_s": statistics.median(spec_tps),
         "baseline_tokens_per_s": statistics.median(base_tps),
-        "tokens_per_s_spread": _spread(spec_tps),
-        "baseline_tokens_per_s_spread": _spread(base_tps),
+        "tokens_per_s_spread": T.spread(spec_tps),
+        "baseline_tokens_per_s_spread": T.spread(base_tps),
         "speedup": statistics.median(spec_tps) / statistics.median(base_tps),
         "decode_ms": 1e3 * statistics.median(steps) if steps else None,
         "cycle_ms": pooled.mean_ms("cycle_s"),
         "draft_ms": pooled.mean_ms("draft_s"),
         "verify_ms": pooled.mean_ms("verify_s"),
-        "prefill_ms": 1e3 * statistics.fmean(s.prefill_s for s in runs),
-        "new_tokens": statistics.fmean(s.new_tokens for s in runs),
-        "lossless": lossless,
-        "prompts": n_prompts,
+        "prefill_ms": 1e3 * statistics.fmean(s.prefill_s for s in stats),
+        "new_tokens": statistics.fmean(s.new_tokens for s in stats),
+        "lossless": T.same_tokens(runs, "spec", "base"),
+        "prompts": len(prompts),
         "repeats": repeats,
     }
 

@@ -423,15 +423,12 @@ def decide(
 
 
 def _load(drafter: str, target: str, reference: str | None, device: str, dtype: str):
-    from eagle3kit.checkpoint.reader import read_drafter
-    from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.model.target import TargetModel, _parse_dtype
+    from eagle3kit.model.loading import load_drafter, load_target
 
-    spec, tensors, head = read_drafter(drafter)  # the checkpoint is read once
-    new = TargetModel.from_pretrained(target, device=device, dtype=dtype)
-    ref = TargetModel.from_pretrained(reference, device=device, dtype=dtype) if reference else None
-    d = Eagle3Drafter.from_tensors(spec, tensors, device=device, dtype=_parse_dtype(dtype))
-    return head.layout, spec, d.eval().requires_grad_(False), new, ref
+    ld = load_drafter(drafter, device=device, dtype=dtype)  # the checkpoint is read once
+    new = load_target(target, device=device, dtype=dtype)
+    ref = load_target(reference, device=device, dtype=dtype) if reference else None
+    return ld.layout, ld.spec, ld.drafter, new, ref
 
 
 def _runs_on(spec: Any, target: Any) -> bool:
@@ -515,6 +512,7 @@ def probe(
 ) -> dict[str, Any]:
     """Run the Phase 0 probe; returns the `probe --json` document (module docstring)."""
     from eagle3kit.checkpoint.compat import compat
+    from eagle3kit.model.loading import resolve_target
 
     if bench is not None and (baseline_tps is not None or cycle_ms is not None):
         raise Eagle3Error("probe: give --bench or --baseline-tps/--cycle-ms, not both")
@@ -524,7 +522,7 @@ def probe(
         baseline_tps, cycle_ms = read_bench(bench)
     stages = 5
     emit(progress, "probe", 0, stages, "stage", doing="compat")
-    c = compat(drafter, target, "both")
+    c = compat(drafter, resolve_target(target), "both")
     layout, spec, d, new, ref = _load(drafter, target, reference, device, dtype)
     own_embed = bool(d.embed_loaded)
     doc: dict[str, Any] = {

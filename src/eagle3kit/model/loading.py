@@ -1,15 +1,28 @@
-"""Load a target and a drafter that fit together (aux layers, vocabulary, hidden size)."""
+"""The one loader of a target and a drafter: resolve the target's name, read the drafter's
+checkpoint once, and check that the two fit (aux layers, vocabulary, hidden size)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.errors import bad
+from eagle3kit.model.target import parse_dtype
+
+__all__ = [
+    "LoadedDrafter",
+    "load_drafter",
+    "load_pair",
+    "load_target",
+    "parse_dtype",
+    "resolve_target",
+]
 
 
 def resolve_target(name_or_path: str) -> str:
-    """A model dir, a hub id, or a zoo member name (``dsv3-v2``, ``llama-v1-tiny``)."""
+    """A local model dir (as given), a zoo member name (``dsv3-v2``, ``llama-v1-tiny``: its
+    dir, built on first use), else the string itself, for the hub to resolve."""
     if Path(name_or_path).expanduser().exists():
         return name_or_path
     from eagle3kit import zoo
@@ -20,6 +33,45 @@ def resolve_target(name_or_path: str) -> str:
     if name_or_path.endswith("-tiny") and name_or_path[: -len("-tiny")] in names:
         return str(zoo.get(name_or_path[: -len("-tiny")], size="tiny"))
     return name_or_path
+
+
+@dataclass
+class LoadedDrafter:
+    """A drafter as read from its checkpoint: the module, its spec and the file's layout."""
+
+    drafter: Any  # Eagle3Drafter, eval mode, no grad
+    spec: Any  # DraftSpec
+    layout: str
+
+
+def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> LoadedDrafter:
+    """Read a drafter in any layout (SGLang, speculators/vLLM, EAGLE) once."""
+    from eagle3kit.checkpoint.reader import read_drafter
+    from eagle3kit.model.drafter import Eagle3Drafter
+
+    spec, tensors, head = read_drafter(str(path))
+    d = Eagle3Drafter.from_tensors(spec, tensors, device=device, dtype=parse_dtype(dtype))
+    return LoadedDrafter(d.eval().requires_grad_(False), spec, head.layout)
+
+
+def load_target(
+    name_or_path: str,
+    *,
+    device: str = "cpu",
+    dtype: Any = "float32",
+    aux_layers: Any = None,
+    trust_remote_code: bool = False,
+) -> Any:
+    """A TargetModel from a zoo name, a local dir or a hub id (`resolve_target`)."""
+    from eagle3kit.model.target import TargetModel
+
+    return TargetModel.from_pretrained(
+        resolve_target(name_or_path),
+        device=device,
+        dtype=parse_dtype(dtype),
+        aux_layers=aux_layers,
+        trust_remote_code=trust_remote_code,
+    )
 
 
 def load_pair(
@@ -36,20 +88,10 @@ def load_pair(
     gets the target's input embedding when its checkpoint has none. Shapes that do not fit
     (vocabulary, hidden size of the aux states) are refused with the field named.
     """
-    from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.model.target import TargetModel, _parse_dtype
-
-    dt = _parse_dtype(dtype)
-    d = None
-    if drafter is not None:
-        d = Eagle3Drafter.from_pretrained(drafter, device=device, dtype=dt)
+    d = load_drafter(drafter, device=device, dtype=dtype).drafter if drafter is not None else None
     aux = d.spec.aux_layers if d is not None else None
-    tm = TargetModel.from_pretrained(
-        resolve_target(target),
-        device=device,
-        dtype=dt,
-        aux_layers=aux,
-        trust_remote_code=trust_remote_code,
+    tm = load_target(
+        target, device=device, dtype=dtype, aux_layers=aux, trust_remote_code=trust_remote_code
     )
     if d is None:
         return tm, None
@@ -61,8 +103,9 @@ def load_pair(
     if d.spec.target_hidden_size != tm.hidden_size:
         raise bad(
             f"{drafter}/config.json",
-            f"target_hidden_size: expected the target's {tm.hidden_size}, found {d.spec.target_hidden_size}",
+            f"target_hidden_size: expected the target's {tm.hidden_size}, "
+            f"found {d.spec.target_hidden_size}",
         )
     if not d.embed_loaded:
         d.set_embedding(tm.embed_tokens.weight)
-    return tm, d.eval()
+    return tm, d

@@ -58,7 +58,8 @@ def validate_aux_layers(ids: Any, num_layers: int) -> tuple[int, ...]:
         if not 0 <= i < num_layers:
             raise Eagle3Error(
                 f"aux layer {i} is out of range: valid ids are 0..{num_layers - 1} for this "
-                f"{num_layers}-layer target (id i = HF output_hidden_states[i] = input of decoder layer i)"
+                f"{num_layers}-layer target "
+                "(id i = HF output_hidden_states[i] = input of decoder layer i)"
             )
     return ids
 
@@ -74,7 +75,8 @@ def _decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
     raise Eagle3Error(f"{type(model).__name__}: cannot find its decoder layers (model.layers)")
 
 
-def _parse_dtype(dtype: torch.dtype | str) -> torch.dtype | str:
+def parse_dtype(dtype: torch.dtype | str) -> torch.dtype | str:
+    """A torch dtype from its name (float32/fp32, bfloat16/bf16, float16/fp16) or "auto"."""
     if isinstance(dtype, torch.dtype) or dtype == "auto":
         return dtype
     if dtype not in _DTYPES:
@@ -124,7 +126,7 @@ class TargetModel:
         """Load a local model dir or a hub id with ``AutoModelForCausalLM`` (and its tokenizer)."""
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        torch_dtype = _parse_dtype(dtype)
+        torch_dtype = parse_dtype(dtype)
         src = str(path_or_id)
         local = Path(src).expanduser()
         if local.is_dir():
@@ -287,7 +289,7 @@ class TargetModel:
         """
         if self.cache is None:
             raise Eagle3Error("verify_tree() needs a prefix: call prefill() first")
-        tokens = torch.as_tensor(tokens).reshape(1, -1)  # [1, n]
+        tokens = torch.as_tensor(tokens, device=self.device).reshape(1, -1)  # [1, n]
         n, past = tokens.shape[1], self.seq_len
         if tuple(tree_mask.shape) != (n, n):
             raise Eagle3Error(
@@ -336,18 +338,3 @@ class TargetModel:
         if n < 0 or n > self.seq_len:
             raise Eagle3Error(f"rollback: {n} is out of range 0..{self.seq_len}")
         self.crop(self.seq_len - n)
-
-    def generate_greedy(
-        self, prompt_ids: torch.Tensor | list[int], n: int, eos_token_id: int | None = None
-    ) -> list[int]:
-        """Greedy continuation of one prompt with the KV cache: ``n`` tokens (or up to EOS)."""
-        ids = torch.as_tensor(prompt_ids, dtype=torch.long).reshape(1, -1)  # [1, T]
-        out: list[int] = []
-        logits = self.prefill(ids).logits[0, -1]  # [V]
-        while len(out) < n:
-            nxt = int(logits.argmax())
-            out.append(nxt)
-            if nxt == eos_token_id or len(out) == n:
-                break
-            logits = self.verify(torch.tensor([[nxt]])).logits[0, -1]
-        return out

@@ -1,0 +1,57 @@
+"""The local target as `data regenerate`'s generator: its chat template, then plain decoding
+(decode/plain.py), greedy at temperature 0, else sampled with temperature and top-p."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.data.regenerate import Generate, Messages, chat_prompt_ids, stop_ids
+from eagle3kit.decode.plain import plain_generate
+from eagle3kit.decode.sampling import Sampling, make_generator
+
+
+def sample_seed(seed: int, sid: str, prompt_len: int) -> int:
+    """A 63-bit seed from (seed, sample id, prompt length): a rerun gives the same text."""
+    h = hashlib.sha256(f"{seed}:{sid}:{prompt_len}".encode()).digest()
+    return int.from_bytes(h[:8], "little") >> 1
+
+
+def local_generator(
+    target: Any,
+    max_tokens: int,
+    temperature: float,
+    seed: int = 0,
+    template_kwargs: dict | None = None,
+    top_p: float = 1.0,
+) -> Generate:
+    """(history, sample id) -> the target's answer, stopping at EOS / end-of-turn ids.
+
+    Sampling draws from decode/sampling.py's law (temperature, then top-p) with a generator on
+    the target's device, seeded by `sample_seed`.
+    """
+    if target.tokenizer is None:
+        raise Eagle3Error(
+            f"{target.name_or_path}: the target has no tokenizer (needed for its chat template)"
+        )
+    sampling = Sampling(max(temperature, 0.0), top_p)
+    stops = stop_ids(target)
+
+    def generate(history: Messages, sid: str) -> str:
+        prompt = chat_prompt_ids(target.tokenizer, history, template_kwargs)
+        gen = None
+        if not sampling.greedy:
+            gen = make_generator(target.device, sample_seed(seed, sid, len(prompt)))
+        g = plain_generate(
+            target,
+            prompt,
+            max_new_tokens=max_tokens,
+            eos_token_id=stops,
+            sampling=sampling,
+            generator=gen,
+        )
+        target.reset()
+        return target.tokenizer.decode(g.tokens, skip_special_tokens=True)
+
+    return generate
