@@ -32,7 +32,8 @@ from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.train import distributed as dist_
 from eagle3kit.train import outputs, setup, state
-from eagle3kit.train.ttt import Counts, loss_positions, sim_accept_len, ttt_counts, ttt_loss
+from eagle3kit.train.acceptance import acceptance, metrics_row
+from eagle3kit.train.ttt import loss_positions, ttt_loss
 from eagle3kit.train.warmstart import add_l2sp_grad, anchor_of
 
 
@@ -104,20 +105,6 @@ def batch_indices(step: int, train_idx: list[int], batch: int, seed: int) -> lis
     return out
 
 
-def evaluate(drafter: Any, batches: list[Any], k: int) -> dict[str, Any]:
-    """Held-out acc/cond_acc/loss per step and the simulated accept length."""
-    total = Counts(k)
-    was = drafter.training
-    drafter.eval()
-    for f in batches:
-        total = total + ttt_counts(drafter, f, k)
-    drafter.train(was)
-    m = total.finish()
-    m["sim_accept_len"] = sim_accept_len(m["cond_acc"])
-    m["sim_accept_len_by_depth"] = [sim_accept_len(m["cond_acc"], d) for d in range(1, k + 1)]
-    return m
-
-
 def _peak_memory_mb(device: str) -> float:
     if device.startswith("cuda"):
         return torch.cuda.max_memory_allocated(device) / 2**20
@@ -176,7 +163,13 @@ def _run(
     m = dist_.shard(m, d)
     params = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    meta = {"step": 0, "best_step": None, "best_sim_accept_len": -1.0, "init": ctx.init_info}
+    meta = {
+        "step": 0,
+        "best_step": None,
+        "best_tau_walk": -1.0,
+        "best_sim_accept_len": -1.0,
+        "init": ctx.init_info,
+    }
     metrics_path = run / "metrics.jsonl"
     if saved is not None:
         dist_.load_model_state(m, saved["model"])
@@ -187,11 +180,12 @@ def _run(
         meta.update(
             {x: saved["meta"][x] for x in ("step", "best_step", "best_sim_accept_len", "init")}
         )
+        meta["best_tau_walk"] = saved["meta"].get("best_tau_walk", -1.0)
         if d.main:
             outputs.write_metrics(metrics_path, outputs.read_metrics(metrics_path, meta["step"]))
     else:
         run.mkdir(parents=True, exist_ok=True)
-        met = evaluate(m, ctx.eval_batches, k)
+        met = acceptance(m, ctx.eval_batches, k)
         _after_eval(run, cfg, m, opt, anchor, meta, 0, met, d, ctx, step_dir=False)
     m.train()
     tokens, busy, t_start = 0, 0.0, time.perf_counter()
@@ -224,7 +218,7 @@ def _run(
         last = done == n_steps or _out_of_time(cfg, t_start, d)
         step_dir = bool(cfg.save_every and done % cfg.save_every == 0) or last
         if done % eval_every == 0 or last:  # evaluates, then saves the state (and RUN/step-N)
-            met = evaluate(m, ctx.eval_batches, k)
+            met = acceptance(m, ctx.eval_batches, k)
             _after_eval(run, cfg, m, opt, anchor, meta, done, met, d, ctx, step_dir)
         elif step_dir:
             _save_point(run, cfg, m, opt, anchor, meta, done, d, ctx, step_dir=True)
@@ -243,19 +237,11 @@ def _out_of_time(cfg: TrainConfig, t_start: float, d: dist_.Dist) -> bool:
 
 def _after_eval(run, cfg, m, opt, anchor, meta, step, met, d, ctx, step_dir: bool) -> None:
     """Log one evaluation; keep RUN/best by simulated accept length; save the state."""
-    row = {
-        "step": step,
-        "loss": met["loss"],
-        "acc": met["acc"],
-        "cond_acc": met["cond_acc"],
-        "sim_accept_len": met["sim_accept_len"],
-        "sim_accept_len_by_depth": met["sim_accept_len_by_depth"],
-        "counted": met["counted"],
-        "walk_accept_len": met["walk_tau"],
-    }
+    row = metrics_row(step, met)
     tensors = dist_.model_state(m)  # collective
-    if met["sim_accept_len"] > meta["best_sim_accept_len"]:
-        meta["best_step"], meta["best_sim_accept_len"] = step, met["sim_accept_len"]
+    if met.tau_walk > meta["best_tau_walk"]:
+        meta["best_step"], meta["best_tau_walk"] = step, met.tau_walk
+        meta["best_sim_accept_len"] = met.tau_every_position
         if d.main:
             outputs.save_servable(run / "best", ctx.spec, tensors, cfg.target)
     if d.main:
@@ -300,6 +286,8 @@ def _finish(run, cfg, meta, n_steps, tokens, busy, d, ctx) -> dict[str, Any]:
         "planned_steps": n_steps,
         "best_step": meta["best_step"],
         "sim_accept_len": meta["best_sim_accept_len"],
+        "tau_walk": meta["best_tau_walk"],
+        "tau_every_position": meta["best_sim_accept_len"],
         "tokens_per_s": tokens / busy if busy > 0 else None,
         "peak_memory_mb": _peak_memory_mb(d.device),
         "init_from": cfg.init_from,

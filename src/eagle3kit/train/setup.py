@@ -15,6 +15,7 @@ import torch
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.train import warmstart
+from eagle3kit.train.acceptance import acceptance
 from eagle3kit.train.sources import OfflineSource, OnlineSource, store_vocab
 
 
@@ -165,8 +166,6 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
 
 def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device: str) -> dict:
     """Accept length of the starting drafter on the old (--reference-target) and new target."""
-    from eagle3kit.train.loop import evaluate
-
     if data is None:
         raise Eagle3Error("--reference-target needs --data (the old target runs online)")
     old = _target(cfg, cfg.reference_target, ctx.spec.aux_layers, device)
@@ -176,8 +175,8 @@ def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device
     return {
         "old_batches": old_batches,
         "before": {
-            "old": evaluate(ctx.drafter, old_batches, k)["sim_accept_len"],
-            "new": evaluate(ctx.drafter, ctx.eval_batches, k)["sim_accept_len"],
+            "old": acceptance(ctx.drafter, old_batches, k),
+            "new": acceptance(ctx.drafter, ctx.eval_batches, k),
         },
         "target": cfg.reference_target,
         "k": k,
@@ -185,9 +184,8 @@ def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device
 
 
 def reference_after(ctx: Context, best_dir: Path) -> dict[str, Any]:
-    """{"target", "before": {"old", "new"}, "after": {"old", "new"}} simulated accept lengths."""
+    """{"target", "before": {"old", "new"}, "after": {"old", "new"}, "tau_walk": {...}}."""
     from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.train.loop import evaluate
 
     ref = ctx.reference
     dev = ctx.eval_batches[0].input_ids.device
@@ -195,7 +193,17 @@ def reference_after(ctx: Context, best_dir: Path) -> dict[str, Any]:
     best.set_embedding(ctx.drafter.embed_tokens.weight.detach())
     k = ref["k"]
     after = {
-        "old": evaluate(best, ref["old_batches"], k)["sim_accept_len"],
-        "new": evaluate(best, ctx.eval_batches, k)["sim_accept_len"],
+        "old": acceptance(best, ref["old_batches"], k),
+        "new": acceptance(best, ctx.eval_batches, k),
     }
-    return {"target": ref["target"], "before": ref["before"], "after": after}
+    before = ref["before"]
+
+    def taus(a: dict[str, Any], name: str) -> dict[str, float]:
+        return {x: getattr(a[x], name) for x in ("old", "new")}
+
+    return {  # before/after: every position (the fields runs carried first); also walked
+        "target": ref["target"],
+        "before": taus(before, "tau_every_position"),
+        "after": taus(after, "tau_every_position"),
+        "tau_walk": {"before": taus(before, "tau_walk"), "after": taus(after, "tau_walk")},
+    }
