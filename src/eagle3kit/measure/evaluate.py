@@ -17,8 +17,8 @@ which reads higher, since real cycles often start right after a token the drafte
 Online, on DATA's prompts (each conversation up to its first assistant turn, chat-templated):
 real greedy chain decoding against plain greedy decoding of the same prompts, `repeats` times
 in alternating order. tau (tau_online, the decoder's own count) = tokens per target forward;
-tok/s = new tokens / wall time (prefill included) over all prompts of one repeat; median/min/max over repeats. decode_ms is the median
-plain decode step, cycle_ms the mean speculative cycle (draft + verify + bookkeeping), so
+tok/s = new tokens / wall time (prefill included) over all prompts of one repeat;
+median/min/max over repeats. decode_ms is the median plain decode step, cycle_ms the mean speculative cycle (draft + verify + bookkeeping), so
 `eagle3kit plan --from` can predict tau / cycle_ms and compare. The offline-online gap is
 tau_walk / tau_online - 1, with tau_walk taken on the answers decoding covered: the same samples,
 each cut at the end of its first assistant turn or after max_new_tokens answer tokens.
