@@ -29,6 +29,7 @@ class Context:
     eval_batches: list[Any]
     init_info: dict[str, Any] | None
     reference: dict[str, Any] | None = None  # --reference-target: old target's eval batches
+    vocab_coverage: dict[str, Any] | None = None  # DATA's loss tokens inside the draft vocab
 
 
 def _chunks(xs: list[int], n: int) -> list[list[int]]:
@@ -44,7 +45,8 @@ def _open_source(cfg: Any, target: Any, d2t: torch.Tensor, aux_layers: Any):
         if not torch.equal(have, d2t.cpu()):
             raise bad(
                 cfg.features,
-                "vocab: the store's teacher columns were taken with another draft vocab (d2t) than the drafter's",
+                "vocab: the store's teacher columns were taken with another draft vocab (d2t) "
+                "than the drafter's",
             )
         got = list(store.manifest.get("aux_layers") or [])
         if got != list(aux_layers):
@@ -66,7 +68,8 @@ def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor
     if init is not None and not cfg.rebuild_vocab:
         if cfg.vocab or cfg.draft_vocab_size:
             raise Eagle3Error(
-                "--vocab/--draft-vocab-size: a warm start keeps its checkpoint's d2t/t2d; add --rebuild-vocab to replace it"
+                "--vocab/--draft-vocab-size: a warm start keeps its checkpoint's d2t/t2d; "
+                "add --rebuild-vocab to replace it"
             )
         return None
     if cfg.vocab:
@@ -114,7 +117,8 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         raise Eagle3Error(f"--attention: expected 'mha' or 'mla', found {cfg.attention!r}")
     if cfg.batch_size < d.world:
         raise Eagle3Error(
-            f"--batch-size: expected at least one sample per rank ({d.world}), found {cfg.batch_size}"
+            f"--batch-size: expected at least one sample per rank ({d.world}), "
+            f"found {cfg.batch_size}"
         )
     init = warmstart.warm_drafter(cfg.init_from, device="cpu") if cfg.init_from else None
     target = _target(cfg, cfg.target, init.spec.aux_layers if init is not None else None, d.device)
@@ -151,7 +155,8 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
     if not train_idx or not held_idx:
         raise bad(
             cfg.data or cfg.features,
-            f"expected training and held-out samples, found {len(train_idx)} and {len(held_idx)} (--heldout {cfg.heldout})",
+            f"expected training and held-out samples, found {len(train_idx)} and "
+            f"{len(held_idx)} (--heldout {cfg.heldout})",
         )
     held = held_idx[: cfg.eval_samples]
     eval_batches = []
