@@ -94,11 +94,13 @@ def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor
     return build_vocab(loss_token_counts(load_prepared(cfg.data), v), n)
 
 
-def _target(cfg: Any, path: str, aux: Any, device: str):
+def _target(cfg: Any, name: str, aux: Any, device: str):
+    """The target (or --reference-target): a zoo name, a local dir or a hub id."""
+    from eagle3kit.model.loading import resolve_target
     from eagle3kit.model.target import TargetModel
 
     return TargetModel.from_pretrained(
-        path,
+        resolve_target(name),
         device=device,
         dtype=cfg.target_dtype,
         aux_layers=aux,
