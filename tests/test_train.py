@@ -46,8 +46,13 @@ def test_run_directory_contract(run):
             run_p *= p
             tau += run_p
         assert r["sim_accept_len"] == pytest.approx(tau)
-    best = max(rows, key=lambda r: r["sim_accept_len"])
+        assert r["tau_every_position"] == r["sim_accept_len"]
+        assert r["tau_walk"] == r["walk_accept_len"]
+        assert r["tau_walk"] == pytest.approx(1 + sum(r["walk_acc"]))
+    # RUN/best is chosen by the walked value (the first evaluation wins a tie)
+    best = max(rows, key=lambda r: (r["tau_walk"], -r["step"]))
     assert summary["best_step"] == best["step"]
+    assert summary["tau_walk"] == pytest.approx(best["tau_walk"])
     assert summary["sim_accept_len"] == pytest.approx(best["sim_accept_len"])
     for d in ("best", "step-4", "step-6"):
         assert (out / d / "config.json").is_file() and (out / d / "model.safetensors").is_file()

@@ -107,6 +107,7 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.core.errors import Eagle3Error
         from eagle3kit.data.prepare import parse_template_kwargs
         from eagle3kit.data.prepare import prepare as run_prepare
+        from eagle3kit.model.loading import resolve_target
 
         tpl = None
         if chat_template is not None:
@@ -120,7 +121,7 @@ def register(app: typer.Typer) -> None:
         with bar(not json_) as progress:
             r = run_prepare(
                 inputs,
-                target,
+                resolve_target(target),  # zoo names, local dirs, hub ids
                 output,
                 max_length=max_length,
                 strict=strict,

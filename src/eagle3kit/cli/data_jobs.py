@@ -15,10 +15,11 @@ JSON_HELP = "Print one JSON document on stdout (progress stays on stderr)."
 def _load_target(
     target: str, device: str, dtype: str, aux_layers: list[int] | None, trust_remote_code: bool
 ):
+    from eagle3kit.model.loading import resolve_target
     from eagle3kit.model.target import TargetModel
 
     return TargetModel.from_pretrained(
-        target,
+        resolve_target(target),  # zoo names, local dirs, hub ids
         device=device,
         dtype=dtype,
         aux_layers=aux_layers,

@@ -114,12 +114,13 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json
         from eagle3kit.measure.probe import probe as run_probe
+        from eagle3kit.model.loading import resolve_target
 
         with bar(not json_out) as progress:
             r = run_probe(
                 drafter,
-                target,
-                reference,
+                resolve_target(target),  # zoo names, local dirs, hub ids
+                resolve_target(reference) if reference else None,
                 data,
                 baseline_tps=baseline_tps,
                 cycle_ms=cycle_ms,

@@ -41,7 +41,9 @@ def _o(default, *flags: str, help: str | None = None):  # noqa: A002  (typer's n
 def register(app: typer.Typer) -> None:
     @app.command("train")
     def train(
-        target: str = _o(None, "--target", help="Target model dir or hub id."),
+        target: str = _o(
+            None, "--target", help="Target: zoo name (dsv3-v1, dsv3-v1-tiny), dir or hub id."
+        ),
         out_dir: str = _o(..., "-o", "--out", help="Run directory RUN."),
         data: str = _o(
             None,

@@ -3,22 +3,24 @@
 Offline, on DATA's held-out samples: the training-time-test metrics of `eagle3kit.train.ttt`
 on features from `eagle3kit.data.features.compute_features` (the same code training uses):
 the cycles greedy chain decoding of depth k goes through on each held-out answer (`ttt.walk`:
-a cycle starts where the previous one ended), their accept length tau_sim = mean(a + 1),
+a cycle starts where the previous one ended), their accept length tau_walk = mean(a + 1)
+(`accept_len`, also as `tau_walk`),
 per-position acceptance P(a >= i) and conditional acceptance P(a >= i | a >= i-1); on answers
 the target wrote itself with greedy decoding this replays online chain decoding exactly.
 `all_positions` has training's metric beside it: every position as a cycle start,
 
-    tau_uniform = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j,
+    tau_every_position = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j
+    (`all_positions.accept_len`, also as `tau_every_position`),
 
 which reads higher, since real cycles often start right after a token the drafter missed.
 
 Online, on DATA's prompts (each conversation up to its first assistant turn, chat-templated):
 real greedy chain decoding against plain greedy decoding of the same prompts, `repeats` times
-in alternating order. tau = tokens per target forward; tok/s = new tokens / wall time (prefill
-included) over all prompts of one repeat; median/min/max over repeats. decode_ms is the median
-plain decode step, cycle_ms the mean speculative cycle (draft + verify + bookkeeping), so
+in alternating order. tau (tau_online, the decoder's own count) = tokens per target forward;
+tok/s = new tokens / wall time (prefill included) over all prompts of one repeat;
+median/min/max over repeats. decode_ms is the median plain decode step, cycle_ms the mean speculative cycle (draft + verify + bookkeeping), so
 `eagle3kit plan --from` can predict tau / cycle_ms and compare. The offline-online gap is
-tau_sim / tau_online - 1, with tau_sim taken on the answers decoding covered: the same samples,
+tau_walk / tau_online - 1, with tau_walk taken on the answers decoding covered: the same samples,
 each cut at the end of its first assistant turn or after max_new_tokens answer tokens.
 """
 
@@ -106,42 +108,46 @@ def evaluate_offline(
     batch_size: int = 8,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Teacher-forced acceptance on the held-out samples (module docstring)."""
+    """Teacher-forced acceptance on the held-out samples (module docstring); the aggregation
+    is `eagle3kit.train.acceptance`'s, the one training and probe use."""
     if depth < 1:
         raise Eagle3Error(f"depth: expected draft steps >= 1, found {depth}")
+    from eagle3kit.decode.stats import conditional
+    from eagle3kit.train.acceptance import acceptance
+
+    a = acceptance(drafter, _offline_batches(target, drafter, data, batch_size, progress), depth)
+    return {
+        "mode": "offline",
+        "depth": depth,
+        "accept_len": a.tau_walk,  # the walked cycles (tau_walk)
+        "tau_walk": a.tau_walk,
+        "tau_every_position": a.tau_every_position,
+        "per_position_acceptance": a.walk_acc,
+        "conditional_acceptance": conditional(a.walk_acc),
+        "cycles": a.cycles,
+        "all_positions": {  # every position as a cycle start
+            "accept_len": a.tau_every_position,
+            "per_position_acceptance": a.acc,
+            "conditional_acceptance": a.cond_acc,
+            "counted": a.counted,
+        },
+        "samples": len(data.samples),
+        "skipped": len(data.skipped),
+    }
+
+
+def _offline_batches(target, drafter, data: EvalData, batch_size: int, progress):
+    """Features of the held-out samples, batch by batch, on the drafter's device and dtype."""
     from eagle3kit.data.features import compute_features
     from eagle3kit.data.prepared import Sample, collate
-    from eagle3kit.decode.stats import conditional
-    from eagle3kit.train.ttt import sim_accept_len, ttt_counts
 
-    total = None
     n = len(data.samples)
     for start in range(0, n, batch_size):
         chunk = data.samples[start : start + batch_size]
         ids, am, lm = collate([Sample(str(i), s, m) for i, (s, m) in enumerate(chunk)])
         feats = compute_features(target, ids, am, lm, drafter.d2t)
-        feats = feats.to(drafter.fc.weight.device, drafter.fc.weight.dtype)
-        c = ttt_counts(drafter, feats, depth)
-        total = c if total is None else total + c
+        yield feats.to(drafter.fc.weight.device, drafter.fc.weight.dtype)
         emit(progress, "offline eval", min(start + batch_size, n), n, "samples")
-    m = total.finish()
-    walked = m["walk_acc"]
-    return {
-        "mode": "offline",
-        "depth": depth,
-        "accept_len": m["walk_tau"],
-        "per_position_acceptance": walked,
-        "conditional_acceptance": conditional(walked),
-        "cycles": m["walk_cycles"],
-        "all_positions": {  # every position as a cycle start (training's metric)
-            "accept_len": sim_accept_len(m["cond_acc"], depth),
-            "per_position_acceptance": m["acc"],
-            "conditional_acceptance": m["cond_acc"],
-            "counted": m["counted"],
-        },
-        "samples": n,
-        "skipped": len(data.skipped),
-    }
 
 
 def evaluate_online(
@@ -227,6 +233,8 @@ def evaluate(
         "per_position_acceptance",
         "conditional_acceptance",
         "cycles",
+        "tau_walk",
+        "tau_every_position",
         "all_positions",
         "samples",
     )

@@ -141,20 +141,20 @@ def target_features(target: Any, batch: Batch, drafter: Any, chunk: int = 8) -> 
 
 
 def offline_acceptance(drafter: Any, feats: list[Any], depth: int) -> dict[str, Any]:
-    """Teacher-forced acceptance of ``drafter`` over feature batches (contract 5)."""
-    from eagle3kit.train.ttt import sim_accept_len, ttt_counts
+    """Teacher-forced acceptance of ``drafter`` over feature batches (`train.acceptance`).
+    ``accept_len`` is the every-position value probe has always reported (its verdict and
+    aux reading use it); ``tau_walk`` is the walked one beside it."""
+    from eagle3kit.train.acceptance import acceptance
 
-    counts = None
-    for f in feats:
-        c = ttt_counts(drafter, f, depth)
-        counts = c if counts is None else counts + c
-    m = counts.finish()
+    a = acceptance(drafter, feats, depth)
     return {
-        "acc": [round(x, 6) for x in m["acc"]],
-        "cond_acc": [round(x, 6) for x in m["cond_acc"]],
-        "counted": m["counted"],
-        "loss": [round(x, 6) for x in m["loss"]],  # cross-entropy to the target's distribution
-        "accept_len": round(sim_accept_len(m["cond_acc"]), 6),
+        "acc": [round(x, 6) for x in a.acc],
+        "cond_acc": [round(x, 6) for x in a.cond_acc],
+        "counted": a.counted,
+        "loss": [round(x, 6) for x in a.loss],  # cross-entropy to the target's distribution
+        "accept_len": round(a.tau_every_position, 6),
+        "tau_every_position": round(a.tau_every_position, 6),
+        "tau_walk": round(a.tau_walk, 6),
     }
 
 

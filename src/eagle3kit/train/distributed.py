@@ -64,7 +64,8 @@ _CACHE_CARRIERS = ("", "midlayer", "midlayer.self_attn")
 
 
 def shard(drafter: torch.nn.Module, d: Dist) -> torch.nn.Module:
-    """FSDP2 over every trainable block (no-op for one process); the frozen embedding stays whole."""
+    """FSDP2 over every trainable block (no-op for one process); the frozen embedding stays
+    whole."""
     if not d.enabled:
         return drafter
     from torch.distributed.device_mesh import init_device_mesh

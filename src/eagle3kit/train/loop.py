@@ -4,118 +4,249 @@ One optimizer step (the loop reads top to bottom in `train`):
 
     batch  = samples order[step*B : (step+1)*B]          (order: a seeded permutation per epoch)
     feats  = source.batch(batch[rank::world])             (online target, or the feature store)
-    loss   = sum_i 0.8^i * sum_{t in C_i} CE_i(t) / |C_i|_global  (ttt.ttt_loss)
+    loss   = sum_i 0.8^i * sum_{t in C_i} CE_i(t) / |C_i|_global  (ttt.ttt_loss, float32)
     grad  += l2sp * (w - w_0)                             (warm start, optional)
-    clip to grad_clip; AdamW at lr(step)
+    clip to grad_clip; AdamW at lr(step)                  (config.lr_at)
 
-    lr(s) = lr * (s+1)/warmup                              for s < warmup
-          = lr * (r + (1-r) * (1 + cos(pi * p)) / 2),      p = (s-warmup)/(N-warmup), r = min_lr_ratio
-
-Every `eval_every` steps (and at step 0 and N) the held-out split is scored with
-`ttt.ttt_counts`; the checkpoint with the highest simulated accept length (not the lowest
-loss) is kept in RUN/best. Everything a step depends on (weights, AdamW moments, step, data
-position, RNG) is in RUN/state, so `--resume` after kill -9 gives the same final weights.
+A step never waits on the device: the loss and the token count stay on it until a metric is
+due. Every `eval_every` steps (and at step 0 and N) the held-out split is scored
+(`acceptance.acceptance`); the checkpoint with the highest walked accept length `tau_walk`
+(not the lowest loss) is kept in RUN/best. Everything a step depends on (weights, AdamW
+moments, step, data position, RNG) is in RUN/state, so `--resume` after kill -9 gives the same
+final weights. The helpers take the one `Run` that holds a run's state between steps.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-import math
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.atomic import atomic_write_json
+from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.train import distributed as dist_
 from eagle3kit.train import outputs, setup, state
-from eagle3kit.train.ttt import Counts, loss_positions, sim_accept_len, ttt_counts, ttt_loss
+from eagle3kit.train.acceptance import Acceptance, acceptance, metrics_row
+from eagle3kit.train.config import TrainConfig, lr_at, total_steps
+from eagle3kit.train.ttt import loss_positions, ttt_loss
 from eagle3kit.train.warmstart import add_l2sp_grad, anchor_of
+
+__all__ = ["Run", "TrainConfig", "batch_indices", "lr_at", "total_steps", "train"]
 
 
 @dataclass
-class TrainConfig:
-    """Every setting of a run (saved in RUN/state; `--resume` reuses them)."""
+class Run:
+    """One training run between steps: what it trains and how far it got."""
 
-    out: str
-    target: str | None = None
-    data: str | None = None
-    features: str | None = None
-    init_from: str | None = None
-    attention: str = "mha"
-    vocab: str | None = None
-    draft_vocab_size: int | None = None
-    rebuild_vocab: bool = False
-    l2sp: float = 0.0
-    reference_target: str | None = None
-    ttt_steps: int = 7
-    steps: int | None = None
-    epochs: float | None = None
-    batch_size: int = 8
-    max_len: int = 512
-    max_samples: int | None = None  # train on the first n training samples only
-    lr: float = 1e-3
-    warmup: int | None = None  # default: 5% of the steps
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.0
-    grad_clip: float = 1.0
-    heldout: float = 0.05
-    eval_every: int | None = None  # default: steps // 10
-    eval_samples: int = 64
-    eval_batch: int = 8
-    save_every: int | None = None
-    seed: int = 0
-    device: str = "cpu"
-    target_dtype: str = "float32"
-    topk: int | None = None
-    trust_remote_code: bool = False
-    time_limit: float | None = (
-        None  # seconds of training: stop (evaluate, save) after the step that passes it
-    )
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> TrainConfig:
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+    cfg: TrainConfig
+    d: dist_.Dist
+    ctx: setup.Context
+    dir: Path
+    model: torch.nn.Module
+    opt: torch.optim.Optimizer
+    params: list[torch.nn.Parameter]
+    anchor: dict[str, torch.Tensor] | None
+    n_steps: int
+    eval_every: int
+    progress: Progress | None = None
+    step: int = 0  # optimizer steps done (kept on every rank)
+    best_step: int | None = None
+    best_tau_walk: float = -1.0
+    best_sim_accept_len: float = -1.0  # tau_every_position of the best step
+    tokens: torch.Tensor | None = None  # real tokens trained on by this rank (on its device)
+    busy: float = 0.0  # seconds of training steps
+    t_mark: float = 0.0  # start of the current stretch of steps
+    t_start: float = 0.0
 
 
-def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
-    """Linear warm-up, then cosine decay to lr * min_lr_ratio (module docstring)."""
-    warm = cfg.warmup if cfg.warmup is not None else max(1, total // 20)
-    if step < warm:
-        return cfg.lr * (step + 1) / warm
-    p = (step - warm) / max(1, total - warm)
-    r = cfg.min_lr_ratio
-    return cfg.lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
+def train(
+    cfg: TrainConfig, *, resume: bool = False, progress: Progress | None = None
+) -> dict[str, Any]:
+    """Run (or continue) a training run into cfg.out; returns the summary (RUN/summary.json)."""
+    cfg.validate()
+    _check_out(Path(cfg.out), resume)
+    saved = state.load_state(Path(cfg.out) / "state") if resume else None
+    if saved is not None:
+        cfg = _saved_config(saved, cfg)
+    d = dist_.setup(cfg.device)
+    try:
+        r = _start(cfg, d, saved, progress)
+        for step in range(r.step, r.n_steps):
+            for g in r.opt.param_groups:
+                g["lr"] = lr_at(step, r.n_steps, cfg)
+            glob = batch_indices(step, r.ctx.train_idx, cfg.batch_size, cfg.seed)
+            feats = r.ctx.source.batch(glob[d.rank :: d.world]).to(d.device)
+            loss = _train_step(r, feats)
+            r.step = step + 1
+            emit(progress, "train", r.step, r.n_steps, "steps")
+            last = r.step == r.n_steps or _out_of_time(r)
+            step_dir = bool(cfg.save_every and r.step % cfg.save_every == 0) or last
+            if r.step % r.eval_every == 0 or last:  # a metric is due: the step's one host wait
+                _evaluate(r, loss, step_dir)
+            elif step_dir:
+                _stop_clock(r)
+                _save_point(r, step_dir=True)
+                r.t_mark = time.perf_counter()
+            if last:
+                break
+        return _finish(r)
+    finally:
+        dist_.teardown(d)
+
+
+def _train_step(r: Run, feats: Any) -> torch.Tensor:
+    """Forward, backward and update on this rank's slice; the loss (detached, on the device)."""
+    m, k = r.model, r.cfg.ttt_steps
+    norm = dist_.all_sum(loss_positions(m.t2d, feats, k), r.d)  # global |C_i|, float32 [k]
+    loss, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1), counts=False)
+    (loss * r.d.world).backward()
+    if r.anchor is not None:
+        add_l2sp_grad(m, r.anchor, r.cfg.l2sp)
+    if r.cfg.grad_clip > 0:
+        torch.nn.utils.clip_grad_norm_(r.params, r.cfg.grad_clip)
+    r.opt.step()
+    r.opt.zero_grad(set_to_none=True)
+    r.tokens += feats.attention_mask.sum()
+    return loss.detach()
+
+
+@functools.lru_cache(maxsize=4)
+def _epoch_order(seed: int, epoch: int, n: int) -> tuple[int, ...]:
+    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)  # host-side: the data order
+    return tuple(torch.randperm(n, generator=g).tolist())  # the same on every rank
 
 
 def batch_indices(step: int, train_idx: list[int], batch: int, seed: int) -> list[int]:
-    """The global batch of `step`: positions step*B .. step*B+B-1 of the epoch-wise shuffled order."""
+    """The global batch of `step`: positions step*B .. step*B+B-1 of the epoch-wise shuffled
+    order."""
     n = len(train_idx)
     out = []
     for pos in range(step * batch, (step + 1) * batch):
         epoch, j = divmod(pos, n)
-        g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-        perm = torch.randperm(n, generator=g)  # same on every rank
-        out.append(train_idx[int(perm[j])])
+        out.append(train_idx[_epoch_order(seed, epoch, n)[j]])
     return out
 
 
-def evaluate(drafter: Any, batches: list[Any], k: int) -> dict[str, Any]:
-    """Held-out acc/cond_acc/loss per step and the simulated accept length."""
-    total = Counts(k)
-    was = drafter.training
-    drafter.eval()
-    for f in batches:
-        total = total + ttt_counts(drafter, f, k)
-    drafter.train(was)
-    m = total.finish()
-    m["sim_accept_len"] = sim_accept_len(m["cond_acc"])
-    m["sim_accept_len_by_depth"] = [sim_accept_len(m["cond_acc"], d) for d in range(1, k + 1)]
-    return m
+def _start(cfg: TrainConfig, d: dist_.Dist, saved: dict | None, progress: Progress | None) -> Run:
+    """Everything before the first step: drafter, data, optimizer; a restored state or the
+    step-0 evaluation."""
+    ctx = setup.prepare(cfg, d, progress)
+    n_steps = total_steps(cfg, len(ctx.train_idx))
+    anchor = anchor_of(ctx.drafter) if cfg.l2sp > 0 else None
+    m = dist_.shard(ctx.drafter, d)
+    params = [p for p in m.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    every = cfg.eval_every or max(1, n_steps // 10)
+    r = Run(cfg, d, ctx, Path(cfg.out), m, opt, params, anchor, n_steps, every, progress)
+    r.tokens = torch.zeros((), dtype=torch.long, device=d.device)
+    if saved is not None:
+        _restore(r, saved)
+    else:
+        r.dir.mkdir(parents=True, exist_ok=True)
+        _after_eval(r, acceptance(m, ctx.eval_batches, cfg.ttt_steps), step_dir=False)
+    m.train()
+    r.t_start = r.t_mark = time.perf_counter()
+    return r
+
+
+def _saved_config(saved: dict, given: TrainConfig) -> TrainConfig:
+    """--resume: the run's own settings, with this invocation's output dir and device."""
+    cfg = TrainConfig.from_json(saved["meta"]["config"])
+    cfg.out, cfg.device = given.out, given.device
+    return cfg
+
+
+def _restore(r: Run, saved: dict) -> None:
+    """Weights, AdamW moments, anchor, RNG and progress from RUN/state."""
+    dist_.load_model_state(r.model, saved["model"])
+    dist_.load_optim_state(r.model, r.opt, saved["optim"])
+    if r.anchor is not None and saved["anchor"] is not None:
+        r.anchor = {n: dist_.like(saved["anchor"][n], a) for n, a in r.anchor.items()}
+    torch.set_rng_state(saved["rng"]["torch_cpu"])
+    meta = saved["meta"]
+    r.step, r.best_step = meta["step"], meta["best_step"]
+    r.best_sim_accept_len = meta["best_sim_accept_len"]
+    r.ctx.init_info = meta["init"]
+    path = r.dir / "metrics.jsonl"
+    rows = outputs.read_metrics(path, r.step)
+    if "best_tau_walk" in meta:
+        r.best_tau_walk = meta["best_tau_walk"]
+    else:  # a state saved before best was chosen by tau_walk: its best row's walked value
+        best = [x for x in rows if x["step"] == r.best_step]
+        r.best_tau_walk = best[0].get("walk_accept_len", -1.0) if best else -1.0
+    if r.d.main:
+        outputs.write_metrics(path, rows)
+
+
+def _stop_clock(r: Run) -> None:
+    """Add the stretch of steps since t_mark to `busy`, once the device has finished it."""
+    dev = torch.device(r.d.device)
+    if dev.type != "cpu" and torch.accelerator.is_available():
+        torch.accelerator.synchronize(dev)
+    r.busy += time.perf_counter() - r.t_mark
+
+
+def _out_of_time(r: Run) -> bool:
+    """--time-limit passed (summed over ranks, so every rank stops at the same step)."""
+    if r.cfg.time_limit is None:
+        return False
+    over = float(time.perf_counter() - r.t_start > r.cfg.time_limit)
+    if not r.d.enabled:
+        return over > 0
+    return bool(dist_.all_sum(torch.tensor([over], device=r.d.device), r.d) > 0)
+
+
+def _evaluate(r: Run, loss: torch.Tensor, step_dir: bool) -> None:
+    """Report the last step's loss, score the held-out split, keep the best, save."""
+    _stop_clock(r)
+    emit(r.progress, "train", r.step, r.n_steps, "steps", loss=float(dist_.all_sum(loss, r.d)))
+    _after_eval(r, acceptance(r.model, r.ctx.eval_batches, r.cfg.ttt_steps), step_dir)
+    r.model.train()
+    r.t_mark = time.perf_counter()
+
+
+def _after_eval(r: Run, met: Acceptance, step_dir: bool) -> None:
+    """Log one evaluation; keep RUN/best by tau_walk; save the state."""
+    tensors = dist_.model_state(r.model)  # collective
+    if met.tau_walk > r.best_tau_walk:
+        r.best_step, r.best_tau_walk = r.step, met.tau_walk
+        r.best_sim_accept_len = met.tau_every_position
+        if r.d.main:
+            outputs.save_servable(r.dir / "best", r.ctx.spec, tensors, r.cfg.target)
+    if r.d.main:
+        outputs.append_metrics(r.dir / "metrics.jsonl", metrics_row(r.step, met))
+        rows = outputs.read_metrics(r.dir / "metrics.jsonl")
+        outputs.plot_curves(r.dir / "curves.png", rows, r.cfg.ttt_steps)
+    _save_point(r, step_dir=step_dir, tensors=tensors)
+
+
+def _save_point(r: Run, *, step_dir: bool, tensors: dict | None = None) -> None:
+    """RUN/state (and RUN/step-N when `step_dir`); collectives on every rank, writes on 0."""
+    tensors = tensors if tensors is not None else dist_.model_state(r.model)
+    optim = dist_.optim_state(r.model, r.opt)  # collective
+    anchor = {n: dist_.full(a).cpu() for n, a in r.anchor.items()} if r.anchor is not None else None
+    if not r.d.main:
+        return
+    if step_dir:
+        outputs.save_servable(r.dir / f"step-{r.step}", r.ctx.spec, tensors, r.cfg.target)
+    groups = [{k: v for k, v in g.items() if k != "params"} for g in r.opt.param_groups]
+    meta = {
+        "step": r.step,
+        "best_step": r.best_step,
+        "best_tau_walk": r.best_tau_walk,
+        "best_sim_accept_len": r.best_sim_accept_len,
+        "init": r.ctx.init_info,
+        "data_position": r.step * r.cfg.batch_size,
+        "param_groups": groups,
+        "config": asdict(r.cfg),
+    }
+    state.save_state(r.dir / "state", model=tensors, optim=optim, anchor=anchor, meta=meta)
 
 
 def _peak_memory_mb(device: str) -> float:
@@ -136,190 +267,37 @@ def _check_out(run: Path, resume: bool) -> None:
         )
 
 
-def total_steps(cfg: TrainConfig, n_train: int) -> int:
-    if cfg.steps is not None:
-        if cfg.steps < 1:
-            raise Eagle3Error(f"--steps: expected a positive int, found {cfg.steps}")
-        return cfg.steps
-    epochs = cfg.epochs if cfg.epochs is not None else 1.0
-    return max(1, math.ceil(epochs * n_train / cfg.batch_size))
-
-
-def train(
-    cfg: TrainConfig, *, resume: bool = False, progress: Progress | None = None
-) -> dict[str, Any]:
-    """Run (or continue) a training run into cfg.out; returns the summary (RUN/summary.json)."""
-    run = Path(cfg.out)
-    _check_out(run, resume)
-    saved = None
-    if resume:
-        saved = state.load_state(run / "state")
-        out, device = cfg.out, cfg.device
-        cfg = TrainConfig.from_json(saved["meta"]["config"])
-        cfg.out, cfg.device = out, device
-    d = dist_.setup(cfg.device)
-    try:
-        return _run(cfg, d, saved, progress)
-    finally:
-        dist_.teardown(d)
-
-
-def _run(
-    cfg: TrainConfig, d: dist_.Dist, saved: dict | None, progress: Progress | None
-) -> dict[str, Any]:
-    run = Path(cfg.out)
-    ctx = setup.prepare(cfg, d, progress)
-    m, src, k = ctx.drafter, ctx.source, cfg.ttt_steps
-    n_steps = total_steps(cfg, len(ctx.train_idx))
-    eval_every = cfg.eval_every or max(1, n_steps // 10)
-    anchor = anchor_of(m) if cfg.l2sp > 0 else None
-    m = dist_.shard(m, d)
-    params = [p for p in m.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    meta = {"step": 0, "best_step": None, "best_sim_accept_len": -1.0, "init": ctx.init_info}
-    metrics_path = run / "metrics.jsonl"
-    if saved is not None:
-        dist_.load_model_state(m, saved["model"])
-        dist_.load_optim_state(m, opt, saved["optim"])
-        if anchor is not None and saved["anchor"] is not None:
-            anchor = {n: dist_.like(saved["anchor"][n], a) for n, a in anchor.items()}
-        torch.set_rng_state(saved["rng"]["torch_cpu"])
-        meta.update(
-            {x: saved["meta"][x] for x in ("step", "best_step", "best_sim_accept_len", "init")}
-        )
-        if d.main:
-            outputs.write_metrics(metrics_path, outputs.read_metrics(metrics_path, meta["step"]))
-    else:
-        run.mkdir(parents=True, exist_ok=True)
-        met = evaluate(m, ctx.eval_batches, k)
-        _after_eval(run, cfg, m, opt, anchor, meta, 0, met, d, ctx, step_dir=False)
-    m.train()
-    tokens, busy, t_start = 0, 0.0, time.perf_counter()
-    for step in range(meta["step"], n_steps):
-        t0 = time.perf_counter()
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, n_steps, cfg)
-        glob = batch_indices(step, ctx.train_idx, cfg.batch_size, cfg.seed)
-        feats = src.batch(glob[d.rank :: d.world]).to(d.device)
-        norm = dist_.all_sum(loss_positions(m.t2d, feats, k), d)
-        loss, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1).to(d.device), counts=False)
-        (loss * d.world).backward()
-        if anchor is not None:
-            add_l2sp_grad(m, anchor, cfg.l2sp)
-        if cfg.grad_clip > 0:
-            torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        tokens += int(dist_.all_sum(feats.attention_mask.sum().cpu().double(), d))
-        busy += time.perf_counter() - t0
-        done = step + 1
-        emit(
-            progress,
-            "train",
-            done,
-            n_steps,
-            "steps",
-            loss=float(dist_.all_sum(loss.detach().double().cpu(), d)),
-        )
-        last = done == n_steps or _out_of_time(cfg, t_start, d)
-        step_dir = bool(cfg.save_every and done % cfg.save_every == 0) or last
-        if done % eval_every == 0 or last:  # evaluates, then saves the state (and RUN/step-N)
-            met = evaluate(m, ctx.eval_batches, k)
-            _after_eval(run, cfg, m, opt, anchor, meta, done, met, d, ctx, step_dir)
-        elif step_dir:
-            _save_point(run, cfg, m, opt, anchor, meta, done, d, ctx, step_dir=True)
-        if last:
-            break
-    return _finish(run, cfg, meta, n_steps, tokens, busy, d, ctx)
-
-
-def _out_of_time(cfg: TrainConfig, t_start: float, d: dist_.Dist) -> bool:
-    """--time-limit passed (summed over ranks, so every rank stops at the same step)."""
-    if cfg.time_limit is None:
-        return False
-    over = float(time.perf_counter() - t_start > cfg.time_limit)
-    return bool(dist_.all_sum(torch.tensor([over], dtype=torch.float64), d) > 0)
-
-
-def _after_eval(run, cfg, m, opt, anchor, meta, step, met, d, ctx, step_dir: bool) -> None:
-    """Log one evaluation; keep RUN/best by simulated accept length; save the state."""
-    row = {
-        "step": step,
-        "loss": met["loss"],
-        "acc": met["acc"],
-        "cond_acc": met["cond_acc"],
-        "sim_accept_len": met["sim_accept_len"],
-        "sim_accept_len_by_depth": met["sim_accept_len_by_depth"],
-        "counted": met["counted"],
-        "walk_accept_len": met["walk_tau"],
-    }
-    tensors = dist_.model_state(m)  # collective
-    if met["sim_accept_len"] > meta["best_sim_accept_len"]:
-        meta["best_step"], meta["best_sim_accept_len"] = step, met["sim_accept_len"]
-        if d.main:
-            outputs.save_servable(run / "best", ctx.spec, tensors, cfg.target)
-    if d.main:
-        outputs.append_metrics(run / "metrics.jsonl", row)
-        outputs.plot_curves(
-            run / "curves.png", outputs.read_metrics(run / "metrics.jsonl"), cfg.ttt_steps
-        )
-    _save_point(run, cfg, m, opt, anchor, meta, step, d, ctx, step_dir=step_dir, tensors=tensors)
-
-
-def _save_point(
-    run, cfg, m, opt, anchor, meta, step, d, ctx, *, step_dir: bool, tensors=None
-) -> None:
-    tensors = tensors if tensors is not None else dist_.model_state(m)
-    optim = dist_.optim_state(m, opt)  # collective
-    anchor_full = (
-        {n: dist_.full(a).cpu() for n, a in anchor.items()} if anchor is not None else None
-    )
-    if not d.main:
-        return
-    if step_dir:
-        outputs.save_servable(run / f"step-{step}", ctx.spec, tensors, cfg.target)
-    meta["step"] = step
-    groups = [{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups]
-    state.save_state(
-        run / "state",
-        model=tensors,
-        optim=optim,
-        anchor=anchor_full,
-        meta={
-            **meta,
-            "data_position": step * cfg.batch_size,
-            "param_groups": groups,
-            "config": asdict(cfg),
-        },
-    )
-
-
-def _finish(run, cfg, meta, n_steps, tokens, busy, d, ctx) -> dict[str, Any]:
+def _finish(r: Run) -> dict[str, Any]:
+    """RUN/summary.json (rank 0 writes it; every rank returns it)."""
+    tokens = int(dist_.all_sum(r.tokens, r.d))
+    ctx = r.ctx
     summary = {
-        "steps": meta["step"],
-        "planned_steps": n_steps,
-        "best_step": meta["best_step"],
-        "sim_accept_len": meta["best_sim_accept_len"],
-        "tokens_per_s": tokens / busy if busy > 0 else None,
-        "peak_memory_mb": _peak_memory_mb(d.device),
-        "init_from": cfg.init_from,
-        "attention": ctx.spec.attention if hasattr(ctx.spec, "attention") else "mha",
+        "steps": r.step,
+        "planned_steps": r.n_steps,
+        "best_step": r.best_step,
+        "sim_accept_len": r.best_sim_accept_len,
+        "tau_walk": r.best_tau_walk,
+        "tau_every_position": r.best_sim_accept_len,
+        "tokens_per_s": tokens / r.busy if r.busy > 0 else None,
+        "peak_memory_mb": _peak_memory_mb(r.d.device),
+        "init_from": r.cfg.init_from,
+        "attention": getattr(ctx.spec, "attention", "mha"),
         "source": ctx.source.kind,
         "train_samples": len(ctx.train_idx),
         "heldout_samples": ctx.heldout_n,
         "draft_vocab_size": ctx.spec.draft_vocab_size,
-        "world_size": d.world,
-        "init": meta["init"],
+        "world_size": r.d.world,
+        "init": ctx.init_info,
     }
-    rows = outputs.read_metrics(run / "metrics.jsonl")
-    best = next((r for r in rows if r["step"] == meta["best_step"]), None)
+    if ctx.vocab_coverage is not None:
+        summary["vocab_coverage"] = ctx.vocab_coverage
+    rows = outputs.read_metrics(r.dir / "metrics.jsonl")
+    best = next((x for x in rows if x["step"] == r.best_step), None)
     if best is not None:
         summary["sim_accept_len_by_depth"] = best.get("sim_accept_len_by_depth")
         summary["best_acc"] = best["acc"]
     if ctx.reference is not None:
-        summary["reference"] = setup.reference_after(ctx, run / "best")
-    if d.main:
-        from eagle3kit.core.atomic import atomic_write_json
-
-        atomic_write_json(run / "summary.json", summary)
+        summary["reference"] = setup.reference_after(ctx, r.dir / "best")
+    if r.d.main:
+        atomic_write_json(r.dir / "summary.json", summary)
     return json.loads(json.dumps(summary))

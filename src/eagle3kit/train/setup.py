@@ -15,6 +15,7 @@ import torch
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.train import warmstart
+from eagle3kit.train.acceptance import acceptance
 from eagle3kit.train.sources import OfflineSource, OnlineSource, store_vocab
 
 
@@ -28,6 +29,7 @@ class Context:
     eval_batches: list[Any]
     init_info: dict[str, Any] | None
     reference: dict[str, Any] | None = None  # --reference-target: old target's eval batches
+    vocab_coverage: dict[str, Any] | None = None  # DATA's loss tokens inside the draft vocab
 
 
 def _chunks(xs: list[int], n: int) -> list[list[int]]:
@@ -43,7 +45,8 @@ def _open_source(cfg: Any, target: Any, d2t: torch.Tensor, aux_layers: Any):
         if not torch.equal(have, d2t.cpu()):
             raise bad(
                 cfg.features,
-                "vocab: the store's teacher columns were taken with another draft vocab (d2t) than the drafter's",
+                "vocab: the store's teacher columns were taken with another draft vocab (d2t) "
+                "than the drafter's",
             )
         got = list(store.manifest.get("aux_layers") or [])
         if got != list(aux_layers):
@@ -65,7 +68,8 @@ def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor
     if init is not None and not cfg.rebuild_vocab:
         if cfg.vocab or cfg.draft_vocab_size:
             raise Eagle3Error(
-                "--vocab/--draft-vocab-size: a warm start keeps its checkpoint's d2t/t2d; add --rebuild-vocab to replace it"
+                "--vocab/--draft-vocab-size: a warm start keeps its checkpoint's d2t/t2d; "
+                "add --rebuild-vocab to replace it"
             )
         return None
     if cfg.vocab:
@@ -90,11 +94,13 @@ def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor
     return build_vocab(loss_token_counts(load_prepared(cfg.data), v), n)
 
 
-def _target(cfg: Any, path: str, aux: Any, device: str):
+def _target(cfg: Any, name: str, aux: Any, device: str):
+    """The target (or --reference-target): a zoo name, a local dir or a hub id."""
+    from eagle3kit.model.loading import resolve_target
     from eagle3kit.model.target import TargetModel
 
     return TargetModel.from_pretrained(
-        path,
+        resolve_target(name),
         device=device,
         dtype=cfg.target_dtype,
         aux_layers=aux,
@@ -113,7 +119,8 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         raise Eagle3Error(f"--attention: expected 'mha' or 'mla', found {cfg.attention!r}")
     if cfg.batch_size < d.world:
         raise Eagle3Error(
-            f"--batch-size: expected at least one sample per rank ({d.world}), found {cfg.batch_size}"
+            f"--batch-size: expected at least one sample per rank ({d.world}), "
+            f"found {cfg.batch_size}"
         )
     init = warmstart.warm_drafter(cfg.init_from, device="cpu") if cfg.init_from else None
     target = _target(cfg, cfg.target, init.spec.aux_layers if init is not None else None, d.device)
@@ -150,7 +157,8 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
     if not train_idx or not held_idx:
         raise bad(
             cfg.data or cfg.features,
-            f"expected training and held-out samples, found {len(train_idx)} and {len(held_idx)} (--heldout {cfg.heldout})",
+            f"expected training and held-out samples, found {len(train_idx)} and "
+            f"{len(held_idx)} (--heldout {cfg.heldout})",
         )
     held = held_idx[: cfg.eval_samples]
     eval_batches = []
@@ -165,8 +173,6 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
 
 def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device: str) -> dict:
     """Accept length of the starting drafter on the old (--reference-target) and new target."""
-    from eagle3kit.train.loop import evaluate
-
     if data is None:
         raise Eagle3Error("--reference-target needs --data (the old target runs online)")
     old = _target(cfg, cfg.reference_target, ctx.spec.aux_layers, device)
@@ -176,8 +182,8 @@ def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device
     return {
         "old_batches": old_batches,
         "before": {
-            "old": evaluate(ctx.drafter, old_batches, k)["sim_accept_len"],
-            "new": evaluate(ctx.drafter, ctx.eval_batches, k)["sim_accept_len"],
+            "old": acceptance(ctx.drafter, old_batches, k),
+            "new": acceptance(ctx.drafter, ctx.eval_batches, k),
         },
         "target": cfg.reference_target,
         "k": k,
@@ -185,9 +191,8 @@ def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device
 
 
 def reference_after(ctx: Context, best_dir: Path) -> dict[str, Any]:
-    """{"target", "before": {"old", "new"}, "after": {"old", "new"}} simulated accept lengths."""
+    """{"target", "before": {"old", "new"}, "after": {"old", "new"}, "tau_walk": {...}}."""
     from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.train.loop import evaluate
 
     ref = ctx.reference
     dev = ctx.eval_batches[0].input_ids.device
@@ -195,7 +200,17 @@ def reference_after(ctx: Context, best_dir: Path) -> dict[str, Any]:
     best.set_embedding(ctx.drafter.embed_tokens.weight.detach())
     k = ref["k"]
     after = {
-        "old": evaluate(best, ref["old_batches"], k)["sim_accept_len"],
-        "new": evaluate(best, ctx.eval_batches, k)["sim_accept_len"],
+        "old": acceptance(best, ref["old_batches"], k),
+        "new": acceptance(best, ctx.eval_batches, k),
     }
-    return {"target": ref["target"], "before": ref["before"], "after": after}
+    before = ref["before"]
+
+    def taus(a: dict[str, Any], name: str) -> dict[str, float]:
+        return {x: getattr(a[x], name) for x in ("old", "new")}
+
+    return {  # before/after: every position (the fields runs carried first); also walked
+        "target": ref["target"],
+        "before": taus(before, "tau_every_position"),
+        "after": taus(after, "tau_every_position"),
+        "tau_walk": {"before": taus(before, "tau_walk"), "after": taus(after, "tau_walk")},
+    }

@@ -1,8 +1,9 @@
 """Trainer state on disk (RUN/state/): enough to continue a run exactly after kill -9.
 
     RUN/state/state.json        {"format": "eagle3kit-train-state/1", "step", "data_position",
-                                 "best_step", "best_sim_accept_len", "param_groups", "config"}
-    RUN/state/model.safetensors the drafter's canonical tensors (trainable + d2t/t2d), fp32 as trained
+                                 "best_step", "best_tau_walk", "best_sim_accept_len",
+                                 "param_groups", "config"}
+    RUN/state/model.safetensors the drafter's canonical tensors (trainable + d2t/t2d), fp32
     RUN/state/optim.safetensors AdamW moments and step per parameter: "<name>::exp_avg", ...
     RUN/state/anchor.safetensors the starting weights (L2-SP pulls toward them), when used
     RUN/state/rng.safetensors   torch's CPU generator state (uint8)

@@ -1,9 +1,10 @@
 """Training-time test (TTT): the drafter unrolled over k draft steps, its loss and its metrics.
 
-Alignment (contract 5). At position t, step 0 reads the target's aux states at t and the
-embedding of token x[t+1], and predicts x[t+2]; step i reads step i-1's output hidden at t and
-the embedding of x[t+1+i], and predicts x[t+2+i]. Step i at t is what chain decoding does at
-rotary position t+i after a prefix that ends at t, so its query sees
+Alignment (docs/train.md, "What one step computes"). At position t, step 0 reads the
+target's aux states at t and the embedding of token x[t+1], and predicts x[t+2]; step i
+reads step i-1's output hidden at t and the embedding of x[t+1+i], and predicts x[t+2+i].
+Step i at t is what chain decoding does at rotary position t+i after a prefix that ends at
+t, so its query sees
 
     step 0's keys at positions 0..t   (the causal prefix)   and   its own column t of steps 1..i
 
@@ -147,8 +148,9 @@ class Counts:
         }
 
 
-def step_terms(drafter: Any, feats: Any, logits: torch.Tensor, i: int):
-    """(ce, loss positions C_i, hit, metric positions M_i), each [B, L] over t = 0..L-1.
+def step_terms(drafter: Any, feats: Any, logits: torch.Tensor, i: int, *, metrics: bool = True):
+    """(ce, loss positions C_i, hit, metric positions M_i), each [B, L] over t = 0..L-1
+    (hit is None without `metrics`).
 
     L = T - 2 - i: later positions predict past the end of the sequence. Views, not copies:
     position t of step i reads the teacher at t+1+i and the loss mask at t+2+i.
@@ -166,7 +168,9 @@ def step_terms(drafter: Any, feats: Any, logits: torch.Tensor, i: int):
     else:  # top-K teacher: renormalise over the K kept ids
         ids = feats.teacher_ids[:, n : n + L]  # [B, L, K] draft ids
         ce = -(lp.softmax(-1) * logq.gather(-1, ids)).sum(-1)  # [B, L]
-    hit = drafter.to_target_ids(logits[:, :L].argmax(-1)) == tgt  # [B, L]
+    hit = None
+    if metrics:
+        hit = drafter.to_target_ids(logits[:, :L].argmax(-1)) == tgt  # [B, L]
     return ce, lm & in_vocab, hit, lm
 
 
@@ -177,22 +181,24 @@ def ttt_loss(
 
     `norm` [k] replaces |C_i| as the denominator (data-parallel training divides every rank's
     sum by the global count, so the summed gradients equal one process on the whole batch).
-    `counts=False` skips the metrics (host syncs and the walk): the Counts stay zero.
+    `counts=False` skips the metrics (host syncs and the walk): the Counts stay zero, and
+    nothing waits on the device. The loss is float32 whatever `norm`'s dtype.
     """
     c = Counts(k)
-    total = torch.zeros((), device=feats.input_ids.device)
-    chain = torch.ones_like(feats.loss_mask)  # [B, T]
-    ok = torch.zeros(*feats.loss_mask.shape, k, dtype=torch.bool)  # [B, T, k] hit_i & M_i at t
+    total = torch.zeros((), device=feats.input_ids.device)  # float32
+    if counts:
+        chain = torch.ones_like(feats.loss_mask)  # [B, T]
+        ok = torch.zeros(*feats.loss_mask.shape, k, dtype=torch.bool)  # [B, T, k] hit_i & M_i
     for i, logits in enumerate(unroll(drafter, feats.input_ids, feats.aux.to(_dtype(drafter)), k)):
-        ce, cmask, hit, m = step_terms(drafter, feats, logits, i)
-        chain = chain[:, : hit.shape[1]]  # [B, L]: positions that still predict inside T
+        ce, cmask, hit, m = step_terms(drafter, feats, logits, i, metrics=counts)
         s = (ce * cmask).sum()
         n = cmask.sum()
-        denom = norm[i] if norm is not None else n.clamp(min=1)
+        denom = norm[i].float() if norm is not None else n.clamp(min=1)
         total = total + (STEP_DECAY**i) * s / denom
         if not counts:
             continue
         with torch.no_grad():
+            chain = chain[:, : hit.shape[1]]  # [B, L]: positions that still predict inside T
             prev, chain = chain, chain & hit & m
             c.loss_sum[i], c.loss_n[i] = float(s.detach()), float(n)
             c.hits[i], c.counted[i] = float((hit & m).sum()), float(m.sum())
@@ -229,14 +235,15 @@ def walk(ok: torch.Tensor, loss_mask: torch.Tensor) -> list[int]:
 
 
 def loss_positions(t2d: torch.Tensor, feats: Any, k: int) -> torch.Tensor:
-    """|C_i| for i < k, float64 [k]: known before the forward (data-parallel normalisation)."""
-    out = torch.zeros(k, dtype=torch.float64)
+    """|C_i| for i < k, float32 [k] on the features' device: known before the forward
+    (data-parallel normalisation); computed without waiting on the device."""
     t = feats.input_ids.shape[1]
+    out = []
     for i in range(k):
         L = max(0, t - i - 2)
         lm = feats.loss_mask[:, i + 2 :]  # [B, L]
-        out[i] = float((lm & t2d[feats.target_argmax[:, i + 1 : i + 1 + L]]).sum())
-    return out
+        out.append((lm & t2d[feats.target_argmax[:, i + 1 : i + 1 + L]]).sum())
+    return torch.stack(out).float()
 
 
 def ttt_counts(drafter: Any, feats: Any, k: int) -> Counts:

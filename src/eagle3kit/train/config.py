@@ -1,0 +1,136 @@
+"""The settings of a training run, their checks, and the learning-rate schedule.
+
+lr(s) = lr * (s+1)/warmup                              for s < warmup
+      = lr * (r + (1-r) * (1 + cos(pi * p)) / 2),      p = (s-warmup)/(N-warmup), r = min_lr_ratio
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Any
+
+from eagle3kit.core.errors import Eagle3Error
+
+
+@dataclass
+class TrainConfig:
+    """Every setting of a run (saved in RUN/state; `--resume` reuses them)."""
+
+    out: str
+    target: str | None = None
+    data: str | None = None
+    features: str | None = None
+    init_from: str | None = None
+    attention: str = "mha"
+    vocab: str | None = None
+    draft_vocab_size: int | None = None
+    rebuild_vocab: bool = False
+    l2sp: float = 0.0
+    reference_target: str | None = None
+    ttt_steps: int = 7
+    steps: int | None = None
+    epochs: float | None = None
+    batch_size: int = 8
+    max_len: int = 512
+    max_samples: int | None = None  # train on the first n training samples only
+    lr: float = 1e-3
+    warmup: int | None = None  # default: 5% of the steps
+    min_lr_ratio: float = 0.1
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    heldout: float = 0.05
+    eval_every: int | None = None  # default: steps // 10
+    eval_samples: int = 64
+    eval_batch: int = 8
+    save_every: int | None = None
+    seed: int = 0
+    device: str = "cpu"
+    target_dtype: str = "float32"
+    topk: int | None = None
+    trust_remote_code: bool = False
+    # seconds of training: stop (evaluate, save) after the step that passes it
+    time_limit: float | None = None
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> TrainConfig:
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def validate(self) -> None:
+        """Every numeric setting in its range, before anything is loaded or written; the
+        message names the CLI option (`--batch-size` for batch_size)."""
+        for name, lo, strict, optional in _RANGES:
+            v = getattr(self, name)
+            if v is None and optional:
+                continue
+            flag = "--" + name.replace("_", "-")
+            kind = "an int" if name in _INTS else "a number"
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+                raise Eagle3Error(f"{flag}: expected {kind}, found {v!r}")
+            if v < lo or (strict and v == lo):
+                rel = ">" if strict else ">="
+                raise Eagle3Error(f"{flag}: expected {kind} {rel} {lo:g}, found {v:g}")
+        h = self.heldout
+        if isinstance(h, float) and not 0.0 < h < 1.0:
+            raise Eagle3Error(f"--heldout: expected a fraction in (0, 1) or a count, found {h:g}")
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise Eagle3Error(f"min_lr_ratio: expected 0..1, found {self.min_lr_ratio:g}")
+
+
+# (field, lower bound, bound excluded, None allowed)
+_RANGES = (
+    ("lr", 0, True, False),
+    ("steps", 1, False, True),
+    ("epochs", 0, True, True),
+    ("batch_size", 1, False, False),
+    ("ttt_steps", 1, False, False),
+    ("warmup", 0, False, True),
+    ("max_len", 3, False, False),  # a position t predicts x[t+2]
+    ("max_samples", 1, False, True),
+    ("heldout", 0, True, False),
+    ("eval_every", 1, False, True),
+    ("eval_samples", 1, False, False),
+    ("eval_batch", 1, False, False),
+    ("save_every", 1, False, True),
+    ("grad_clip", 0, False, False),
+    ("weight_decay", 0, False, False),
+    ("l2sp", 0, False, False),
+    ("time_limit", 0, False, True),
+    ("topk", 1, False, True),
+    ("draft_vocab_size", 1, False, True),
+)
+_INTS = {
+    "steps",
+    "batch_size",
+    "ttt_steps",
+    "warmup",
+    "max_len",
+    "max_samples",
+    "eval_every",
+    "eval_samples",
+    "eval_batch",
+    "save_every",
+    "topk",
+    "draft_vocab_size",
+}
+
+
+def lr_at(step: int, total: int, cfg: TrainConfig) -> float:
+    """Linear warm-up, then cosine decay to lr * min_lr_ratio (module docstring)."""
+    warm = cfg.warmup if cfg.warmup is not None else max(1, total // 20)
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    p = (step - warm) / max(1, total - warm)
+    r = cfg.min_lr_ratio
+    return cfg.lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
+
+
+def total_steps(cfg: TrainConfig, n_train: int) -> int:
+    """--steps, or --epochs (default 1) passes over the training split."""
+    if cfg.steps is not None:
+        if cfg.steps < 1:
+            raise Eagle3Error(f"--steps: expected a positive int, found {cfg.steps}")
+        return cfg.steps
+    epochs = cfg.epochs if cfg.epochs is not None else 1.0
+    return max(1, math.ceil(epochs * n_train / cfg.batch_size))

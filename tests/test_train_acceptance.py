@@ -1,0 +1,68 @@
+"""The one offline-acceptance aggregator (train.acceptance) and how training picks RUN/best."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from test_train_helpers import tiny_data, tiny_target
+
+from eagle3kit.train.acceptance import Acceptance, from_counts
+from eagle3kit.train.ttt import Counts
+
+
+def test_from_counts_names_each_value():
+    c = Counts(2)
+    c.hits[:] = torch.tensor([6.0, 3.0])
+    c.counted[:] = torch.tensor([10.0, 10.0])
+    c.chain[:] = torch.tensor([6.0, 3.0])
+    c.chain_prev[:] = torch.tensor([10.0, 6.0])
+    c.loss_sum[:] = torch.tensor([5.0, 8.0])
+    c.loss_n[:] = torch.tensor([10.0, 10.0])
+    c.walk_ge[:] = torch.tensor([4.0, 1.0])  # 8 cycles: 4 accepted >= 1, 1 accepted 2
+    c.walk_n[:] = torch.tensor([8.0, 8.0])
+    a = from_counts(c)
+    assert a.tau_every_position == pytest.approx(1 + 0.6 + 0.6 * 0.5)  # cond_acc 0.6, 0.5
+    assert a.tau_every_position_by_depth == pytest.approx([1.6, 1.9])
+    assert a.tau_walk == pytest.approx(1 + 4 / 8 + 1 / 8)
+    assert a.walk_acc == pytest.approx([0.5, 0.125])
+    assert a.cycles == 8 and a.counted == [10, 10]
+    assert a.loss == pytest.approx([0.5, 0.8])
+
+
+def _acc(walk: float, every: float) -> Acceptance:
+    return Acceptance(
+        3, [0.5] * 3, [0.5] * 3, [1.0] * 3, [1] * 3, [0.1] * 3, 4, walk, every, [every] * 3
+    )
+
+
+def test_best_is_chosen_by_tau_walk(tmp_path, monkeypatch):
+    """Evaluations whose walked and every-position values disagree: best follows tau_walk."""
+    from eagle3kit.train import loop
+    from eagle3kit.train.loop import TrainConfig, train
+
+    script = iter([_acc(1.5, 2.0), _acc(1.8, 1.9), _acc(1.2, 2.5)])  # steps 0, 2, 4
+    monkeypatch.setattr(loop, "acceptance", lambda *a, **k: next(script))
+    cfg = TrainConfig(
+        out=str(tmp_path / "run"),
+        target=str(tiny_target()),
+        data=str(tiny_data()),
+        draft_vocab_size=96,
+        ttt_steps=3,
+        batch_size=4,
+        max_len=64,
+        heldout=0.125,
+        eval_samples=6,
+        eval_batch=6,
+        steps=4,
+        eval_every=2,
+    )
+    s = train(cfg)
+    assert s["best_step"] == 2
+    assert s["tau_walk"] == 1.8 and s["sim_accept_len"] == 1.9
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["tau_walk"] for r in rows] == [1.5, 1.8, 1.2]
+    assert [r["tau_every_position"] for r in rows] == [2.0, 1.9, 2.5]
+    st = json.loads((tmp_path / "run" / "state" / "state.json").read_text())
+    assert st["best_step"] == 2 and st["best_tau_walk"] == 1.8
