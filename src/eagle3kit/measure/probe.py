@@ -515,6 +515,7 @@ def probe(
 ) -> dict[str, Any]:
     """Run the Phase 0 probe; returns the `probe --json` document (module docstring)."""
     from eagle3kit.checkpoint.compat import compat
+    from eagle3kit.measure.similarity import check_targets
 
     if bench is not None and (baseline_tps is not None or cycle_ms is not None):
         raise Eagle3Error("probe: give --bench or --baseline-tps/--cycle-ms, not both")
@@ -524,8 +525,11 @@ def probe(
         baseline_tps, cycle_ms = read_bench(bench)
     stages = 5
     emit(progress, "probe", 0, stages, "stage", doing="compat")
+    check_targets(target, reference)  # from the configs, before any weight is read
     c = compat(drafter, target, "both")
     layout, spec, d, new, ref = _load(drafter, target, reference, device, dtype)
+    if ref is not None:
+        check_targets(target, reference, new.hidden_size, ref.hidden_size)
     own_embed = bool(d.embed_loaded)
     doc: dict[str, Any] = {
         "drafter": drafter,

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.spec import default_aux_layers
 
@@ -135,9 +136,10 @@ class TargetModel:
             raise Eagle3Error(f"{src}: no such directory")
         kw = dict(trust_remote_code=trust_remote_code, revision=revision)
         try:
-            model = AutoModelForCausalLM.from_pretrained(
-                src, dtype=torch_dtype, use_safetensors=True, **kw
-            )
+            with quiet_transformers():  # its "Loading weights" bar would leak into our output
+                model = AutoModelForCausalLM.from_pretrained(
+                    src, dtype=torch_dtype, use_safetensors=True, **kw
+                )
         except OSError as e:
             raise Eagle3Error(f"{src}: cannot load the target model ({e})") from e
         tokenizer = None
