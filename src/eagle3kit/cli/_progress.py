@@ -52,6 +52,10 @@ def bar(enabled: bool = True) -> Iterator[Progress | None]:
 
     try:
         yield on_event
-    finally:
-        if tasks:
-            p.stop()
+    except BaseException:
+        if tasks:  # an error: erase the bars (no final newline), the error line stands alone
+            p.live.transient = True
+            p.live.stop()
+        raise
+    if tasks:
+        p.stop()

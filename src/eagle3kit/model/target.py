@@ -131,6 +131,12 @@ class TargetModel:
         if local.is_dir():
             if not (local / "config.json").is_file():
                 raise Eagle3Error(f"{local}: not a model directory (no config.json)")
+            pickles = sorted(f.name for f in local.glob("*") if f.suffix in (".bin", ".pt", ".pth"))
+            if pickles and not any(local.glob("*.safetensors")):
+                raise Eagle3Error(
+                    f"{local}: only pickle weights ({', '.join(pickles[:3])}), which eagle3kit "
+                    "never loads (unpickling runs code); convert them to safetensors"
+                )
             src = str(local)
         elif isinstance(path_or_id, Path) or src.startswith((".", "/", "~")):
             raise Eagle3Error(f"{src}: no such directory")
