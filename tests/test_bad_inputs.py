@@ -766,3 +766,149 @@ def test_the_battery_covers_every_verb():
     }
     assert want <= verbs, want - verbs
     assert len(CASES) >= 60
+
+
+# -- the fixed cases, beyond exit code and one line -----------------------------------------
+def test_prepare_without_usable_samples_lists_why(world, tmp_path):
+    inp = _write(tmp_path / "in.jsonl", _conv("a", None) + "{x\n" + _conv("b", None))
+    r = run_cli("data", "prepare", inp, "--target", world.paths["T"], "-o", str(tmp_path / "D"))
+    assert r.code == 2, r.err
+    assert "3 skipped (2 no assistant turn, 1 bad JSON)" in r.err, r.err
+    assert sorted(os.listdir(tmp_path)) == ["in.jsonl"]  # no DATA dir, no temp dir left
+
+
+def _prompt_only_input(path: Path) -> list[dict]:
+    recs = [
+        {"id": "ends-with-user", "conversations": [{"from": "human", "value": "def parse("}]},
+        {
+            "id": "empty-answer",
+            "messages": [
+                {"role": "user", "content": "import os"},
+                {"role": "assistant", "content": ""},
+            ],
+        },
+        {
+            "id": "complete",
+            "messages": [
+                {"role": "user", "content": "class Node:"},
+                {"role": "assistant", "content": "OLD"},
+                {"role": "user", "content": "and then?"},
+            ],
+        },
+        {"id": "whole", "messages": [{"role": "user", "content": "x ="}]},
+    ]
+    recs.append({"id": "done", **json.loads(_conv("for i in", "OLD"))})
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    return recs
+
+
+def test_regenerate_answers_prompt_only_conversations(world, tmp_path):
+    """Prompts only (a final user turn, an empty answer) get the target's answer as their last
+    assistant turn, locally and through an OpenAI-compatible server, with the same text."""
+    from openai_server import FakeOpenAIServer
+
+    inp = tmp_path / "prompts.jsonl"
+    _prompt_only_input(inp)
+    t = world.paths["T"]
+    r = run_cli(
+        "data",
+        "regenerate",
+        str(inp),
+        "--target",
+        t,
+        "-o",
+        str(tmp_path / "local.jsonl"),
+        "--max-tokens",
+        "6",
+    )
+    assert r.code == 0, r.err
+    assert "4 of them ended with a user turn" in " ".join(r.out.split()), r.out
+    with FakeOpenAIServer(t, lifetime=60) as srv:
+        r2 = run_cli(
+            "data",
+            "regenerate",
+            str(inp),
+            "--server",
+            srv.url,
+            "-o",
+            str(tmp_path / "srv.jsonl"),
+            "--max-tokens",
+            "6",
+            "--json",
+        )
+    assert r2.code == 0, r2.err
+    assert json.loads(r2.out)["answered"] == 4 and json.loads(r2.out)["done"] == 5
+    local = [json.loads(x) for x in (tmp_path / "local.jsonl").read_text().splitlines()]
+    served = [json.loads(x) for x in (tmp_path / "srv.jsonl").read_text().splitlines()]
+    assert sorted(local, key=lambda d: d["id"]) == sorted(served, key=lambda d: d["id"])
+    by_id = {d["id"]: d for d in local}
+    last = by_id["ends-with-user"]["conversations"][-1]
+    assert last["from"] == "gpt" and last["value"].strip()
+    assert by_id["empty-answer"]["messages"][-1]["content"].strip()
+    complete = by_id["complete"]["messages"]
+    assert [m["role"] for m in complete] == ["user", "assistant", "user", "assistant"]
+    assert complete[1]["content"] != "OLD" and complete[3]["content"].strip()
+    # the server saw exactly the history before each answer: never an empty assistant turn
+    assert all(m["content"] for b in srv.bodies for m in b["messages"])
+
+
+def test_regenerate_checks_the_server_once(world, tmp_path):
+    from eagle3kit.core.errors import Eagle3Error
+    from eagle3kit.data.regenerate import regenerate
+
+    inp = tmp_path / "in.jsonl"
+    _prompt_only_input(inp)
+    url = f"http://127.0.0.1:{_free_port()}"
+    t0 = time.perf_counter()
+    with pytest.raises(Eagle3Error, match=r"--server: no server answers at http://127\.0\.0\.1"):
+        regenerate(inp, tmp_path / "out.jsonl", servers=[url], retries=4)
+    assert time.perf_counter() - t0 < 5  # one request, not retries x samples with backoff
+    assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_regenerate_stops_after_unreachable_samples_in_a_row(world, tmp_path):
+    """The server dies mid-run: the run stops after MAX_UNREACHABLE samples in a row could not
+    connect (not after trying all), and keeps the sample written before."""
+    from openai_server import FakeOpenAIServer
+
+    from eagle3kit.data import regenerate as rg
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(_conv(f"x{i} =", "OLD") for i in range(rg.MAX_UNREACHABLE + 6)))
+    out = tmp_path / "out.jsonl"
+    with FakeOpenAIServer(world.paths["T"], mode="die", die_after=2, lifetime=60) as srv:
+        r = run_cli(
+            "data",
+            "regenerate",
+            str(inp),
+            "--server",
+            srv.url,
+            "-o",
+            str(out),
+            "--retries",
+            "0",
+            "--concurrency",
+            "1",
+            "--max-tokens",
+            "3",
+        )
+        assert srv.chat_requests == 2  # the answered one and the one it died on
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert f"stopped after {rg.MAX_UNREACHABLE} samples in a row could not connect" in r.err
+    assert "1 samples written" in r.err and "rerun" in r.err
+    assert len(out.read_text().splitlines()) == 1
+
+
+def test_loading_a_target_draws_no_transformers_bar(world):
+    import contextlib
+    import io
+
+    from eagle3kit.model.target import TargetModel
+
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        TargetModel.from_pretrained(world.paths["T"]).close()
+    assert "Loading weights" not in err.getvalue() and "it/s" not in err.getvalue(), err.getvalue()
+    from transformers.utils import logging as hf_logging
+
+    assert hf_logging.is_progress_bar_enabled()  # restored for whoever else uses transformers
