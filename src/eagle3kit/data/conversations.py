@@ -2,7 +2,8 @@
 
 Two input forms, one record per JSONL line (or one row of a Hugging Face `datasets` dataset):
 
-    ShareGPT  {"id"?: ..., "system"?: str, "conversations": [{"from": "human"|"gpt"|..., "value": str}]}
+    ShareGPT  {"id"?: ..., "system"?: str,
+               "conversations": [{"from": "human"|"gpt"|..., "value": str}]}
     OpenAI    {"id"?: ..., "messages": [{"role": "system"|"user"|"assistant", "content": str}]}
 
 A valid conversation, once normalised to `[{"role", "content"}]`, is: an optional system turn
@@ -41,7 +42,7 @@ OPENAI_ROLES = ("system", "user", "assistant")
 
 
 class Malformed(ValueError):
-    """One record is unusable; the message is the reason (no file or line: the reader adds those)."""
+    """One record is unusable; the message is the reason (no file or line: readers add those)."""
 
 
 @dataclass(frozen=True)

@@ -124,7 +124,7 @@ def with_answers(rec: dict[str, Any], sid: str, answers: list[str]) -> dict[str,
 
 
 def regenerate_one(msgs: Messages, sid: str, generate: Generate) -> list[str]:
-    """Turn by turn: each assistant turn is generated from the history with earlier ones replaced."""
+    """Turn by turn: each assistant turn is generated from the history, earlier ones replaced."""
     history: Messages = []
     answers = []
     for m in msgs:
@@ -375,7 +375,8 @@ def server_generator(
     backoff: float = 0.5,
     template_kwargs: dict | None = None,
 ) -> Generate:
-    """Ask ``/v1/chat/completions``; retry with backoff ``backoff * 2^attempt`` (+ jitter, <= 8 s)."""
+    """Ask ``/v1/chat/completions``; retry with backoff ``backoff * 2^attempt`` (+ jitter,
+    <= 8 s). When every attempt failed to connect: ServerUnreachable (a RuntimeError)."""
 
     def generate(history: Messages, sid: str) -> str:
         body = {

@@ -66,7 +66,8 @@ def _check_rows(a: torch.Tensor, b: torch.Tensor, same_width: bool) -> None:
         )
     if a.shape[0] != b.shape[0]:
         raise Eagle3Error(
-            f"similarity: expected the same tokens (rows) on both sides, found {a.shape[0]} and {b.shape[0]}"
+            "similarity: expected the same tokens (rows) on both sides, found "
+            f"{a.shape[0]} and {b.shape[0]}"
         )
     if a.shape[0] < 2:
         raise Eagle3Error(f"similarity: expected at least 2 tokens, found {a.shape[0]}")
@@ -137,7 +138,8 @@ def aux_similarity(
     k = len(layers)
     if ref_aux.shape != new_aux.shape or ref_aux.shape[-1] % k:
         raise Eagle3Error(
-            f"similarity: expected two [N, {k}*H] aux matrices, found {list(ref_aux.shape)} and {list(new_aux.shape)}"
+            f"similarity: expected two [N, {k}*H] aux matrices of one shape (targets of one "
+            f"hidden size), found {list(ref_aux.shape)} and {list(new_aux.shape)}"
         )
     rows = []
     for layer, ra, na in zip(
