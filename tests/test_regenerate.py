@@ -265,7 +265,9 @@ def test_malformed_input_lines_are_skipped(tmp_path, target):
     write_input(inp, 1)
     with open(inp, "a") as f:
         f.write("{bad json\n\n")
-        f.write(json.dumps({"messages": [{"role": "user", "content": "x"}]}) + "\n")
+        # a conversation must start with a user turn (one that ends with a user turn is
+        # answered: tests/test_bad_inputs.py)
+        f.write(json.dumps({"messages": [{"role": "assistant", "content": "x"}]}) + "\n")
     res = regen_local(inp, outp, target, max_tokens=MAX_TOKENS)
     assert res.done == 1
     assert [s["line"] for s in res.skipped] == [2, 4]

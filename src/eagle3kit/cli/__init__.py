@@ -97,6 +97,13 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("eagle3kit: interrupted", file=sys.stderr)
         sys.exit(130)
+    except OSError as e:
+        # a path the user gave that cannot be used (a file where a dir is expected, a full
+        # disk, no permission): one line naming it, like any bad input
+        if debug or e.filename is None:
+            raise
+        print(f"eagle3kit: error: {e.filename}: {e.strerror or e}", file=sys.stderr)
+        sys.exit(2)
     except Exception as e:
         # typer/click usage errors (vendored by typer >= 0.29, click before): duck-typed
         code = getattr(e, "exit_code", None)

@@ -41,6 +41,8 @@ def bar(enabled: bool = True) -> Iterator[Progress | None]:
     tasks: dict[str, int] = {}
 
     def on_event(e: Event) -> None:
+        if not tasks:
+            p.start()  # lazily: a command that fails before any progress prints nothing here
         info = " ".join(
             f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}" for k, v in e.info.items()
         )
@@ -48,5 +50,12 @@ def bar(enabled: bool = True) -> Iterator[Progress | None]:
             tasks[e.stage] = p.add_task(e.stage, total=e.total, unit=e.unit, info=info)
         p.update(tasks[e.stage], completed=e.done, total=e.total, info=info)
 
-    with p:
+    try:
         yield on_event
+    except BaseException:
+        if tasks:  # an error: erase the bars (no final newline), the error line stands alone
+            p.live.transient = True
+            p.live.stop()
+        raise
+    if tasks:
+        p.stop()

@@ -267,7 +267,9 @@ def register(app: typer.Typer) -> None:
         Refuses (exit 2, nothing written) a drafter with a broken config, shapes or vocab map, and
         any conversion the destination cannot represent."""
         from eagle3kit.checkpoint.convert import convert as run_convert
+        from eagle3kit.cli._checks import check_output
 
+        check_output(output, "-o", src, embed_from, verifier, kind="dir")
         r = run_convert(src, to, output, verifier=verifier, embed_from=embed_from)
         if json_out:
             emit_json(r.to_json())

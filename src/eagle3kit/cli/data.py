@@ -76,7 +76,7 @@ def register(app: typer.Typer) -> None:
         ],
         output: Annotated[str, typer.Option("-o", "--output", help="The DATA directory to write.")],
         max_length: Annotated[
-            int, typer.Option("--max-length", help="Truncate samples to this many tokens.")
+            int, typer.Option("--max-length", min=2, help="Truncate samples to this many tokens.")
         ] = 2048,
         strict: Annotated[
             bool, typer.Option("--strict", help="Stop at the first malformed record (exit 2).")
@@ -140,7 +140,9 @@ def register(app: typer.Typer) -> None:
         data: Annotated[str, typer.Argument(help="A DATA directory written by `data prepare`.")],
         draft_vocab_size: Annotated[
             int,
-            typer.Option("--draft-vocab-size", help="N: how many target ids the drafter predicts."),
+            typer.Option(
+                "--draft-vocab-size", min=1, help="N: how many target ids the drafter predicts."
+            ),
         ],
         output: Annotated[
             str,
@@ -149,9 +151,11 @@ def register(app: typer.Typer) -> None:
         json_: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
     ) -> None:
         """Draft vocab = the N most frequent loss tokens (ties: lower id); d2t/t2d + coverage table."""
+        from eagle3kit.cli._checks import check_output
         from eagle3kit.cli._render import emit_json
         from eagle3kit.data.vocab_counts import draft_vocab
 
+        check_output(output, "-o", data, kind="file")
         r = draft_vocab(data, draft_vocab_size, output)
         if json_:
             emit_json(r)

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import typer
 
+from eagle3kit.cli._checks import check_device, check_output
+
 JSON_HELP = "Print one JSON document on stdout (progress stays on stderr)."
 
 
@@ -59,7 +61,7 @@ def register(data_app: typer.Typer) -> None:
             "--template-kwargs",
             help="JSON for the chat template, e.g. '{\"enable_thinking\": false}' (servers get it as chat_template_kwargs).",
         ),
-        device: str = typer.Option("cpu", "--device"),
+        device: str = typer.Option("cpu", "--device", callback=check_device),
         dtype: str = typer.Option("float32", "--dtype"),
         trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -76,6 +78,7 @@ def register(data_app: typer.Typer) -> None:
 
         if (target is None) == (not server):
             raise Eagle3Error("data regenerate: give exactly one of --target or --server")
+        check_output(output, "-o", input, kind="file")
         kwargs = parse_template_kwargs(template_kwargs)
         local = None
         if target:
@@ -110,6 +113,12 @@ def register(data_app: typer.Typer) -> None:
             out().print(
                 f"{output}: {res.done} regenerated, {res.already_done} already done, "
                 f"{len(res.failed)} failed, {len(res.skipped)} input lines skipped"
+                + (
+                    f"; {res.answered} of them ended with a user turn (or an empty answer) "
+                    "and were answered"
+                    if res.answered
+                    else ""
+                )
             )
         if res.failed:
             raise typer.Exit(1)
@@ -130,13 +139,16 @@ def register(data_app: typer.Typer) -> None:
             help="Draft vocab (d2t/t2d safetensors from `data vocab`); default: the full vocab.",
         ),
         topk: int = typer.Option(
-            64, "--topk", help="Teacher log-probs kept per token (0 = the whole draft vocab)."
+            64,
+            "--topk",
+            min=0,
+            help="Teacher log-probs kept per token (0 = the whole draft vocab).",
         ),
-        shard_tokens: int = typer.Option(32768, "--shard-tokens", help="Tokens per shard."),
+        shard_tokens: int = typer.Option(32768, "--shard-tokens", min=1, help="Tokens per shard."),
         batch_tokens: int = typer.Option(
-            4096, "--batch-tokens", help="Padded tokens per target forward."
+            4096, "--batch-tokens", min=1, help="Padded tokens per target forward."
         ),
-        device: str = typer.Option("cpu", "--device"),
+        device: str = typer.Option("cpu", "--device", callback=check_device),
         dtype: str = typer.Option("float32", "--dtype"),
         trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
@@ -146,6 +158,7 @@ def register(data_app: typer.Typer) -> None:
         from eagle3kit.cli._render import emit_json, out
         from eagle3kit.data.store import capture
 
+        check_output(output, "-o", data, vocab, kind="dir")
         tm = _load_target(
             target, device, dtype, list(aux_layers) if aux_layers else None, trust_remote_code
         )

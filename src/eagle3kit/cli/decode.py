@@ -8,6 +8,7 @@ from pathlib import Path
 
 import typer
 
+from eagle3kit.cli._checks import check_device, top_p
 from eagle3kit.core.errors import bad
 
 TARGET_HELP = "Target: a model dir, a hub id, or a zoo member (dsv3-v2, llama-v1-tiny)."
@@ -53,16 +54,20 @@ def register(app: typer.Typer) -> None:
         drafter: str = typer.Option(..., "--drafter", help=DRAFTER_HELP),
         prompt: str = typer.Option(..., "--prompt", help="Raw text (see --chat)."),
         chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in the chat template."),
-        max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
-        depth: int = typer.Option(4, "--depth", help="Draft tokens per cycle (tree: depth)."),
+        max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
+        depth: int = typer.Option(
+            4, "--depth", min=1, help="Draft tokens per cycle (tree: depth)."
+        ),
         tree: bool = typer.Option(False, "--tree", help="Draft a tree instead of a chain."),
-        topk: int = typer.Option(4, "--topk", help="Tree: children per expanded node."),
-        budget: int = typer.Option(16, "--budget", help="Tree: draft tokens sent to the target."),
-        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
-        top_p: float = typer.Option(1.0, "--top-p"),
+        topk: int = typer.Option(4, "--topk", min=1, help="Tree: children per expanded node."),
+        budget: int = typer.Option(
+            16, "--budget", min=1, help="Tree: draft tokens sent to the target."
+        ),
+        temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy."),
+        top_p: float = typer.Option(1.0, "--top-p", callback=top_p),
         seed: int = typer.Option(0, "--seed"),
-        device: str = typer.Option("cpu", "--device"),
-        threads: int = typer.Option(None, "--threads", help="torch CPU threads."),
+        device: str = typer.Option("cpu", "--device", callback=check_device),
+        threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Generate with speculative decoding; streams the text, ends with tau and tok/s."""
@@ -122,11 +127,15 @@ def register(app: typer.Typer) -> None:
         data: Path = typer.Option(..., "--data", help=DATA_HELP),
         online: bool = typer.Option(False, "--online", help="Also decode for real: tau, tok/s."),
         depth: int = typer.Option(3, "--depth", help="Draft steps (chain depth)."),
-        max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Online: per prompt."),
-        repeats: int = typer.Option(3, "--repeats", help="Online: repeats (median/min/max)."),
-        limit: int = typer.Option(20, "--limit", help="Online: at most this many prompts."),
-        device: str = typer.Option("cpu", "--device"),
-        threads: int = typer.Option(None, "--threads", help="torch CPU threads."),
+        max_new_tokens: int = typer.Option(
+            128, "--max-new-tokens", min=1, help="Online: per prompt."
+        ),
+        repeats: int = typer.Option(
+            3, "--repeats", min=1, help="Online: repeats (median/min/max)."
+        ),
+        limit: int = typer.Option(20, "--limit", min=1, help="Online: at most this many prompts."),
+        device: str = typer.Option("cpu", "--device", callback=check_device),
+        threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding."""
@@ -157,16 +166,16 @@ def register(app: typer.Typer) -> None:
         data: Path = typer.Option(
             None, "--data", help=DATA_HELP + " Default: built-in chat prompts."
         ),
-        prompts: int = typer.Option(8, "--prompts", help="At most this many prompts."),
-        repeats: int = typer.Option(5, "--repeats"),
-        max_new_tokens: int = typer.Option(128, "--max-new-tokens"),
-        depth: int = typer.Option(4, "--depth", help="Chain depth."),
-        tree_depth: int = typer.Option(5, "--tree-depth"),
-        topk: int = typer.Option(4, "--topk"),
-        budget: int = typer.Option(16, "--budget"),
-        lookup: int = typer.Option(10, "--lookup", help="prompt_lookup_num_tokens."),
-        device: str = typer.Option("cpu", "--device"),
-        threads: int = typer.Option(None, "--threads", help="torch CPU threads."),
+        prompts: int = typer.Option(8, "--prompts", min=1, help="At most this many prompts."),
+        repeats: int = typer.Option(5, "--repeats", min=1),
+        max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
+        depth: int = typer.Option(4, "--depth", min=1, help="Chain depth."),
+        tree_depth: int = typer.Option(5, "--tree-depth", min=1),
+        topk: int = typer.Option(4, "--topk", min=1),
+        budget: int = typer.Option(16, "--budget", min=1),
+        lookup: int = typer.Option(10, "--lookup", min=1, help="prompt_lookup_num_tokens."),
+        device: str = typer.Option("cpu", "--device", callback=check_device),
+        threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order)."""

@@ -28,7 +28,10 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--json", help="Print one JSON summary; narration goes to stderr.")
         ] = False,
         threads: Annotated[
-            int, typer.Option(help="torch threads (1 is fastest for batch-1 decoding of the zoo).")
+            int,
+            typer.Option(
+                min=1, help="torch threads (1 is fastest for batch-1 decoding of the zoo)."
+            ),
         ] = 1,
         size: Annotated[
             str | None, typer.Option(help="Zoo size: full (default) or tiny (same as --quick).")
@@ -37,6 +40,7 @@ def register(app: typer.Typer) -> None:
         """The whole story on the zoo's v1 -> v2 pair: bench, plan, compat, probe, fine-tune vs scratch, eval, report.
 
         Leaves DIR/report.html, DIR/report.md and the runs' JSON artefacts."""
+        from eagle3kit.cli._checks import check_output
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json, err
         from eagle3kit.cli._render import out as stdout
@@ -47,6 +51,8 @@ def register(app: typer.Typer) -> None:
             # live, Rich redirects both, so narration prints above the bars instead of through them
             (err() if json_out else stdout()).print(text, markup=False, highlight=False)
 
+        if out is not None:
+            check_output(out, "--out", kind="dir")
         chosen = size or ("tiny" if quick else "full")
         with bar(True) as progress:
             summary = run_demo(out, say=say, size=chosen, progress=progress, threads=threads)

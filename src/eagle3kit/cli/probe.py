@@ -6,6 +6,8 @@ from typing import Annotated, Any
 
 import typer
 
+from eagle3kit.cli._checks import above_zero, check_device
+
 
 def _render_probe(r: dict[str, Any]) -> None:
     from rich.table import Table
@@ -94,17 +96,24 @@ def register(app: typer.Typer) -> None:
                 "--data", help="Prepared data dir (default: built-in stdlib conversations)."
             ),
         ] = None,
-        baseline_tps: Annotated[float | None, typer.Option(help="Plain decoding tok/s.")] = None,
-        cycle_ms: Annotated[float | None, typer.Option(help="One speculative cycle, ms.")] = None,
+        baseline_tps: Annotated[
+            float | None, typer.Option(callback=above_zero, help="Plain decoding tok/s.")
+        ] = None,
+        cycle_ms: Annotated[
+            float | None, typer.Option(callback=above_zero, help="One speculative cycle, ms.")
+        ] = None,
         bench: Annotated[
             str | None, typer.Option(help="bench JSON with baseline_tps and cycle_ms.")
         ] = None,
-        depth: Annotated[int, typer.Option(help="Draft steps scored.")] = 3,
-        samples: Annotated[int, typer.Option(help="Sequences to probe on.")] = 16,
+        depth: Annotated[int, typer.Option(min=1, help="Draft steps scored.")] = 3,
+        samples: Annotated[int, typer.Option(min=1, help="Sequences to probe on.")] = 16,
         online_prompts: Annotated[
-            int, typer.Option(help="Prompts decoded for the online accept length (0: none).")
+            int,
+            typer.Option(min=0, help="Prompts decoded for the online accept length (0: none)."),
         ] = 4,
-        device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1 ...")] = "cpu",
+        device: Annotated[
+            str, typer.Option(callback=check_device, help="cpu, cuda, cuda:1 ...")
+        ] = "cpu",
         dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
@@ -147,10 +156,12 @@ def register(app: typer.Typer) -> None:
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
         """Write report.md and a self-contained report.html (plots inline) from the runs' JSON artefacts."""
+        from eagle3kit.cli._checks import check_output
         from eagle3kit.cli._render import emit_json
         from eagle3kit.cli._render import out as stdout
         from eagle3kit.report import report as run_report
 
+        check_output(out, "-o", *run_dirs, kind="dir")
         r = run_report(run_dirs, out, title=title)
         if json_out:
             emit_json(r)

@@ -33,6 +33,15 @@ def _row(d: dict) -> list[str]:
     ]
 
 
+def _check_size(size: str) -> str:
+    sizes = ("full", "tiny")  # eagle3kit.zoo.SIZES, without importing the zoo (torch) here
+    if size not in sizes:
+        from eagle3kit.core.errors import bad
+
+        raise bad("--size", f"expected one of {', '.join(sizes)}, found {size!r}")
+    return size
+
+
 def register(app: typer.Typer) -> None:
     zoo_app = typer.Typer(
         help="The built-in tiny targets (Llama and DeepSeek-V3, v1/v2), built from the stdlib.",
@@ -42,7 +51,7 @@ def register(app: typer.Typer) -> None:
 
     @zoo_app.command("list")
     def list_(
-        size: str = typer.Option("full", help=SIZE_HELP),
+        size: str = typer.Option("full", help=SIZE_HELP, callback=_check_size),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """List the zoo's members, where they live and whether they are built."""
@@ -74,7 +83,7 @@ def register(app: typer.Typer) -> None:
     @zoo_app.command("build")
     def build(
         name: str = typer.Argument(None, help="Member to build (default: all)."),
-        size: str = typer.Option("full", help=SIZE_HELP),
+        size: str = typer.Option("full", help=SIZE_HELP, callback=_check_size),
         force: bool = typer.Option(False, "--force", help="Rebuild even when cached."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:

@@ -5,9 +5,11 @@ benchmarks/ print it beside every figure; `eagle3kit bench` writes it into its J
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -37,3 +39,26 @@ def environment_info() -> dict[str, Any]:
     if "transformers" in sys.modules:
         info["transformers"] = sys.modules["transformers"].__version__
     return info
+
+
+@contextlib.contextmanager
+def quiet_transformers() -> Iterator[None]:
+    """Silence transformers' own tqdm bars ("Loading weights ...") for the block.
+
+    Our progress goes through core/progress.py callbacks; a bar transformers draws on stderr
+    would interleave with ours and break one-line output. Its warnings (missing weights,
+    ...) are kept. The previous state is restored after the block. Note that transformers'
+    switch also covers huggingface_hub's download bars while the block runs.
+    """
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # transformers absent: nothing to silence
+        yield
+        return
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()

@@ -2,7 +2,8 @@
 
 Two input forms, one record per JSONL line (or one row of a Hugging Face `datasets` dataset):
 
-    ShareGPT  {"id"?: ..., "system"?: str, "conversations": [{"from": "human"|"gpt"|..., "value": str}]}
+    ShareGPT  {"id"?: ..., "system"?: str,
+               "conversations": [{"from": "human"|"gpt"|..., "value": str}]}
     OpenAI    {"id"?: ..., "messages": [{"role": "system"|"user"|"assistant", "content": str}]}
 
 A valid conversation, once normalised to `[{"role", "content"}]`, is: an optional system turn
@@ -41,7 +42,7 @@ OPENAI_ROLES = ("system", "user", "assistant")
 
 
 class Malformed(ValueError):
-    """One record is unusable; the message is the reason (no file or line: the reader adds those)."""
+    """One record is unusable; the message is the reason (no file or line: readers add those)."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,7 @@ class Conversation:
     id: str
     form: str  # "sharegpt" | "openai"
     turns: list[dict[str, str]]  # [{"role": "system"|"user"|"assistant", "content": str}]
+    open: bool = False  # validate(open_ok=True): an assistant turn was empty or missing at the end
 
 
 @dataclass(frozen=True)
@@ -68,8 +70,12 @@ class Problem:
         return f"{self.file}:{self.line}: {self.reason}"
 
 
-def _content(x: Any, where: str) -> str:
-    """A turn's text: a string, or OpenAI content parts that are all text."""
+def _content(x: Any, where: str, allow_empty: bool = False) -> str:
+    """A turn's text: a string, or OpenAI content parts that are all text.
+
+    ``allow_empty``: an empty (or null) text is kept as "" (an assistant turn to be answered)."""
+    if allow_empty and (x is None or (isinstance(x, str) and not x.strip())):
+        return ""
     if isinstance(x, list):
         texts = []
         for part in x:
@@ -84,7 +90,7 @@ def _content(x: Any, where: str) -> str:
     return x
 
 
-def _sharegpt_turns(record: dict) -> list[dict[str, str]]:
+def _sharegpt_turns(record: dict, open_ok: bool = False) -> list[dict[str, str]]:
     conv = record["conversations"]
     if not isinstance(conv, list):
         raise Malformed(f"conversations: expected a list, found {type(conv).__name__}")
@@ -99,11 +105,12 @@ def _sharegpt_turns(record: dict) -> list[dict[str, str]]:
         role = SHAREGPT_ROLES.get(who.lower()) if isinstance(who, str) else None
         if role is None:
             raise Malformed(f"turn {i}: unknown role {who!r}")
-        turns.append({"role": role, "content": _content(t["value"], f"turn {i}")})
+        empty_ok = open_ok and role == "assistant"
+        turns.append({"role": role, "content": _content(t["value"], f"turn {i}", empty_ok)})
     return turns
 
 
-def _openai_turns(record: dict) -> list[dict[str, str]]:
+def _openai_turns(record: dict, open_ok: bool = False) -> list[dict[str, str]]:
     msgs = record["messages"]
     if not isinstance(msgs, list):
         raise Malformed(f"messages: expected a list, found {type(msgs).__name__}")
@@ -113,7 +120,8 @@ def _openai_turns(record: dict) -> list[dict[str, str]]:
             raise Malformed(f"turn {i}: expected an object with 'role' and 'content'")
         if m["role"] not in OPENAI_ROLES:
             raise Malformed(f"turn {i}: unknown role {m['role']!r}")
-        turns.append({"role": m["role"], "content": _content(m["content"], f"turn {i}")})
+        empty_ok = open_ok and m["role"] == "assistant"
+        turns.append({"role": m["role"], "content": _content(m["content"], f"turn {i}", empty_ok)})
     return turns
 
 
@@ -135,6 +143,24 @@ def check_turns(turns: list[dict[str, str]]) -> None:
         raise Malformed(f"turn {len(turns)}: the last turn must be assistant, found user")
 
 
+def reason_kind(reason: str) -> str:
+    """A skip reason without its specifics, for counting: 'turn 3: empty content' ->
+    'empty content', 'bad JSON: Expecting value at column 1' -> 'bad JSON'."""
+    r = re.sub(r"^turn \d+: ", "", reason)
+    for cut in (": ", " (", ", found", " 'id", " {"):
+        if cut in r and not r.startswith(cut):
+            r = r.split(cut, 1)[0]
+    return "duplicate id" if r.startswith("duplicate id") else r
+
+
+def summarise_reasons(reasons: Iterable[str]) -> str:
+    """'3 no assistant turn, 1 bad JSON': skip reasons counted by kind, most common first."""
+    from collections import Counter
+
+    counts = Counter(reason_kind(r) for r in reasons)
+    return ", ".join(f"{n} {why}" for why, n in counts.most_common())
+
+
 def sample_id(record: dict, turns: list[dict[str, str]]) -> str:
     """The record's `id` field when it has one, else a hash of its normalised turns (stable)."""
     rid = record.get("id")
@@ -146,8 +172,14 @@ def sample_id(record: dict, turns: list[dict[str, str]]) -> str:
     return "sha256:" + hashlib.sha256(blob).hexdigest()[:20]
 
 
-def validate(record: Any) -> Conversation:
-    """A raw record -> Conversation, or Malformed(reason)."""
+def validate(record: Any, open_ok: bool = False) -> Conversation:
+    """A raw record -> Conversation, or Malformed(reason).
+
+    ``open_ok`` (regenerate: the answers are written anew): an assistant turn may be empty,
+    and a conversation may end with a user turn, in which case an empty assistant turn is
+    appended to ``turns`` (the Conversation's ``open`` is then True, as it is when an
+    assistant turn was empty): prompts only are enough.
+    """
     if not isinstance(record, dict):
         raise Malformed(f"expected a JSON object, found {type(record).__name__}")
     # a column absent from a row of a datasets table reads as None: treat it as absent
@@ -159,9 +191,12 @@ def validate(record: Any) -> Conversation:
             f"expected one of 'conversations' (ShareGPT) or 'messages' (OpenAI), found {what}"
         )
     form = "sharegpt" if has_sg else "openai"
-    turns = _sharegpt_turns(record) if has_sg else _openai_turns(record)
+    turns = _sharegpt_turns(record, open_ok) if has_sg else _openai_turns(record, open_ok)
+    if open_ok and turns and turns[-1]["role"] == "user":
+        turns.append({"role": "assistant", "content": ""})
     check_turns(turns)
-    return Conversation(sample_id(record, turns), form, turns)
+    is_open = open_ok and any(t["role"] == "assistant" and not t["content"] for t in turns)
+    return Conversation(sample_id(record, turns), form, turns, is_open)
 
 
 def _jsonl_records(path: Path) -> Iterator[tuple[int, Any]]:

@@ -20,7 +20,13 @@ from typing import Any
 from eagle3kit.core.atomic import atomic_dir
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress, emit
-from eagle3kit.data.conversations import Conversation, Malformed, Problem, read_conversations
+from eagle3kit.data.conversations import (
+    Conversation,
+    Malformed,
+    Problem,
+    read_conversations,
+    summarise_reasons,
+)
 from eagle3kit.data.prepared import META, PreparedWriter
 from eagle3kit.data.templates import ChatEncoder, template_sha256
 
@@ -181,6 +187,8 @@ def prepare(
             if n % 256 == 0:
                 done = bases[file] + line if total else n
                 emit(progress, "prepare", done, total, "lines", samples=w.samples)
+        if not w.samples:
+            raise _nothing_usable(inputs, run.skipped)
         meta = {
             "target": ident,
             "template_sha256": template_sha256(enc.template),
@@ -204,11 +212,23 @@ def prepare(
     return {**{k: doc[k] for k in keys}, "out": str(out), "mask_method": enc.mode}
 
 
+def _nothing_usable(inputs: list[str], skipped: list[Problem]) -> Eagle3Error:
+    """The error for a run without one usable sample: why the samples were skipped, counted."""
+    where = inputs[0] if len(inputs) == 1 else f"{len(inputs)} inputs"
+    if not skipped:
+        return Eagle3Error(f"{where}: no conversation found (empty input); nothing written")
+    return Eagle3Error(
+        f"{where}: no usable sample, {len(skipped)} skipped "
+        f"({summarise_reasons(p.reason for p in skipped)}); nothing written"
+    )
+
+
 def _check_ids(ids: list[int], vocab_size: int, target: str, file: str, line: int) -> None:
     top = max(ids)
     if top >= vocab_size:
         raise Eagle3Error(
-            f"{file}:{line}: token id {top} is outside the target's vocab_size {vocab_size} ({target}); the tokenizer and model disagree"
+            f"{file}:{line}: token id {top} is outside the target's vocab_size {vocab_size} "
+            f"({target}); the tokenizer and model disagree"
         )
 
 

@@ -39,7 +39,13 @@ from typing import Any
 
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
-from eagle3kit.data.conversations import SHAREGPT_ROLES, Malformed, iter_records, validate
+from eagle3kit.data.conversations import (
+    SHAREGPT_ROLES,
+    Malformed,
+    iter_records,
+    summarise_reasons,
+    validate,
+)
 
 Messages = list[dict[str, str]]
 Generate = Callable[[Messages, str], str]  # (history, sample id) -> the assistant's answer
@@ -55,6 +61,7 @@ class RegenResult:
     skipped: list[dict[str, Any]] = field(default_factory=list)  # input lines not understood
     errors: dict[str, str] = field(default_factory=dict)  # failed id -> last error
     output: str = ""
+    answered: int = 0  # of `done`: prompt-only conversations (or empty assistant turns) answered
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,14 +71,36 @@ class RegenResult:
             "skipped": self.skipped,
             "errors": self.errors,
             "output": self.output,
+            "answered": self.answered,
         }
 
 
 # -- conversation records --------------------------------------------------------------------
+def _assistant_turns(rec: dict[str, Any]) -> list[dict[str, Any]]:
+    """The record's own assistant turns (in its own form), in order."""
+    if rec.get("conversations") is not None:  # validate's rule: None reads as absent
+        return [
+            t
+            for t in rec["conversations"]
+            if SHAREGPT_ROLES.get(str(t.get("from")).lower()) == "assistant"
+        ]
+    return [t for t in rec["messages"] if t.get("role") == "assistant"]
+
+
+def answered_open(rec: dict[str, Any], answers: list[str]) -> bool:
+    """Did ``answers`` fill an empty assistant turn of ``rec`` or add one after a final user
+    turn (a prompt-only conversation)?"""
+    own = _assistant_turns(rec)
+    if len(answers) > len(own):
+        return True
+    return any(not str(t.get("value", t.get("content")) or "").strip() for t in own)
+
+
 def with_answers(rec: dict[str, Any], sid: str, answers: list[str]) -> dict[str, Any]:
     """The input record with its assistant turns' text replaced, in the input's own form.
 
-    Every other field (of the record and of each turn) is kept as it was.
+    Every other field (of the record and of each turn) is kept as it was. One answer more
+    than the record has assistant turns (it ended with a user turn) becomes a new last turn.
     """
     sharegpt = rec.get("conversations") is not None  # validate's rule: None reads as absent
     out = dict(rec)
@@ -85,12 +114,16 @@ def with_answers(rec: dict[str, Any], sid: str, answers: list[str]) -> dict[str,
         elif not sharegpt and t.get("role") == "assistant":
             t["content"] = next(it)
         new_turns.append(t)
+    for extra in it:  # the answer to a final user turn
+        new_turns.append(
+            {"from": "gpt", "value": extra} if sharegpt else {"role": "assistant", "content": extra}
+        )
     out["conversations" if sharegpt else "messages"] = new_turns
     return out
 
 
 def regenerate_one(msgs: Messages, sid: str, generate: Generate) -> list[str]:
-    """Turn by turn: each assistant turn is generated from the history with earlier ones replaced."""
+    """Turn by turn: each assistant turn is generated from the history, earlier ones replaced."""
     history: Messages = []
     answers = []
     for m in msgs:
@@ -139,15 +172,16 @@ def append_line(fd: int, obj: dict[str, Any]) -> None:
 def read_input(path: Path) -> tuple[list[tuple[str, dict, Messages]], list[dict[str, Any]]]:
     """(samples [(id, record, turns)] in input order, skipped [{file, line, reason}]).
 
-    Records are checked by the shared parser (``eagle3kit.data.conversations.validate``); a
-    repeated id is skipped the second time.
+    Records are checked by the shared parser (``eagle3kit.data.conversations.validate``), in
+    its ``open_ok`` mode: a conversation that ends with a user turn, or has an empty assistant
+    turn, is kept (it gets the target's answer); a repeated id is skipped the second time.
     """
     samples, skipped, seen = [], [], set()
     for line, rec in iter_records(path):
         try:
             if isinstance(rec, Malformed):
                 raise rec
-            conv = validate(rec)
+            conv = validate(rec, open_ok=True)
         except Malformed as e:
             skipped.append({"file": str(path), "line": line, "reason": str(e)})
             continue
@@ -187,6 +221,21 @@ def chat_prompt_ids(
 # -- OpenAI-compatible servers ---------------------------------------------------------------
 class RetryableError(Exception):
     """A request failure worth retrying (timeout, connection, 429, 5xx, a torn response)."""
+
+
+class ConnectionFailure(RetryableError):
+    """Nothing answered at that address (refused, unknown host, reset before a response)."""
+
+
+class ServerUnreachable(RuntimeError):
+    """Every attempt for one sample failed to connect."""
+
+
+def _connection_error(e: BaseException) -> bool:
+    reason = getattr(e, "reason", e)  # URLError wraps the socket error
+    if isinstance(reason, TimeoutError):
+        return False  # a slow server is there; a timeout is retried, not counted
+    return isinstance(reason, OSError | str)
 
 
 class ServerPool:
@@ -231,11 +280,33 @@ class ServerPool:
                 raise RetryableError(f"{base}: HTTP {e.code}") from None
             raise RuntimeError(f"{base}: HTTP {e.code} {e.read()[:200]!r}") from None
         except (urllib.error.URLError, OSError, TimeoutError) as e:  # refused, reset, timeout
-            raise RetryableError(f"{base}: {e}") from None
+            kind = ConnectionFailure if _connection_error(e) else RetryableError
+            raise kind(f"{base}: {getattr(e, 'reason', e)}") from None
         try:
             return json.loads(raw)
         except ValueError:
             raise RetryableError(f"{base}: a response that is not JSON") from None
+
+    def check(self) -> None:
+        """Ask every server's ``/v1/models`` once; drop those nothing answers at, and raise
+        Eagle3Error when none is left (one line, before any sample is tried)."""
+        up, down = [], []
+        for base in self.urls:
+            try:
+                self.request(base, "/v1/models", None)
+            except ConnectionFailure as e:
+                down.append(str(e))
+                continue
+            except (RetryableError, RuntimeError):
+                pass  # it answered (an error status, a slow or odd reply): it is there
+            up.append(base)
+        if not up:
+            raise bad(
+                "--server",
+                f"no server answers at {', '.join(self.urls)} (GET /v1/models: "
+                f"{down[0].split(': ', 1)[-1]}); is it running?",
+            )
+        self.urls = up
 
     def model_name(self) -> str:
         """The served model's name from ``/v1/models`` (first answering server), else "default"."""
@@ -256,7 +327,8 @@ def server_generator(
     backoff: float = 0.5,
     template_kwargs: dict | None = None,
 ) -> Generate:
-    """Ask ``/v1/chat/completions``; retry with backoff ``backoff * 2^attempt`` (+ jitter, <= 8 s)."""
+    """Ask ``/v1/chat/completions``; retry with backoff ``backoff * 2^attempt`` (+ jitter,
+    <= 8 s). When every attempt failed to connect: ServerUnreachable (a RuntimeError)."""
 
     def generate(history: Messages, sid: str) -> str:
         body = {
@@ -270,7 +342,7 @@ def server_generator(
             body["chat_template_kwargs"] = (
                 template_kwargs  # SGLang and vLLM pass these to the template
             )
-        last = ""
+        last, refused = "", 0
         for attempt in range(retries + 1):
             if attempt:
                 time.sleep(min(8.0, backoff * 2 ** (attempt - 1)) * (1 + 0.25 * random.random()))
@@ -278,7 +350,7 @@ def server_generator(
                 resp = pool.request(pool.pick(), "/v1/chat/completions", body)
                 content = resp["choices"][0]["message"]["content"]
             except RetryableError as e:
-                last = str(e)
+                last, refused = str(e), refused + isinstance(e, ConnectionFailure)
                 continue
             except (KeyError, IndexError, TypeError):
                 last = "a response without choices[0].message.content"
@@ -287,7 +359,8 @@ def server_generator(
                 last = f"content is {type(content).__name__}, not text"
                 continue
             return content
-        raise RuntimeError(f"{sid}: gave up after {retries + 1} attempts ({last})")
+        kind = ServerUnreachable if refused == retries + 1 else RuntimeError
+        raise kind(f"{sid}: gave up after {retries + 1} attempts ({last})")
 
     return generate
 
@@ -295,16 +368,19 @@ def server_generator(
 # -- the run ---------------------------------------------------------------------------------
 def _results(
     pending: list[tuple[str, dict, Messages]], generate: Generate, concurrency: int
-) -> Iterator[tuple[str, dict, list[str] | None, str]]:
-    """Yield (id, record, answers or None, error) as samples finish (completion order)."""
+) -> Iterator[tuple[str, dict, list[str] | None, Exception | None]]:
+    """Yield (id, record, answers or None, error) as samples finish (completion order).
+
+    Closing the iterator early (a stop) cancels the samples not yet started."""
     if concurrency <= 1:
         for sid, rec, msgs in pending:
             try:
-                yield sid, rec, regenerate_one(msgs, sid, generate), ""
+                yield sid, rec, regenerate_one(msgs, sid, generate), None
             except (RuntimeError, ValueError) as e:
-                yield sid, rec, None, str(e)
+                yield sid, rec, None, e
         return
-    with ThreadPoolExecutor(concurrency) as pool:
+    pool = ThreadPoolExecutor(concurrency)
+    try:
         todo = iter(pending)
         running: dict[Any, tuple[str, dict]] = {}
 
@@ -318,10 +394,15 @@ def _results(
             for fut in finished:
                 sid, rec = running.pop(fut)
                 try:
-                    yield sid, rec, fut.result(), ""
+                    yield sid, rec, fut.result(), None
                 except (RuntimeError, ValueError) as e:
-                    yield sid, rec, None, str(e)
+                    yield sid, rec, None, e
             submit()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+MAX_UNREACHABLE = 8  # samples in a row that could not connect: the servers are gone, stop
 
 
 def regenerate(
@@ -346,6 +427,11 @@ def regenerate(
     (``model`` defaults to the name ``/v1/models`` reports). ``template_kwargs`` go to the
     servers as ``chat_template_kwargs`` (the local generator takes its own), e.g.
     ``{"enable_thinking": False}`` for Qwen3's non-thinking mode.
+
+    A conversation that ends with a user turn (prompts only) gets the target's answer as a
+    new last turn (counted in ``answered``). The servers are asked once (``/v1/models``)
+    before any sample; ``MAX_UNREACHABLE`` samples in a row that cannot connect stop the run
+    with an Eagle3Error (what was written stays; a rerun resumes).
     """
     if (generate is None) == (not servers):
         raise Eagle3Error("regenerate: give exactly one of a local generator or --server URLs")
@@ -353,8 +439,17 @@ def regenerate(
         raise bad("--max-tokens", f"expected a positive int, found {max_tokens}")
     if concurrency < 1:
         raise bad("--concurrency", f"expected a positive int, found {concurrency}")
+    if retries < 0:
+        raise bad("--retries", f"expected an int >= 0, found {retries}")
+    if not timeout > 0:
+        raise bad("--timeout", f"expected seconds > 0, found {timeout}")
+    if not temperature >= 0:
+        raise bad("--temperature", f"expected a number >= 0, found {temperature}")
     inp, outp = Path(input_path), Path(output_path)
+    _check_paths(inp, outp)
     samples, skipped = read_input(inp)
+    if not samples:
+        raise bad(str(inp), f"no usable conversation ({_why(skipped)})")
     finished = resume_output(outp)
     pending = [s for s in samples if s[0] not in finished]
     res = RegenResult(already_done=len(samples) - len(pending), skipped=skipped, output=str(outp))
@@ -362,9 +457,11 @@ def regenerate(
         concurrency = 1
     else:
         pool = ServerPool(list(servers or []), timeout)
+        if pending:
+            pool.check()
         generate = server_generator(
             pool,
-            model or pool.model_name(),
+            model or (pool.model_name() if pending else "default"),
             max_tokens,
             temperature,
             retries,
@@ -372,6 +469,24 @@ def regenerate(
         )
     _write(outp, pending, generate, concurrency, res, progress)
     return res
+
+
+def _why(skipped: list[dict[str, Any]]) -> str:
+    """'3 no assistant turn, 1 bad JSON' from skip reasons (their 'turn N: ' prefix dropped)."""
+    if not skipped:
+        return "the file holds no record"
+    return summarise_reasons(s["reason"] for s in skipped)
+
+
+def _check_paths(inp: Path, outp: Path) -> None:
+    if not inp.exists():
+        raise bad(str(inp), "no such file")
+    if inp.is_dir():
+        raise bad(str(inp), "expected a JSONL file, found a directory")
+    if outp.exists() and not outp.is_file():
+        raise bad(f"--output {outp}", "expected a JSONL file, found a directory")
+    if outp.resolve() == inp.resolve():
+        raise bad(f"--output {outp}", "is the input file; write the answers elsewhere")
 
 
 def _write(
@@ -382,19 +497,28 @@ def _write(
     res: RegenResult,
     progress: Progress | None,
 ) -> None:
-    """Append each finished sample to OUTPUT as it completes; failures go to `res`."""
+    """Append each finished sample to OUTPUT as it completes; failures go to `res`.
+
+    ``MAX_UNREACHABLE`` connection failures in a row stop the run (Eagle3Error, one line)."""
     outp.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(outp, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    results = _results(pending, generate, concurrency)
+    unreachable = 0
     try:
         emit(progress, "regenerate", 0, len(pending), "sample")
         t0 = time.monotonic()
-        for sid, rec, answers, err in _results(pending, generate, concurrency):
+        for sid, rec, answers, err in results:
             if answers is None:
                 res.failed.append(sid)
-                res.errors[sid] = err
+                res.errors[sid] = str(err)
+                unreachable = unreachable + 1 if isinstance(err, ServerUnreachable) else 0
+                if unreachable >= MAX_UNREACHABLE:
+                    raise _gone(outp, res, str(err))
             else:
                 append_line(fd, with_answers(rec, sid, answers))
                 res.done += 1
+                res.answered += answered_open(rec, answers)
+                unreachable = 0
             n = res.done + len(res.failed)
             rate = n / max(time.monotonic() - t0, 1e-9)
             emit(
@@ -407,4 +531,14 @@ def _write(
                 per_s=rate,
             )
     finally:
+        results.close()
         os.close(fd)
+
+
+def _gone(outp: Path, res: RegenResult, last: str) -> Eagle3Error:
+    return bad(
+        "--server",
+        f"stopped after {MAX_UNREACHABLE} samples in a row could not connect (last: "
+        f"{last.split(' (', 1)[-1].rstrip(')')}); {res.done} samples written to {outp} are "
+        "kept, rerun the same command to resume",
+    )

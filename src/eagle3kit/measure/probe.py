@@ -512,6 +512,7 @@ def probe(
 ) -> dict[str, Any]:
     """Run the Phase 0 probe; returns the `probe --json` document (module docstring)."""
     from eagle3kit.checkpoint.compat import compat
+    from eagle3kit.measure.similarity import check_targets
     from eagle3kit.model.loading import resolve_target
 
     if bench is not None and (baseline_tps is not None or cycle_ms is not None):
@@ -522,8 +523,11 @@ def probe(
         baseline_tps, cycle_ms = read_bench(bench)
     stages = 5
     emit(progress, "probe", 0, stages, "stage", doing="compat")
+    check_targets(target, reference)  # from the configs, before any weight is read
     c = compat(drafter, resolve_target(target), "both")
     layout, spec, d, new, ref = _load(drafter, target, reference, device, dtype)
+    if ref is not None:
+        check_targets(target, reference, new.hidden_size, ref.hidden_size)
     own_embed = bool(d.embed_loaded)
     doc: dict[str, Any] = {
         "drafter": drafter,

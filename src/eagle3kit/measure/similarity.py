@@ -18,12 +18,45 @@ was trained on), ``b`` [N, D'] from the new target, row t of both for the same t
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
+
+
+def _config_hidden_size(model: str) -> int | None:
+    """hidden_size from a local model dir's config.json (text_config for multimodal ones);
+    None for a hub id or a config without it (then the loaded models are compared)."""
+    cfg = Path(model).expanduser() / "config.json"
+    try:
+        doc = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    h = (doc.get("text_config") or {}).get("hidden_size", doc.get("hidden_size"))
+    return h if isinstance(h, int) else None
+
+
+def check_targets(
+    target: str, reference: str | None, h_new: int | None = None, h_ref: int | None = None
+) -> None:
+    """The probe's similarity compares two targets' hidden states token by token: one width.
+
+    Checked from the configs (before any weight is read) and again with the loaded models'
+    sizes (``h_new``, ``h_ref``) for hub ids."""
+    if reference is None:
+        return
+    h_new = h_new if h_new is not None else _config_hidden_size(target)
+    h_ref = h_ref if h_ref is not None else _config_hidden_size(reference)
+    if h_new is not None and h_ref is not None and h_new != h_ref:
+        raise Eagle3Error(
+            f"--reference-target {reference}: hidden size {h_ref}, but --target {target} has "
+            f"{h_new}; the probe compares the two targets' hidden states, so they must match "
+            "(a sibling of the same architecture)"
+        )
 
 
 def _check_rows(a: torch.Tensor, b: torch.Tensor, same_width: bool) -> None:
@@ -33,7 +66,8 @@ def _check_rows(a: torch.Tensor, b: torch.Tensor, same_width: bool) -> None:
         )
     if a.shape[0] != b.shape[0]:
         raise Eagle3Error(
-            f"similarity: expected the same tokens (rows) on both sides, found {a.shape[0]} and {b.shape[0]}"
+            "similarity: expected the same tokens (rows) on both sides, found "
+            f"{a.shape[0]} and {b.shape[0]}"
         )
     if a.shape[0] < 2:
         raise Eagle3Error(f"similarity: expected at least 2 tokens, found {a.shape[0]}")
@@ -104,7 +138,8 @@ def aux_similarity(
     k = len(layers)
     if ref_aux.shape != new_aux.shape or ref_aux.shape[-1] % k:
         raise Eagle3Error(
-            f"similarity: expected two [N, {k}*H] aux matrices, found {list(ref_aux.shape)} and {list(new_aux.shape)}"
+            f"similarity: expected two [N, {k}*H] aux matrices of one shape (targets of one "
+            f"hidden size), found {list(ref_aux.shape)} and {list(new_aux.shape)}"
         )
     rows = []
     for layer, ra, na in zip(

@@ -23,6 +23,7 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.spec import default_aux_layers
 
@@ -132,14 +133,21 @@ class TargetModel:
         if local.is_dir():
             if not (local / "config.json").is_file():
                 raise Eagle3Error(f"{local}: not a model directory (no config.json)")
+            pickles = sorted(f.name for f in local.glob("*") if f.suffix in (".bin", ".pt", ".pth"))
+            if pickles and not any(local.glob("*.safetensors")):
+                raise Eagle3Error(
+                    f"{local}: only pickle weights ({', '.join(pickles[:3])}), which eagle3kit "
+                    "never loads (unpickling runs code); convert them to safetensors"
+                )
             src = str(local)
         elif isinstance(path_or_id, Path) or src.startswith((".", "/", "~")):
             raise Eagle3Error(f"{src}: no such directory")
         kw = dict(trust_remote_code=trust_remote_code, revision=revision)
         try:
-            model = AutoModelForCausalLM.from_pretrained(
-                src, dtype=torch_dtype, use_safetensors=True, **kw
-            )
+            with quiet_transformers():  # its "Loading weights" bar would leak into our output
+                model = AutoModelForCausalLM.from_pretrained(
+                    src, dtype=torch_dtype, use_safetensors=True, **kw
+                )
         except OSError as e:
             raise Eagle3Error(f"{src}: cannot load the target model ({e})") from e
         tokenizer = None

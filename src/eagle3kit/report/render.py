@@ -83,6 +83,7 @@ def _bench_summary(doc: dict) -> dict | None:
 def collect(run_dirs: list[str | Path]) -> Found:
     """Find and classify the JSON artefacts under ``run_dirs``."""
     f = Found()
+    unreadable: list[str] = []
     for rd in run_dirs:
         root = Path(rd)
         if not root.is_dir():
@@ -90,6 +91,7 @@ def collect(run_dirs: list[str | Path]) -> Found:
         for p in sorted(root.rglob("*.json")):
             doc = _read_json(p)
             if not isinstance(doc, dict):
+                unreadable.append(str(p))
                 continue
             cite = str(p.relative_to(root))
             if {"verdict", "similarity", "accept_len"} <= doc.keys():
@@ -108,8 +110,10 @@ def collect(run_dirs: list[str | Path]) -> Found:
     order = {"stale": 0, "finetuned": 1, "scratch": 2}
     f.benches.sort(key=lambda cb: (order.get(cb[1].get("role"), 3), cb[0]))
     if not (f.probes or f.benches or f.runs or f.plans):
+        bad_json = f" ({', '.join(unreadable[:3])}: not a JSON object)" if unreadable else ""
         raise Eagle3Error(
-            f"report: {', '.join(map(str, run_dirs))}: no probe, bench, train or plan JSON found"
+            f"report: {', '.join(map(str, run_dirs))}: no probe, bench, train or plan JSON "
+            f"found{bad_json}"
         )
     return f
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core.atomic import atomic_write_json
+from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.zoo import corpus as corpus
 from eagle3kit.zoo import training as tr
@@ -256,7 +257,8 @@ def build_into(
             vocab = tok.get_vocab_size()
             model = tr.new_model(tr.model_config(m.arch, size, vocab, special))
         else:
-            model = AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32)
+            with quiet_transformers():  # no "Loading weights" bar beside ours
+                model = AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32)
         last_loss = tr.train(model, (raw, chat), recipe, seed=m.seed, progress=bar.step)
         if recipe.unloop_steps:
             bar.stage("unlikelihood against greedy loops")
