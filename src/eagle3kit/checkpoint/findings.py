@@ -66,3 +66,16 @@ class CompatResult:
             "engines": self.engines,
             "writer": self.writer,
         }
+
+
+def trained_on_words(t: list[int] | dict[str, list[int]] | None) -> str:
+    """The h-indices a drafter was trained on (an engine entry's `trained_on`), in words; with
+    an unknown writer both readings: its ids are layer outputs, h[x+1], or h-indices, h[x]."""
+    if t is None:
+        return "unknown (no ids)"
+    if isinstance(t, dict):
+        return (
+            f"h{t['layer_output']} if its ids are layer outputs, h{t['h_index']} if they are "
+            "h-indices (writer unknown)"
+        )
+    return str(t)

@@ -31,19 +31,6 @@ def _inspect_failures(r: dict) -> list[str]:
     return out
 
 
-def _trained_on(t: list[int] | dict[str, list[int]] | None) -> str:
-    """The h-indices a drafter was trained on, in words (both readings when the writer is
-    unknown: its ids are layer outputs, h[x+1], or h-indices, h[x])."""
-    if t is None:
-        return "unknown (no ids)"
-    if isinstance(t, dict):
-        return (
-            f"h{t['layer_output']} if its ids are layer outputs, h{t['h_index']} if they are "
-            "h-indices (writer unknown)"
-        )
-    return str(t)
-
-
 def _render_target(r: dict) -> None:
     con = out()
     t = r["target"]
@@ -141,6 +128,8 @@ def _render_compat(r) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from eagle3kit.checkpoint.findings import trained_on_words
+
     con = out()
     con.print(f"[bold]compat[/] ({r.mode}): A = {r.a}, B = {r.b}")
     if r.config_diff:
@@ -164,7 +153,7 @@ def _render_compat(r) -> None:
         con.print(
             escape(
                 f"  {e['label']}: captures h{e['captures']} ({e['why']}); "
-                f"drafter trained on {_trained_on(e['trained_on'])}"
+                f"drafter trained on {trained_on_words(e['trained_on'])}"
             )
         )
     colour = {"error": "red", "warning": "yellow", "info": "blue"}
