@@ -67,6 +67,7 @@ def seed_plan(out: Path, say: Callable[[str], None]) -> dict[str, Any]:
 def prologue(out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """The situation in the seed: plan on its numbers; inspect and compat the Kimi drafters."""
     from eagle3kit.checkpoint.compat import compat
+    from eagle3kit.checkpoint.findings import trained_on_words
     from eagle3kit.checkpoint.inspection import inspect_checkpoint
     from eagle3kit.checkpoint.synthetic import kimi_k2_spec, write_sparse_drafter
 
@@ -97,7 +98,7 @@ def prologue(out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     for eng, e in c2.engines.items():
         say(
             f"     {eng} captures HF hidden states {e['captures']}; "
-            f"the drafter was trained on {e['trained_on']}"
+            f"the drafter was trained on {trained_on_words(e['trained_on'])}"
         )
     steps.append({"step": "compat drafter-target", "result": c2.to_json()})
     say(

@@ -175,6 +175,7 @@ def plan_step(out: Path, b: dict[str, Any], say: Say) -> dict[str, Any]:
 def compat_step(out: Path, k2: Path, p2: Path, say: Say) -> dict[str, Any]:
     """`inspect` and `compat` of the K2 drafter against v2."""
     from eagle3kit.checkpoint.compat import compat
+    from eagle3kit.checkpoint.findings import trained_on_words
     from eagle3kit.checkpoint.inspection import inspect_checkpoint
 
     ins = inspect_checkpoint(str(k2))
@@ -185,7 +186,9 @@ def compat_step(out: Path, k2: Path, p2: Path, say: Say) -> dict[str, Any]:
         f"missing {ins['missing'] or 'nothing'}"
     )
     for eng, e in c.engines.items():
-        say(f"   {eng}: captures HF hidden states {e['captures']}; trained on {e['trained_on']}")
+        say(
+            f"   {eng}: captures HF hidden states {e['captures']}; trained on {trained_on_words(e['trained_on'])}"
+        )
     say(f"   verdict: {c.verdict} [compat.json]")
     return {"step": "compat zoo", "result": c.to_json()}
 

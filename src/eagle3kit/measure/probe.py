@@ -4,7 +4,7 @@ The user's "Phase 0": plug the K2 drafter into K2.5 and measure, before training
 
 1. compat of the drafter D with NEW (headers only, `eagle3kit.checkpoint.compat`).
 2. Which hidden states D was trained on, settled from data. A config's aux ids X mean h[X] to
-   some writers and h[X+1] to others (FORMATS.md); D's offline acceptance on NEW under each
+   some writers and h[X+1] to others (docs/formats.md "Aux layer ids"); D's offline acceptance on NEW under each
    reading tells: the reading D was trained on is the one it predicts from. Reported with the
    margin and what each engine captures today.
 3. Hidden-state similarity of OLD vs NEW at those layers on the same tokens (per layer cosine
@@ -85,7 +85,7 @@ def builtin_batch(tokenizer: Any, n: int = 16, max_len: int = 256) -> Batch:
 
 
 def data_batch(path: str, n: int = 16, max_len: int = 256) -> Batch:
-    """The first ``n`` held-out samples of a prepared data dir (contract 3), truncated."""
+    """The first ``n`` held-out samples of a prepared DATA dir (docs/data.md), truncated."""
     import torch
 
     from eagle3kit.data.prepared import load_prepared
