@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
 from eagle3kit.core.spec import DraftSpec
@@ -126,3 +128,59 @@ def chat_jsonl(path, n: int = 4, max_chars: int = 300) -> str:
         for c in convs:
             f.write(json.dumps(c) + "\n")
     return str(path)
+
+
+FIXTURE_RECIPE = "v1: self_text(PROMPTS, n=32), train_drafter(draft_vocab=256, steps=120, k=3)"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def build_accepting_drafter(out, member: str = "llama-v1") -> None:
+    """Train the fixture drafter for the tiny zoo `member` (~15 s on one core) and write it
+    to `out` (an SGLang drafter dir, without embedding) with ``fixture.json``: the target's
+    recipe digest and this recipe. Refresh the committed copy with
+    ``python -c "import decode_helpers as h; h.build_accepting_drafter(h.FIXTURES /
+    'accepting-drafter-llama-v1-tiny')"`` run in tests/."""
+    import json
+
+    from eagle3kit import zoo
+    from eagle3kit.core.atomic import atomic_dir
+    from eagle3kit.model.target import TargetModel
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the same arithmetic on every machine
+    try:
+        target = TargetModel.from_pretrained(zoo.get(member, size="tiny", progress=False))
+        torch.manual_seed(0)
+        d = train_drafter(target, self_text(target, n=32), draft_vocab=256, steps=120)
+    finally:
+        torch.set_num_threads(threads)
+    meta = {"target": f"{member}-tiny", "target_recipe_digest": zoo.recipe_digest(member, "tiny")}
+    meta["recipe"] = FIXTURE_RECIPE
+    with atomic_dir(out) as tmp:
+        save_drafter_dir(d, tmp)
+        (tmp / "fixture.json").write_text(json.dumps(meta, indent=2) + "\n")
+
+
+def accepting_drafter_dir(member: str = "llama-v1") -> str:
+    """A drafter that gets accepted (tau well above 1) on the tiny zoo `member`: the committed
+    copy in tests/fixtures when it was trained for this target recipe, else one built once
+    under ``$EAGLE3KIT_HOME/fixtures/`` (a file lock keeps concurrent runs to one build)."""
+    import fcntl
+    import json
+
+    from eagle3kit import zoo
+
+    digest = zoo.recipe_digest(member, "tiny")
+    committed = FIXTURES / f"accepting-drafter-{member}-tiny"
+    if (committed / "fixture.json").is_file():
+        meta = json.loads((committed / "fixture.json").read_text())
+        if meta.get("target_recipe_digest") == digest and meta.get("recipe") == FIXTURE_RECIPE:
+            return str(committed)
+    out = zoo.home() / "fixtures" / f"accepting-drafter-{member}-tiny-{digest[:16]}"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f".{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        meta_path = out / "fixture.json"
+        if not meta_path.is_file() or json.loads(meta_path.read_text())["recipe"] != FIXTURE_RECIPE:
+            build_accepting_drafter(out, member)
+    return str(out)

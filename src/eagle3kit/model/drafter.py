@@ -181,7 +181,8 @@ class Eagle3Drafter(nn.Module):
         if tuple(weight.shape) != (self.spec.vocab_size, self.spec.hidden_size):
             raise bad(
                 "embed_tokens",
-                f"expected shape {[self.spec.vocab_size, self.spec.hidden_size]}, found {list(weight.shape)}",
+                f"expected shape {[self.spec.vocab_size, self.spec.hidden_size]}, "
+                f"found {list(weight.shape)}",
             )
         with torch.no_grad():
             self.embed_tokens.weight.copy_(weight.to(self.embed_tokens.weight))
