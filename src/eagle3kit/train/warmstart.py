@@ -67,11 +67,35 @@ def check_against_target(spec: Any, vocab_size: int, hidden_size: int, where: st
 
 
 def warm_drafter(path: str, *, device: str = "cpu") -> Eagle3Drafter:
-    """Any layout or hub id, as trained: float32 for training, nothing re-initialised."""
+    """Any layout or hub id, as trained: float32 for training, nothing re-initialised.
+
+    A checkpoint with d2t but no t2d (engines never read t2d, so some writers leave it out)
+    loads with t2d all false: every position would count as outside the draft vocabulary and
+    the loss would be 0. t2d is then derived from d2t (`t2d_derived` is set)."""
     m = Eagle3Drafter.from_pretrained(path, device=device, dtype=torch.float32)
     if m.spec.aux_layers is None:
         raise bad(str(path), "aux layers: the checkpoint does not say which target layers it reads")
+    m.t2d_derived = not bool(m.t2d.any())
+    if m.t2d_derived:
+        with torch.no_grad():
+            m.t2d.copy_(_derive_t2d(m.d2t, m.spec.vocab_size, str(path)))
     return m
+
+
+def _derive_t2d(d2t: torch.Tensor, vocab_size: int, where: str) -> torch.Tensor:
+    """t2d [V] bool with t2d[j + d2t[j]] = True for every draft id j.
+
+    Private stand-in for `core.vocab.derive_t2d`, which another branch adds; switch to it
+    once it is on main."""
+    from eagle3kit.core.vocab import vocab_problems
+
+    problems = vocab_problems(d2t.cpu(), None, vocab_size)
+    if problems:
+        raise bad(where, problems[0][1])
+    d = d2t.reshape(-1).long()
+    t2d = torch.zeros(vocab_size, dtype=torch.bool, device=d.device)
+    t2d[torch.arange(d.shape[0], device=d.device) + d] = True
+    return t2d
 
 
 def rebuild_vocab(m: Eagle3Drafter, d2t: torch.Tensor, t2d: torch.Tensor) -> Eagle3Drafter:
@@ -110,9 +134,12 @@ def add_l2sp_grad(m: torch.nn.Module, anchor: dict[str, torch.Tensor], weight: f
 
 
 def describe(path: str | Path, m: Eagle3Drafter) -> dict[str, Any]:
-    return {
+    out = {
         "path": str(path),
         "attention": getattr(m.spec, "attention", "mha"),
         "draft_vocab_size": m.spec.draft_vocab_size,
         "aux_layers": list(m.spec.aux_layers or ()),
     }
+    if getattr(m, "t2d_derived", False):
+        out["t2d"] = "derived from d2t (the checkpoint has none)"
+    return out
