@@ -912,3 +912,17 @@ def test_loading_a_target_draws_no_transformers_bar(world):
     from transformers.utils import logging as hf_logging
 
     assert hf_logging.is_progress_bar_enabled()  # restored for whoever else uses transformers
+
+
+@pytest.mark.xfail(reason="fixed on branch h1-checkpoint", strict=False)
+def test_compat_of_an_unknown_writer_renders_no_python_repr(world, tmp_path):
+    """A drafter whose config does not say who wrote it: compat's human output must still be
+    prose (the candidate readings), never a raw dict like "trained on {'layer_output': ...}"."""
+    d = tmp_path / "anon"
+    shutil.copytree(world.paths["D"], d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg.pop("eagle3kit", None)  # the writer's own record: without it the writer is unknown
+    (d / "config.json").write_text(json.dumps(cfg))
+    r = run_cli("compat", str(d), world.paths["T"])
+    assert r.code in (0, 1), r.err
+    assert "{'" not in r.out and "'}" not in r.out, r.out
