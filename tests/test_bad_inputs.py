@@ -649,6 +649,7 @@ CASES = [
         "{BADDATA}",
     ),
     C("eval-depth-zero", "--depth", *EVAL, "--depth", "0", marks=xf("h2-decode")),
+    C("eval-foreign-data", "vocab", *EVAL[:5], "--data", "{FOREIGN}", marks=xf("h3-train")),
     # generate
     C("generate-empty-prompt", "--prompt", *GEN, "--prompt", "", marks=xf("h2-decode")),
     C(
@@ -709,6 +710,7 @@ CASES = [
     C("probe-samples-zero", "--samples", *PROBE, "--samples", "0"),
     C("probe-half-plan", "--cycle-ms", *PROBE, "--baseline-tps", "80"),
     C("probe-data-broken", "data.json", *PROBE, "--data", "{BADDATA}"),
+    C("probe-foreign-data", "vocab", *PROBE, "--data", "{FOREIGN}", marks=xf("h3-train")),
     # report
     C("report-missing-run", "no-such-thing", "report", "{NOPE}", "-o", "{OUT}"),
     C("report-empty-run", "run-empty", "report", "{RUNEMPTY}", "-o", "{OUT}"),
