@@ -105,6 +105,9 @@ def world(tmp_path_factory) -> World:
     r = run_cli("data", "prepare", p["CONV"], "--target", str(t), "-o", str(root / "DATA"))
     assert r.code == 0, r.err
     p["DATA"] = str(root / "DATA")
+    # a drafter whose fc weight has the wrong shape, and one whose weights are int32
+    for name, change in (("drafter-shape", "shape"), ("drafter-dtype", "dtype")):
+        p["D" + change.upper()] = _broken_drafter(Path(p["D"]), root / name, change)
     bad = root / "DATA-broken"
     shutil.copytree(root / "DATA", bad)
     (bad / "data.json").write_text("{")
@@ -136,6 +139,32 @@ def world(tmp_path_factory) -> World:
     p["PORT"] = str(_free_port())
     tm.close()
     return World(root, p)
+
+
+def _broken_drafter(src: Path, out: Path, change: str) -> str:
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, out)
+    f = next(out.glob("*.safetensors"))
+    t = load_file(str(f))
+    name = next(n for n in t if n.endswith("fc.weight"))
+    if change == "shape":
+        t[name] = t[name][:, :-1].contiguous()
+    else:
+        t = {n: v.to(torch_int32()) if v.is_floating_point() else v for n, v in t.items()}
+    save_file(t, str(f))
+    return str(out)
+
+
+def torch_int32():
+    import torch
+
+    return torch.int32
+
+
+NO_CUDA = pytest.mark.skipif(
+    "__import__('torch').cuda.is_available()", reason="CUDA present: --device cuda is valid"
+)
 
 
 def _digest(root: Path) -> dict[str, str]:
@@ -695,6 +724,44 @@ CASES = [
         "--prompt",
         "def ",
     ),
+    C("generate-drafter-bad-shape", "fc", *GEN[:3], "--drafter", "{DSHAPE}", "--prompt", "d"),
+    C("generate-drafter-int-weights", "int32", *GEN[:3], "--drafter", "{DDTYPE}", "--prompt", "d"),
+    C("convert-drafter-bad-shape", "fc", "convert", "{DSHAPE}", "--to", "vllm", "-o", "{OUT}"),
+    C("eval-drafter-bad-shape", "fc", *EVAL[:3], "--drafter", "{DSHAPE}", "--data", "{DATA}"),
+    C("generate-cuda-absent", "--device", *GEN, "--prompt", "d", "--device", "cuda", marks=NO_CUDA),
+    C(
+        "regen-cuda-absent",
+        "--device",
+        *REGEN,
+        "-o",
+        "{OUT}.jsonl",
+        "--target",
+        "{T}",
+        "--device",
+        "cuda",
+        marks=NO_CUDA,
+    ),
+    C(
+        "capture-cuda-absent",
+        "--device",
+        *CAPTURE,
+        "-o",
+        "{OUT}",
+        "--device",
+        "cuda",
+        marks=NO_CUDA,
+    ),
+    C(
+        "train-cuda-absent",
+        "--device",
+        *TRAIN,
+        "--data",
+        "{DATA}",
+        "--device",
+        "cuda",
+        marks=NO_CUDA,
+    ),
+    C("probe-cuda-absent", "--device", *PROBE, "--device", "cuda", marks=NO_CUDA),
     C("generate-threads-zero", "--threads", *GEN, "--prompt", "def ", "--threads", "0"),
     C("generate-device-unknown", "--device", *GEN, "--prompt", "def ", "--device", "gpu9"),
     # bench
