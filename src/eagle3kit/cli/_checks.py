@@ -21,9 +21,17 @@ def check_device(value: str | None) -> str | None:
     import torch
 
     try:
-        torch.device(value)
+        dev = torch.device(value)
     except (RuntimeError, ValueError):
         raise bad("--device", f"expected cpu, cuda, cuda:N, mps ..., found {value!r}") from None
+    if dev.type == "cuda":
+        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if n == 0:
+            raise bad("--device", f"{value}: no CUDA device here (torch {torch.__version__})")
+        if dev.index is not None and dev.index >= n:
+            raise bad("--device", f"{value}: this machine has {n} CUDA device(s), 0..{n - 1}")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise bad("--device", f"{value}: MPS is not available here")
     return value
 
 

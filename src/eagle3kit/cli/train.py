@@ -120,11 +120,13 @@ def _run(o: dict) -> None:
 
     import torch
 
+    from eagle3kit.cli._checks import check_device
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
     from eagle3kit.train.loop import TrainConfig
     from eagle3kit.train.loop import train as run_train
 
+    check_device(o["device"])  # one line for cuda on a machine without it, before any work
     if o["threads"]:
         torch.set_num_threads(o["threads"])
     names = {f.name for f in dataclasses.fields(TrainConfig)}

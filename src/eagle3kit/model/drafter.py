@@ -262,6 +262,8 @@ class Eagle3Drafter(nn.Module):
                     "checkpoint",
                     f"{name}: expected shape {list(own[name].shape)}, found {list(t.shape)}",
                 )
+            if own[name].is_floating_point() and not t.is_floating_point():
+                raise bad("checkpoint", f"{name}: expected floating-point weights, found {t.dtype}")
         sd = {n: t for n, t in tensors.items() if n in own}
         self.load_state_dict(sd, strict=False)
         self.embed_loaded = "embed_tokens.weight" in sd
