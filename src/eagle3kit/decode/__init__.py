@@ -1,6 +1,7 @@
 """Speculative decoding over a TargetModel and an Eagle3Drafter (batch 1): chain and tree,
 greedy (exactly the target's greedy output) and sampling (exactly the target's distribution)."""
 
+from eagle3kit.decode.lookup import lookup_candidates, lookup_generate
 from eagle3kit.decode.sampling import Sampling
 from eagle3kit.decode.speculative import (
     Generation,
@@ -17,5 +18,7 @@ __all__ = [
     "Sampling",
     "TreeShape",
     "greedy_generate",
+    "lookup_candidates",
+    "lookup_generate",
     "speculative_generate",
 ]
