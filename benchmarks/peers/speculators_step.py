@@ -8,8 +8,10 @@ Runs INSIDE the peer's own venv (benchmarks/peers/setup_speculators.sh), never e
 
 One step = its forward (its own TTT loop over --k steps, its default KL loss against the
 verifier's head on the last hidden state), backward, clip_grad_norm 1.0, AdamW over the
-parameters it leaves trainable (the embedding, verifier head and verifier norm are frozen, as
-its trainer leaves them). The batch is packed into one row of B*T tokens with a document id
+parameters it leaves trainable: its model freezes the embedding, its draft lm_head (the
+verifier's head cut to the draft vocab), the verifier head and norm (speculators/model.py), so
+it trains fc, the decoder layer and the norms; ours also trains its lm_head, and the output
+states both counts. The batch is packed into one row of B*T tokens with a document id
 per sample, the layout its trainer feeds (speculators/models/eagle3/core.py, forward:
 hidden_states [1, total_seq_len, 3H], document_ids, loss_mask, position_ids,
 verifier_last_hidden_states). Attention: sdpa (its default, simple_flex_attention, needs a
