@@ -16,12 +16,11 @@ For eagle3kit's own speculative methods (lookup, chain, tree), two bounds on the
     bound_with_draft_cost = tau * t_decode / (t_draft_cycle + t_verify)  (drafting paid)
 
 with t_decode greedy's median step and t_draft_cycle (~ k * t_draft), t_verify the method's
-measured means per cycle:
-the first is what tau could give at best, the second what is left once drafting is paid, so
-`fraction_of_bound` = speedup / bound_with_draft_cost measures the loop's other overhead only.
-The target's distinct-4 of
-its own greedy output (distinct 4-grams / all 4-grams) sits beside tau: a target that loops is
-easy to predict, and its tau says little about real text.
+measured means per cycle: the first is what tau could give at best, the second what is left
+once drafting is paid, so `fraction_of_bound` = speedup / bound_with_draft_cost measures the
+loop's other overhead only. The target's distinct-4 of its own greedy output (distinct 4-grams
+/ all 4-grams) sits beside tau: a target that loops is easy to predict, and its tau says
+little about real text.
 """
 
 from __future__ import annotations
