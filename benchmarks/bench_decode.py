@@ -176,16 +176,17 @@ def _print_speed(member: str, kind: str, r: dict) -> None:
     )
     print(
         f"{'method':14} {'tok/s med':>9} {'min':>7} {'max':>7} {'speedup':>8} {'tau':>5}"
-        f" {'ideal':>6} {'of ideal':>8}  draft/verify ms"
+        f" {'upper':>6} {'bound':>6} {'of bound':>8}  draft/verify ms"
     )
     for m in r["methods"]:
         t = m["tokens_per_s"]
-        ideal = f"{m['ideal_speedup']:.2f}x" if "ideal_speedup" in m else "-"
-        frac = f"{100 * m['fraction_of_ideal']:.0f}%" if "fraction_of_ideal" in m else "-"
+        upper = f"{m['upper_bound']:.2f}x" if "upper_bound" in m else "-"
+        bound = f"{m['bound_with_draft_cost']:.2f}x" if "bound_with_draft_cost" in m else "-"
+        frac = f"{100 * m['fraction_of_bound']:.0f}%" if "fraction_of_bound" in m else "-"
         dv = f"{m['draft_ms']:.1f}/{m['verify_ms']:.1f}" if "draft_ms" in m else ""
         print(
             f"{m['name']:14} {t['median']:9.1f} {t['min']:7.1f} {t['max']:7.1f} "
-            f"{m['speedup']:7.2f}x {m['accept_len']:5.2f} {ideal:>6} {frac:>8}  {dv}"
+            f"{m['speedup']:7.2f}x {m['accept_len']:5.2f} {upper:>6} {bound:>6} {frac:>8}  {dv}"
         )
 
 
@@ -247,7 +248,7 @@ def main() -> None:
             depth=a.depth,
             tree=tree,
             tree_depth=a.tree_depth,
-            methods=("greedy", "hf-greedy", "prompt-lookup", "chain", "tree"),
+            methods=("greedy", "hf-greedy", "lookup", "lookup-hf", "chain", "tree"),
         )
         r["drafter"] = kind
         out["speed"][member] = r

@@ -1,6 +1,7 @@
 """Drafter training throughput: tokens/s and peak memory of one TTT optimizer step on CPU.
 
-    python benchmarks/bench_train.py [--repeats 5] [--threads 2] [--json]
+    python benchmarks/bench_train.py [--repeats 5] [--threads 2] [--json] [--setup-peer]
+                                     [--out benchmarks/results/bench_train.json]
     python benchmarks/bench_train.py --draft-step RUN_A/best RUN_B/best [--context 256]
 
 `--draft-step` instead times one decoding draft step (one new token against a cache of
@@ -14,28 +15,30 @@ drafter step; offline training reads them from the store). One step = ttt_loss f
 backward, clip, AdamW. tokens/s = B*T / step time; median/min/max over --repeats after one
 warm-up step. Peak memory: the process's peak RSS (CPU), or max_memory_allocated (CUDA).
 
-When vllm-project/speculators is importable (written against 0.9.0), its Eagle3DraftModel
-trains on the same shapes in the same process (its own TTT loop, sdpa attention), in steps
-alternating with a fresh copy of ours so both see the same host load, and is printed beside
-ours with the median per-pair ratio; otherwise the published peer figure for this machine kind
-(about 1,375 tokens/s with sdpa attention) is quoted.
+The peer, vllm-project/speculators' Eagle3DraftModel, runs for real in its own venv
+(benchmarks/peers/: `bash benchmarks/peers/setup_speculators.sh` builds it, or pass
+--setup-peer), on the same shapes (its own TTT loop, sdpa attention), in steps alternating with
+a fresh copy of ours so both see the same host load; it is printed beside ours with the median
+per-pair ratio and the work each step does (tokens, TTT steps, trained parameters). A peer that
+cannot run is reported as not run, with the reason; no figure stands in for it.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
-import warnings
 from pathlib import Path
 from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-PEER_TOKENS_PER_S = 1375.0  # speculators Eagle3DraftModel, sdpa, this machine kind (issue 11)
 SHAPES = {
     "issue (H=512, T=512, k=3, V=8192, Vd=2048)": dict(
         h=512, heads=8, inter=1536, t=512, k=3, v=8192, vd=2048
@@ -124,114 +127,141 @@ def time_ours(shape: dict, b: int, repeats: int, device: str) -> list[float]:
     return [timed(step, device) for _ in range(repeats + 1)][1:]  # step 1 warms up allocators
 
 
-def peer_step(shape: dict, b: int, device: str = "cpu"):
-    """One training step of speculators' Eagle3DraftModel on `shape`, when installed (else None).
+PEERS = Path(__file__).parent / "peers"
 
-    Written against speculators 0.9.0. One step = its forward (its own TTT loop over
-    shape["k"] steps, its default KL loss against a frozen verifier head), backward, clip,
-    AdamW over the parameters it leaves trainable (embedding and lm_head frozen). Sequences
-    are packed into one row of B*T with a document id each, the layout its trainer feeds;
-    sdpa attention.
+
+def peer_python() -> tuple[str | None, str]:
+    """(the peer venv's python, "") or (None, why there is none).
+
+    $EAGLE3KIT_PEER_PYTHON names it; else the venv benchmarks/peers/setup_speculators.sh makes
+    ($EAGLE3KIT_PEERS or ~/.cache/eagle3kit-peers, /speculators), once its ready stamp exists.
     """
-    try:
-        import speculators  # noqa: F401
-    except ImportError:
-        return None
-    import torch
-    from speculators import (
-        Eagle3DraftModel,
-        Eagle3SpeculatorConfig,
-        SpeculatorsConfig,
-        VerifierConfig,
-    )
-    from speculators.losses import resolve_loss_config
-    from speculators.proposals.greedy import GreedyTokenProposalConfig
-    from transformers import LlamaConfig
-
-    h, v, vd, t, k = shape["h"], shape["v"], shape["vd"], shape["t"], shape["k"]
-    layer = LlamaConfig(
-        hidden_size=h,
-        intermediate_size=shape["inter"],
-        num_hidden_layers=1,
-        num_attention_heads=shape["heads"],
-        num_key_value_heads=shape["heads"],
-        head_dim=h // shape["heads"],
-        vocab_size=v,
-        max_position_embeddings=4 * t,
-    )
-    layer._attn_implementation = "sdpa"
-    spec = SpeculatorsConfig(
-        algorithm="eagle3",
-        default_proposal_method="greedy",
-        proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=k)],
-        verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
-    )
-    config = Eagle3SpeculatorConfig(
-        transformer_layer_config=layer,
-        draft_vocab_size=vd,
-        eagle_aux_hidden_state_layer_ids=[2, 4, 5],
-        speculators_config=spec,
-    )
-    torch.manual_seed(0)
-    m = Eagle3DraftModel(config).float()
-    used = torch.arange(vd) * (v // vd)
-    t2d = torch.zeros(v, dtype=torch.bool)
-    t2d[used] = True
-    m.load_vocab_mappings(t2d, used - torch.arange(vd))
-    with torch.no_grad():  # the verifier's weights, which its trainer loads (NaN until then)
-        m.embed_tokens.weight.copy_(torch.randn(v, h) * 0.02)
-        m.lm_head.weight.copy_(torch.randn(vd, h) * 0.02)
-        m.verifier_lm_head.weight.copy_(torch.randn(vd, h) * 0.02)
-    m.to(device).train()
-    warnings.filterwarnings("ignore", "`past_key_values` is deprecated", FutureWarning)
-    g = torch.Generator().manual_seed(1)
-    batch = dict(
-        hidden_states=torch.randn(1, b * t, 3 * h, generator=g),  # [1, B*T, 3H]
-        input_ids=torch.randint(0, v, (1, b * t), generator=g),  # [1, B*T]
-        document_ids=torch.arange(b).repeat_interleave(t)[None],  # [1, B*T]
-        loss_mask=torch.ones(1, b * t, dtype=torch.bool),  # [1, B*T]
-        position_ids=torch.arange(t).repeat(b)[None],  # [1, B*T]
-        verifier_last_hidden_states=torch.randn(1, b * t, h, generator=g),  # [1, B*T, H]
-    )
-    batch = {n: x.to(device) for n, x in batch.items()}
-    # its default KL loss; "eager" is its non-Triton implementation (its fused one needs Triton)
-    loss_config = resolve_loss_config("kl_div", "fused" if device.startswith("cuda") else "eager")
-    params = [p for p in m.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-4)
-
-    def step() -> None:
-        _, loss, _ = m(**batch, ttt_steps=k, loss_config=loss_config)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step
+    if os.environ.get("EAGLE3KIT_PEER_PYTHON"):
+        return os.environ["EAGLE3KIT_PEER_PYTHON"], ""
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    root = os.environ.get("EAGLE3KIT_PEERS") or Path(cache) / "eagle3kit-peers"
+    venv = Path(root) / "speculators"
+    if not (venv / ".eagle3kit-ready").is_file():
+        return None, (
+            f"no peer venv at {venv} (run `bash benchmarks/peers/setup_speculators.sh`, "
+            "or pass --setup-peer)"
+        )
+    return str(venv / "bin" / "python"), ""
 
 
-def time_peer(shape: dict, b: int, repeats: int, device: str = "cpu") -> list[float] | None:
-    """Per-step wall seconds of speculators' Eagle3DraftModel on `shape` (None if not installed)."""
-    step = peer_step(shape, b, device)
-    if step is None:
-        return None
-    return [timed(step, device) for _ in range(repeats + 1)][1:]  # step 1 warms up allocators
+def setup_peer() -> str:
+    """Run benchmarks/peers/setup_speculators.sh (pip, minutes the first time); "" or why not."""
+    script = str(PEERS / "setup_speculators.sh")
+    r = subprocess.run(["bash", script], capture_output=True, text=True)
+    return "" if r.returncode == 0 else f"setup_speculators.sh failed: {r.stderr.strip()[-300:]}"
 
 
-def time_pair(
-    shape: dict, b: int, repeats: int, device: str
-) -> tuple[list[float], list[float]] | None:
-    """Ours and the peer in alternating steps, so both see the same host load (None: no peer).
+class PeerSteps:
+    """speculators_step.py --serve in the peer's venv: `step()` times one of its steps there."""
+
+    def __init__(self, python: str, shape: dict, b: int, device: str, threads: int) -> None:
+        args = [f"--{n}={shape[n]}" for n in ("h", "heads", "inter", "t", "k", "v", "vd")]
+        self.err = tempfile.TemporaryFile("w+")
+        self.proc = subprocess.Popen(
+            [python, str(PEERS / "speculators_step.py"), *args, f"--batch={b}"]
+            + [f"--device={device}", f"--threads={threads}", "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            text=True,
+        )
+        self.head = self._read()  # after its model is built and one warm-up step is done
+
+    def _read(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            self.proc.wait()
+            self.err.seek(0)
+            tail = self.err.read().strip().splitlines()[-3:]
+            raise RuntimeError(f"peer exited {self.proc.returncode}: {' | '.join(tail)}")
+        return json.loads(line)
+
+    def step(self) -> float:
+        self.proc.stdin.write("step\n")
+        self.proc.stdin.flush()
+        return self._read()["step_s"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        self.err.close()
+
+
+def time_pair(shape: dict, b: int, repeats: int, device: str, threads: int) -> dict:
+    """Ours and the peer in alternating steps, so both see the same host load.
 
     The host's speed swings several-fold within minutes; timed one after the other, the ratio
-    would measure the swing. Returns (our step times, the peer's), pair i run back to back.
+    would measure the swing. The peer runs in its own venv (benchmarks/peers/), one step per
+    request; pair i is our step then its step, back to back. Returns {"ran": False, "reason"}
+    when the peer cannot run: no figure stands in for it.
     """
-    peer = peer_step(shape, b, device)
-    if peer is None:
-        return None
-    ours = ours_step(shape, b, device)
-    ours(), peer()  # warm-up
-    pairs = [(timed(ours, device), timed(peer, device)) for _ in range(repeats)]
-    return [o for o, _ in pairs], [p for _, p in pairs]
+    python, why = peer_python()
+    if python is None:
+        return {"ran": False, "reason": why}
+    try:
+        peer = PeerSteps(python, shape, b, device, threads)
+    except (OSError, RuntimeError, ValueError) as e:
+        return {"ran": False, "reason": str(e)}
+    try:
+        ours = ours_step(shape, b, device)
+        ours()  # warm-up (the peer warmed up before answering)
+        pairs = [(timed(ours, device), peer.step()) for _ in range(repeats)]
+    except (OSError, RuntimeError, ValueError) as e:
+        return {"ran": False, "reason": str(e)}
+    finally:
+        peer.close()
+    m, _ = make(shape, b, device)
+    n = b * shape["t"]
+    o_s, p_s = [o for o, _ in pairs], [p for _, p in pairs]
+    h = peer.head
+    return {
+        "ran": True,
+        "peer": h["peer"],
+        "versions": h["versions"],
+        "attention": h["attention"],
+        "loss": h["loss"],
+        "equal_work": {
+            "tokens_per_step": {"ours": n, "peer": h["tokens_per_step"]},
+            "ttt_steps": {"ours": shape["k"], "peer": h["ttt_steps"]},
+            "trained_parameters": {
+                "ours": sum(p.numel() for p in m.parameters() if p.requires_grad),
+                "peer": h["trained_parameters"],
+            },
+        },
+        "tokens_per_s": _spread([h["tokens_per_step"] / s for s in p_s]),
+        "step_s": p_s,
+        "ours_tokens_per_s": _spread([n / s for s in o_s]),
+        "ours_step_s": o_s,
+        "ours_over_peer": statistics.median(p / o for o, p in pairs),
+    }
+
+
+def peer_line(r: dict, repeats: int) -> str:
+    """One row's peer result in words: its speed beside ours and the work, or why not run."""
+    p = r["peer"]
+    if not p["ran"]:
+        return f"peer (speculators Eagle3DraftModel), {r['shape']}: not run: {p['reason']}"
+    w, t, s = p["equal_work"], p["tokens_per_s"], p["step_s"]
+    return (
+        f"peer {p['peer']} {p['versions']['speculators']}, own venv, {r['shape']}: "
+        f"{t['median']:.0f} tokens/s (min {t['min']:.0f}, max {t['max']:.0f}; step "
+        f"{statistics.median(s):.2f} s); ours in the same alternating steps "
+        f"{p['ours_tokens_per_s']['median']:.0f} tokens/s; ours/peer {p['ours_over_peer']:.2f}x "
+        f"(median over {repeats} step pairs). Work per step, ours/peer: tokens "
+        f"{w['tokens_per_step']['ours']}/{w['tokens_per_step']['peer']}, TTT steps "
+        f"{w['ttt_steps']['ours']}/{w['ttt_steps']['peer']}, trained parameters "
+        f"{w['trained_parameters']['ours']:,}/{w['trained_parameters']['peer']:,}"
+    )
+
+
+def _spread(xs: list[float]) -> dict:
+    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
 
 def draft_step_ms(path: str, context: int, repeats: int) -> dict:
@@ -300,6 +330,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--draft-step", nargs="+", metavar="DRAFTER", help="time draft steps instead")
     ap.add_argument("--context", type=int, default=256)
+    ap.add_argument("--setup-peer", action="store_true", help="build the peer's venv first")
+    ap.add_argument("--out", help="also write the result JSON here (benchmarks/results/...)")
     a = ap.parse_args()
     import torch
     from _env import environment, environment_info
@@ -337,25 +369,21 @@ def main() -> None:
             }
         )
     # the peer runs after ours (our rows' peak RSS excludes it), in steps alternating with ours
+    why = setup_peer() if a.setup_peer else ""
     for r, shape in zip(rows, SHAPES.values(), strict=True):
-        pair = time_pair(shape, a.batch, a.repeats, a.device)
-        r["peer"] = None
-        if pair is not None:
-            ours, peer = pair
-            n = a.batch * shape["t"]
-            r["peer"] = {
-                "tokens_per_s": n / statistics.median(peer),
-                "step_s": peer,
-                "ours_tokens_per_s": n / statistics.median(ours),
-                "ours_step_s": ours,
-                "ours_over_peer": statistics.median(p / o for o, p in zip(ours, peer, strict=True)),
-            }
+        if why:
+            r["peer"] = {"ran": False, "reason": why}
+        else:
+            r["peer"] = time_pair(shape, a.batch, a.repeats, a.device, a.threads)
     doc = {
         "env": environment_info(),
         "rows": rows,
-        "peer_reference_tokens_per_s": PEER_TOKENS_PER_S,
         "matmul_gflops": gflops,
     }
+    if a.out:
+        from _results import write_result
+
+        write_result(a.out, "eagle3kit.bench_train", doc)
     if a.json:
         print(json.dumps(doc, indent=1))
         return
@@ -368,21 +396,8 @@ def main() -> None:
             f"{a.repeats} steps of {r['batch']}x{r['t']}), step {r['step_s_median']:.2f} s, "
             f"peak RSS {r['peak_memory_mb']:.0f} MB"
         )
-    first = rows[0]["tokens_per_s"]["median"]
-    if rows[0]["peer"]:
-        for r in rows:
-            p = r["peer"]
-            print(
-                f"speculators Eagle3DraftModel, same process, {r['shape']}: {p['tokens_per_s']:.0f} tokens/s "
-                f"(step {statistics.median(p['step_s']):.2f} s, min {min(p['step_s']):.2f}, max {max(p['step_s']):.2f}); "
-                f"ours in the same alternating steps {p['ours_tokens_per_s']:.0f} tokens/s; "
-                f"ours/peer {p['ours_over_peer']:.2f}x (median over {a.repeats} step pairs)"
-            )
-    else:
-        print(
-            f"speculators not importable: published peer figure ~{PEER_TOKENS_PER_S:.0f} tokens/s "
-            f"(sdpa); ours {first / PEER_TOKENS_PER_S:.2f}x of it (different load; see the environment line)"
-        )
+    for r in rows:
+        print(peer_line(r, a.repeats))
 
 
 if __name__ == "__main__":

@@ -173,7 +173,12 @@ def register(app: typer.Typer) -> None:
         tree_depth: int = typer.Option(5, "--tree-depth", min=1),
         topk: int = typer.Option(4, "--topk", min=1),
         budget: int = typer.Option(16, "--budget", min=1),
-        lookup: int = typer.Option(10, "--lookup", min=1, help="prompt_lookup_num_tokens."),
+        lookup: int = typer.Option(
+            10,
+            "--lookup",
+            min=1,
+            help="Prompt lookup's drafts per cycle (prompt_lookup_num_tokens).",
+        ),
         device: str = typer.Option("cpu", "--device", callback=check_device),
         threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
@@ -266,11 +271,12 @@ def _render_bench(r: dict) -> None:
     t = Table(
         title=f"{r['prompts']} prompts x {r['max_new_tokens']} tokens, {r['repeats']} repeats"
     )
-    for col in ("method", "tok/s median", "min", "max", "speedup", "tau", "ideal", "of ideal"):
+    cols = ("method", "tok/s median", "min", "max", "speedup", "tau")
+    for col in (*cols, "upper bound", "bound w/ drafting", "of bound"):
         t.add_column(col)
     for m in r["methods"]:
         tps = m["tokens_per_s"]
-        ideal = m.get("ideal_speedup")
+        bound = m.get("bound_with_draft_cost")
         t.add_row(
             m["name"],
             f"{tps['median']:.1f}",
@@ -278,8 +284,9 @@ def _render_bench(r: dict) -> None:
             f"{tps['max']:.1f}",
             f"{m['speedup']:.2f}x",
             f"{m['accept_len']:.2f}",
-            f"{ideal:.2f}x" if ideal else "-",
-            f"{100 * m['fraction_of_ideal']:.0f}%" if ideal else "-",
+            f"{m['upper_bound']:.2f}x" if bound else "-",
+            f"{bound:.2f}x" if bound else "-",
+            f"{100 * m['fraction_of_bound']:.0f}%" if bound else "-",
         )
     c = out()
     c.print(t)

@@ -45,6 +45,17 @@ def plain_runner(target, max_new_tokens: int, eos: int | None) -> Runner:
     )
 
 
+def lookup_runner(target, max_new_tokens: int, eos: int | None, k: int) -> Runner:
+    """Greedy decoding drafted by prompt lookup in our own KV-cache loop (decode/lookup.py)."""
+    from eagle3kit.decode import lookup_generate
+
+    return lambda ids: timed(
+        lookup_generate(
+            target, ids, max_new_tokens=max_new_tokens, num_output_tokens=k, eos_token_id=eos
+        )
+    )
+
+
 def spec_runner(target, drafter, max_new_tokens: int, eos: int | None, depth: int, tree) -> Runner:
     """Greedy speculative decoding, chain (tree None) or tree."""
     from eagle3kit.decode import speculative_generate

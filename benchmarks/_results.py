@@ -1,0 +1,57 @@
+"""Result files under benchmarks/results/: what a README or docs figure quotes.
+
+Every file carries the command that produced it, the commit it ran at (with a flag when the
+work tree had uncommitted changes) and the environment, beside "kind" and "schema".
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from eagle3kit.core.atomic import atomic_write_json
+from eagle3kit.core.environment import environment_info
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def git_commit() -> dict:
+    """{"commit": HEAD's sha or None, "dirty": uncommitted changes to tracked files}."""
+    root = Path(__file__).parent
+
+    def git(*args: str) -> str | None:
+        try:
+            r = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True)
+        except OSError:
+            return None
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
+    }
+
+
+def write_result(path: str | Path, kind: str, doc: dict) -> Path:
+    """Write ``doc`` with kind, schema, command, commit and environment, atomically."""
+    cmd = "python " + " ".join(shlex.quote(x) for x in sys.argv)
+    full = {
+        "kind": kind,
+        "schema": 1,
+        "command": cmd,
+        **git_commit(),
+        "environment": environment_info(),
+        **doc,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(path, full)
+    return path
+
+
+def load(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text())
