@@ -209,7 +209,10 @@ class FakeEngine:
     def metrics_text(self) -> str:
         lab = f'engine="0",model_name="{self.name}"'
         lines = ["# HELP vllm:num_requests_running Number of requests in model execution batches."]
-        lines += ["# TYPE vllm:num_requests_running gauge", f"vllm:num_requests_running{{{lab}}} 0.0"]
+        lines += [
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{lab}}} 0.0",
+        ]
         if not self.speculative:
             return "\n".join(lines) + "\n"
         t = self.totals
@@ -219,7 +222,9 @@ class FakeEngine:
             ("num_accepted_tokens", "Number of accepted tokens."),
         ):
             name = f"vllm:spec_decode_{key}"
-            val = t[{"num_drafts": "drafts", "num_draft_tokens": "draft_tokens"}.get(key, "accepted")]
+            val = t[
+                {"num_drafts": "drafts", "num_draft_tokens": "draft_tokens"}.get(key, "accepted")
+            ]
             lines += [f"# HELP {name}_total {help_}", f"# TYPE {name}_total counter"]
             lines += [f"{name}_total{{{lab}}} {float(val)}", f"{name}_created{{{lab}}} 1.7e9"]
         name = "vllm:spec_decode_num_accepted_tokens_per_pos"
@@ -388,7 +393,10 @@ class _Generation:
         if self.stream:
             self.h.sse_start()
         tokens, entry = self.eng.generate(
-            self.ids, self.max_tokens, self.temperature, self.step if live else self.keep,
+            self.ids,
+            self.max_tokens,
+            self.temperature,
+            self.step if live else self.keep,
             self.path,
         )
         if self.fault == "stall":
@@ -433,8 +441,14 @@ class _Generation:
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
         choice.update({"delta": {"content": delta}} if chat else {"text": delta})
         obj = "chat.completion.chunk" if chat else "text_completion"
-        return {"id": self.rid, "object": obj, "created": 0, "model": self.eng.name,
-                "choices": [choice], "usage": None}
+        return {
+            "id": self.rid,
+            "object": obj,
+            "created": 0,
+            "model": self.eng.name,
+            "choices": [choice],
+            "usage": None,
+        }
 
     def spec_blocks(self, entry: dict) -> dict[str, Any]:
         """What the engine adds about speculation for this request (maybe nothing)."""
@@ -461,8 +475,17 @@ class _Generation:
             self.h.sse({"id": self.rid, "object": "text_completion", "choices": [], **extra})
             extra = {}
         if self.opts.get("include_usage"):
-            self.h.sse({"id": self.rid, "object": "chat.completion.chunk", "created": 0,
-                        "model": self.eng.name, "choices": [], "usage": self.usage(n), **extra})
+            self.h.sse(
+                {
+                    "id": self.rid,
+                    "object": "chat.completion.chunk",
+                    "created": 0,
+                    "model": self.eng.name,
+                    "choices": [],
+                    "usage": self.usage(n),
+                    **extra,
+                }
+            )
 
     def whole(self, tokens: list[int], entry: dict, finish: str) -> dict[str, Any]:
         text = self.tok.decode(tokens)
@@ -472,7 +495,15 @@ class _Generation:
             return {"text": text, "output_ids": tokens, "meta_info": meta}
         chat = self.path.endswith("chat/completions")
         choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
-        choice.update({"message": {"role": "assistant", "content": text}} if chat else {"text": text})
-        return {"id": self.rid, "object": "chat.completion" if chat else "text_completion",
-                "created": 0, "model": self.eng.name, "choices": [choice],
-                "usage": self.usage(len(tokens)), **self.spec_blocks(entry)}
+        choice.update(
+            {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
+        )
+        return {
+            "id": self.rid,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": 0,
+            "model": self.eng.name,
+            "choices": [choice],
+            "usage": self.usage(len(tokens)),
+            **self.spec_blocks(entry),
+        }

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,7 +79,7 @@ def request(
         conn.request("GET" if data is None else "POST", prefix + path, data, headers)
         r = conn.getresponse()
         return r.status, r.getheader("Content-Type") or "", r.read()
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise ServerFault(f"{what}: no answer before --timeout") from None
     except (OSError, http.client.HTTPException) as e:
         raise ServerFault(f"{what}: {type(e).__name__} ({e})") from None
@@ -167,7 +166,7 @@ def _sse_lines(resp: http.client.HTTPResponse, conn, deadline: Deadline, what: s
             conn.sock.settimeout(max(deadline.check(what), 0.001))
         try:
             line = resp.readline()
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             raise ServerFault(f"{what}: stream stalled until --timeout") from None
         except (OSError, http.client.HTTPException) as e:
             raise ServerFault(f"{what}: stream broken ({type(e).__name__})") from None
@@ -246,7 +245,7 @@ def stream(url: str, path: str, body: dict, deadline: Deadline) -> Streamed:
             raise ServerFault(f"{what}: HTTP {resp.status} ({head.strip()})")
         for chunk in _sse_lines(resp, conn, deadline, what):
             absorb(s, chunk, time.perf_counter() - t0)
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise ServerFault(f"{what}: no answer before --timeout") from None
     except (OSError, http.client.HTTPException) as e:
         raise ServerFault(f"{what}: {type(e).__name__} ({e})") from None

@@ -161,9 +161,9 @@ def _vllm_speculative(metrics: str | None, k_hint: int | None) -> dict[str, Any]
         return None
     return {
         "algorithm": "on (vllm:spec_decode_* counters present)",
-        "num_steps": len(c.per_pos) or k_hint,
+        "num_steps": len(c.per_pos) or k_hint,  # num_speculative_tokens
         "topk": 1,
-        "num_draft_tokens": len(c.per_pos) or k_hint,
+        "num_draft_tokens": None,
         "draft_model": None,
         "source": "/metrics",
     }
