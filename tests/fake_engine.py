@@ -82,6 +82,7 @@ class FakeEngine:
         self.totals = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * depth}
         self.life = {"cycles": 0, "tokens": 0}  # sglang's cumulative accept length
         self.requests = 0
+        self.bodies: list[dict[str, Any]] = []  # every generation request body, in order
         self._lock = threading.Lock()
         self.stopped = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -164,10 +165,13 @@ class FakeEngine:
                     eos_token_id=eos,
                     on_tokens=on_tokens,
                 )
-                return g.tokens, self._record(g.stats, len(g.tokens), path)
+                entry = self._record(g.stats, len(g.tokens), path)
+                entry["tokens_ids"] = g.tokens
+                return g.tokens, entry
             tokens = _plain(self.target, ids, max_tokens, temperature, eos, on_tokens)
         with self._lock:
             entry = {"path": path, "accepted": [], "drafted": 0, "tokens": len(tokens)}
+            entry["tokens_ids"] = tokens
             self.log.append(entry)
         return tokens, entry
 
@@ -328,6 +332,7 @@ class _Base(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(n) or b"{}")
         if path not in GEN_PATHS or (path == "/generate" and eng.engine != "sglang"):
             return self._json(404, {"detail": "Not Found"})
+        eng.bodies.append(body)
         fault = eng.take_fault()
         if fault == "drop":
             self.close_connection = True

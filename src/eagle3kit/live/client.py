@@ -138,6 +138,7 @@ def spec_from_vllm(m: dict) -> dict[str, Any] | None:
         "accepted": int(m.get("num_accepted_draft_tokens", 0)),
         "drafted": int(m.get("num_draft_tokens", 0)),
         "histogram": [int(x) for x in m.get("acceptance_histogram") or []],
+        "k": m.get("num_spec_tokens"),
     }
 
 

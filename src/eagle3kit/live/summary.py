@@ -89,9 +89,20 @@ def _counted(c) -> dict[str, Any] | None:
     }
 
 
-def acceptance(counters, specs: list[dict]) -> dict[str, Any] | None:
-    """This run's acceptance: from the counter diff when there is one, else per request."""
+def _pad(pos: list[float] | None, k: int | None) -> list[float] | None:
+    """SGLang's histogram grows on demand (its length is the most drafts any step accepted,
+    plus one): positions past it up to the server's depth k were never reached, rate 0."""
+    if pos is None or not k or len(pos) >= k:
+        return pos
+    return pos + [0.0] * (k - len(pos))
+
+
+def acceptance(counters, specs: list[dict], k: int | None = None) -> dict[str, Any] | None:
+    """This run's acceptance: from the counter diff when there is one, else per request;
+    per-position rates padded to the server's depth `k` when it is known."""
     cnt, req = _counted(counters), _per_request(specs)
+    if req is not None:
+        req["per_position_acceptance"] = _pad(req["per_position_acceptance"], k)
     best = cnt or req
     if best is None:
         return None
@@ -122,9 +133,14 @@ def _throughput(dep, c: int, suites: list[str]) -> dict[str, Any] | None:
     return spread(per_round)
 
 
+def _depth(dep) -> int | None:
+    bound, _ = tau_bound(dep.info.speculative if dep.info else None)
+    return int(bound - 1) if bound else None
+
+
 def _suite_json(dep, c: int, suite: str) -> dict[str, Any]:
     ok = [x.result for x in dep.records if x.concurrency == c and x.suite == suite and x.result]
-    acc = acceptance(dep.counters.get((c, suite)), [s.spec for s in ok])
+    acc = acceptance(dep.counters.get((c, suite)), [s.spec for s in ok], _depth(dep))
     return {
         "requests": len(ok),
         "accept_len": acc["accept_len"] if acc else None,
@@ -150,7 +166,7 @@ def level_json(dep, c: int, suites: list[str]) -> dict[str, Any]:
         "ttft_ms": spread([1e3 * s.ttft for s in ok if s.ttft is not None]),
         "itl_ms": spread([1e3 * t for s in ok for t in s.itl()]),
         "completion_tokens": spread([s.completion_tokens for s in ok]),
-        "acceptance": acceptance(counters, [s.spec for s in ok]),
+        "acceptance": acceptance(counters, [s.spec for s in ok], _depth(dep)),
         "distinct4": statistics.fmean(d4) if d4 else None,
         "distinct_answers": len(set(texts)),
         "answers": len(texts),
@@ -217,10 +233,10 @@ def _deployment_warnings(dep, cfg, levels: list[dict]) -> list[str]:
 
 def _missing(dep, levels: list[dict]) -> list[str]:
     i, out = dep.info, []
-    if not i.speculative:
-        return out
     if i.engine == "vllm" and not i.has_metrics:
         out.append(f"{dep.url}: no /metrics: run counters (tau, per-position) missing")
+    if not i.speculative:
+        return out
     if not any(lv["acceptance"] for lv in levels):
         hint = (
             " (SGLang reports it per request on /generate, or on the OpenAI endpoints from "
@@ -241,8 +257,25 @@ def _fault_lines(dep) -> list[str]:
     ]
 
 
+def _infer_speculation(dep) -> None:
+    """vLLM without /metrics: its per-request block still says k (`num_spec_tokens`)."""
+    if dep.info.speculative is not None:
+        return
+    ks = [x.result.spec["k"] for x in dep.records if x.result and (x.result.spec or {}).get("k")]
+    if ks:
+        dep.info.speculative = {
+            "algorithm": "on (per-request spec-decode metrics)",
+            "num_steps": max(ks),
+            "topk": 1,
+            "num_draft_tokens": None,
+            "draft_model": None,
+            "source": "metrics.speculative_decoding",
+        }
+
+
 def deployment_json(dep, cfg, suites: list[str]) -> tuple[dict[str, Any], list[str], list[str]]:
     """(the deployment's figures, its warnings, its error/missing lines)."""
+    _infer_speculation(dep)
     levels = [level_json(dep, c, suites) for c in cfg.concurrency]
     bound, _ = tau_bound(dep.info.speculative)
     doc = {
