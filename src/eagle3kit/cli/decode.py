@@ -112,9 +112,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("eval")
     def eval_(
-        target: str = typer.Option(..., "--target", help=TARGET_HELP),
-        drafter: str = typer.Option(..., "--drafter", help=DRAFTER_HELP),
-        data: Path = typer.Option(..., "--data", help=DATA_HELP),
+        target: str = typer.Option(None, "--target", help=TARGET_HELP + " (not with --url)"),
+        drafter: str = typer.Option(None, "--drafter", help=DRAFTER_HELP),
+        data: Path = typer.Option(None, "--data", help=DATA_HELP),
         online: bool = typer.Option(False, "--online", help="Also decode for real: tau, tok/s."),
         depth: int = typer.Option(3, "--depth", help="Draft steps (chain depth)."),
         max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Online: per prompt."),
@@ -123,8 +123,22 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", "--device"),
         threads: int = typer.Option(None, "--threads", help="torch CPU threads."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
+        url: list[str] = typer.Option(None, "--url", help=LIVE_URL_HELP + " With --online."),
+        suite: str = typer.Option(
+            None, "--suite", help=LIVE_SUITE_HELP.replace("--prompts", "--limit")
+        ),
+        temperature: float = typer.Option(0.0, "--temperature", help="Live: 0 = greedy."),
+        endpoint: str = typer.Option("chat", "--endpoint", help=LIVE_ENDPOINT_HELP),
+        timeout: float = typer.Option(600.0, "--timeout", help="Live: bound on the whole run, s."),
     ) -> None:
-        """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding."""
+        """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding;
+        with --online --url, on running SGLang/vLLM servers (docs/live.md)."""
+        if url:
+            from eagle3kit.cli import live
+
+            return live.run_eval(dict(locals()))
+        if target is None or drafter is None or data is None:
+            raise typer.BadParameter("expected --target, --drafter and --data (or --online --url)")
         from eagle3kit.cli._progress import bar
         from eagle3kit.measure.evaluate import evaluate, load_eval_data
 

@@ -30,34 +30,47 @@ def load_prompts(suite: str | None, data: Path | None, limit: int) -> list:
     return prompts
 
 
-def run(o: dict[str, Any]) -> None:
-    """Run the live bench from the `bench` command's options; print or emit JSON."""
-    from eagle3kit.cli._progress import bar
-    from eagle3kit.cli._render import emit_json, err
-    from eagle3kit.live.bench import LiveConfig, run_live_bench
+def _config(o: dict[str, Any], limit: int, depth: int | None):
+    from eagle3kit.live.bench import LiveConfig
 
-    cfg = LiveConfig(
-        prompts=load_prompts(o["suite"], o["data"], o["prompts"]),
+    data = o.get("data")
+    return LiveConfig(
+        prompts=load_prompts(o.get("suite"), Path(data) if data else None, limit),
         max_tokens=o["max_new_tokens"],
-        temperature=o["temperature"],
+        temperature=o.get("temperature", 0.0),
         repeats=o["repeats"],
-        concurrency=parse_levels(o["concurrency"]),
+        concurrency=parse_levels(o.get("concurrency", "1")),
         endpoint=o["endpoint"],
         timeout=o["timeout"],
-        depth=o["drafter_depth"],
+        depth=depth,
     )
 
-    def said(info) -> None:
-        spec = info.speculative
-        what = f"{spec['algorithm']} ({spec['num_steps']} steps)" if spec else "no speculation"
-        err().print(f"{info.url}: {info.engine} {info.version or ''} serving {info.model}, {what}")
 
-    with bar(not o["json_"]) as progress:
-        r = run_live_bench(o["url"], o["baseline_url"], cfg, progress, said)
+def _said(info) -> None:
+    from eagle3kit.cli._render import err
+
+    spec = info.speculative
+    what = f"{spec['algorithm']} ({spec['num_steps']} steps)" if spec else "no speculation"
+    err().print(f"{info.url}: {info.engine} {info.version or ''} serving {info.model}, {what}")
+
+
+def _lines(r: dict) -> None:
     for line in r["errors"]:
         print(f"error: {line}", file=sys.stderr)
     for line in r["warnings"]:
         print(f"warning: {line}", file=sys.stderr)
+
+
+def run(o: dict[str, Any]) -> None:
+    """`bench --url`: the live A/B; print or emit JSON. Exit 1 when nothing was measured."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json
+    from eagle3kit.live.bench import run_live_bench
+
+    cfg = _config(o, o["prompts"], o["drafter_depth"])
+    with bar(not o["json_"]) as progress:
+        r = run_live_bench(o["url"], o["baseline_url"], cfg, progress, _said)
+    _lines(r)
     if o["json_"]:
         emit_json(r)
     else:
@@ -66,6 +79,42 @@ def run(o: dict[str, Any]) -> None:
         import typer
 
         raise typer.Exit(1)
+
+
+def run_eval(o: dict[str, Any]) -> None:
+    """`eval --online --url`: acceptance and speed of speculative servers, no baseline."""
+    if not o["online"]:
+        raise Eagle3Error("--url: measures online only (add --online)")
+    o = {**o, "baseline_url": None, "prompts": o["limit"], "drafter_depth": o["depth"]}
+    run(o)
+
+
+def run_probe(o: dict[str, Any]) -> None:
+    """`probe --url NEW --reference-url OLD`: the drafter's zero-shot tau on NEW vs OLD."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json, out
+    from eagle3kit.live.probe import run_live_probe
+
+    if not o["url"] or not o["reference_url"]:
+        raise Eagle3Error("--url and --reference-url: expected both (NEW and OLD servers)")
+    cfg = _config(o, o["samples"], o["depth"])
+    with bar(not o["json_out"]) as progress:
+        r = run_live_probe(o["url"], o["reference_url"], cfg, o["baseline_url"], progress, _said)
+    _lines(r["bench"])
+    if o["json_out"]:
+        return emit_json(r)
+    render(r["bench"])
+    c = out()
+    for k, v in r["per_suite"].items():
+        ret = f"{v['retention']:.0%}" if v["retention"] is not None else "-"
+        c.print(f"  {k}: tau new {_n(v['new'])}, reference {_n(v['reference'])}, keeps {ret}")
+    for why in r["reasons"]:
+        c.print(f"  - {why}")
+    c.print(f"[bold]verdict: {r['verdict']}[/]")
+
+
+def _n(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
 
 
 def _s(x: dict | None, fmt: str = ".1f") -> str:
