@@ -18,7 +18,8 @@ Protocols, with the field names of the engines' sources:
   from startup; `per_request=True` adds `metrics.speculative_decoding` to the usage chunk
   (vLLM PR #48915: `num_spec_steps`, `num_draft_tokens`, `num_accepted_draft_tokens`,
   `acceptance_histogram` dense of length k+1, `mean_acceptance_length`, `num_spec_tokens`);
-  `/version`.
+  `/version`; with `dev_mode=True` (vLLM's VLLM_SERVER_DEV_MODE=1) also
+  `/server_info?config_format=json` with `vllm_config.speculative_config`.
 - sglang: native `POST /generate` (cumulative `text`, `meta_info.completion_tokens` per chunk,
   spec keys only on the finished output as in
   python/sglang/srt/managers/tokenizer_manager_components/spec_decoding_meta.py
@@ -69,6 +70,7 @@ class FakeEngine:
         lifetime: float = 60.0,
         name: str = "zoo-tiny",
         draft_path: str = "/models/zoo-drafter",
+        dev_mode: bool = False,
     ) -> None:
         if engine not in ("vllm", "sglang"):
             raise ValueError(f"engine: expected vllm or sglang, found {engine!r}")
@@ -77,7 +79,7 @@ class FakeEngine:
         self.target, self.drafter, self.engine, self.depth = target, drafter, engine, depth
         self.per_request, self.sglext, self.fault = per_request, sglext, fault
         self.fault_every, self.lifetime, self.name = fault_every, lifetime, name
-        self.draft_path = draft_path
+        self.draft_path, self.dev_mode = draft_path, dev_mode
         self.log: list[dict[str, Any]] = []  # one entry per finished generation
         self.totals = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * depth}
         self.life = {"cycles": 0, "tokens": 0}  # sglang's cumulative accept length
@@ -320,6 +322,14 @@ class _Base(BaseHTTPRequestHandler):
             return self._send_body(200, "text/plain; version=0.0.4", text.encode())
         if eng.engine == "sglang" and path in ("/server_info", "/get_server_info"):
             return self._json(200, eng.server_info())
+        if eng.engine == "vllm" and eng.dev_mode and path == "/server_info":
+            spec = {
+                "method": "eagle3",
+                "model": eng.draft_path,
+                "num_speculative_tokens": eng.depth,
+            }
+            cfg = {"speculative_config": spec if eng.speculative else None}
+            return self._json(200, {"vllm_config": cfg})
         if eng.engine == "vllm" and path == "/version":
             return self._json(200, {"version": "0.32.0"})
         if path == "/health":

@@ -339,3 +339,21 @@ def test_eval_online_url(pair, cli, tmp_path):
     assert [d["role"] for d in doc["deployments"]] == ["speculative"]
     assert doc["deployments"][0]["levels"][0]["acceptance"]["accept_len"] == pytest.approx(tau)
     assert no.code == 2 and "add --online" in no.err
+
+
+def test_detection_reads_each_engines_settings(pair):
+    from eagle3kit.live.server import detect
+
+    tm, d = pair
+    with FakeEngine(tm, d, dev_mode=True, draft_path="/m/d") as dev, FakeEngine(tm, d) as prod:
+        a, b = detect(dev.url, Deadline(10)), detect(prod.url, Deadline(10))
+    with FakeEngine(tm, None, engine="sglang") as plain:
+        c = detect(plain.url, Deadline(10))
+    assert (a.engine, a.version, a.speculative["draft_model"], a.speculative["num_steps"]) == (
+        "vllm",
+        "0.32.0",
+        "/m/d",
+        3,
+    )
+    assert (b.speculative["num_steps"], b.speculative["source"]) == (3, "/metrics")
+    assert (c.engine, c.version, c.speculative) == ("sglang", "0.5.14", None)

@@ -227,3 +227,114 @@ def test_bench_url_bad_input_exits_2(tmp_path, cli, args, msg):
     args = [a.replace("=G", f"={g}") for a in args]
     r = cli("bench", "--url", "http://127.0.0.1:9", *args)
     assert r.code == 2 and msg in r.err and "Traceback" not in r.err, r.err
+
+
+class _Chunked:
+    """A loopback server answering one POST with a chunked SSE stream (as uvicorn sends it),
+    a `data:` line split across two chunks, and a `/generate` stream of deltas."""
+
+    def __init__(self, chunks: list[bytes]) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        body = chunks
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):  # noqa: N802
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                for c in body:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(c), c))
+                    self.wfile.flush()
+                self.wfile.write(b"0\r\n\r\n")
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        t = threading.Timer(20, self.httpd.shutdown)
+        t.daemon = True
+        t.start()
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def _sse(doc) -> bytes:
+    return b"data: " + json.dumps(doc).encode() + b"\n\n"
+
+
+def test_chunked_stream_with_a_line_split_across_chunks():
+    from eagle3kit.live.client import Deadline, stream
+
+    first = _sse({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    a = _sse(
+        {
+            "choices": [{"index": 0, "delta": {"content": "Hello"}}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 1},
+        }
+    )
+    b = _sse(
+        {
+            "choices": [{"index": 0, "delta": {"content": " world"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 3},
+        }
+    )
+    last = _sse(
+        {
+            "choices": [],
+            "usage": {"prompt_tokens": 3, "completion_tokens": 3},
+            "metrics": {
+                "speculative_decoding": {
+                    "num_spec_steps": 1,
+                    "num_accepted_draft_tokens": 1,
+                    "num_draft_tokens": 2,
+                    "acceptance_histogram": [0, 1, 0],
+                }
+            },
+        }
+    )
+    srv = _Chunked([first, a[:20], a[20:] + b, last + b"data: [DONE]\n\n"])
+    try:
+        s = stream(srv.url, "/v1/chat/completions", {"stream": True}, Deadline(10))
+    finally:
+        srv.close()
+    assert s.text == "Hello world" and s.completion_tokens == 3
+    assert len(s.chunk_times) == 2 and s.chunk_tokens == [1, 3]
+    assert s.spec == {"steps": 1, "accepted": 1, "drafted": 2, "histogram": [0, 1, 0], "k": None}
+
+
+def test_generate_stream_of_deltas_or_cumulative_text():
+    from eagle3kit.live.client import Deadline, stream
+
+    meta = {"completion_tokens": 1, "finish_reason": None}
+    fin = {
+        "completion_tokens": 2,
+        "finish_reason": {"type": "length"},
+        "spec_verify_ct": 1,
+        "spec_num_correct_drafts": 1,
+        "spec_correct_drafts_histogram": [0, 1],
+    }
+    for second in ("ab", "b"):  # cumulative, then incremental output
+        srv = _Chunked(
+            [
+                _sse({"text": "a", "meta_info": meta}),
+                _sse({"text": second, "meta_info": fin}),
+                b"data: [DONE]\n\n",
+            ]
+        )
+        try:
+            s = stream(srv.url, "/generate", {"stream": True}, Deadline(10))
+        finally:
+            srv.close()
+        assert s.text == "ab" and s.completion_tokens == 2
+        assert s.spec["steps"] == 1 and s.spec["accepted"] == 1 and s.finish_reason == "length"

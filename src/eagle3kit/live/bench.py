@@ -20,6 +20,7 @@ stream) costs that request and becomes one line in `errors`; the rest is still m
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -151,8 +152,6 @@ def _snapshot(dep: Deployment, dl: Deadline) -> SpecCounters | None:
 
 def _block(dep: Deployment, cfg: LiveConfig, prompts: list[Prompt], key, r: int, dl: Deadline):
     """One block: counters before, the prompts `c` at a time, counters after."""
-    import time
-
     c, suite = key
     before = _snapshot(dep, dl)
     t0 = time.perf_counter()

@@ -215,6 +215,8 @@ def _absorb_generate(s: Streamed, chunk: dict, t: float) -> None:
     """Fold one SGLang native /generate chunk (cumulative `text`) into `s`."""
     meta = chunk.get("meta_info") or {}
     text = chunk.get("text") or ""
+    if not text.startswith(s.text):  # incremental streaming output: a delta, not the whole
+        text = s.text + text
     if len(text) > len(s.text):
         s.text = text
         s.ttft = t if s.ttft is None else s.ttft

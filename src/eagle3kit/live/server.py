@@ -169,6 +169,25 @@ def _vllm_speculative(metrics: str | None, k_hint: int | None) -> dict[str, Any]
     }
 
 
+def _vllm_dev_config(url: str, deadline: Deadline) -> dict[str, Any] | None:
+    """`speculative_config` from `/server_info?config_format=json`, which vLLM serves only
+    with VLLM_SERVER_DEV_MODE=1 (method, num_speculative_tokens, model)."""
+    doc = get_json(url, "/server_info?config_format=json", deadline)
+    cfg = doc.get("vllm_config") if isinstance(doc, dict) else None
+    spec = cfg.get("speculative_config") if isinstance(cfg, dict) else None
+    if not isinstance(spec, dict) or not spec.get("num_speculative_tokens"):
+        return None
+    k = spec["num_speculative_tokens"]
+    return {
+        "algorithm": spec.get("method"),
+        "num_steps": k,
+        "topk": 1,
+        "num_draft_tokens": None,
+        "draft_model": spec.get("model"),
+        "source": "/server_info (VLLM_SERVER_DEV_MODE)",
+    }
+
+
 def detect(url: str, deadline: Deadline) -> ServerInfo:
     """Engine, version, model and speculative settings of the server at `url`."""
     model, owner = _model_card(url, deadline)
@@ -188,7 +207,7 @@ def detect(url: str, deadline: Deadline) -> ServerInfo:
     if engine == "vllm":
         ver = get_json(url, "/version", deadline)
         info.version = ver.get("version") if isinstance(ver, dict) else None
-        info.speculative = _vllm_speculative(metrics, None)
+        info.speculative = _vllm_dev_config(url, deadline) or _vllm_speculative(metrics, None)
         if metrics is None:
             info.notes.append("no /metrics: speculation and run counters unknown")
     if model is None:
