@@ -99,7 +99,7 @@ def test_sglang_generate_per_request_tau_and_the_cumulative_average_kept_apart(p
     with FakeEngine(tm, d, engine="sglang") as spec, FakeEngine(tm, None, engine="sglang") as b:
         warm(spec.url, "/generate")
         n0 = len(spec.log)
-        doc = run_live_bench([spec.url], b.url, cfg(endpoint="generate"))
+        doc = run_live_bench([spec.url], b.url, cfg(endpoint="generate", repeats=1))
         run = spec.log[n0:]
         life = spec.life["tokens"] / spec.life["cycles"]
     dep = next(x for x in doc["deployments"] if x["role"] == "speculative")
@@ -152,7 +152,9 @@ def test_levels_rounds_and_suites_are_reported(pair):
     tm, d = pair
     ps = prompts(2, "gsm8k") + prompts(2, "humaneval")
     with FakeEngine(tm, d) as spec, FakeEngine(tm, None) as base:
-        doc = run_live_bench([spec.url], base.url, cfg(prompts=ps, concurrency=(1, 2)))
+        doc = run_live_bench(
+            [spec.url], base.url, cfg(prompts=ps, concurrency=(1, 2), max_tokens=10)
+        )
         run = list(spec.log)
     dep = next(x for x in doc["deployments"] if x["role"] == "speculative")
     assert [lv["concurrency"] for lv in dep["levels"]] == [1, 2]
