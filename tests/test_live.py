@@ -216,10 +216,21 @@ def test_unreachable_server_is_one_line(pair):
     assert only_level(doc)["acceptance"] is not None
 
 
-def _doc_commands() -> list[str]:
+def _doc_commands(block: int = 0) -> list[str]:
     text = (ROOT / "docs" / "live.md").read_text()
-    block = re.search(r"tested commands: begin -->\s*```console\n(.*?)```", text, re.S)
-    return [line for line in block.group(1).splitlines() if line.strip()]
+    blocks = re.findall(r"tested commands: begin -->\s*```console\n(.*?)```", text, re.S)
+    return [line for line in blocks[block].splitlines() if line.strip()]
+
+
+def _doc_args(cmd: str, urls: dict[str, str], files: dict[str, str]) -> list[str]:
+    """A docs command's words with the fakes' URLs and local suite files put in."""
+    for k, v in urls.items():
+        cmd = cmd.replace(k, v)
+    args = shlex.split(cmd)
+    assert args[0] == "eagle3kit"
+    i = args.index("--suite")
+    args[i + 1] = ",".join(files[s] for s in args[i + 1].split(","))
+    return args[1:]
 
 
 def _suite_files(tmp: Path) -> dict[str, str]:
@@ -239,11 +250,9 @@ def test_the_docs_commands_run_against_the_fakes(pair, tmp_path, cli, monkeypatc
     bench_cmd, plan_cmd = _doc_commands()
     files = _suite_files(tmp_path)
     with FakeEngine(tm, d) as spec, FakeEngine(tm, None) as base:
-        args = shlex.split(bench_cmd.replace("$SPEC_URL", spec.url).replace("$BASE_URL", base.url))
-        assert args[0] == "eagle3kit" and args[-2] == ">"
-        i = args.index("--suite")
-        args[i + 1] = ",".join(files[s] for s in args[i + 1].split(","))
-        r = cli(*args[1:-2], "--repeats", "1", "--max-new-tokens", "12")
+        args = _doc_args(bench_cmd, {"$SPEC_URL": spec.url, "$BASE_URL": base.url}, files)
+        assert args[-2] == ">"
+        r = cli(*args[:-2], "--repeats", "1", "--max-new-tokens", "12")
     assert r.code == 0, r.err
     Path(args[-1]).write_text(r.out)
     doc = json.loads(r.out)
@@ -359,3 +368,36 @@ def test_detection_reads_each_engines_settings(pair):
     )
     assert (b.speculative["num_steps"], b.speculative["source"]) == (3, "/metrics")
     assert (c.engine, c.version, c.speculative) == ("sglang", "0.5.14", None)
+
+
+@pytest.mark.slow
+def test_the_docs_eval_and_probe_commands_run_against_the_fakes(pair, tmp_path, cli):
+    from decode_helpers import new_drafter
+
+    tm, d = pair
+    eval_cmd, probe_cmd = _doc_commands(1)
+    files = _suite_files(tmp_path)
+    short = ("--repeats", "1", "--max-new-tokens", "12")
+    with (
+        FakeEngine(tm, d, engine="sglang", sglext=True) as old,
+        FakeEngine(tm, new_drafter(tm, seed=2), engine="sglang", sglext=True) as new,
+        FakeEngine(tm, None, engine="sglang") as plain,
+    ):
+        urls = {"$SPEC_URL": old.url, "$NEW_URL": new.url, "$OLD_URL": old.url}
+        urls["$NEW_PLAIN_URL"] = plain.url
+        e = cli(*_doc_args(eval_cmd, urls, files), *short)
+        p = cli(*_doc_args(probe_cmd, urls, files), *short)
+    assert e.code == 0 and p.code == 0, e.err + p.err
+    ev, pr = json.loads(e.out), json.loads(p.out)
+    assert set(ev["deployments"][0]["levels"][0]["suites"]) == {"mt-bench", "gsm8k"}
+    assert pr["kind"] == "eagle3kit.probe-live" and pr["verdict"] in (
+        "plug-in",
+        "fine-tune",
+        "from-scratch",
+        "unknown",
+    )
+    assert [x["role"] for x in pr["bench"]["deployments"]] == [
+        "baseline",
+        "speculative",
+        "speculative",
+    ]

@@ -209,6 +209,8 @@ def run_live_bench(
             on_detect(d.info)
         _life(d, dl, "before")
     suites = list(dict.fromkeys(p.suite for p in cfg.prompts))
+    if not deps:
+        return summarise(deps, cfg, errors, suites)
     blocks = [(r, c, s) for r in range(cfg.repeats) for c in cfg.concurrency for s in suites]
     done = 0
     for r, c, s in blocks:
@@ -219,7 +221,7 @@ def run_live_bench(
             )
             break
         prompts = [p for p in cfg.prompts if p.suite == s]
-        for d in deps[r % len(deps) :] + deps[: r % len(deps)] if deps else []:
+        for d in deps[r % len(deps) :] + deps[: r % len(deps)]:
             _block(d, cfg, prompts, (c, s), r, dl)
         done += 1
         emit(progress, "bench", done, len(blocks), unit="block")
