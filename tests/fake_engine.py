@@ -85,6 +85,7 @@ class FakeEngine:
         self.life = {"cycles": 0, "tokens": 0}  # sglang's cumulative accept length
         self.requests = 0
         self.bodies: list[dict[str, Any]] = []  # every generation request body, in order
+        self.arrivals: list[float] = []  # time.monotonic() of each generation request
         self._lock = threading.Lock()
         self.stopped = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -343,6 +344,7 @@ class _Base(BaseHTTPRequestHandler):
         if path not in GEN_PATHS or (path == "/generate" and eng.engine != "sglang"):
             return self._json(404, {"detail": "Not Found"})
         eng.bodies.append(body)
+        eng.arrivals.append(time.monotonic())
         fault = eng.take_fault()
         if fault == "drop":
             self.close_connection = True

@@ -401,3 +401,41 @@ def test_the_docs_eval_and_probe_commands_run_against_the_fakes(pair, tmp_path, 
         "speculative",
         "speculative",
     ]
+
+
+def test_rounds_rotate_the_deployments(pair):
+    tm, d = pair
+    with FakeEngine(tm, d) as spec, FakeEngine(tm, None) as base:
+        run_live_bench([spec.url], base.url, cfg(prompts=prompts(1), repeats=3, max_tokens=4))
+        s, b = spec.arrivals, base.arrivals
+    assert len(s) == len(b) == 3
+    assert [b[r] < s[r] for r in range(3)] == [True, False, True]  # baseline first in round 0
+
+
+def test_sampling_tau_and_the_drafting_rule_at_that_temperature(pair):
+    tm, d = pair
+    with FakeEngine(tm, d) as spec:
+        doc = run_live_bench([spec.url], None, cfg(temperature=0.8, repeats=1))
+        run = list(spec.log)
+    dep = doc["deployments"][0]
+    assert doc["settings"]["temperature"] == 0.8
+    assert "argmax at any temperature" in dep["drafting_rule"]
+    assert dep["levels"][0]["acceptance"]["accept_len"] == pytest.approx(spec.tau(run))
+
+
+def test_distinct4_and_distinct_answers_come_from_the_outputs(pair):
+    from eagle3kit.live.summary import distinct_n
+
+    tm, _ = pair
+    with FakeEngine(tm, None) as base:
+        doc = run_live_bench([base.url], None, cfg(repeats=1, max_tokens=24))
+        texts = [tm.tokenizer.decode(e["tokens_ids"]) for e in base.log]
+    lv = doc["deployments"][0]["levels"][0]
+    words = [t.split() for t in texts]
+    grams = [[tuple(w[i : i + 4]) for i in range(len(w) - 3)] for w in words if len(w) > 3]
+    d4 = [len(set(g)) / len(g) for g in grams]
+    assert lv["distinct4"] == pytest.approx(sum(d4) / len(d4))
+    assert lv["distinct_answers"] == len(set(texts)) and lv["answers"] == len(texts)
+    assert distinct_n(texts[0]) == pytest.approx(d4[0])
+    if lv["distinct4"] < 0.5:  # the tiny target loops: the warning must say so
+        assert any("outputs repeat" in w for w in doc["warnings"])
