@@ -338,3 +338,15 @@ def test_generate_stream_of_deltas_or_cumulative_text():
             srv.close()
         assert s.text == "ab" and s.completion_tokens == 2
         assert s.spec["steps"] == 1 and s.spec["accepted"] == 1 and s.finish_reason == "length"
+
+
+def test_live_probe_verdicts():
+    from eagle3kit.live.probe import verdict
+
+    assert verdict(0.95, None, (2.9, 3.0))[0] == "plug-in"
+    assert verdict(0.95, 0.9, (2.9, 3.0))[0] == "fine-tune"  # keeps the gain, loses speed
+    assert verdict(0.5, None, (2.0, 3.0))[0] == "fine-tune"
+    assert verdict(0.1, None, (1.2, 3.0))[0] == "from-scratch"
+    v, why = verdict(None, None, (1.4, 1.0))
+    assert v == "unknown" and "no gain to retain" in why[0]
+    assert "not measured" in verdict(None, None, (None, 2.0))[1][0]

@@ -38,12 +38,19 @@ def _retention(new: float | None, ref: float | None) -> float | None:
     return (new - 1) / (ref - 1)
 
 
-def verdict(retention: float | None, speedup: float | None) -> tuple[str, list[str]]:
+def verdict(
+    retention: float | None, speedup: float | None, taus: tuple[float | None, float | None]
+) -> tuple[str, list[str]]:
     """plug-in | fine-tune | from-scratch | unknown, with the numbers that decided it."""
     from eagle3kit.measure.probe import PLUG_IN_RETENTION, WARM_START_RETENTION
 
     if retention is None:
-        return "unknown", ["tau not measured on both servers (see errors)"]
+        new, ref = taus
+        if new is None or ref is None:
+            return "unknown", ["tau not measured on both servers (see errors)"]
+        return "unknown", [
+            f"the reference's tau is {ref:.2f}: no gain to retain (tau on NEW {new:.2f})"
+        ]
     reasons = [
         f"online: keeps {retention:.0%} of the reference's gain (tau - 1); plug-in needs "
         f">= {PLUG_IN_RETENTION:.0%}, fine-tune >= {WARM_START_RETENTION:.0%}"
@@ -73,7 +80,7 @@ def run_live_probe(
         None,
     )
     ret = _retention(_tau(new), _tau(ref))
-    v, reasons = verdict(ret, speed if baseline_url else None)
+    v, reasons = verdict(ret, speed if baseline_url else None, (_tau(new), _tau(ref)))
     suites = {}
     for s in (new or {}).get("suites", {}):
         tn = new["suites"][s]["accept_len"]
