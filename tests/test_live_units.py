@@ -350,3 +350,48 @@ def test_live_probe_verdicts():
     v, why = verdict(None, None, (1.4, 1.0))
     assert v == "unknown" and "no gain to retain" in why[0]
     assert "not measured" in verdict(None, None, (None, 2.0))[1][0]
+
+
+def test_pick_data_file_prefers_json_of_the_split():
+    from eagle3kit.live.suites import pick_data_file
+
+    files = [
+        ".gitattributes",
+        "README.md",
+        "data/train-00000-of-00001.parquet",
+        "raw/question.jsonl",
+        "data/test-00000.parquet",
+        "train.jsonl",
+    ]
+    assert pick_data_file(files, "train") == "train.jsonl"
+    assert pick_data_file(files, "test") == "data/test-00000.parquet"
+    assert pick_data_file(["README.md"], "test") is None
+
+
+def test_hub_path_falls_back_to_the_listing(tmp_path, monkeypatch):
+    """The hub calls are replaced by local stand-ins (no network in tests): the named file is
+    missing, the listing offers the parquet export's JSON twin."""
+    import huggingface_hub
+    from huggingface_hub.errors import EntryNotFoundError
+
+    local = _jsonl(tmp_path / "train.jsonl", [{"prompt": ["t1", "t2"], "prompt_id": 7}])
+    asked = []
+
+    def download(repo, filename, repo_type=None):
+        asked.append((repo, filename, repo_type))
+        if filename != "data/train.jsonl":
+            raise EntryNotFoundError("404")
+        return str(local)
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    monkeypatch.setattr(
+        huggingface_hub,
+        "list_repo_files",
+        lambda repo, repo_type=None: ["README.md", "data/train.jsonl"],
+    )
+    ps = load_suite("mt-bench")
+    assert [p.turns for p in ps] == [("t1", "t2")]
+    assert asked == [
+        ("HuggingFaceH4/mt_bench_prompts", "raw/question.jsonl", "dataset"),
+        ("HuggingFaceH4/mt_bench_prompts", "data/train.jsonl", "dataset"),
+    ]

@@ -11,6 +11,8 @@ same shape given as `NAME=PATH` (`.jsonl`, `.json`, `.parquet` with pyarrow):
     chat       tatsu-lab/alpaca_eval    alpaca_eval.json            `instruction`
 
 MT-Bench rows may also carry the turns as `prompt` (a list), as the parquet export does.
+When a repository has no file of that name (repositories get reorganised), its file listing
+is asked for a data file of the split (`pick_data_file`: JSON before parquet).
 """
 
 from __future__ import annotations
@@ -34,8 +36,9 @@ class Prompt:
 @dataclass(frozen=True)
 class Suite:
     repo: str
-    filename: str
+    filename: str  # tried first; else the repo's listing picks a data file of `split`
     turns: Callable[[dict[str, Any]], list[str] | None]
+    split: str = "test"
 
 
 def _field(name: str) -> Callable[[dict[str, Any]], list[str] | None]:
@@ -54,7 +57,9 @@ def _mt_turns(row: dict[str, Any]) -> list[str] | None:
 
 
 SUITES: dict[str, Suite] = {
-    "mt-bench": Suite("HuggingFaceH4/mt_bench_prompts", "raw/question.jsonl", _mt_turns),
+    "mt-bench": Suite(
+        "HuggingFaceH4/mt_bench_prompts", "raw/question.jsonl", _mt_turns, split="train"
+    ),
     "gsm8k": Suite("openai/gsm8k", "main/test-00000-of-00001.parquet", _field("question")),
     "humaneval": Suite(
         "openai/openai_humaneval",
@@ -62,7 +67,7 @@ SUITES: dict[str, Suite] = {
         _field("prompt"),
     ),
     "math-500": Suite("HuggingFaceH4/MATH-500", "test.jsonl", _field("problem")),
-    "chat": Suite("tatsu-lab/alpaca_eval", "alpaca_eval.json", _field("instruction")),
+    "chat": Suite("tatsu-lab/alpaca_eval", "alpaca_eval.json", _field("instruction"), split="eval"),
 }
 
 
@@ -95,16 +100,39 @@ def _parquet_rows(path: Path) -> list[dict[str, Any]]:
     return pq.read_table(path).to_pylist()
 
 
-def hub_file(repo: str, filename: str) -> Path:
-    """The suite file from the hub (cached by huggingface_hub; HF_HUB_OFFLINE honoured)."""
-    try:
-        from huggingface_hub import hf_hub_download
+DATA_SUFFIXES = (".jsonl", ".json", ".parquet")  # in this order of preference
 
-        return Path(hf_hub_download(repo, filename, repo_type="dataset"))
+
+def pick_data_file(files: list[str], split: str) -> str | None:
+    """The repo file most likely to hold `split`: a data file with the split in its path,
+    JSON before parquet (no pyarrow needed), shortest path first."""
+    ok = [f for f in files if f.endswith(DATA_SUFFIXES) and split in f.lower()]
+    ok = [f for f in ok if not f.startswith(".") and "/." not in f]
+    rank = {s: i for i, s in enumerate(DATA_SUFFIXES)}
+    ok.sort(key=lambda f: (rank[next(s for s in DATA_SUFFIXES if f.endswith(s))], len(f), f))
+    return ok[0] if ok else None
+
+
+def hub_file(s: Suite) -> Path:
+    """The suite's file from the hub (cached by huggingface_hub; HF_HUB_OFFLINE honoured):
+    `s.filename`, or when the repo has no such file, the data file its listing offers."""
+    try:
+        from huggingface_hub import hf_hub_download, list_repo_files
+        from huggingface_hub.errors import EntryNotFoundError
+    except ImportError:
+        raise Eagle3Error("--suite: loading from the hub needs huggingface_hub") from None
+    try:
+        try:
+            return Path(hf_hub_download(s.repo, s.filename, repo_type="dataset"))
+        except EntryNotFoundError:
+            name = pick_data_file(list_repo_files(s.repo, repo_type="dataset"), s.split)
+            if name is None:
+                raise
+            return Path(hf_hub_download(s.repo, name, repo_type="dataset"))
     except Exception as e:  # offline, missing repo or file: one line for the user
         raise Eagle3Error(
-            f"--suite: cannot fetch {filename} of the hub dataset {repo} ({type(e).__name__}); "
-            "give a local file as NAME=PATH"
+            f"--suite: cannot fetch {s.filename} of the hub dataset {s.repo} "
+            f"({type(e).__name__}); give a local file as NAME=PATH"
         ) from None
 
 
@@ -115,7 +143,7 @@ def load_suite(spec: str, limit: int | None = None) -> list[Prompt]:
     if name not in SUITES:
         raise Eagle3Error(f"--suite: expected one of {', '.join(SUITES)}, found {name!r}")
     s = SUITES[name]
-    path = Path(local) if local else hub_file(s.repo, s.filename)
+    path = Path(local) if local else hub_file(s)
     prompts = []
     for i, row in enumerate(read_rows(path)):
         turns = s.turns(row)
