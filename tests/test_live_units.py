@@ -82,6 +82,8 @@ def test_per_request_fields_of_both_engines():
     assert acc["accept_len"] == pytest.approx(1 + 10 / 8)
     assert acc["per_position_acceptance"] == pytest.approx([6 / 8, 4 / 8, 2 / 8])
     assert spec_from_sglang({"spec_verify_ct": 0}) is None  # keys absent when no verify ran
+    first = spec_from_sglang({"spec_verify_ct": 4, "spec_accept_token_num": 6})  # PR #11144
+    assert (first["steps"], first["accepted"]) == (4, 6)
     # SGLang's on-demand histogram: at most 1 draft accepted; depth 3 pads positions 2, 3
     short = spec_from_sglang(
         {"spec_verify_ct": 2, "spec_num_correct_drafts": 1, "spec_correct_drafts_histogram": [1, 1]}

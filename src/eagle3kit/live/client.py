@@ -144,10 +144,18 @@ def spec_from_vllm(m: dict) -> dict[str, Any] | None:
 
 def spec_from_sglang(m: dict) -> dict[str, Any] | None:
     """SGLang `meta_info` or `sglext.spec_tokens_details` -> the same normalised dict.
-    Correct drafts: `spec_num_correct_drafts` (PR #24081), earlier `spec_accepted_drafts`."""
+    Correct drafts: `spec_num_correct_drafts` (PR #24081), earlier `spec_accepted_drafts`
+    (PR #23530), first `spec_accept_token_num` (PR #11144), else from the histogram."""
     if not isinstance(m, dict) or not m.get("spec_verify_ct"):
         return None
-    correct = m.get("spec_num_correct_drafts", m.get("spec_accepted_drafts"))
+    correct = next(
+        (
+            m[k]
+            for k in ("spec_num_correct_drafts", "spec_accepted_drafts", "spec_accept_token_num")
+            if m.get(k) is not None
+        ),
+        None,
+    )
     hist = m.get("spec_correct_drafts_histogram", m.get("spec_accept_histogram")) or []
     if correct is None and hist:
         correct = sum(j * c for j, c in enumerate(hist))
