@@ -31,6 +31,7 @@ Protocols, with the field names of the engines' sources:
   `/get_server_info`: flat ServerArgs with `speculative_*`, `version` and
   `internal_states[0].avg_spec_accept_length` cumulative over the server's life.
 
+`stats_lag=S` moves the counters S seconds after the answer went out.
 Faults (`fault=`): "drop" (every `fault_every`-th generation request: connection closed
 without an answer), "500" (every `fault_every`-th answers HTTP 500), "stall" (the
 `fault_every`-th stream sends two chunks and then nothing), "no-metrics" (`/metrics` 404).
@@ -71,6 +72,7 @@ class FakeEngine:
         name: str = "zoo-tiny",
         draft_path: str = "/models/zoo-drafter",
         dev_mode: bool = False,
+        stats_lag: float = 0.0,
     ) -> None:
         if engine not in ("vllm", "sglang"):
             raise ValueError(f"engine: expected vllm or sglang, found {engine!r}")
@@ -79,7 +81,7 @@ class FakeEngine:
         self.target, self.drafter, self.engine, self.depth = target, drafter, engine, depth
         self.per_request, self.sglext, self.fault = per_request, sglext, fault
         self.fault_every, self.lifetime, self.name = fault_every, lifetime, name
-        self.draft_path, self.dev_mode = draft_path, dev_mode
+        self.draft_path, self.dev_mode, self.stats_lag = draft_path, dev_mode, stats_lag
         self.log: list[dict[str, Any]] = []  # one entry per finished generation
         self.totals = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * depth}
         self.life = {"cycles": 0, "tokens": 0}  # sglang's cumulative accept length
@@ -142,6 +144,16 @@ class FakeEngine:
         entry["total_s"] = stats.total_s
         with self._lock:
             self.log.append(entry)
+        if self.stats_lag > 0:  # the counters move a little after the answer (as vLLM's may)
+            timer = threading.Timer(self.stats_lag, self._count, (accepted, drafted))
+            timer.daemon = True
+            timer.start()
+        else:
+            self._count(accepted, drafted)
+        return entry
+
+    def _count(self, accepted: list[int], drafted: int) -> None:
+        with self._lock:
             t = self.totals
             t["drafts"] += len(accepted)
             t["draft_tokens"] += drafted
@@ -150,7 +162,6 @@ class FakeEngine:
                 t["per_pos"][i] += sum(a >= i + 1 for a in accepted)
             self.life["cycles"] += len(accepted)
             self.life["tokens"] += sum(a + 1 for a in accepted)
-        return entry
 
     # -- generation ----------------------------------------------------------------------------
     def generate(self, ids: list[int], max_tokens: int, temperature: float, on_tokens, path: str):

@@ -439,3 +439,14 @@ def test_distinct4_and_distinct_answers_come_from_the_outputs(pair):
     assert distinct_n(texts[0]) == pytest.approx(d4[0])
     if lv["distinct4"] < 0.5:  # the tiny target loops: the warning must say so
         assert any("outputs repeat" in w for w in doc["warnings"])
+
+
+def test_counters_read_after_they_settle(pair):
+    """The fake's counters move 0.15 s after each answer: the read after a block waits."""
+    tm, d = pair
+    with FakeEngine(tm, d, stats_lag=0.15) as spec:
+        doc = run_live_bench([spec.url], None, cfg(repeats=1, prompts=prompts(2)))
+        run = list(spec.log)
+    acc = only_level(doc)["acceptance"]
+    assert acc["counters"]["drafts"] == sum(len(e["accepted"]) for e in run)
+    assert acc["accept_len"] == pytest.approx(spec.tau(run), abs=1e-12)

@@ -150,6 +150,23 @@ def _snapshot(dep: Deployment, dl: Deadline) -> SpecCounters | None:
     return vllm_counters(text) if text else None
 
 
+def _settled(dep: Deployment, dl: Deadline, before: SpecCounters, tokens: int):
+    """The counters after a block, once they account for the block's tokens: every verify
+    step emits its accepted drafts + 1, so drafts + accepted should grow by the completion
+    tokens after each request's first (vLLM's frontend may record the last step's stats
+    just after the last chunk went out). Waits at most about 1.5 s, then takes what it has."""
+    snap = _snapshot(dep, dl)
+    for wait in (0.05, 0.1, 0.2, 0.4, 0.8):
+        if snap is None or dl.left() < wait:
+            return snap
+        d = snap.minus(before)
+        if d.drafts + d.accepted >= tokens:
+            return snap
+        time.sleep(wait)
+        snap = _snapshot(dep, dl)
+    return snap
+
+
 def _block(dep: Deployment, cfg: LiveConfig, prompts: list[Prompt], key, r: int, dl: Deadline):
     """One block: counters before, the prompts `c` at a time, counters after."""
     c, suite = key
@@ -160,9 +177,10 @@ def _block(dep: Deployment, cfg: LiveConfig, prompts: list[Prompt], key, r: int,
         recs = [rec for f in futures for rec in f.result()]
     wall = time.perf_counter() - t0
     dep.records += recs
-    tokens = sum(x.result.completion_tokens or 0 for x in recs if x.result is not None)
-    dep.block_s.setdefault(key, []).append((wall, tokens))
-    after = _snapshot(dep, dl) if before is not None else None
+    done = [x.result.completion_tokens or 0 for x in recs if x.result is not None]
+    dep.block_s.setdefault(key, []).append((wall, sum(done)))
+    decoded = sum(max(n - 1, 0) for n in done)
+    after = _settled(dep, dl, before, decoded) if before is not None else None
     if before is not None and after is not None:
         prev = dep.counters.get(key, SpecCounters())
         dep.counters[key] = prev.plus(after.minus(before))
