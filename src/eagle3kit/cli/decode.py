@@ -14,6 +14,13 @@ from eagle3kit.core.errors import bad
 TARGET_HELP = "Target: a model dir, a hub id, or a zoo member (dsv3-v2, llama-v1-tiny)."
 DRAFTER_HELP = "Drafter dir (any layout: SGLang, speculators/vLLM, EAGLE)."
 DATA_HELP = "A DATA dir from `data prepare`, or a JSONL of conversations."
+LIVE_URL_HELP = "Live: a speculative server (SGLang or vLLM), repeatable."
+LIVE_BASE_HELP = "Live: the plain (no speculation) server to compare with."
+LIVE_SUITE_HELP = (
+    "Live: mt-bench,gsm8k,humaneval,math-500,chat (hub) or NAME=FILE; --prompts caps each."
+)
+LIVE_ENDPOINT_HELP = "Live: chat, completions, or generate (SGLang's native endpoint)."
+LIVE_DEPTH_HELP = "Live: the drafter's trained depth (warns when the server's settings cap tau)."
 
 
 def _load(target: str, drafter: str | None, device: str, threads: int | None):
@@ -122,9 +129,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("eval")
     def eval_(
-        target: str = typer.Option(..., "--target", help=TARGET_HELP),
-        drafter: str = typer.Option(..., "--drafter", help=DRAFTER_HELP),
-        data: Path = typer.Option(..., "--data", help=DATA_HELP),
+        target: str = typer.Option(None, "--target", help=TARGET_HELP + " (not with --url)"),
+        drafter: str = typer.Option(None, "--drafter", help=DRAFTER_HELP),
+        data: Path = typer.Option(None, "--data", help=DATA_HELP),
         online: bool = typer.Option(False, "--online", help="Also decode for real: tau, tok/s."),
         depth: int = typer.Option(3, "--depth", help="Draft steps (chain depth)."),
         max_new_tokens: int = typer.Option(
@@ -137,8 +144,22 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", "--device", callback=check_device),
         threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
+        url: list[str] = typer.Option(None, "--url", help=LIVE_URL_HELP + " With --online."),
+        suite: str = typer.Option(
+            None, "--suite", help=LIVE_SUITE_HELP.replace("--prompts", "--limit")
+        ),
+        temperature: float = typer.Option(0.0, "--temperature", help="Live: 0 = greedy."),
+        endpoint: str = typer.Option("chat", "--endpoint", help=LIVE_ENDPOINT_HELP),
+        timeout: float = typer.Option(600.0, "--timeout", help="Live: bound on the whole run, s."),
     ) -> None:
-        """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding."""
+        """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding;
+        with --online --url, on running SGLang/vLLM servers (docs/live.md)."""
+        if url:
+            from eagle3kit.cli import live
+
+            return live.run_eval(dict(locals()))
+        if target is None or drafter is None or data is None:
+            raise typer.BadParameter("expected --target, --drafter and --data (or --online --url)")
         from eagle3kit.cli._progress import bar
         from eagle3kit.measure.evaluate import evaluate, load_eval_data
 
@@ -161,7 +182,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("bench")
     def bench_(
-        target: str = typer.Option(..., "--target", help=TARGET_HELP),
+        target: str = typer.Option(None, "--target", help=TARGET_HELP + " (not with --url)"),
         drafter: str = typer.Option(None, "--drafter", help=DRAFTER_HELP),
         data: Path = typer.Option(
             None, "--data", help=DATA_HELP + " Default: built-in chat prompts."
@@ -182,8 +203,23 @@ def register(app: typer.Typer) -> None:
         device: str = typer.Option("cpu", "--device", callback=check_device),
         threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
+        url: list[str] = typer.Option(None, "--url", help=LIVE_URL_HELP),
+        baseline_url: str = typer.Option(None, "--baseline-url", help=LIVE_BASE_HELP),
+        suite: str = typer.Option(None, "--suite", help=LIVE_SUITE_HELP),
+        concurrency: str = typer.Option("1", "--concurrency", help="Live: levels, e.g. 1,4,16."),
+        temperature: float = typer.Option(0.0, "--temperature", help="Live: 0 = greedy."),
+        endpoint: str = typer.Option("chat", "--endpoint", help=LIVE_ENDPOINT_HELP),
+        timeout: float = typer.Option(600.0, "--timeout", help="Live: bound on the whole run, s."),
+        drafter_depth: int = typer.Option(None, "--drafter-depth", help=LIVE_DEPTH_HELP),
     ) -> None:
-        """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order)."""
+        """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order);
+        with --url, an interleaved A/B of running SGLang/vLLM servers (docs/live.md)."""
+        if url:
+            from eagle3kit.cli import live
+
+            return live.run(dict(locals()))
+        if target is None:
+            raise typer.BadParameter("expected --target (in-process) or --url (live servers)")
         from eagle3kit.cli._progress import bar
         from eagle3kit.decode import TreeShape
         from eagle3kit.measure.bench import bench, default_prompts

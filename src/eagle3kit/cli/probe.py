@@ -71,18 +71,24 @@ def _render_probe(r: dict[str, Any]) -> None:
     con.print(f"[bold {colour}]verdict: {r['verdict']}[/]")
 
 
+LIVE_NEW = "Live: the server of the NEW target running the drafter (SGLang or vLLM)."
+LIVE_OLD = "Live: the server of the target the drafter was trained for, same drafter."
+LIVE_BASE = "Live: the NEW target's plain server (the speedup then counts in the verdict)."
+LIVE_SUITE = "Live: mt-bench,gsm8k,humaneval,math-500,chat or NAME=FILE; --samples caps each."
+
+
 def register(app: typer.Typer) -> None:
     @app.command()
     def probe(
         drafter: Annotated[
-            str, typer.Option("--drafter", help="The drafter to reuse (any layout).")
-        ],
+            str | None, typer.Option("--drafter", help="The drafter to reuse (any layout).")
+        ] = None,
         target: Annotated[
-            str,
+            str | None,
             typer.Option(
                 "--target", help="The new target: a model dir, a hub id or a zoo member name."
             ),
-        ],
+        ] = None,
         reference: Annotated[
             str | None,
             typer.Option(
@@ -116,10 +122,31 @@ def register(app: typer.Typer) -> None:
         ] = "cpu",
         dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+        url: Annotated[str | None, typer.Option("--url", help=LIVE_NEW)] = None,
+        reference_url: Annotated[str | None, typer.Option("--reference-url", help=LIVE_OLD)] = None,
+        baseline_url: Annotated[str | None, typer.Option("--baseline-url", help=LIVE_BASE)] = None,
+        suite: Annotated[str | None, typer.Option("--suite", help=LIVE_SUITE)] = None,
+        max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Live.")] = 128,
+        repeats: Annotated[int, typer.Option("--repeats", help="Live: rounds.")] = 3,
+        endpoint: Annotated[
+            str, typer.Option("--endpoint", help="Live: chat|completions|generate.")
+        ] = "chat",
+        timeout: Annotated[
+            float, typer.Option("--timeout", help="Live: bound on the run, s.")
+        ] = 600.0,
     ) -> None:
         """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance, verdict.
 
-        Exit 0 with a verdict (plug-in, fine-tune, from-scratch); 2 on bad input."""
+        Exit 0 with a verdict (plug-in, fine-tune, from-scratch); 2 on bad input. With --url and
+        --reference-url: the online half against two running servers (docs/live.md)."""
+        if url or reference_url:
+            from eagle3kit.cli import live
+
+            return live.run_probe(dict(locals()))
+        if drafter is None or target is None:
+            raise typer.BadParameter(
+                "expected --drafter and --target (or --url and --reference-url)"
+            )
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json
         from eagle3kit.measure.probe import probe as run_probe

@@ -8,6 +8,7 @@ under the run directories:
 - train   (RUN/summary.json with "best_step", "sim_accept_len"; RUN/metrics.jsonl beside it;
            RUN/state/state.json for the batch size)
 - plan    (`plan --json`: "break_even_accept_len", "cycle_model")
+- live    (`bench --url --json`: kind "eagle3kit.bench-live"; report/live.py)
 
 Every number printed names the file it came from, relative to the run directory it was found
 in. The game plan prices each path from the measured curves: samples seen to reach a held-out
@@ -26,6 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.report.live import KIND as LIVE_KIND
+from eagle3kit.report.live import live_blocks
 
 MAX_JSON_BYTES = 20 * 2**20
 
@@ -40,6 +43,7 @@ class Found:
         default_factory=list
     )  # summary, metrics, config
     plans: list[tuple[str, dict]] = field(default_factory=list)
+    lives: list[tuple[str, dict]] = field(default_factory=list)  # bench --url --json
 
 
 def _read_json(p: Path) -> Any:
@@ -94,7 +98,9 @@ def collect(run_dirs: list[str | Path]) -> Found:
                 unreadable.append(str(p))
                 continue
             cite = str(p.relative_to(root))
-            if {"verdict", "similarity", "accept_len"} <= doc.keys():
+            if doc.get("kind") == LIVE_KIND:
+                f.lives.append((cite, doc))
+            elif {"verdict", "similarity", "accept_len"} <= doc.keys():
                 f.probes.append((cite, doc))
             elif {"baseline_tps", "spec_tps", "accept_len"} <= doc.keys():
                 f.benches.append((cite, doc))
@@ -109,7 +115,7 @@ def collect(run_dirs: list[str | Path]) -> Found:
                 f.plans.append((cite, doc))
     order = {"stale": 0, "finetuned": 1, "scratch": 2}
     f.benches.sort(key=lambda cb: (order.get(cb[1].get("role"), 3), cb[0]))
-    if not (f.probes or f.benches or f.runs or f.plans):
+    if not (f.probes or f.benches or f.runs or f.plans or f.lives):
         bad_json = f" ({', '.join(unreadable[:3])}: not a JSON object)" if unreadable else ""
         raise Eagle3Error(
             f"report: {', '.join(map(str, run_dirs))}: no probe, bench, train or plan JSON "
@@ -481,7 +487,8 @@ def report(
     from eagle3kit.core.atomic import atomic_write_bytes, atomic_write_text
 
     f = collect(run_dirs)
-    blocks = headline(f) + probe_blocks(f) + train_blocks(f) + game_plan(f)
+    blocks = headline(f) + live_blocks(f.lives) + probe_blocks(f) + train_blocks(f)
+    blocks += game_plan(f)
     figs = figure_blocks(f)
     blocks += [("h2", "Figures")] + figs if figs else []
     srcs = ", ".join(str(Path(r)) for r in run_dirs)
@@ -507,5 +514,6 @@ def report(
             "bench": [c for c, _ in f.benches],
             "train": [c for c, *_ in f.runs],
             "plan": [c for c, _ in f.plans],
+            "bench_live": [c for c, _ in f.lives],
         },
     }

@@ -1,0 +1,202 @@
+"""`eagle3kit bench --url ...`: the live A/B against running servers (eagle3kit.live)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from eagle3kit.core.errors import Eagle3Error
+
+
+def parse_levels(text: str) -> tuple[int, ...]:
+    try:
+        levels = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise Eagle3Error(f"--concurrency: expected levels like 1,4,16, found {text!r}") from None
+    if not levels or min(levels) < 1:
+        raise Eagle3Error(f"--concurrency: expected levels >= 1, found {text!r}")
+    return levels
+
+
+def load_prompts(suite: str | None, data: Path | None, limit: int) -> list:
+    from eagle3kit.live.suites import load_conversations, load_suites
+
+    if suite is None and data is None:
+        raise Eagle3Error("--suite or --data: expected one with --url (e.g. --suite mt-bench)")
+    prompts = load_suites(suite, limit) if suite else []
+    if data is not None:
+        prompts += load_conversations(data, limit)
+    return prompts
+
+
+def _config(o: dict[str, Any], limit: int, depth: int | None):
+    from eagle3kit.live.bench import LiveConfig
+
+    data = o.get("data")
+    return LiveConfig(
+        prompts=load_prompts(o.get("suite"), Path(data) if data else None, limit),
+        max_tokens=o["max_new_tokens"],
+        temperature=o.get("temperature", 0.0),
+        repeats=o["repeats"],
+        concurrency=parse_levels(o.get("concurrency", "1")),
+        endpoint=o["endpoint"],
+        timeout=o["timeout"],
+        depth=depth,
+    )
+
+
+def _said(info) -> None:
+    from eagle3kit.cli._render import err
+
+    spec = info.speculative
+    what = f"{spec['algorithm']} ({spec['num_steps']} steps)" if spec else "no speculation"
+    err().print(f"{info.url}: {info.engine} {info.version or ''} serving {info.model}, {what}")
+
+
+def _lines(r: dict) -> None:
+    for line in r["errors"]:
+        print(f"error: {line}", file=sys.stderr)
+    for line in r["warnings"]:
+        print(f"warning: {line}", file=sys.stderr)
+
+
+def run(o: dict[str, Any]) -> None:
+    """`bench --url`: the live A/B; print or emit JSON. Exit 1 when nothing was measured."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json
+    from eagle3kit.live.bench import run_live_bench
+
+    cfg = _config(o, o["prompts"], o["drafter_depth"])
+    with bar(not o["json_"]) as progress:
+        r = run_live_bench(o["url"], o["baseline_url"], cfg, progress, _said)
+    _lines(r)
+    if o["json_"]:
+        emit_json(r)
+    else:
+        render(r)
+    if not r["deployments"]:
+        import typer
+
+        raise typer.Exit(1)
+
+
+def run_eval(o: dict[str, Any]) -> None:
+    """`eval --online --url`: acceptance and speed of speculative servers, no baseline."""
+    if not o["online"]:
+        raise Eagle3Error("--url: measures online only (add --online)")
+    o = {**o, "baseline_url": None, "prompts": o["limit"], "drafter_depth": o["depth"]}
+    run(o)
+
+
+def run_probe(o: dict[str, Any]) -> None:
+    """`probe --url NEW --reference-url OLD`: the drafter's zero-shot tau on NEW vs OLD."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json, out
+    from eagle3kit.live.probe import run_live_probe
+
+    if not o["url"] or not o["reference_url"]:
+        raise Eagle3Error("--url and --reference-url: expected both (NEW and OLD servers)")
+    cfg = _config(o, o["samples"], o["depth"])
+    with bar(not o["json_out"]) as progress:
+        r = run_live_probe(o["url"], o["reference_url"], cfg, o["baseline_url"], progress, _said)
+    _lines(r["bench"])
+    if o["json_out"]:
+        return emit_json(r)
+    render(r["bench"])
+    c = out()
+    for k, v in r["per_suite"].items():
+        ret = f"{v['retention']:.0%}" if v["retention"] is not None else "-"
+        c.print(f"  {k}: tau new {_n(v['new'])}, reference {_n(v['reference'])}, keeps {ret}")
+    for why in r["reasons"]:
+        c.print(f"  - {why}")
+    c.print(f"[bold]verdict: {r['verdict']}[/]")
+
+
+def _n(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def _s(x: dict | None, fmt: str = ".1f") -> str:
+    if not x:
+        return "-"
+    return f"{x['median']:{fmt}} ({x['min']:{fmt}}-{x['max']:{fmt}})"
+
+
+def _tau(acc: dict | None) -> str:
+    if not acc:
+        return "-"
+    return f"{acc['accept_len']:.2f} ({acc['source']})"
+
+
+def render(r: dict) -> None:
+    from rich.table import Table
+
+    from eagle3kit.cli._render import out
+
+    c, st = out(), r["settings"]
+    speed = {(x["url"], x["concurrency"]): x["decode_speedup"] for x in r["comparison"]}
+    t = Table(
+        title=f"live A/B: {sum(st['suites'].values())} prompts x {st['max_tokens']} "
+        f"tokens, {st['repeats']} rounds, T={st['temperature']:g}, {st['endpoint']}"
+    )
+    for col in (
+        "deployment",
+        "conc",
+        "decode tok/s med (min-max)",
+        "throughput",
+        "TTFT ms",
+        "tau (source)",
+        "distinct-4",
+        "answers",
+        "speedup",
+    ):
+        t.add_column(col)
+    for d in r["deployments"]:
+        for lv in d["levels"]:
+            sp = speed.get((d["url"], lv["concurrency"]))
+            t.add_row(
+                f"{d['role']} {d['url']}",
+                str(lv["concurrency"]),
+                _s(lv["decode_tokens_per_s"]),
+                _s(lv["throughput_tokens_per_s"]),
+                _s(lv["ttft_ms"], ".0f"),
+                _tau(lv["acceptance"]),
+                f"{lv['distinct4']:.2f}" if lv["distinct4"] is not None else "-",
+                f"{lv['distinct_answers']}/{lv['answers']}",
+                f"{sp:.2f}x" if sp else "-",
+            )
+    c.print(t)
+    for d in r["deployments"]:
+        _render_server(c, d)
+
+
+def _render_server(c, d: dict) -> None:
+    s = d["server"]
+    sp = s["speculative"]
+    cfg = (
+        (
+            f"{sp['algorithm']}, steps {sp['num_steps']}, topk {sp['topk']}, draft tokens "
+            f"{sp['num_draft_tokens']}, drafter {sp['draft_model']}"
+        )
+        if sp
+        else "no speculation"
+    )
+    c.print(f"{d['url']}: {s['engine']} {s['version'] or '?'}, model {s['model']}: {cfg}")
+    c.print(f"  drafting: {d['drafting_rule']}")
+    for lv in d["levels"]:
+        acc = lv["acceptance"]
+        if acc and acc["per_position_acceptance"]:
+            pos = " ".join(f"{p:.2f}" for p in acc["per_position_acceptance"])
+            cond = " ".join(f"{p:.2f}" for p in acc["conditional_acceptance"])
+            c.print(f"  concurrency {lv['concurrency']}: per-position {pos}; conditional {cond}")
+        per_suite = [
+            f"{k} {v['accept_len']:.2f}"
+            for k, v in lv["suites"].items()
+            if v["accept_len"] is not None
+        ]
+        if per_suite and len(lv["suites"]) > 1:
+            c.print(f"  tau per suite: {', '.join(per_suite)}")
+    life = d["server_life_accept_len"]
+    if life and life.get("after") is not None:
+        c.print(f"  server's avg_spec_accept_length {life['after']:.2f} ({life['note']})")
