@@ -14,15 +14,16 @@ Not a product feature. It speaks the protocol as vLLM and speculators implement 
   ``token_ids`` [T] int64 (the prompt), holding ``LOCK_EX`` on ``<path>.lock`` from before the
   response until the write is done (the connector's ``wait_for_save``/``_write_tensors``);
   the response carries ``kv_transfer_params.hidden_states_path`` (``request_finished``) and,
-  with ``return_token_ids``, ``choices[0].prompt_token_ids`` / ``token_ids``.
+  with ``return_token_ids``, ``choices[0].prompt_token_ids`` / ``token_ids`` and, with
+  ``logprobs``, the completions API's ``logprobs.token_logprobs``.
 - layer id k < L is the residual stream after decoder layer k-1 (vLLM
   `EagleModelMixin._maybe_add_hidden_state`), i.e. transformers' ``hidden_states[k]``; id L is
   the last layer's output before the final norm (taken here at the norm's input).
 
 Faults: ``n_minus_1`` (one layer fewer, vLLM #46973), ``few_positions`` (two positions short),
 ``http500`` (every completion answers HTTP 500 with vLLM's error JSON), ``slow`` (each write
-held ``write_delay`` s). Wrong layers: launch it with other ids. The server stops itself after
-``lifetime`` seconds.
+held ``write_delay`` s), ``stuck`` (the writer never finishes: the lock stays held). Wrong
+layers: launch it with other ids. The server stops itself after ``lifetime`` seconds.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-FAULTS = (None, "n_minus_1", "few_positions", "http500", "slow")
+FAULTS = (None, "n_minus_1", "few_positions", "http500", "slow", "stuck")
 
 
 def check_launch(spec: dict, kv: dict) -> tuple[list[int], str]:
@@ -81,6 +82,7 @@ class FakeVllmCapture:
         self.requests = 0
         self._model_lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
+        self._stopped = threading.Event()
         self._torch = torch
 
     # -- the model ---------------------------------------------------------------------------
@@ -100,14 +102,16 @@ class FakeVllmCapture:
         for k in sorted(self.layer_ids):  # the connector writes in ascending id order
             cols.append(pre_norm[0][0] if k == L else out.hidden_states[k][0])  # [T, H]
         hs = torch.stack(cols, dim=1)  # [T, n, H]
-        return hs, int(out.logits[0, -1].argmax())
+        lp = torch.log_softmax(out.logits[0, -1].float(), -1)  # [V]
+        tok = int(lp.argmax())
+        return hs, tok, float(lp[tok])
 
     def _write(self, path: Path, ids: list[int]):
         """Take the lock, answer, then write and release (in a thread)."""
         torch = self._torch
         from safetensors.torch import save_file
 
-        hs, tok = self._states(ids)
+        hs, tok, lp = self._states(ids)
         toks = torch.tensor(ids, dtype=torch.int64)
         if self.fault == "n_minus_1":
             hs = hs[:, :-1]
@@ -118,13 +122,16 @@ class FakeVllmCapture:
 
         def writer() -> None:
             try:
+                if self.fault == "stuck":
+                    self._stopped.wait(self.lifetime)
+                    return
                 time.sleep(self.write_delay)
                 save_file({"hidden_states": hs.contiguous(), "token_ids": toks}, str(path))
             finally:
                 os.close(lock_fd)  # releases LOCK_EX
 
         threading.Thread(target=writer, daemon=True).start()
-        return tok
+        return tok, lp
 
     def completion(self, body: dict) -> tuple[int, dict]:
         self.requests += 1
@@ -138,8 +145,16 @@ class FakeVllmCapture:
         rid = f"cmpl-{uuid.uuid4().hex}-0"
         Path(self.storage).mkdir(parents=True, exist_ok=True)
         path = Path(self.storage) / f"{rid}.safetensors"
-        tok = self._write(path, ids)
+        tok, lp = self._write(path, ids)
         choice: dict[str, Any] = {"index": 0, "text": "", "finish_reason": "length"}
+        if body.get("logprobs"):  # the completions API's logprobs object
+            name = f"token_id:{tok}"
+            choice["logprobs"] = {
+                "tokens": [name],
+                "token_logprobs": [lp],
+                "top_logprobs": [{name: lp}],
+                "text_offset": [0],
+            }
         if body.get("return_token_ids"):
             choice.update(prompt_token_ids=ids, token_ids=[tok])
         return 200, {
@@ -192,6 +207,7 @@ class FakeVllmCapture:
         return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     def stop(self) -> None:
+        self._stopped.set()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()

@@ -36,7 +36,12 @@ from eagle3kit.live import capture_client as C
 from eagle3kit.live.heads import OutputHead, TargetShape, target_shape
 
 CONNECTOR = "ExampleHiddenStatesConnector"
-TOPK_CHECK = 5  # the engine's greedy token must be among our top-5 at the last position
+# The engine's log-prob of its own greedy token at the last position, against ours from the
+# slot read as id L: equal up to the precision of the states' dtype, or that slot is another
+# layer. Tolerances in nats: float32 1e-3; bf16/fp16 5e-2 (the engine's kernels round
+# differently from ours in the final norm and lm_head).
+LOGPROB_TOL = {torch.float32: 1e-3}
+LOGPROB_TOL_LOW = 5e-2
 SGLANG_REFUSAL = (
     "--engine sglang: SGLang returns only the final normed hidden state (return_hidden_states), "
     "or on an EAGLE-3 server the aux states without the last layer; no stock SGLang route "
@@ -202,12 +207,12 @@ class EngineTarget:
         aux = torch.zeros(B, T, k * H, dtype=self.dtype, device=self.device)  # [B, T, k*H]
         logits = torch.zeros(B, T, self.vocab_size, dtype=self.dtype, device=self.device)
         slots = self.plan.aux_slots()
-        for b, (hs, _tok) in enumerate(states):
+        for b, (hs, _said) in enumerate(states):
             n = hs.shape[0]
             aux[b, :n] = hs[:, slots].reshape(n, k * H).to(aux)  # [T, k*H]
             logits[b, :n] = self.head.logits(hs[:, -1])  # [T, V]
-        for b, (_hs, tok) in enumerate(states):
-            self._check_last(names[b], logits[b, len(rows[b]) - 1], tok)
+        for b, (hs, said) in enumerate(states):
+            self._check_last(names[b], logits[b, len(rows[b]) - 1], said, hs.dtype)
         return EngineOutput(logits, aux)
 
     def _one(self, sid: str, ids: list[int]) -> tuple[torch.Tensor, int | None]:
@@ -219,17 +224,20 @@ class EngineTarget:
         C.remove_states(path)
         return hs, C.sampled_token(resp)
 
-    def _check_last(self, sid: str, logits: torch.Tensor, tok: int | None) -> None:
-        """The engine sampled greedily from the same last state: its token must rank in our
-        top-5 there, or the slot we read as id L is another layer."""
-        if tok is None:
+    def _check_last(self, sid: str, logits: torch.Tensor, said: tuple, dtype) -> None:
+        """The engine sampled greedily from the same last state: its token's log-prob must be
+        ours (LOGPROB_TOL), or the slot we read as id L is another layer."""
+        tok, lp = said
+        if tok is None or lp is None:
             return
-        top = logits.float().topk(min(TOPK_CHECK, logits.numel())).indices.tolist()
-        if tok not in top:
+        ours = float(torch.log_softmax(logits.float(), -1)[tok])
+        tol = LOGPROB_TOL.get(dtype, LOGPROB_TOL_LOW)
+        if abs(ours - float(lp)) > tol:
             raise C.CaptureError(
-                f"sample {sid}: the engine's greedy token {tok} is not in the top-{TOPK_CHECK} "
-                f"of final norm + lm_head on the last slot (ours: {top[0]}); the server's last "
-                f"layer id is not {self.num_layers}: relaunch with --launch-command's ids"
+                f"sample {sid}: the engine gives its greedy token {tok} log-prob {lp:.4f}, "
+                f"final norm + lm_head on the last slot {ours:.4f} (> {tol:g} apart): the "
+                f"server's last layer id is not {self.num_layers}; relaunch with "
+                "--launch-command's ids"
             )
 
 

@@ -75,6 +75,7 @@ def request_states(
         "prompt": ids,
         "max_tokens": 1,
         "temperature": 0.0,
+        "logprobs": 1,
         "return_token_ids": True,
     }
     if model:
@@ -188,8 +189,8 @@ def check_states(
         extra = ""
         if hs.shape[1] == n - 1:
             extra = (
-                "; one state fewer is the DeepSeek-family N-1 case (vLLM issue #46973): "
-                "this vLLM build does not return the last layer for this target"
+                "; one fewer: the server was launched without one of these ids, or it is "
+                "the DeepSeek-family N-1 case (vLLM issue #46973)"
             )
         raise CaptureError(
             f"sample {sid}: hidden_states has {hs.shape[1]} layers, expected {n} "
@@ -212,8 +213,12 @@ def remove_states(path: Path) -> None:
             pass
 
 
-def sampled_token(resp: dict[str, Any]) -> int | None:
-    """The token the engine sampled (greedy: temperature 0), when the response says."""
+def sampled_token(resp: dict[str, Any]) -> tuple[int | None, float | None]:
+    """(the token the engine sampled, its log-prob), each None when the response lacks it
+    (completions ``choices[0].token_ids`` and ``logprobs.token_logprobs``)."""
     ch = (resp.get("choices") or [{}])[0]
     toks = ch.get("token_ids")
-    return int(toks[0]) if isinstance(toks, list) and toks else None
+    tok = int(toks[0]) if isinstance(toks, list) and toks else None
+    lps = (ch.get("logprobs") or {}).get("token_logprobs")
+    lp = lps[0] if isinstance(lps, list) and lps and isinstance(lps[0], int | float) else None
+    return tok, lp
