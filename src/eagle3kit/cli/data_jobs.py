@@ -152,6 +152,11 @@ def register(data_app: typer.Typer) -> None:
         layer_ids: str = typer.Option(
             None, "--layer-ids", help="Engine: the vLLM layer ids the server was launched with."
         ),
+        extra_layers: str = typer.Option(
+            None,
+            "--extra-layers",
+            help="Engine: more h-indices to hold (e.g. 3,5,6: both readings for `probe`).",
+        ),
         model: str = typer.Option(None, "--model", help="Engine: model name for the server."),
         concurrency: int = typer.Option(8, "--concurrency", help="Engine: requests in flight."),
         timeout: float = typer.Option(300.0, "--timeout", help="Engine: seconds per request."),
@@ -173,6 +178,7 @@ def register(data_app: typer.Typer) -> None:
                 launch_command=launch_command,
                 drafter=drafter,
                 layer_ids=layer_ids,
+                extra_layers=extra_layers,
                 model=model,
                 concurrency=concurrency,
                 timeout=timeout,
@@ -225,13 +231,15 @@ def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_to
     if eng["engine"] not in (None, "vllm"):
         raise Eagle3Error(f"--engine: expected vllm (or sglang), found {eng['engine']!r}")
     ids = _int_list(eng["layer_ids"], "--layer-ids")
+    extra = _int_list(eng["extra_layers"], "--extra-layers")
     if eng["launch_command"]:
         if eng["states_dir"] is None:
             raise Eagle3Error("--launch-command: expected --states-dir (the shared directory)")
-        ckpt, plan = L.plan_for(target, eng["drafter"], aux, ids)
+        ckpt, plan = L.plan_for(target, eng["drafter"], aux, ids, extra)
         line = L.launch_command(target, plan, str(eng["states_dir"]), L.target_shape(ckpt).dtype)
         if json_:
-            emit_json({"launch_command": line, **plan.record()})
+            doc = {"kind": "eagle3kit.launch_command", "schema": 1, "launch_command": line}
+            emit_json({**doc, **plan.record()})
         else:
             print(line)
         return None
@@ -249,6 +257,7 @@ def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_to
             drafter=eng["drafter"],
             aux_layers=aux,
             layer_ids=ids,
+            extra_layers=extra,
             model=eng["model"],
             vocab=common["vocab"],
             topk=common["topk"] or None,

@@ -76,8 +76,8 @@ def register(app: typer.Typer) -> None:
             str, typer.Option("--drafter", help="The drafter to reuse (any layout).")
         ],
         target: Annotated[
-            str, typer.Option("--target", help="The new target model dir or hub id.")
-        ],
+            str | None, typer.Option("--target", help="The new target model dir or hub id.")
+        ] = None,
         reference: Annotated[
             str | None,
             typer.Option("--reference-target", help="The target the drafter was trained for."),
@@ -101,14 +101,52 @@ def register(app: typer.Typer) -> None:
         device: Annotated[str, typer.Option(help="cpu, cuda, cuda:1 ...")] = "cpu",
         dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+        features_new: Annotated[
+            str | None,
+            typer.Option(
+                "--features-new",
+                help="A feature store of the new target (`data capture`, e.g. --engine vllm): "
+                "probe without loading it (--target, --reference-target: where embeddings and "
+                "config are read by header; default: the stores' own record).",
+            ),
+        ] = None,
+        features_old: Annotated[
+            str | None,
+            typer.Option("--features-old", help="The reference target's store of the same DATA."),
+        ] = None,
+        max_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 256,
     ) -> None:
         """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance, verdict.
 
         Exit 0 with a verdict (plug-in, fine-tune, from-scratch); 2 on bad input."""
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json
+        from eagle3kit.core.errors import Eagle3Error
         from eagle3kit.measure.probe import probe as run_probe
 
+        if features_new is not None or features_old is not None:
+            if features_new is None or data is not None:
+                raise Eagle3Error("probe: --features-old goes with --features-new, not --data")
+            from eagle3kit.measure.probe_features import probe_features
+
+            with bar(not json_out) as progress:
+                r = probe_features(
+                    drafter,
+                    features_new,
+                    features_old,
+                    target=target,
+                    reference=reference,
+                    baseline_tps=baseline_tps,
+                    cycle_ms=cycle_ms,
+                    bench=bench,
+                    depth=depth,
+                    samples=samples,
+                    max_len=max_len,
+                    progress=progress,
+                )
+            return emit_json(r) if json_out else _render_probe(r)
+        if target is None:
+            raise Eagle3Error("probe: expected --target (or --features-new STORE)")
         with bar(not json_out) as progress:
             r = run_probe(
                 drafter,
@@ -120,6 +158,7 @@ def register(app: typer.Typer) -> None:
                 bench=bench,
                 depth=depth,
                 samples=samples,
+                max_len=max_len,
                 online_prompts=online_prompts,
                 device=device,
                 dtype=dtype,

@@ -259,10 +259,13 @@ def open_target(target: str) -> tuple[Any, TargetShape]:
 
 
 def plan_for(
-    target: str, drafter: str | None, aux_layers: Any, layer_ids: Any
+    target: str, drafter: str | None, aux_layers: Any, layer_ids: Any, extra: Any = None
 ) -> tuple[Any, LayerPlan]:
+    """The target's checkpoint and the layer plan: the drafter's aux h-indices, then
+    ``extra`` ones (a probe store holds both readings of the drafter's ids)."""
     ckpt, shape = open_target(target)
     aux = drafter_aux(drafter, aux_layers, shape.num_layers)
+    aux = (*aux, *(int(x) for x in extra or () if int(x) not in aux))
     return ckpt, layer_plan(aux, shape.num_layers, layer_ids)
 
 
@@ -276,6 +279,7 @@ def capture_from_engine(
     drafter: str | None = None,
     aux_layers: Any = None,
     layer_ids: Any = None,
+    extra_layers: Any = None,
     model: str | None = None,
     vocab: str | Path | None = None,
     topk: int | None = 64,
@@ -294,7 +298,7 @@ def capture_from_engine(
     from eagle3kit.data.prepared import load_prepared
     from eagle3kit.data.store import capture
 
-    ckpt, plan = plan_for(target, drafter, aux_layers, layer_ids)
+    ckpt, plan = plan_for(target, drafter, aux_layers, layer_ids, extra_layers)
     if not Path(states_dir).is_dir():
         raise bad(str(states_dir), "--states-dir: expected the connector's shared_storage_path")
     head = OutputHead(ckpt, device=device)
