@@ -183,6 +183,7 @@ def register(data_app: typer.Typer) -> None:
                 concurrency=concurrency,
                 timeout=timeout,
                 lock_timeout=lock_timeout,
+                device=device,
             )
             common = dict(vocab=vocab, topk=topk, shard_tokens=shard_tokens)
             aux = list(aux_layers) if aux_layers else None
@@ -266,6 +267,7 @@ def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_to
             concurrency=eng["concurrency"],
             timeout=eng["timeout"],
             lock_timeout=eng["lock_timeout"],
+            device=eng["device"],
             progress=progress,
         )
 

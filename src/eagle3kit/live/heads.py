@@ -32,7 +32,6 @@ EMBED_NAMES = (
     "model.language_model.embed_tokens.weight",
 )
 _REFUSED = ("final_logit_softcapping", "logit_scale", "logits_scaling")
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
