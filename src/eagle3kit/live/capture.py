@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import json
 import shlex
-from concurrent.futures import ThreadPoolExecutor
+from array import array
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,10 +158,13 @@ class EngineTarget:
         self.hidden_size = head.shape.hidden_size
         dt = head.shape.dtype
         self.expect = C.Expect(plan.layer_ids, self.hidden_size, _torch_dtype(dt))
+        self._data, self._ids, self._last = data, data.ids, -1
         self._names: dict[bytes, list[int]] = {}
-        for i in range(len(data)):  # sample names for the errors, by token content
+        for i in range(len(data)):  # data index by token content: names and prefetch
             self._names.setdefault(_digest(data[i].input_ids.tolist()), []).append(i)
-        self._ids, self._last = data.ids, -1
+        self._ahead = max(1, int(opts.get("concurrency", 8)))
+        self._pool = ThreadPoolExecutor(self._ahead)
+        self._pending: dict[int, Future] = {}  # data index -> its request, sent ahead
 
     @property
     def vocab_size(self) -> int:
@@ -187,33 +191,48 @@ class EngineTarget:
             "capture": self.plan.record(),
         }
 
-    def _name(self, ids: list[int]) -> str:
+    def _index(self, ids: list[int]) -> int | None:
+        """The data index of this row: the first sample with these tokens after the last one."""
         cands = self._names.get(_digest(ids), [])
         i = next((j for j in cands if j > self._last), cands[0] if cands else None)
-        if i is None:
-            return "?"
-        self._last = i
-        return self._ids[i]
+        if i is not None:
+            self._last = i
+        return i
+
+    def _submit(self, i: int | None, ids: list[int]) -> Future:
+        if i is not None and i in self._pending:
+            return self._pending.pop(i)
+        return self._pool.submit(self._one, "?" if i is None else self._ids[i], ids)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> EngineOutput:
-        """One request per row (concurrently); rows come back as logits and aux, padded."""
+        """One request per row, ``concurrency`` in flight: this batch's rows first, then the
+        samples after it in data order (sent ahead, used by the next batches)."""
         B, T = input_ids.shape
         rows = [input_ids[b, : int(attention_mask[b].sum())].tolist() for b in range(B)]
-        names = [self._name(r) for r in rows]
-        workers = max(1, min(int(self.opts.get("concurrency", 8)), B))
-        with ThreadPoolExecutor(workers) as pool:
-            states = list(pool.map(self._one, names, rows))
+        idx = [self._index(r) for r in rows]
+        futures = [self._submit(i, r) for i, r in zip(idx, rows, strict=True)]
+        nxt = max((i for i in idx if i is not None), default=len(self._data)) + 1
+        for j in range(nxt, min(nxt + self._ahead, len(self._data))):
+            if j not in self._pending:
+                ids = self._data[j].input_ids.tolist()
+                self._pending[j] = self._pool.submit(self._one, self._ids[j], ids)
+        states = [f.result() for f in futures]
+        names = ["?" if i is None else self._ids[i] for i in idx]
         k, H = len(self.aux_layers), self.hidden_size
         aux = torch.zeros(B, T, k * H, dtype=self.dtype, device=self.device)  # [B, T, k*H]
         logits = torch.zeros(B, T, self.vocab_size, dtype=self.dtype, device=self.device)
         slots = self.plan.aux_slots()
-        for b, (hs, _said) in enumerate(states):
+        for b, (hs, said) in enumerate(states):
             n = hs.shape[0]
             aux[b, :n] = hs[:, slots].reshape(n, k * H).to(aux)  # [T, k*H]
             logits[b, :n] = self.head.logits(hs[:, -1])  # [T, V]
-        for b, (hs, said) in enumerate(states):
-            self._check_last(names[b], logits[b, len(rows[b]) - 1], said, hs.dtype)
+            self._check_last(names[b], logits[b, n - 1], said, hs.dtype)
         return EngineOutput(logits, aux)
+
+    def close(self) -> None:
+        """Drop requests sent ahead and not used (a stopped capture)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._pending.clear()
 
     def _one(self, sid: str, ids: list[int]) -> tuple[torch.Tensor, int | None]:
         o = self.opts
@@ -242,7 +261,7 @@ class EngineTarget:
 
 
 def _digest(ids: list[int]) -> bytes:
-    return hashlib.blake2b(json.dumps(ids).encode(), digest_size=16).digest()
+    return hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
 
 
 def _torch_dtype(name: str | None) -> torch.dtype | None:
@@ -312,14 +331,17 @@ def capture_from_engine(
         concurrency=concurrency,
     )
     tm = EngineTarget(head, plan, load_prepared(data), opts)
-    res = capture(
-        data,
-        tm,
-        out,
-        vocab=vocab,
-        topk=topk,
-        shard_tokens=shard_tokens,
-        batch_tokens=batch_tokens,
-        progress=progress,
-    )
+    try:
+        res = capture(
+            data,
+            tm,
+            out,
+            vocab=vocab,
+            topk=topk,
+            shard_tokens=shard_tokens,
+            batch_tokens=batch_tokens,
+            progress=progress,
+        )
+    finally:
+        tm.close()
     return {**res, "engine": plan.record()}
