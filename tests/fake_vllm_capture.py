@@ -22,7 +22,8 @@ Not a product feature. It speaks the protocol as vLLM and speculators implement 
 
 Faults: ``n_minus_1`` (one layer fewer, vLLM #46973), ``few_positions`` (two positions short),
 ``http500`` (every completion answers HTTP 500 with vLLM's error JSON), ``slow`` (each write
-held ``write_delay`` s), ``stuck`` (the writer never finishes: the lock stays held). Wrong
+held ``write_delay`` s), ``stuck`` (the writer never finishes: the lock stays held),
+``no_answer`` (requests are accepted and never answered until the server stops). Wrong
 layers: launch it with other ids. The server stops itself after ``lifetime`` seconds.
 """
 
@@ -38,7 +39,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-FAULTS = (None, "n_minus_1", "few_positions", "http500", "slow", "stuck")
+FAULTS = (None, "n_minus_1", "few_positions", "http500", "slow", "stuck", "no_answer")
 
 
 def check_launch(spec: dict, kv: dict) -> tuple[list[int], str]:
@@ -140,6 +141,9 @@ class FakeVllmCapture:
             return 400, {"error": {"message": "prompt: expected token ids", "code": 400}}
         if body.get("max_tokens") != 1:
             return 400, {"error": {"message": "this test server expects max_tokens 1"}}
+        if self.fault == "no_answer":
+            self._stopped.wait(self.lifetime)
+            return 503, {"error": {"message": "shutting down", "code": 503}}
         if self.fault == "http500":
             return 500, {"error": {"message": "EngineCore encountered an issue", "code": 500}}
         rid = f"cmpl-{uuid.uuid4().hex}-0"

@@ -98,6 +98,13 @@ def test_launch_command(cli, env, tmp_path):
         tmp_path, "--aux-layers", "1", "3", "6",
     )  # fmt: skip
     assert r.code == 0 and "[1,3,6,8]" in r.out
+    r = cli(
+        "data", "capture", "--target", env["model"], "--launch-command", "--states-dir",
+        tmp_path, "--json",
+    )  # fmt: skip
+    doc = json.loads(r.out)
+    assert doc["kind"] == "eagle3kit.launch_command" and doc["schema"] == 1
+    assert doc["layer_ids"] == [2, 4, 5, 8] and doc["h_indices"] == [2, 4, 5]
 
 
 def compare_stores(a: Path, b: Path) -> None:
@@ -171,6 +178,30 @@ def test_faults_give_one_line(cli, env, tmp_path, fault, ids, says):
     lines = [x for x in r.err.splitlines() if "error" in x]
     assert len(lines) == 1 and "Traceback" not in r.err, r.err
     assert "sample q" in lines[0] and says in lines[0], lines[0]
+
+
+def test_a_server_that_never_answers_times_out(cli, env, tmp_path):
+    states = tmp_path / "hs"
+    states.mkdir()
+    spec, kv, _ = launch(cli, env, states)
+    with FakeVllmCapture(env["model"], spec, kv, fault="no_answer", lifetime=30) as fake:
+        r = engine_capture(cli, env, fake.url, states, tmp_path / "eng", "--timeout", "0.5")
+    assert r.code == 2 and "sample q0" in r.err and "no answer within 0.5 s" in r.err, r.err
+
+
+def test_the_fake_refuses_what_vllm_refuses(env, tmp_path):
+    from fake_vllm_capture import check_launch
+
+    kv = {"kv_connector": "ExampleHiddenStatesConnector", "kv_role": "kv_producer"}
+    ids = {"draft_model_config": {"hf_config": {"eagle_aux_hidden_state_layer_ids": [2, 8]}}}
+    ok = {"method": "extract_hidden_states", "num_speculative_tokens": 1, **ids}
+    assert check_launch(ok, kv) == ([2, 8], "/tmp")  # the connector's default path
+    with pytest.raises(ValueError, match="num_speculative_tokens"):
+        check_launch({**ok, "num_speculative_tokens": 2}, kv)
+    with pytest.raises(ValueError, match="method"):
+        check_launch({**ok, "method": "eagle3"}, kv)
+    with pytest.raises(ValueError, match="kv-transfer-config"):
+        check_launch(ok, {**kv, "kv_connector": "ExampleConnector"})
 
 
 def test_server_down_and_layer_mismatch_before_any_request(cli, env, tmp_path):

@@ -92,7 +92,11 @@ def request_states(
             if e.code not in RETRY_STATUS:
                 break
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError) as e:
-            why = f"cannot reach the server ({getattr(e, 'reason', None) or e})"
+            reason = getattr(e, "reason", None) or e
+            if isinstance(reason, TimeoutError) or "timed out" in str(reason):
+                why = f"no answer within {timeout:g} s"
+            else:
+                why = f"cannot reach the server ({reason})"
         except ValueError as e:
             why = f"the response is not JSON ({e})"
             break
