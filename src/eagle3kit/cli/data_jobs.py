@@ -136,8 +136,8 @@ def register(data_app: typer.Typer) -> None:
         engine: str = typer.Option(
             None,
             "--engine",
-            help="Take the hidden states from a running engine (vllm) instead of loading the "
-            "target; only its final norm and lm_head are read.",
+            help="Take the hidden states from a running engine (vllm, or vllm@RELEASE) instead "
+            "of loading the target; only its final norm and lm_head are read.",
         ),
         url: str = typer.Option(None, "--url", help="Engine: the server's base URL."),
         states_dir: Path = typer.Option(
@@ -227,16 +227,18 @@ def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_to
     from eagle3kit.core.errors import Eagle3Error
     from eagle3kit.live import capture as L
 
-    if eng["engine"] == "sglang":
+    from eagle3kit.checkpoint.engines import parse_engines
+
+    sel = parse_engines(eng["engine"] or "vllm")
+    if len(sel) != 1 or sel[0].name == "sglang":
         raise Eagle3Error(L.SGLANG_REFUSAL)
-    if eng["engine"] not in (None, "vllm"):
-        raise Eagle3Error(f"--engine: expected vllm (or sglang), found {eng['engine']!r}")
+    version = sel[0].version
     ids = _int_list(eng["layer_ids"], "--layer-ids")
     extra = _int_list(eng["extra_layers"], "--extra-layers")
     if eng["launch_command"]:
         if eng["states_dir"] is None:
             raise Eagle3Error("--launch-command: expected --states-dir (the shared directory)")
-        ckpt, plan = L.plan_for(target, eng["drafter"], aux, ids, extra)
+        ckpt, plan = L.plan_for(target, eng["drafter"], aux, ids, extra, version)
         line = L.launch_command(target, plan, str(eng["states_dir"]), L.target_shape(ckpt).dtype)
         if json_:
             doc = {"kind": "eagle3kit.launch_command", "schema": 1, "launch_command": line}
@@ -259,6 +261,7 @@ def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_to
             aux_layers=aux,
             layer_ids=ids,
             extra_layers=extra,
+            version=version,
             model=eng["model"],
             vocab=common["vocab"],
             topk=common["topk"] or None,

@@ -72,14 +72,22 @@ class LayerPlan:
         }
 
 
-def layer_plan(aux: Any, num_layers: int, layer_ids: Any = None) -> LayerPlan:
-    """vLLM ids for these aux h-indices (under vLLM's rule from the engine table) plus L;
-    ``layer_ids`` (what a running server was launched with) must be exactly those."""
+def layer_plan(
+    aux: Any,
+    num_layers: int,
+    layer_ids: Any = None,
+    *,
+    family: str = "llama",
+    version: tuple[int, ...] | None = None,
+) -> LayerPlan:
+    """vLLM ids for these aux h-indices (under the rule of the engine table,
+    `checkpoint/engines.py`, for this vLLM release and target family) plus L; ``layer_ids``
+    (what a running server was launched with) must be exactly those."""
     from eagle3kit.checkpoint import engines as E
     from eagle3kit.model.target import validate_aux_layers
 
     aux = validate_aux_layers(aux, num_layers)
-    rule = E.capture_rule("vllm", None, "llama").capture
+    rule = E.capture_rule("vllm", version, family).capture
     ids = sorted(set(aux))  # as_is: id x captures h[x]
     if E.apply_rule(rule, ids) != ids:  # pragma: no cover - the table says as_is for vLLM
         raise Eagle3Error(f"vLLM's capture rule is {rule!r}; engine capture expects 'as_is'")
@@ -278,14 +286,22 @@ def open_target(target: str) -> tuple[Any, TargetShape]:
 
 
 def plan_for(
-    target: str, drafter: str | None, aux_layers: Any, layer_ids: Any, extra: Any = None
+    target: str,
+    drafter: str | None,
+    aux_layers: Any,
+    layer_ids: Any,
+    extra: Any = None,
+    version: tuple[int, ...] | None = None,
 ) -> tuple[Any, LayerPlan]:
     """The target's checkpoint and the layer plan: the drafter's aux h-indices, then
     ``extra`` ones (a probe store holds both readings of the drafter's ids)."""
+    from eagle3kit.checkpoint.engines import target_family
+
     ckpt, shape = open_target(target)
     aux = drafter_aux(drafter, aux_layers, shape.num_layers)
     aux = (*aux, *(int(x) for x in extra or () if int(x) not in aux))
-    return ckpt, layer_plan(aux, shape.num_layers, layer_ids)
+    fam = target_family(shape.config)
+    return ckpt, layer_plan(aux, shape.num_layers, layer_ids, family=fam, version=version)
 
 
 def capture_from_engine(
@@ -299,6 +315,7 @@ def capture_from_engine(
     aux_layers: Any = None,
     layer_ids: Any = None,
     extra_layers: Any = None,
+    version: tuple[int, ...] | None = None,
     model: str | None = None,
     vocab: str | Path | None = None,
     topk: int | None = 64,
@@ -317,7 +334,7 @@ def capture_from_engine(
     from eagle3kit.data.prepared import load_prepared
     from eagle3kit.data.store import capture
 
-    ckpt, plan = plan_for(target, drafter, aux_layers, layer_ids, extra_layers)
+    ckpt, plan = plan_for(target, drafter, aux_layers, layer_ids, extra_layers, version)
     if not Path(states_dir).is_dir():
         raise bad(str(states_dir), "--states-dir: expected the connector's shared_storage_path")
     head = OutputHead(ckpt, device=device)
