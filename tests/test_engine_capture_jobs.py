@@ -148,3 +148,37 @@ def test_memory_bound_only_norm_and_lm_head(cli, env, tmp_path):
     assert used - base / 1024 < 100, (used, base / 1024)
     _reference(env, tmp_path / "inproc")
     compare_stores(tmp_path / "inproc", tmp_path / "store")
+
+
+def test_train_from_engine_store_never_loads_the_target(cli, env, tmp_path):
+    """`train --features` on an engine-captured store, with a target dir transformers cannot
+    even build (an unknown model_type, no decoder weights): only its config and input
+    embedding are read."""
+    from safetensors.torch import load_file, save_file
+
+    from eagle3kit.core.errors import Eagle3Error
+    from eagle3kit.model.target import TargetModel
+
+    states, store = tmp_path / "hs", tmp_path / "store"
+    states.mkdir()
+    spec, kv, _ = launch(cli, env, states)
+    with FakeVllmCapture(env["model"], spec, kv) as fake:
+        r = cli(*_argv(env, fake.url, states, store))
+        assert r.code == 0, r.err
+    src, head = Path(env["model"]), tmp_path / "target"
+    head.mkdir()
+    cfg = json.loads((src / "config.json").read_text())
+    cfg.update(model_type="kimi_k25_unknown", architectures=["KimiK25ForConditionalGeneration"])
+    (head / "config.json").write_text(json.dumps(cfg))
+    full = load_file(str(src / "model.safetensors"))
+    names = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
+    save_file({k: full[k] for k in names}, str(head / "model.safetensors"))
+    with pytest.raises((Eagle3Error, ValueError)):  # transformers: unknown model type
+        TargetModel.from_pretrained(head)  # the in-process path cannot load it
+    r = cli(
+        "train", "--target", head, "--features", store, "-o", tmp_path / "run", "--steps", "2",
+        "--ttt-steps", "2", "--batch-size", "4", "--max-len", "32", "--heldout", "0.125",
+        "--eval-samples", "3", "--eval-batch", "3", "--threads", "1", "--json",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert (tmp_path / "run" / "best" / "model.safetensors").is_file()
