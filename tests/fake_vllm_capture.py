@@ -23,7 +23,8 @@ Not a product feature. It speaks the protocol as vLLM and speculators implement 
 Faults: ``n_minus_1`` (one layer fewer, vLLM #46973), ``few_positions`` (two positions short),
 ``http500`` (every completion answers HTTP 500 with vLLM's error JSON), ``slow`` (each write
 held ``write_delay`` s), ``stuck`` (the writer never finishes: the lock stays held),
-``no_answer`` (requests are accepted and never answered until the server stops). Wrong
+``no_answer`` (requests are accepted and never answered until the server stops),
+``no_file`` (the writer fails: the lock is released and no file written). Wrong
 layers: launch it with other ids. The server stops itself after ``lifetime`` seconds.
 """
 
@@ -39,7 +40,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-FAULTS = (None, "n_minus_1", "few_positions", "http500", "slow", "stuck", "no_answer")
+FAULTS = (None, "n_minus_1", "few_positions", "http500", "slow", "stuck", "no_answer", "no_file")
 
 
 def check_launch(spec: dict, kv: dict) -> tuple[list[int], str]:
@@ -125,6 +126,8 @@ class FakeVllmCapture:
             try:
                 if self.fault == "stuck":
                     self._stopped.wait(self.lifetime)
+                    return
+                if self.fault == "no_file":  # the connector logs the failed write and goes on
                     return
                 time.sleep(self.write_delay)
                 save_file({"hidden_states": hs.contiguous(), "token_ids": toks}, str(path))

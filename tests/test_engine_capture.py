@@ -160,6 +160,7 @@ FAULTS = [
     ("few_positions", None, "positions in hidden_states and"),
     ("http500", None, "HTTP 500 (EngineCore encountered an issue)"),
     ("stuck", None, "still locked by the writer after 1 s"),
+    ("no_file", None, "the writer released its lock without writing the file"),
     (None, [2, 4, 5], "hidden_states has 3 layers, expected 4"),
     (None, [2, 4, 5, 7], "last layer id is not 8"),
 ]

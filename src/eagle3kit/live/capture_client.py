@@ -137,6 +137,10 @@ def wait_unlocked(path: Path, sid: str, timeout: float) -> None:
                     fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
                     if path.exists():
                         return
+                    raise CaptureError(
+                        f"sample {sid}: {path.name}: the writer released its lock without "
+                        "writing the file (the server's log says why)"
+                    )
                 except BlockingIOError:
                     pass
                 finally:
