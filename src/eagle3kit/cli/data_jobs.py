@@ -125,10 +125,10 @@ def register(data_app: typer.Typer) -> None:
 
     @data_app.command("capture")
     def capture_cmd(
-        data: Path = typer.Argument(..., help="A DATA directory written by `data prepare`."),
+        data: Path = typer.Argument(None, help="A DATA directory written by `data prepare`."),
         target: str = typer.Option(..., "--target", help="The target model (local dir or hub id)."),
         output: Path = typer.Option(
-            ..., "-o", "--output", help="The feature store directory (a rerun resumes)."
+            None, "-o", "--output", help="The feature store directory (a rerun resumes)."
         ),
         aux_layers: tuple[int, int, int] = typer.Option(
             None, "--aux-layers", help="Three HF hidden-state ids (default: the target's default)."
@@ -151,6 +151,36 @@ def register(data_app: typer.Typer) -> None:
         device: str = typer.Option("cpu", "--device", callback=check_device),
         dtype: str = typer.Option("float32", "--dtype"),
         trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
+        engine: str = typer.Option(
+            None,
+            "--engine",
+            help="Take the hidden states from a running engine (vllm, or vllm@RELEASE) instead "
+            "of loading the target; only its final norm and lm_head are read.",
+        ),
+        url: str = typer.Option(None, "--url", help="Engine: the server's base URL."),
+        states_dir: Path = typer.Option(
+            None, "--states-dir", help="Engine: the connector's shared_storage_path, as seen here."
+        ),
+        launch_command: bool = typer.Option(
+            False, "--launch-command", help="Engine: print the `vllm serve` line and exit."
+        ),
+        drafter: str = typer.Option(
+            None, "--drafter", help="Engine: the drafter whose aux layers to capture."
+        ),
+        layer_ids: str = typer.Option(
+            None, "--layer-ids", help="Engine: the vLLM layer ids the server was launched with."
+        ),
+        extra_layers: str = typer.Option(
+            None,
+            "--extra-layers",
+            help="Engine: more h-indices to hold (e.g. 3,5,6: both readings for `probe`).",
+        ),
+        model: str = typer.Option(None, "--model", help="Engine: model name for the server."),
+        concurrency: int = typer.Option(8, "--concurrency", help="Engine: requests in flight."),
+        timeout: float = typer.Option(300.0, "--timeout", help="Engine: seconds per request."),
+        lock_timeout: float = typer.Option(
+            60.0, "--lock-timeout", help="Engine: seconds to wait for a states file."
+        ),
         json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Offline feature store: fp8 aux states + top-K teacher log-probs, sharded, resumable."""
@@ -158,21 +188,48 @@ def register(data_app: typer.Typer) -> None:
         from eagle3kit.cli._render import emit_json, out
         from eagle3kit.data.store import capture
 
-        check_output(output, "-o", data, vocab, kind="dir")
-        tm = _load_target(
-            target, device, dtype, list(aux_layers) if aux_layers else None, trust_remote_code
-        )
-        with bar(not json_) as progress:
-            res = capture(
-                data,
-                tm,
-                output,
-                vocab=vocab,
-                topk=topk or None,
-                shard_tokens=shard_tokens,
-                batch_tokens=batch_tokens,
-                progress=progress,
+        if engine is not None or launch_command:
+            if output is not None:
+                check_output(output, "-o", data, vocab, kind="dir")
+            eng = dict(
+                engine=engine,
+                url=url,
+                states_dir=states_dir,
+                launch_command=launch_command,
+                drafter=drafter,
+                layer_ids=layer_ids,
+                extra_layers=extra_layers,
+                model=model,
+                concurrency=concurrency,
+                timeout=timeout,
+                lock_timeout=lock_timeout,
+                device=device,
             )
+            common = dict(vocab=vocab, topk=topk, shard_tokens=shard_tokens)
+            aux = list(aux_layers) if aux_layers else None
+            res = _engine_capture(data, target, output, aux, eng, common, batch_tokens, json_)
+            if res is None:
+                return
+        else:
+            if data is None or output is None:
+                from eagle3kit.core.errors import Eagle3Error
+
+                raise Eagle3Error("data capture: expected DATA and -o STORE")
+            check_output(output, "-o", data, vocab, kind="dir")
+            tm = _load_target(
+                target, device, dtype, list(aux_layers) if aux_layers else None, trust_remote_code
+            )
+            with bar(not json_) as progress:
+                res = capture(
+                    data,
+                    tm,
+                    output,
+                    vocab=vocab,
+                    topk=topk or None,
+                    shard_tokens=shard_tokens,
+                    batch_tokens=batch_tokens,
+                    progress=progress,
+                )
         if json_:
             emit_json(res)
             return
@@ -181,3 +238,70 @@ def register(data_app: typer.Typer) -> None:
             f"{res['bytes_per_token']:.0f} bytes/token (aux layers {res['aux_layers']}, top-{res['quantisation']['topk']})"
             + (f"; resumed after {res['resumed_from']} samples" if res["resumed_from"] else "")
         )
+
+
+def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_tokens, json_):
+    """`data capture --engine vllm` (or `--launch-command`): the store, or None when only the
+    launch line was printed."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json
+    from eagle3kit.core.errors import Eagle3Error
+    from eagle3kit.live import capture as L
+
+    from eagle3kit.checkpoint.engines import parse_engines
+
+    sel = parse_engines(eng["engine"] or "vllm")
+    if len(sel) != 1 or sel[0].name == "sglang":
+        raise Eagle3Error(L.SGLANG_REFUSAL)
+    version = sel[0].version
+    ids = _int_list(eng["layer_ids"], "--layer-ids")
+    extra = _int_list(eng["extra_layers"], "--extra-layers")
+    if eng["launch_command"]:
+        if eng["states_dir"] is None:
+            raise Eagle3Error("--launch-command: expected --states-dir (the shared directory)")
+        ckpt, plan = L.plan_for(target, eng["drafter"], aux, ids, extra, version)
+        line = L.launch_command(target, plan, str(eng["states_dir"]), L.target_shape(ckpt).dtype)
+        if json_:
+            doc = {"kind": "eagle3kit.launch_command", "schema": 1, "launch_command": line}
+            emit_json({**doc, **plan.record()})
+        else:
+            print(line)
+        return None
+    if data is None or output is None or not eng["url"] or eng["states_dir"] is None:
+        raise Eagle3Error(
+            "data capture --engine vllm: expected DATA, -o STORE, --url, --states-dir"
+        )
+    with bar(not json_) as progress:
+        return L.capture_from_engine(
+            data,
+            target,
+            output,
+            url=eng["url"],
+            states_dir=eng["states_dir"],
+            drafter=eng["drafter"],
+            aux_layers=aux,
+            layer_ids=ids,
+            extra_layers=extra,
+            version=version,
+            model=eng["model"],
+            vocab=common["vocab"],
+            topk=common["topk"] or None,
+            shard_tokens=common["shard_tokens"],
+            batch_tokens=batch_tokens,
+            concurrency=eng["concurrency"],
+            timeout=eng["timeout"],
+            lock_timeout=eng["lock_timeout"],
+            device=eng["device"],
+            progress=progress,
+        )
+
+
+def _int_list(text: str | None, option: str) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        return [int(x) for x in text.replace(",", " ").split()]
+    except ValueError:
+        from eagle3kit.core.errors import Eagle3Error
+
+        raise Eagle3Error(f"{option}: expected layer ids like 2,16,29,32, found {text!r}") from None

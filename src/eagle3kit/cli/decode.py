@@ -132,6 +132,12 @@ def register(app: typer.Typer) -> None:
         target: str = typer.Option(None, "--target", help=TARGET_HELP + " (not with --url)"),
         drafter: str = typer.Option(None, "--drafter", help=DRAFTER_HELP),
         data: Path = typer.Option(None, "--data", help=DATA_HELP),
+        features: Path = typer.Option(
+            None,
+            "--features",
+            help="Offline from a feature store (`data capture`, in-process or --engine) "
+            "instead of --data: no target loaded (--target: where its embedding is read).",
+        ),
         online: bool = typer.Option(False, "--online", help="Also decode for real: tau, tok/s."),
         depth: int = typer.Option(3, "--depth", help="Draft steps (chain depth)."),
         max_new_tokens: int = typer.Option(
@@ -158,12 +164,23 @@ def register(app: typer.Typer) -> None:
             from eagle3kit.cli import live
 
             return live.run_eval(dict(locals()))
-        if target is None or drafter is None or data is None:
-            raise typer.BadParameter("expected --target, --drafter and --data (or --online --url)")
         from eagle3kit.cli._progress import bar
-        from eagle3kit.measure.evaluate import evaluate, load_eval_data
+        from eagle3kit.core.errors import Eagle3Error
+        from eagle3kit.measure.evaluate import evaluate, evaluate_store, load_eval_data
 
         _check_depth(depth)
+        if drafter is None:
+            raise typer.BadParameter("expected --drafter (or --online --url)")
+        if features is not None:
+            if data is not None or online:
+                raise Eagle3Error("eval --features: offline only, and without --data")
+            with bar(not json_) as progress:
+                r = evaluate_store(
+                    drafter, features, depth, target=target, device=device, progress=progress
+                )
+            return _output(r, json_, _render_eval)
+        if target is None or data is None:
+            raise Eagle3Error("eval: expected --target and --data (or --features STORE)")
         tm, d = _load(target, drafter, device, threads)
         ev = load_eval_data(data, tm.tokenizer)
         with bar(not json_) as progress:

@@ -134,6 +134,20 @@ def register(app: typer.Typer) -> None:
         timeout: Annotated[
             float, typer.Option("--timeout", help="Live: bound on the run, s.")
         ] = 600.0,
+        features_new: Annotated[
+            str | None,
+            typer.Option(
+                "--features-new",
+                help="A feature store of the new target (`data capture`, e.g. --engine vllm): "
+                "probe without loading it (--target, --reference-target: where embeddings and "
+                "config are read by header; default: the stores' own record).",
+            ),
+        ] = None,
+        features_old: Annotated[
+            str | None,
+            typer.Option("--features-old", help="The reference target's store of the same DATA."),
+        ] = None,
+        max_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 256,
     ) -> None:
         """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance, verdict.
 
@@ -143,15 +157,40 @@ def register(app: typer.Typer) -> None:
             from eagle3kit.cli import live
 
             return live.run_probe(dict(locals()))
-        if drafter is None or target is None:
+        if drafter is None or (target is None and features_new is None):
             raise typer.BadParameter(
-                "expected --drafter and --target (or --url and --reference-url)"
+                "expected --drafter and --target (or --features-new STORE, or --url and "
+                "--reference-url)"
             )
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json
+        from eagle3kit.core.errors import Eagle3Error
         from eagle3kit.measure.probe import probe as run_probe
         from eagle3kit.model.loading import resolve_target
 
+        if features_new is not None or features_old is not None:
+            if features_new is None or data is not None:
+                raise Eagle3Error("probe: --features-old goes with --features-new, not --data")
+            from eagle3kit.measure.probe_features import probe_features
+
+            with bar(not json_out) as progress:
+                r = probe_features(
+                    drafter,
+                    features_new,
+                    features_old,
+                    target=target,
+                    reference=reference,
+                    baseline_tps=baseline_tps,
+                    cycle_ms=cycle_ms,
+                    bench=bench,
+                    depth=depth,
+                    samples=samples,
+                    max_len=max_len,
+                    progress=progress,
+                )
+            return emit_json(r) if json_out else _render_probe(r)
+        if target is None:
+            raise Eagle3Error("probe: expected --target (or --features-new STORE)")
         with bar(not json_out) as progress:
             r = run_probe(
                 drafter,
@@ -163,6 +202,7 @@ def register(app: typer.Typer) -> None:
                 bench=bench,
                 depth=depth,
                 samples=samples,
+                max_len=max_len,
                 online_prompts=online_prompts,
                 device=device,
                 dtype=dtype,

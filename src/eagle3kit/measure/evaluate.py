@@ -311,3 +311,53 @@ def plan_args_from_eval(path: str | Path, given: dict[str, Any]) -> dict[str, An
         if key in f and all(given.get(g) is None for g in group):
             out[key] = f[key]
     return out
+
+
+def evaluate_store(
+    drafter: str,
+    features: str | Path,
+    depth: int = 3,
+    *,
+    target: str | None = None,
+    heldout: float = 0.05,
+    batch_size: int = 8,
+    device: str = "cpu",
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """`eval --features STORE`: offline acceptance from a feature store, no target loaded.
+
+    The same held-out samples and metrics as `evaluate_offline` on the store's DATA; the
+    target's hidden states and argmax come from the store (aux dequantised from fp8)."""
+    from eagle3kit.decode.stats import conditional
+    from eagle3kit.measure import store_features as S
+    from eagle3kit.train.ttt import sim_accept_len, ttt_counts
+
+    store = S.open_store(features)
+    d, spec, _, _ = S.drafter_for(drafter, target, store, device)
+    S.check_vocab(store, d, str(features))
+    rows = S.held_rows(store, heldout)
+    total = None
+    layers = S.drafter_layers(spec, store)
+    for i, f in enumerate(S.features(store, rows, layers, d, str(features), chunk=batch_size)):
+        c = ttt_counts(d, f, depth)
+        total = c if total is None else total + c
+        emit(progress, "offline eval", min((i + 1) * batch_size, len(rows)), len(rows), "samples")
+    m = total.finish()
+    return {
+        "mode": "offline",
+        "source": str(features),
+        "depth": depth,
+        "accept_len": m["walk_tau"],
+        "per_position_acceptance": m["walk_acc"],
+        "conditional_acceptance": conditional(m["walk_acc"]),
+        "cycles": m["walk_cycles"],
+        "all_positions": {
+            "accept_len": sim_accept_len(m["cond_acc"], depth),
+            "per_position_acceptance": m["acc"],
+            "conditional_acceptance": m["cond_acc"],
+            "counted": m["counted"],
+        },
+        "samples": len(rows),
+        "skipped": 0,
+        "aux_layers": layers,
+    }

@@ -108,6 +108,32 @@ def _target(cfg: Any, name: str, aux: Any, device: str):
     )
 
 
+def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> Any:
+    """What offline training (--features) needs of the target, without loading it: its
+    config.json and input embedding, read by header (engine capture's targets never fit in
+    one process). Has the TargetModel attributes `prepare` uses."""
+    from types import SimpleNamespace
+
+    from eagle3kit.checkpoint.safetensors_io import load_checkpoint, read_tensor
+    from eagle3kit.core.spec import default_aux_layers
+
+    ckpt = load_checkpoint(path)
+    conf = ckpt.config
+    text = conf.get("text_config") if isinstance(conf.get("text_config"), dict) else conf
+    names = sorted((n for n in ckpt.tensors if n.endswith("embed_tokens.weight")), key=len)
+    if not names:
+        raise bad(ckpt.source, "embed_tokens.weight: expected the target's input embedding")
+    dt = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16}
+    emb = read_tensor(ckpt, names[0]).to(dt.get(str(dtype), torch.float32))  # [V, H]
+    layers = int(text.get("num_hidden_layers") or 0)
+    return SimpleNamespace(
+        config=SimpleNamespace(to_dict=lambda: dict(conf)),
+        embed_tokens=SimpleNamespace(weight=emb),
+        vocab_size=int(emb.shape[0]),
+        aux_layers=tuple(aux_layers) if aux_layers else default_aux_layers(layers),
+    )
+
+
 def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
     if not cfg.target:
         raise Eagle3Error("--target: expected the target model (dir or hub id), found none")
@@ -123,7 +149,11 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
             f"found {cfg.batch_size}"
         )
     init = warmstart.warm_drafter(cfg.init_from, device="cpu") if cfg.init_from else None
-    target = _target(cfg, cfg.target, init.spec.aux_layers if init is not None else None, d.device)
+    aux0 = init.spec.aux_layers if init is not None else None
+    if cfg.features and not cfg.reference_target:  # offline: the target never runs
+        target = features_target(cfg.target, aux0, cfg.target_dtype)
+    else:
+        target = _target(cfg, cfg.target, aux0, d.device)
     emb = target.embed_tokens.weight  # [V, H]
     info = None
     if init is not None:

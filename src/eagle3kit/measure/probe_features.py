@@ -1,0 +1,218 @@
+"""`probe --features-new STORE --features-old STORE`: the Phase 0 probe without either target.
+
+The same questions and the same rules as `eagle3kit.measure.probe` (module doc there), with
+every target forward replaced by a feature store of the same DATA (`eagle3kit.data.store`,
+written in-process or by `data capture --engine vllm` for targets no process of ours loads):
+
+- the samples are DATA's held-out split, the first ``samples`` of them cut at ``max_len``, as
+  `probe.data_batch` picks them (sequences under 4 tokens dropped);
+- the aux reading is settled from data among the readings whose layers the NEW store holds
+  (capture both, h[X] and h[X+1], with ``data capture --extra-layers``); a reading the store
+  lacks is reported as not tested;
+- similarity OLD vs NEW compares the two stores' states at the chosen layers, token by token
+  (both stores must hold the same tokens);
+- offline tau comes from each store's target argmax; there is no online decoding (no target);
+- the drafter gets each target's input embedding, read by header, when it carries none.
+
+Figures differ from the in-process probe only by the stores' rounding (fp8 aux, fp16 teacher).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.progress import Progress, emit
+from eagle3kit.measure import probe as P
+from eagle3kit.measure import store_features as S
+
+
+def _rows(store: Any, n: int, max_len: int) -> list[int]:
+    """probe.data_batch's choice: the first n held-out samples, those of >= 4 tokens once cut."""
+    rows = S.held_rows(store, 0.05, n)
+    return [i for i in rows if min(store.get([i]).input_ids.shape[1], max_len) >= 4]
+
+
+def _choose(cands: list[dict], acc: dict[str, dict]) -> dict[str, Any]:
+    """The reading D was trained on: the rule of `probe.detect_aux` (data decides by a clear
+    margin, else the config's reading stands)."""
+    order = sorted(acc, key=lambda r: (acc[r]["accept_len"], acc[r]["acc"][0]), reverse=True)
+    margin = acc[order[0]]["accept_len"] - acc[order[1]]["accept_len"] if len(order) > 1 else None
+    clear = margin is None or margin >= P.CLEAR_MARGIN
+    declared = [c["reading"] for c in cands if c["declared"] and c["reading"] in acc]
+    chosen = order[0] if clear or not declared else declared[0]
+    return {
+        "reading": chosen,
+        "layers": next(c["layers"] for c in cands if c["reading"] == chosen),
+        "best_by_data": order[0],
+        "margin_accept_len": None if margin is None else round(margin, 6),
+        "clear": clear,
+    }
+
+
+def detect_aux_store(d: Any, spec: Any, store: Any, rows: list[int], depth: int, max_len: int):
+    """D's offline acceptance under each reading the store holds; the winner, its features."""
+    held = set(S.store_layers(store))
+    cands = P.aux_candidates(spec, S.target_num_layers(store))
+    acc, feats, untested = {}, {}, []
+    for c in cands:
+        if not set(c["layers"]) <= held:
+            untested.append(c["reading"])
+            continue
+        f = S.features(store, rows, c["layers"], d, "--features-new", max_len=max_len)
+        feats[c["reading"]] = f
+        acc[c["reading"]] = P.offline_acceptance(d, f, depth)
+    if not acc:
+        raise bad(
+            "--features-new",
+            f"aux_layers: the store holds h{sorted(held)}, none of the readings "
+            f"{[c['layers'] for c in cands]} of the drafter's ids",
+        )
+    chosen = _choose(cands, acc)
+    aux = {"candidates": cands, "acceptance": acc, "chosen": chosen, "not_in_store": untested}
+    return aux, feats[chosen["reading"]]
+
+
+def _shim(store: Any, path: str | None) -> Any:
+    """What `probe.engine_capture` reads of a target: its config and layer count."""
+    tgt = store.manifest.get("target") or {}
+    cfg: dict[str, Any] = {"model_type": tgt.get("model_type")}
+    if path and (Path(path) / "config.json").is_file():
+        cfg = json.loads((Path(path) / "config.json").read_text())
+    return SimpleNamespace(
+        config=SimpleNamespace(to_dict=lambda: cfg), num_layers=int(tgt.get("num_layers") or 0)
+    )
+
+
+def _same_tokens(new: Any, old: Any, rows: list[int]) -> None:
+    for i in rows:
+        if new.ids[i] != old.ids[i] or not bool(
+            (new.get([i]).input_ids == old.get([i]).input_ids).all()
+        ):
+            raise bad(
+                "--features-old",
+                f"sample {new.ids[i]}: expected the same tokens as --features-new (capture "
+                "both stores from one DATA)",
+            )
+
+
+def _reference(d, spec, own, old, rows, layers, depth, max_len, reference):
+    """OLD's features at ``layers`` and D's offline acceptance on OLD (OLD's embedding)."""
+    ref_feats = S.features(old, rows, layers, d, "--features-old", max_len=max_len)
+    if not own:
+        S.set_target_embedding(d, spec, reference, old)
+    return ref_feats, P.offline_acceptance(d, ref_feats, depth)
+
+
+def _target_path(store: Any, given: str | None) -> str | None:
+    return given or (store.manifest.get("target") or {}).get("name_or_path")
+
+
+def _compat(drafter: str, target: str | None) -> dict[str, Any] | None:
+    """compat of D with NEW (headers only) when NEW's directory is at hand."""
+    from eagle3kit.checkpoint.compat import compat
+
+    if not target or not Path(target).exists():
+        return {"verdict": "not checked (the target's directory is not at hand)"}
+    return compat(drafter, target, "both").to_json()
+
+
+def probe_features(
+    drafter: str,
+    features_new: str,
+    features_old: str | None = None,
+    *,
+    target: str | None = None,
+    reference: str | None = None,
+    baseline_tps: float | None = None,
+    cycle_ms: float | None = None,
+    bench: str | None = None,
+    depth: int = P.DEFAULT_DEPTH,
+    samples: int = 16,
+    max_len: int = 256,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """The probe from feature stores (module doc); the `probe --json` document."""
+    if bench is not None and (baseline_tps is not None or cycle_ms is not None):
+        raise Eagle3Error("probe: give --bench or --baseline-tps/--cycle-ms, not both")
+    if (baseline_tps is None) != (cycle_ms is None):
+        raise Eagle3Error("probe: --baseline-tps and --cycle-ms go together")
+    if bench is not None:
+        baseline_tps, cycle_ms = P.read_bench(bench)
+    emit(progress, "probe", 0, 4, "stage", doing="compat")
+    new = S.open_store(features_new)
+    old = S.open_store(features_old) if features_old else None
+    tpath, rpath = _target_path(new, target), old and _target_path(old, reference)
+    d, spec, layout, own = S.drafter_for(drafter, tpath, new)
+    S.check_vocab(new, d, features_new)
+    doc: dict[str, Any] = {
+        "drafter": drafter,
+        "target": tpath,
+        "reference": rpath,
+        "features": {"new": features_new, "old": features_old},
+        "compat": _compat(drafter, tpath),
+        "depth": depth,
+    }
+    tgt = new.manifest.get("target") or {}
+    if spec.target_hidden_size != tgt.get("hidden_size") or spec.vocab_size != tgt.get(
+        "vocab_size"
+    ):
+        v, why = P.decide(False, None, None, None, None)
+        none = dict(aux=None, similarity=[], fc_similarity=None, data=None, acceptance=None)
+        acc = {"target": None, "reference": None}
+        return {**doc, **none, "accept_len": acc, "break_even": None, "verdict": v, "reasons": why}
+    rows = _rows(new, samples, max_len)
+    emit(progress, "probe", 1, 4, "stage", doing="aux readings")
+    aux, new_feats = detect_aux_store(d, spec, new, rows, depth, max_len)
+    layers = aux["chosen"]["layers"]
+    aux["engines"] = P.engine_capture(spec, layout, _shim(new, tpath), layers, drafter)
+    doc["data"] = {
+        "source": f"{features_new} (held-out split)",
+        "sequences": len(rows),
+        "tokens": int(sum(int(f.attention_mask.sum()) for f in new_feats)),
+        "scored": int(sum(int(f.loss_mask.sum()) for f in new_feats)),
+    }
+    return _finish(doc, d, spec, own, (new, old), rows, aux, new_feats, depth, max_len, rpath,
+                   (baseline_tps, cycle_ms), progress)  # fmt: skip
+
+
+def _finish(
+    doc, d, spec, own, stores, rows, aux, new_feats, depth, max_len, rpath, speeds, progress
+):
+    """Similarity and acceptance against OLD, break-even, verdict (as `probe.probe`)."""
+    layers = aux["chosen"]["layers"]
+    acc_new = aux["acceptance"][aux["chosen"]["reading"]]
+    sim, fc_sim, acc_ref = [], None, None
+    new, old = stores
+    if old is not None:
+        emit(progress, "probe", 2, 4, "stage", doing="similarity")
+        _same_tokens(new, old, rows)
+        ref_feats, acc_ref = _reference(d, spec, own, old, rows, layers, depth, max_len, rpath)
+        sim, fc_sim = P.hidden_similarity(ref_feats, new_feats, d, layers)
+    tau, tau_ref = acc_new["accept_len"], acc_ref["accept_len"] if acc_ref else None
+    be = None
+    if speeds[0] is not None:
+        be = P.break_even(speeds[0], speeds[1], {"target": tau, "reference": tau_ref}, depth)
+    verdict, reasons = P.decide(True, tau, tau_ref, fc_sim["cosine_mean"] if fc_sim else None, be)
+    if not aux["chosen"]["clear"]:
+        reasons.append(
+            f"aux reading uncertain: margin {aux['chosen']['margin_accept_len']} < "
+            f"{P.CLEAR_MARGIN} in accept length; kept the config's reading"
+        )
+    if aux["not_in_store"]:
+        reasons.append(f"readings not in the store, not tested: {aux['not_in_store']}")
+    emit(progress, "probe", 4, 4, "stage", doing="done")
+    return {
+        **doc,
+        "aux": aux,
+        "similarity": sim,
+        "fc_similarity": fc_sim,
+        "acceptance": {"target": acc_new, "reference": acc_ref},
+        "accept_len": {"target": tau, "reference": tau_ref, "online": None},
+        "break_even": be,
+        "verdict": verdict,
+        "reasons": reasons,
+    }
