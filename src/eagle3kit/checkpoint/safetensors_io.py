@@ -557,42 +557,13 @@ def read_small_tensor(ckpt: Checkpoint, name: str, max_bytes: int = 64 * 1024 * 
             f.seek(info.start)
             raw = f.read(info.nbytes)
     else:
-        raw = _hub_range(ckpt, info)
+        raw = hub_range(ckpt, info)
     if len(raw) != info.nbytes:
         raise bad(info.file, f"tensor {name!r}: file ended after {len(raw)} of {info.nbytes} bytes")
     return np.frombuffer(raw, dtype=_NP_DTYPES[info.dtype]).reshape(info.shape)
 
 
-def read_tensor(ckpt: Checkpoint, name: str):
-    """One tensor of any dtype as a torch tensor, read by its header span (local file or one
-    Hub range request); nothing else of the checkpoint is read. Engine capture reads a
-    target's final norm and lm_head this way."""
-    import torch
-
-    info = ckpt.tensors.get(name)
-    if info is None:
-        raise bad(ckpt.source, f"tensor {name!r}: not in the checkpoint")
-    dtypes = _torch_dtypes()
-    if info.dtype not in dtypes:
-        raise bad(
-            info.file, f"tensor {name!r}: dtype {info.dtype} cannot be read as a torch tensor"
-        )
-    if ckpt.repo_id is None:
-        raw = bytearray(info.nbytes)
-        with open(info.file, "rb") as f:
-            f.seek(info.start)
-            got = f.readinto(raw)
-    else:
-        raw = bytearray(_hub_range(ckpt, info))
-        got = len(raw)
-    if got != info.nbytes:
-        raise bad(info.file, f"tensor {name!r}: file ended after {got} of {info.nbytes} bytes")
-    if info.nbytes == 0:
-        return torch.zeros(info.shape, dtype=dtypes[info.dtype])
-    return torch.frombuffer(raw, dtype=dtypes[info.dtype]).reshape(info.shape)
-
-
-def _hub_range(ckpt: Checkpoint, info: TensorInfo) -> bytes:
+def hub_range(ckpt: Checkpoint, info: TensorInfo) -> bytes:
     """One tensor's bytes from a Hub file: one range request (offsets are absolute)."""
     from huggingface_hub import hf_hub_url
 

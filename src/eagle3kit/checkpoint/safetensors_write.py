@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.checkpoint.tensor_read import torch_dtypes
 from eagle3kit.core.atomic import atomic_write_json, save_safetensors
 from eagle3kit.core.errors import bad
 
@@ -47,7 +48,7 @@ def write_safetensors_sparse(
     import numpy as np
 
     names = sorted(tensors)
-    dtypes = {v: k for k, v in _torch_dtypes().items()}
+    dtypes = {v: k for k, v in torch_dtypes().items()}
     header: dict[str, Any] = {"__metadata__": dict(metadata)} if metadata else {}
     offset = 0
     for n in names:
@@ -93,22 +94,3 @@ def write_with_holes(
             written += len(raw)
         f.truncate(base + total)
     return written
-
-
-def _torch_dtypes() -> dict[str, Any]:
-    import torch
-
-    return {
-        "F64": torch.float64,
-        "F32": torch.float32,
-        "F16": torch.float16,
-        "BF16": torch.bfloat16,
-        "I64": torch.int64,
-        "I32": torch.int32,
-        "I16": torch.int16,
-        "I8": torch.int8,
-        "U8": torch.uint8,
-        "BOOL": torch.bool,
-        "F8_E4M3": torch.float8_e4m3fn,
-        "F8_E5M2": torch.float8_e5m2,
-    }

@@ -243,12 +243,11 @@ def register(data_app: typer.Typer) -> None:
 def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_tokens, json_):
     """`data capture --engine vllm` (or `--launch-command`): the store, or None when only the
     launch line was printed."""
+    from eagle3kit.checkpoint.engines import parse_engines
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
     from eagle3kit.core.errors import Eagle3Error
     from eagle3kit.live import capture as L
-
-    from eagle3kit.checkpoint.engines import parse_engines
 
     sel = parse_engines(eng["engine"] or "vllm")
     if len(sel) != 1 or sel[0].name == "sglang":

@@ -113,10 +113,9 @@ def drafter_aux(drafter: str | None, aux_layers: Any, num_layers: int) -> tuple[
     given = tuple(aux_layers) if aux_layers else None
     if drafter is None:
         return given or tuple(default_aux_layers(num_layers))
-    from eagle3kit.checkpoint.layouts import read_spec
-    from eagle3kit.checkpoint.safetensors_io import load_checkpoint
+    from eagle3kit.checkpoint.reader import drafter_header
 
-    spec = read_spec(load_checkpoint(drafter))[1]
+    spec = drafter_header(drafter).spec
     have = tuple(spec.aux_layers or default_aux_layers(num_layers))
     if given is not None and given != have:
         raise bad("--aux-layers", f"expected the drafter's h{list(have)}, found h{list(given)}")

@@ -100,10 +100,11 @@ def drafter_for(
     """(Eagle3Drafter, spec, layout, own embedding?) on ``device``, with the target's input
     embedding read by header from ``target`` (default: the store's target) when the drafter
     carries none."""
-    from eagle3kit.checkpoint.convert import load_drafter_tensors
+    from eagle3kit.checkpoint.reader import read_drafter
     from eagle3kit.model.drafter import Eagle3Drafter
 
-    spec, tensors, layout = load_drafter_tensors(path)
+    spec, tensors, head = read_drafter(path)
+    layout = head.layout
     d = Eagle3Drafter.from_tensors(spec, tensors, device=device, dtype=dtype)
     own = bool(d.embed_loaded)
     if not own:

@@ -114,7 +114,8 @@ def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> Any:
     one process). Has the TargetModel attributes `prepare` uses."""
     from types import SimpleNamespace
 
-    from eagle3kit.checkpoint.safetensors_io import load_checkpoint, read_tensor
+    from eagle3kit.checkpoint.safetensors_io import load_checkpoint
+    from eagle3kit.checkpoint.tensor_read import read_tensor
     from eagle3kit.core.spec import default_aux_layers
 
     ckpt = load_checkpoint(path)

@@ -1,0 +1,60 @@
+"""Reading one tensor of any dtype by its header span, and the safetensors dtype table.
+
+Engine capture reads a target's final norm and lm_head this way, and `train --features`
+reads the target's embedding: nothing else of the checkpoint is read.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eagle3kit.checkpoint.safetensors_io import Checkpoint, hub_range
+from eagle3kit.core.errors import bad
+
+
+def torch_dtypes() -> dict[str, Any]:
+    import torch
+
+    return {
+        "F64": torch.float64,
+        "F32": torch.float32,
+        "F16": torch.float16,
+        "BF16": torch.bfloat16,
+        "I64": torch.int64,
+        "I32": torch.int32,
+        "I16": torch.int16,
+        "I8": torch.int8,
+        "U8": torch.uint8,
+        "BOOL": torch.bool,
+        "F8_E4M3": torch.float8_e4m3fn,
+        "F8_E5M2": torch.float8_e5m2,
+    }
+
+
+def read_tensor(ckpt: Checkpoint, name: str):
+    """One tensor of any dtype as a torch tensor, read by its header span (local file or one
+    Hub range request); nothing else of the checkpoint is read. Engine capture reads a
+    target's final norm and lm_head this way."""
+    import torch
+
+    info = ckpt.tensors.get(name)
+    if info is None:
+        raise bad(ckpt.source, f"tensor {name!r}: not in the checkpoint")
+    dtypes = torch_dtypes()
+    if info.dtype not in dtypes:
+        raise bad(
+            info.file, f"tensor {name!r}: dtype {info.dtype} cannot be read as a torch tensor"
+        )
+    if ckpt.repo_id is None:
+        raw = bytearray(info.nbytes)
+        with open(info.file, "rb") as f:
+            f.seek(info.start)
+            got = f.readinto(raw)
+    else:
+        raw = bytearray(hub_range(ckpt, info))
+        got = len(raw)
+    if got != info.nbytes:
+        raise bad(info.file, f"tensor {name!r}: file ended after {got} of {info.nbytes} bytes")
+    if info.nbytes == 0:
+        return torch.zeros(info.shape, dtype=dtypes[info.dtype])
+    return torch.frombuffer(raw, dtype=dtypes[info.dtype]).reshape(info.shape)
