@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
         from eagle3kit.measure.evaluate import evaluate, load_eval_data
 
         tm, d = _load(target, drafter, device, threads)
-        ev = load_eval_data(data, tm.tokenizer)
+        ev = load_eval_data(data, tm.tokenizer, vocab_size=tm.vocab_size)
         with bar(not json_) as progress:
             r = evaluate(
                 tm,
