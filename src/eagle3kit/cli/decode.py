@@ -182,7 +182,7 @@ def register(app: typer.Typer) -> None:
         if target is None or data is None:
             raise Eagle3Error("eval: expected --target and --data (or --features STORE)")
         tm, d = _load(target, drafter, device, threads)
-        ev = load_eval_data(data, tm.tokenizer)
+        ev = load_eval_data(data, tm.tokenizer, vocab_size=tm.vocab_size)
         with bar(not json_) as progress:
             r = evaluate(
                 tm,

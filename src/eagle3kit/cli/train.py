@@ -18,9 +18,14 @@ def _render(s: dict) -> None:
         f"{s['train_samples']} samples, {s['world_size']} process(es))"
     )
     o.print(
-        f"best step {s['best_step']}: simulated accept length {s['sim_accept_len']:.3f} "
+        f"best step {s['best_step']}: every-position accept length {s['sim_accept_len']:.3f} "
         f"(by depth: {', '.join(f'{x:.2f}' for x in depth)})"
     )
+    if s.get("tau_walk") is not None:
+        o.print(f"walked accept length (tau_walk, picks best): {s['tau_walk']:.3f}")
+    cov = s.get("vocab_coverage")
+    if cov:
+        o.print(f"DATA's loss tokens in the draft vocab: {cov['fraction']:.1%}")
     if s.get("best_acc"):
         o.print("held-out accuracy per draft step: " + ", ".join(f"{a:.3f}" for a in s["best_acc"]))
     tps = s.get("tokens_per_s")
@@ -32,6 +37,22 @@ def _render(s: dict) -> None:
             f"{ref['after']['old']:.3f}; on the new target: {ref['before']['new']:.3f} -> "
             f"{ref['after']['new']:.3f}"
         )
+
+
+def _warnings(progress, main_rank: bool):
+    """Print the library's "warning" events on stderr (also under --json); pass the rest on."""
+    from eagle3kit.cli._render import err
+
+    def on_event(e) -> None:
+        if e.stage == "warning":
+            if main_rank:
+                err().print(
+                    "warning: " + e.info["message"], markup=False, highlight=False, soft_wrap=True
+                )
+        elif progress is not None:
+            progress(e)
+
+    return on_event
 
 
 def _o(default, *flags: str, help: str | None = None):  # noqa: A002  (typer's name)
@@ -133,7 +154,7 @@ def _run(o: dict) -> None:
     cfg = TrainConfig(out=o["out_dir"], **{k: v for k, v in o.items() if k in names})
     main_rank = os.environ.get("RANK", "0") == "0"
     with bar(not o["json_"] and main_rank) as progress:
-        summary = run_train(cfg, resume=o["resume"], progress=progress)
+        summary = run_train(cfg, resume=o["resume"], progress=_warnings(progress, main_rank))
     if not main_rank:
         return
     if o["json_"]:

@@ -51,7 +51,13 @@ def target_identity(
     Keys match `TargetModel.identity()` where they overlap (name_or_path, model_type,
     num_layers, hidden_size, vocab_size).
     """
-    ident: dict[str, Any] = {"name_or_path": str(target), "tokenizer_size": len(tokenizer)}
+    from eagle3kit.data.prepared import tokenizer_fingerprint
+
+    ident: dict[str, Any] = {
+        "name_or_path": str(target),
+        "tokenizer_size": len(tokenizer),
+        "tokenizer_sha256": tokenizer_fingerprint(tokenizer),
+    }
     try:
         from transformers import AutoConfig
 

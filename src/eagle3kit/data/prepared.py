@@ -53,6 +53,48 @@ def sha256_file(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def tokenizer_fingerprint(tokenizer: Any) -> str:
+    """sha256 of the tokenizer's vocabulary (every token and its id, by id): two tokenizers
+    with the same fingerprint turn text into the same ids."""
+    pairs = sorted(tokenizer.get_vocab().items(), key=lambda kv: (kv[1], kv[0]))
+    return hashlib.sha256(json.dumps(pairs, ensure_ascii=False).encode()).hexdigest()
+
+
+def check_data_matches_target(
+    meta: dict[str, Any], where: str, *, vocab_size: int | None = None, tokenizer: Any = None
+) -> None:
+    """DATA's recorded target (data.json "target") against the target in hand: vocab_size,
+    tokenizer size and tokenizer fingerprint, each where both sides know it. The one check
+    `data capture`, `train`, `eval` and `probe` run before any work; `where` names data.json.
+    """
+    rec = meta.get("target") or {}
+    name = rec.get("name_or_path") or "another target"
+    fix = "; prepare DATA again with this target (`eagle3kit data prepare --target ...`)"
+    want = rec.get("vocab_size")
+    if want is not None and vocab_size is not None and int(want) != int(vocab_size):
+        raise bad(
+            where,
+            f"target.vocab_size: expected the target's {vocab_size}, found {want} "
+            f"(DATA was prepared for {name}){fix}",
+        )
+    if tokenizer is None:
+        return
+    size = rec.get("tokenizer_size")
+    if size is not None and int(size) != len(tokenizer):
+        raise bad(
+            where,
+            f"target.tokenizer_size: expected the target tokenizer's {len(tokenizer)}, found "
+            f"{size} (DATA was tokenised for {name}){fix}",
+        )
+    sha = rec.get("tokenizer_sha256")
+    if sha is not None and sha != tokenizer_fingerprint(tokenizer):
+        raise bad(
+            where,
+            f"target.tokenizer_sha256: expected the target tokenizer's, found another "
+            f"(DATA was tokenised for {name}){fix}",
+        )
+
+
 class PreparedWriter:
     """Append samples, then `finish(meta)`: shards written atomically, data.json last.
 

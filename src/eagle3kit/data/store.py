@@ -35,7 +35,14 @@ from eagle3kit.core.atomic import atomic_write_json, save_safetensors
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.data.features import Features, compute_features
-from eagle3kit.data.prepared import META, collate, load_prepared, sha256_file, split_ids
+from eagle3kit.data.prepared import (
+    META,
+    check_data_matches_target,
+    collate,
+    load_prepared,
+    sha256_file,
+    split_ids,
+)
 
 FORMAT = "eagle3kit-features/1"
 MANIFEST = "manifest.json"
@@ -263,12 +270,12 @@ def capture(
     """
     out = Path(out)
     prepared = load_prepared(data)
-    want = (prepared.meta.get("target") or {}).get("vocab_size")
-    if want is not None and want != target.vocab_size:
-        raise bad(
-            str(Path(data) / META),
-            f"target.vocab_size: expected {target.vocab_size} (the target), found {want}",
-        )
+    check_data_matches_target(
+        prepared.meta,
+        str(Path(data) / META),
+        vocab_size=target.vocab_size,
+        tokenizer=getattr(target, "tokenizer", None),
+    )
     d2t, vocab_id = _vocab(vocab, target)
     vd = vocab_id["draft_vocab_size"]
     k_top = vd if topk is None else min(int(topk), vd)

@@ -18,8 +18,9 @@ Online, on DATA's prompts (each conversation up to its first assistant turn, cha
 real greedy chain decoding against plain greedy decoding of the same prompts, `repeats` times
 in alternating order. tau (tau_online, the decoder's own count) = tokens per target forward;
 tok/s = new tokens / wall time (prefill included) over all prompts of one repeat;
-median/min/max over repeats. decode_ms is the median plain decode step, cycle_ms the mean speculative cycle (draft + verify + bookkeeping), so
-`eagle3kit plan --from` can predict tau / cycle_ms and compare. The offline-online gap is
+median/min/max over repeats. decode_ms is the median plain decode step, cycle_ms the mean
+speculative cycle (draft + verify + bookkeeping), so `eagle3kit plan --from` can predict
+tau / cycle_ms and compare. The offline-online gap is
 tau_walk / tau_online - 1, with tau_walk taken on the answers decoding covered: the same samples,
 each cut at the end of its first assistant turn or after max_new_tokens answer tokens.
 """
@@ -55,14 +56,20 @@ def _prompt_of(ids: torch.Tensor, mask: torch.Tensor) -> list[int] | None:
     return ids[: int(hits[0])].tolist() if len(hits) and int(hits[0]) > 0 else None
 
 
-def load_eval_data(path: str | Path, tokenizer: Any = None, *, heldout: float = 0.05) -> EvalData:
+def load_eval_data(
+    path: str | Path, tokenizer: Any = None, *, heldout: float = 0.05, vocab_size: int | None = None
+) -> EvalData:
     """A DATA dir (`data prepare`; its held-out split, the one training leaves out) or a JSONL
-    of conversations (all of them; encoded with the target's chat template)."""
+    of conversations (all of them; encoded with the target's chat template). A DATA dir is
+    first checked against the target's tokenizer (and vocab_size, when given)."""
     p = Path(path)
     if p.is_dir():
-        from eagle3kit.data.prepared import load_prepared
+        from eagle3kit.data.prepared import META, check_data_matches_target, load_prepared
 
         data = load_prepared(p)
+        check_data_matches_target(
+            data.meta, str(p / META), vocab_size=vocab_size, tokenizer=tokenizer
+        )
         _, held = data.split(heldout) if len(data) > 1 else ([], list(range(len(data))))
         samples, skipped = [(data[i].input_ids, data[i].loss_mask) for i in held], []
     elif p.is_file():

@@ -84,13 +84,17 @@ def builtin_batch(tokenizer: Any, n: int = 16, max_len: int = 256) -> Batch:
     return _pad(rows, "built-in stdlib conversations", torch)
 
 
-def data_batch(path: str, n: int = 16, max_len: int = 256) -> Batch:
-    """The first ``n`` held-out samples of a prepared DATA dir (docs/data.md), truncated."""
+def data_batch(path: str, n: int = 16, max_len: int = 256, target: Any = None) -> Batch:
+    """The first ``n`` held-out samples of a prepared data dir, truncated; checked against
+    ``target`` first (`data.prepared.check_data_matches_target`)."""
     import torch
 
-    from eagle3kit.data.prepared import load_prepared
+    from eagle3kit.data.prepared import META, check_data_matches_target, load_prepared
 
     data = load_prepared(path)
+    if target is not None:
+        where, v = str(Path(path) / META), target.vocab_size
+        check_data_matches_target(data.meta, where, vocab_size=v, tokenizer=target.tokenizer)
     _, held = data.split()
     idx = list(held)[:n] or list(range(min(n, len(data))))
     rows = []
@@ -141,21 +145,14 @@ def target_features(target: Any, batch: Batch, drafter: Any, chunk: int = 8) -> 
 
 
 def offline_acceptance(drafter: Any, feats: list[Any], depth: int) -> dict[str, Any]:
-    """Teacher-forced acceptance of ``drafter`` over feature batches (`train.acceptance`).
-    ``accept_len`` is the every-position value probe has always reported (its verdict and
-    aux reading use it); ``tau_walk`` is the walked one beside it."""
+    """Teacher-forced acceptance over feature batches (`train.acceptance`); ``accept_len`` is
+    the every-position value probe has always reported (its verdict and aux reading use it)."""
     from eagle3kit.train.acceptance import acceptance
 
-    a = acceptance(drafter, feats, depth)
-    return {
-        "acc": [round(x, 6) for x in a.acc],
-        "cond_acc": [round(x, 6) for x in a.cond_acc],
-        "counted": a.counted,
-        "loss": [round(x, 6) for x in a.loss],  # cross-entropy to the target's distribution
-        "accept_len": round(a.tau_every_position, 6),
-        "tau_every_position": round(a.tau_every_position, 6),
-        "tau_walk": round(a.tau_walk, 6),
-    }
+    d = acceptance(drafter, feats, depth).rounded(6)
+    out = {k: d[k] for k in ("acc", "cond_acc", "counted", "loss")}  # loss: CE to the target
+    taus = {k: d[k] for k in ("tau_every_position", "tau_walk")}
+    return {**out, "accept_len": taus["tau_every_position"], **taus}
 
 
 def aux_candidates(spec: Any, num_layers: int) -> list[dict[str, Any]]:
@@ -551,7 +548,7 @@ def probe(
             "reasons": why,
         }
     batch = (
-        data_batch(data, samples, max_len)
+        data_batch(data, samples, max_len, target=new)
         if data
         else builtin_batch(new.tokenizer, samples, max_len)
     )

@@ -42,6 +42,23 @@ class Acceptance:
     tau_every_position: float
     tau_every_position_by_depth: list[float]  # the same at depth 1..k
 
+    def rounded(self, ndigits: int) -> dict[str, Any]:
+        """The per-step lists and taus rounded to `ndigits` (counts as they are)."""
+
+        def r(xs: list[float]) -> list[float]:
+            return [round(x, ndigits) for x in xs]
+
+        return {
+            "acc": r(self.acc),
+            "cond_acc": r(self.cond_acc),
+            "counted": self.counted,
+            "loss": r(self.loss),
+            "walk_acc": r(self.walk_acc),
+            "cycles": self.cycles,
+            "tau_every_position": round(self.tau_every_position, ndigits),
+            "tau_walk": round(self.tau_walk, ndigits),
+        }
+
 
 def from_counts(counts: Counts) -> Acceptance:
     """An `Acceptance` from summed counts (`ttt.Counts`, summed over batches and ranks)."""

@@ -36,7 +36,7 @@ def _chunks(xs: list[int], n: int) -> list[list[int]]:
     return [xs[i : i + n] for i in range(0, len(xs), n)]
 
 
-def _open_source(cfg: Any, target: Any, d2t: torch.Tensor, aux_layers: Any):
+def _open_source(cfg: Any, target: Any, data: Any, d2t: torch.Tensor, aux_layers: Any):
     if cfg.features:
         from eagle3kit.data.store import FeatureStore
 
@@ -53,14 +53,31 @@ def _open_source(cfg: Any, target: Any, d2t: torch.Tensor, aux_layers: Any):
             raise bad(
                 cfg.features, f"aux_layers: expected the drafter's {list(aux_layers)}, found {got}"
             )
-        return OfflineSource(store, max_len=cfg.max_len), None
-    from eagle3kit.data.prepared import load_prepared
+        return OfflineSource(store, max_len=cfg.max_len)
+    return OnlineSource(data, target, d2t, max_len=cfg.max_len, topk=cfg.topk)
 
+
+def _data(cfg: Any, target: Any) -> Any:
+    """DATA (PreparedData) or None for a store; either checked against the target first
+    (`data.prepared.check_data_matches_target`, the check `data capture` runs)."""
+    from eagle3kit.data.prepared import META, check_data_matches_target, load_prepared
+
+    if cfg.features:
+        from eagle3kit.data.store import MANIFEST, FeatureStore
+
+        man = FeatureStore(cfg.features).manifest
+        where = str(Path(cfg.features) / MANIFEST)
+        check_data_matches_target(man, where, vocab_size=target.vocab_size)
+        return None
     data = load_prepared(cfg.data)
-    return OnlineSource(data, target, d2t, max_len=cfg.max_len, topk=cfg.topk), data
+    where = str(Path(cfg.data) / META)
+    check_data_matches_target(
+        data.meta, where, vocab_size=target.vocab_size, tokenizer=target.tokenizer
+    )
+    return data
 
 
-def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _vocab(cfg: Any, init: Any, target: Any, data: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(d2t, t2d) for the run, or None to keep the warm-start checkpoint's."""
     from eagle3kit.core.vocab import build_vocab, load_vocab, validate_vocab
 
@@ -88,10 +105,9 @@ def _vocab(cfg: Any, init: Any, target: Any) -> tuple[torch.Tensor, torch.Tensor
     n = cfg.draft_vocab_size or (init.spec.draft_vocab_size if init is not None else v)
     if n == v and not cfg.rebuild_vocab:
         return torch.zeros(v, dtype=torch.long), torch.ones(v, dtype=torch.bool)
-    from eagle3kit.data.prepared import load_prepared
     from eagle3kit.data.vocab_counts import loss_token_counts
 
-    return build_vocab(loss_token_counts(load_prepared(cfg.data), v), n)
+    return build_vocab(loss_token_counts(data, v), n)
 
 
 def _target(cfg: Any, name: str, aux: Any, device: str):
@@ -135,7 +151,7 @@ def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> Any:
     )
 
 
-def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
+def _check_options(cfg: Any, d: Any) -> None:
     if not cfg.target:
         raise Eagle3Error("--target: expected the target model (dir or hub id), found none")
     if bool(cfg.data) == bool(cfg.features):
@@ -149,12 +165,46 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
             f"--batch-size: expected at least one sample per rank ({d.world}), "
             f"found {cfg.batch_size}"
         )
+
+
+def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
+    """Target, DATA (checked against it), drafter, vocab coverage, splits, held-out batches."""
+    _check_options(cfg, d)
     init = warmstart.warm_drafter(cfg.init_from, device="cpu") if cfg.init_from else None
     aux0 = init.spec.aux_layers if init is not None else None
     if cfg.features and not cfg.reference_target:  # offline: the target never runs
         target = features_target(cfg.target, aux0, cfg.target_dtype)
     else:
         target = _target(cfg, cfg.target, aux0, d.device)
+    data = _data(cfg, target)
+    m, info = _drafter(cfg, init, target, data)
+    m = m.to(d.device)
+    coverage = vocab_coverage(cfg, m, data, progress)
+    src = _open_source(cfg, target, data, m.d2t.cpu(), m.spec.aux_layers)
+    train_idx, held_idx = src.split(cfg.heldout, 0)
+    if cfg.max_samples:
+        train_idx = train_idx[: cfg.max_samples]
+    if not train_idx or not held_idx:
+        raise bad(
+            cfg.data or cfg.features,
+            f"expected training and held-out samples, found {len(train_idx)} and "
+            f"{len(held_idx)} (--heldout {cfg.heldout})",
+        )
+    held = held_idx[: cfg.eval_samples]
+    eval_batches = []
+    for j, ch in enumerate(_chunks(held, cfg.eval_batch)):
+        eval_batches.append(src.batch(ch).to(d.device))
+        emit(progress, "held-out features", j + 1, -(-len(held) // cfg.eval_batch), "batches")
+    ctx = Context(m, m.spec, src, train_idx, len(held), eval_batches, info)
+    ctx.vocab_coverage = coverage
+    if cfg.reference_target:
+        ctx.reference = _reference_before(cfg, ctx, data, held, d.device)
+    return ctx
+
+
+def _drafter(cfg: Any, init: Any, target: Any, data: Any) -> tuple[Any, dict | None]:
+    """The drafter to train (fresh, warm, or warm with a rebuilt vocab) with the target's
+    embedding, and what the summary says about its start."""
     emb = target.embed_tokens.weight  # [V, H]
     info = None
     if init is not None:
@@ -162,7 +212,7 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
             init.spec, target.vocab_size, emb.shape[1], str(cfg.init_from)
         )
         info = warmstart.describe(cfg.init_from, init)
-    vocab = _vocab(cfg, init, target)
+    vocab = _vocab(cfg, init, target, data)
     if init is None:
         m = warmstart.fresh_drafter(
             target.config.to_dict(),
@@ -180,26 +230,41 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
     else:
         m = init
     m.set_embedding(emb.detach().cpu())
-    m = m.to(d.device)
-    src, data = _open_source(cfg, target, m.d2t.cpu(), m.spec.aux_layers)
-    train_idx, held_idx = src.split(cfg.heldout, 0)
-    if cfg.max_samples:
-        train_idx = train_idx[: cfg.max_samples]
-    if not train_idx or not held_idx:
+    return m, info
+
+
+COVERAGE_WARN = 0.5  # below this share of DATA's loss tokens in the draft vocab: warn
+
+
+def vocab_coverage(cfg: Any, m: Any, data: Any, progress: Progress | None) -> dict | None:
+    """The share of DATA's loss tokens inside the drafter's draft vocabulary (t2d): the most
+    a drafter can learn to predict. Below COVERAGE_WARN a "warning" progress event; at 0 a
+    refusal (nothing could be learnt). None for a feature store (no DATA)."""
+    if data is None:
+        return None
+    from eagle3kit.data.vocab_counts import loss_token_counts
+
+    counts = loss_token_counts(data, m.spec.vocab_size)  # int64 [V]
+    total, inside = int(counts.sum()), int(counts[m.t2d.cpu()].sum())
+    if total == 0:
+        return None
+    frac = inside / total
+    cov = {"loss_tokens": total, "in_draft_vocab": inside, "fraction": frac}
+    fix = "--rebuild-vocab" if cfg.init_from else "--draft-vocab-size N (built from DATA)"
+    vd = m.spec.draft_vocab_size
+    if inside == 0:
         raise bad(
-            cfg.data or cfg.features,
-            f"expected training and held-out samples, found {len(train_idx)} and "
-            f"{len(held_idx)} (--heldout {cfg.heldout})",
+            cfg.data,
+            f"loss tokens: expected some inside the drafter's draft vocab ({vd} ids), found "
+            f"none of {total}; nothing could be learnt: use {fix}",
         )
-    held = held_idx[: cfg.eval_samples]
-    eval_batches = []
-    for j, ch in enumerate(_chunks(held, cfg.eval_batch)):
-        eval_batches.append(src.batch(ch).to(d.device))
-        emit(progress, "held-out features", j + 1, -(-len(held) // cfg.eval_batch), "batches")
-    ctx = Context(m, m.spec, src, train_idx, len(held), eval_batches, info)
-    if cfg.reference_target:
-        ctx.reference = _reference_before(cfg, ctx, data, held, d.device)
-    return ctx
+    if frac < COVERAGE_WARN:
+        msg = (
+            f"only {frac:.0%} of {cfg.data}'s loss tokens are in the drafter's draft vocab "
+            f"({vd} ids): it cannot learn the rest; consider {fix}"
+        )
+        emit(progress, "warning", 0, None, "", message=msg)
+    return cov
 
 
 def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device: str) -> dict:

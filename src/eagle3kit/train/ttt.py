@@ -45,6 +45,7 @@ chain decoding of those prompts goes through.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +67,17 @@ def ttt_mask(t: int, k: int, device: torch.device | str = "cpu") -> torch.Tensor
     return torch.cat([causal] + [eye] * (k - 1), dim=1)  # [T, k*T]
 
 
+@functools.lru_cache(maxsize=8)
+def ttt_bias(t: int, k: int, device: str, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """`ttt_mask` as the additive masks attention adds to its scores (0 where it may attend,
+    -inf elsewhere), one contiguous [T, (i+1)*T] per step i, in the drafter's dtype. Built
+    once per (T, k, device, dtype) and reused: scaled_dot_product_attention would otherwise
+    turn a bool mask into this one on every call, forward and backward."""
+    mask = ttt_mask(t, k, device)  # [T, k*T]
+    bias = torch.zeros(mask.shape, dtype=dtype, device=device).masked_fill_(~mask, float("-inf"))
+    return tuple(bias[:, : (i + 1) * t].contiguous() for i in range(k))
+
+
 def shift(x: torch.Tensor, n: int, fill: int | float | bool = 0) -> torch.Tensor:
     """y[:, t] = x[:, t+n] along dim 1, `fill` past the end."""
     if n == 0:
@@ -77,13 +89,13 @@ def shift(x: torch.Tensor, n: int, fill: int | float | bool = 0) -> torch.Tensor
 def unroll(drafter: Any, input_ids: torch.Tensor, aux: torch.Tensor, k: int):
     """Yield the logits [B, T, Vd] of steps 0..k-1 (see the module docstring)."""
     b, t = input_ids.shape
-    mask = ttt_mask(t, k, input_ids.device)  # [T, k*T]
+    bias = ttt_bias(t, k, str(input_ids.device), _dtype(drafter))  # [T, (i+1)*T] per step
     pos = torch.arange(t, device=input_ids.device).expand(b, t)  # [B, T]
     cache = DraftCache()
     hidden, from_aux = aux, True  # [B, T, 3Ht] on step 0, then [B, T, H]
     for i in range(k):
         ids = shift(input_ids, 1 + i)  # [B, T]: x[t+1+i]
-        out = drafter(ids, hidden, cache, pos + i, mask[:, : (i + 1) * t], from_aux=from_aux)
+        out = drafter(ids, hidden, cache, pos + i, bias[i], from_aux=from_aux)
         hidden, from_aux = out.hidden, False
         yield out.logits
 
@@ -148,9 +160,25 @@ class Counts:
         }
 
 
-def step_terms(drafter: Any, feats: Any, logits: torch.Tensor, i: int, *, metrics: bool = True):
+def teacher_probs(feats: Any, vd: int) -> torch.Tensor:
+    """p [B, T, K] float32: the teacher's distribution over its K columns (exp of the log-probs
+    when K = vd, the whole draft vocab; renormalised over the K kept ids otherwise). Computed
+    once per batch; every TTT step reads a shifted slice."""
+    lp = feats.teacher_logp.float()
+    return lp.exp() if lp.shape[-1] == vd else lp.softmax(-1)
+
+
+def step_terms(
+    drafter: Any,
+    feats: Any,
+    logits: torch.Tensor,
+    i: int,
+    *,
+    metrics: bool = True,
+    probs: torch.Tensor | None = None,
+):
     """(ce, loss positions C_i, hit, metric positions M_i), each [B, L] over t = 0..L-1
-    (hit is None without `metrics`).
+    (hit is None without `metrics`). `probs`: `teacher_probs(feats)`, when already computed.
 
     L = T - 2 - i: later positions predict past the end of the sequence. Views, not copies:
     position t of step i reads the teacher at t+1+i and the loss mask at t+2+i.
@@ -161,13 +189,16 @@ def step_terms(drafter: Any, feats: Any, logits: torch.Tensor, i: int, *, metric
     lm = feats.loss_mask[:, n + 1 :]  # [B, L]: the predicted token is an assistant token
     tgt = feats.target_argmax[:, n : n + L]  # [B, L] target ids
     in_vocab = drafter.t2d[tgt]  # [B, L]
-    lp = feats.teacher_logp[:, n : n + L].float()  # [B, L, K]
     logq = F.log_softmax(logits[:, :L].float(), dim=-1)  # [B, L, Vd]
-    if lp.shape[-1] == logq.shape[-1]:  # the full draft vocab: ids are arange(Vd), p sums to 1
-        ce = -(lp.exp() * logq).sum(-1)  # [B, L]
-    else:  # top-K teacher: renormalise over the K kept ids
+    k_cols = feats.teacher_logp.shape[-1]
+    if probs is None:
+        probs = teacher_probs(feats, logq.shape[-1])
+    p = probs[:, n : n + L]  # [B, L, K]
+    if k_cols == logq.shape[-1]:  # the full draft vocab: ids are arange(Vd), p sums to 1
+        ce = -(p * logq).sum(-1)  # [B, L]
+    else:  # top-K teacher: renormalised over the K kept ids
         ids = feats.teacher_ids[:, n : n + L]  # [B, L, K] draft ids
-        ce = -(lp.softmax(-1) * logq.gather(-1, ids)).sum(-1)  # [B, L]
+        ce = -(p * logq.gather(-1, ids)).sum(-1)  # [B, L]
     hit = None
     if metrics:
         hit = drafter.to_target_ids(logits[:, :L].argmax(-1)) == tgt  # [B, L]
@@ -189,8 +220,9 @@ def ttt_loss(
     if counts:
         chain = torch.ones_like(feats.loss_mask)  # [B, T]
         ok = torch.zeros(*feats.loss_mask.shape, k, dtype=torch.bool)  # [B, T, k] hit_i & M_i
+    probs = teacher_probs(feats, int(drafter.d2t.numel()))  # [B, T, K], once for all k steps
     for i, logits in enumerate(unroll(drafter, feats.input_ids, feats.aux.to(_dtype(drafter)), k)):
-        ce, cmask, hit, m = step_terms(drafter, feats, logits, i, metrics=counts)
+        ce, cmask, hit, m = step_terms(drafter, feats, logits, i, metrics=counts, probs=probs)
         s = (ce * cmask).sum()
         n = cmask.sum()
         denom = norm[i].float() if norm is not None else n.clamp(min=1)
