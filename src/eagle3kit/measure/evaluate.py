@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 
@@ -164,6 +165,7 @@ def evaluate_online(
         raise Eagle3Error("online eval: expected at least one prompt, found none")
     eos = getattr(target.tokenizer, "eos_token_id", None)
     spec_tps, base_tps, steps, runs, lossless = [], [], [], [], True
+    answers: list[list[int]] = []  # the target's own greedy answers (first repeat)
     for r in range(repeats):
         times = {"spec": [0.0, 0], "base": [0.0, 0]}
         for i, ids in enumerate(prompts):
@@ -188,6 +190,8 @@ def evaluate_online(
                 times[name][1] += g.stats.new_tokens
                 out[name] = g
             lossless &= out["spec"].tokens == out["base"].tokens
+            if r == 0:
+                answers.append(list(out["base"].tokens))
             steps += [c.verify_s for c in out["base"].stats.cycles]
             runs.append(out["spec"].stats)
             emit(
@@ -195,7 +199,11 @@ def evaluate_online(
             )
         spec_tps.append(times["spec"][1] / times["spec"][0])
         base_tps.append(times["base"][1] / times["base"][0])
-    return _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, len(prompts), repeats)
+    doc = _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, len(prompts), repeats)
+    # the canned-output check beside tau: do the target's answers depend on the prompt?
+    doc["target_distinct4"] = statistics.fmean(distinct_ngram_ratio(a, 4) for a in answers)
+    doc["target_diversity"] = cross_prompt(answers)
+    return doc
 
 
 def _online_summary(runs, depth, spec_tps, base_tps, steps, lossless, n_prompts, repeats):
