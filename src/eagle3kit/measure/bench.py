@@ -24,9 +24,9 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress, emit
-from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 
 METHODS = ("greedy", "prompt-lookup", "chain", "tree")  # also accepted: "hf-greedy"
 
