@@ -99,7 +99,10 @@ def _parse_set(items: list[str]) -> dict:
 
 
 def phases(name: str, overrides: dict) -> dict:
+    """Without overrides the member is built into the cache (``zoo.build``, bar checked);
+    with them, into a temp dir (bar not checked)."""
     from eagle3kit import zoo
+    from eagle3kit.core.errors import Eagle3Error
     from eagle3kit.zoo.builder import build_into, chat_eval
 
     m = zoo.member(name)
@@ -115,13 +118,20 @@ def phases(name: str, overrides: dict) -> dict:
         print(f"{name} after {phase}: {fig}", flush=True)
 
     t0, c0 = time.time(), _cpu()
-    with tempfile.TemporaryDirectory() as tmp:
-        build_into(m, "full", recipe, Path(tmp) / name, parent, None, on_phase)
-        doc = json.loads((Path(tmp) / name / zoo.MANIFEST).read_text())
+    if not overrides:
+        try:
+            doc = json.loads((zoo.build(name, on_phase=on_phase) / zoo.MANIFEST).read_text())
+        except Eagle3Error as e:
+            return {"member": name, "phases": rows, "error": str(e)}
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            build_into(m, "full", recipe, Path(tmp) / name, parent, None, on_phase, False)
+            doc = json.loads((Path(tmp) / name / zoo.MANIFEST).read_text())
     met = doc["metrics"]
     return {
         "member": name,
         "overrides": overrides,
+        "recipe_digest": doc.get("recipe_digest"),
         "phases": rows,
         "final_chat": {k: v for k, v in met["chat"].items() if k != "sample"},
         "chat_sample": met["chat"]["sample"],
