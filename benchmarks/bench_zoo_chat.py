@@ -36,13 +36,15 @@ from _env import environment  # noqa: E402
 def _answers(path: Path, requests: list[dict], max_new: int) -> list[list[int]]:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()
     tok = AutoTokenizer.from_pretrained(path)
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     out = []
     for r in requests:
-        ids = tok.apply_chat_template(r["messages"], add_generation_prompt=True, tokenize=True)
-        ids = torch.tensor([list(ids["input_ids"] if isinstance(ids, dict) else ids)])
+        enc = tok.apply_chat_template(r["messages"], add_generation_prompt=True, return_dict=True)
+        ids = torch.tensor([list(enc["input_ids"])])  # [1, T]
         with torch.no_grad():
             g = model.generate(
                 input_ids=ids,
@@ -56,14 +58,14 @@ def _answers(path: Path, requests: list[dict], max_new: int) -> list[list[int]]:
     return out, tok
 
 
-def measure_member(name: str, n: int, max_new: int) -> dict:
+def measure_member(name: str, n: int, max_new: int, size: str = "full") -> dict:
     from eagle3kit import zoo
     from eagle3kit.core.diversity import distinct_ngram_ratio
     from eagle3kit.zoo import corpus
     from eagle3kit.zoo.builder import chat_figures
 
     m = zoo.member(name)
-    path = zoo.get(name)
+    path = zoo.get(name, size=size)
     requests = corpus.held_out_requests(corpus.files(m.slice, held_out=True), n)
     t = time.time()
     ids, tok = _answers(path, requests, max_new)
@@ -165,6 +167,7 @@ def main() -> None:
     ap.add_argument("--members", default="llama-v1,llama-v2,dsv3-v1,dsv3-v2")
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-new", type=int, default=128)
+    ap.add_argument("--size", default="full", help="full, or tiny (a smoke test)")
     ap.add_argument("--phases", default=None, help="a member: measure after each build phase")
     ap.add_argument("--set", action="append", default=[], help="recipe override field=value")
     ap.add_argument("--json", type=Path, default=None)
@@ -177,7 +180,10 @@ def main() -> None:
     if args.phases:
         rows = [phases(args.phases, _parse_set(args.set))]
     else:
-        rows = [measure_member(n, args.requests, args.max_new) for n in args.members.split(",")]
+        rows = [
+            measure_member(n, args.requests, args.max_new, args.size)
+            for n in args.members.split(",")
+        ]
     for r in rows:
         print(json.dumps(r, indent=1))
     if args.json:
