@@ -304,6 +304,9 @@ def test_full_llama_v1_is_a_language_model():
     assert met["distinct4_reference"] > 0.8
     assert met["distinct4_mean"] >= 0.5  # the issue's aim: greedy text does not loop
     assert met["chat"]["distinct4_mean"] >= 0.5 and met["chat"]["prompts"] == 32
+    chat = met["chat"]  # the answers depend on the request (issue 22)
+    assert chat["names_function"] >= 0.8 and chat["distinct_openings"] >= 0.8
+    assert chat["pooled_distinct4"] >= 0.6
 
 
 @pytest.mark.slow
@@ -349,3 +352,89 @@ def test_inspect_zoo_target(cli):
     assert doc["target"]["default_aux_layers"] == [2, L // 2, L - 3]
     r = cli("inspect", p)
     assert f"layers {L}" in r.out and "default EAGLE-3 aux layers" in r.out
+
+
+def test_held_out_requests_vary_phrasing_and_names():
+    from eagle3kit.zoo import corpus
+
+    held = corpus.files("lib", held_out=True)
+    reqs = corpus.held_out_requests(held, 32)
+    assert len(reqs) == 32
+    names = [r["name"] for r in reqs]
+    assert len(set(names)) == 32 and not any(n.startswith("__") for n in names)
+    asks = [r["messages"][0]["content"] for r in reqs]
+    assert all(
+        f"`{r['name']}`" in a and f"`{r['module']}`" in a for r, a in zip(reqs, asks, strict=True)
+    )
+    openings = {a.split("`")[0] for a in asks}
+    assert len(openings) >= 3  # at least three phrasings
+    assert any("\n\n" in a for a in asks) and any("\n\n" not in a for a in asks)  # docstrings
+    held_paths = {f.rel for f in held}
+    assert all(r["module"].replace(".", "/") in " ".join(held_paths) for r in reqs)
+
+
+def test_varied_chat_samples_keep_the_function_and_vary_the_request():
+    from eagle3kit.zoo import corpus
+
+    src = corpus.files("lib", limit=20)
+    plain = corpus.chat_samples(src)
+    varied = corpus.chat_samples(src, varied=True)
+    assert len(plain) == len(varied) > 20
+    answers = [c["messages"][1]["content"] for c in plain]
+    assert answers == [c["messages"][1]["content"] for c in varied]  # same code
+    assert all(c["messages"][0]["content"].startswith("Write the Python function") for c in plain)
+    asks = [c["messages"][0]["content"] for c in varied]
+    assert len({a.split("`")[0] for a in asks}) == len(corpus.PHRASINGS)
+    assert varied == corpus.chat_samples(src, varied=True)  # deterministic
+
+
+def test_chat_figures_by_hand():
+    from eagle3kit.zoo.builder import chat_figures, names_function
+
+    assert names_function("def f(x):\n    return x", "f")
+    assert names_function("async def f (x):", "f")
+    assert not names_function("def ff(x):", "f") and not names_function("x = 1\ndef f(", "f")
+    answers = ["def f(a):\n    pass", "def g(b):\n    pass", "def test(self):\n    pass"]
+    ids = [[1, 2, 3, 4, 5], [1, 2, 3, 4, 6], [1, 2, 3, 4, 5]]
+    fig = chat_figures(answers, ["f", "g", "h"], ids)
+    assert fig["names_function"] == round(2 / 3, 4) and fig["distinct_openings"] == 1.0
+    assert fig["distinct_answers"] == 2 and fig["pooled_distinct4"] == round(3 / 6, 4)
+
+
+def test_chat_stream_marks_the_first_answer_line_and_windows_align():
+    import tokenizers
+    import torch
+
+    from eagle3kit.zoo import builder, corpus
+    from eagle3kit.zoo import training as tr
+
+    tok = tokenizers.Tokenizer.from_file(
+        str(zoo.get("llama-v1", size="tiny", progress=False) / "tokenizer.json")
+    )
+    convs = [
+        corpus.conversation("Write `alpha`.", "def alpha(x):\n    return x + 1"),
+        corpus.conversation("Implement `beta`.", "def beta():\n    pass"),
+    ]
+    ids, starts, first = builder._chat_stream(tok, convs)
+    assert starts.tolist()[0] == 0 and len(ids) == len(first)
+    marked = tok.decode([int(i) for i, f in zip(ids, first, strict=True) if f]).replace(" ", "")
+    assert marked == "defalpha(x):defbeta():"
+    gen = torch.Generator().manual_seed(0)
+    rows = 64
+    xy, w = tr.sample_windows([ids, ids], [0.0, 1.0], rows, 8, gen, [None, starts], [None, first])
+    okstarts = [s for s in starts.tolist() if s < len(ids) - 9]
+    assert all(int(r[0]) == int(ids[okstarts[0]]) for r in xy)  # every window opens a sample
+    assert torch.equal(w, torch.stack([first[s + 1 : s + 9] for s in okstarts[:1]] * rows))
+
+
+def test_a_build_below_the_chat_bar_fails_loudly(monkeypatch, tmp_path):
+    """The bar applies to full members; here it is applied to a tiny one (whose answers do
+    not name the function): the build raises Eagle3Error and nothing is cached."""
+    from eagle3kit.zoo import builder
+
+    monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path))
+    monkeypatch.setattr(builder, "BAR_SIZES", {"full", "tiny"})
+    with pytest.raises(Eagle3Error, match="names_function"):
+        zoo.build("llama-v1", size="tiny", progress=False)
+    assert not zoo.is_built("llama-v1", size="tiny")
+    assert not zoo.path("llama-v1", size="tiny").exists()

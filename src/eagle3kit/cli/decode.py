@@ -283,6 +283,20 @@ def _fmt_list(xs) -> str:
     return " ".join(f"{x:.2f}" for x in xs)
 
 
+def _print_diversity(c, r: dict) -> None:
+    """The canned-output check beside tau (issue 22): do the target's answers vary?"""
+    d = r.get("target_diversity")
+    if not d:
+        return
+    c.print(
+        f"target answers to {d['outputs']} prompts: {d['distinct_outputs']} distinct, "
+        f"distinct openings {d['distinct_openings']:.2f}, "
+        f"pooled distinct-4 {d['pooled_distinct4']:.2f}"
+    )
+    if d["warning"]:
+        c.print(f"[yellow]warning:[/] {d['warning']}", markup=True, highlight=False)
+
+
 def _render_eval(r: dict) -> None:
     from eagle3kit.cli._render import out
 
@@ -313,6 +327,7 @@ def _render_eval(r: dict) -> None:
             f"decoded vs online {r['accept_len']:.2f}: gap {100 * r['offline_online_gap']:+.1f}%"
             f" (offline on all {f['samples']} held-out samples: {f['accept_len']:.2f})"
         )
+        _print_diversity(c, r)
 
 
 def _render_bench(r: dict) -> None:
@@ -345,6 +360,7 @@ def _render_bench(r: dict) -> None:
     c.print(t)
     if r["target_distinct4"] is not None:
         c.print(f"target greedy distinct-4: {r['target_distinct4']:.2f}")
+    _print_diversity(c, r)
     c.print(
         f"{e['cpu']} ({e['cpu_count']} cpus, {e['threads']} threads, load {e['load_avg_1m']}) "
         f"| python {e['python']} | torch {e['torch']} | transformers {e['transformers']}"

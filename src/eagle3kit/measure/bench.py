@@ -32,9 +32,9 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress
-from eagle3kit.zoo.training import distinct_ngram_ratio
 
 METHODS = ("greedy", "lookup", "lookup-hf", "chain", "tree")  # also accepted: "hf-greedy"
 
@@ -203,6 +203,8 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
         "target_distinct4": statistics.fmean(distinct_ngram_ratio(t, 4) for t in greedy_tokens)
         if greedy_tokens
         else None,
+        # the canned-output check: do the target's answers depend on the prompt? (issue 22)
+        "target_diversity": cross_prompt(greedy_tokens) if greedy_tokens else None,
         "methods": methods,
     }
 

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 
@@ -184,6 +185,7 @@ def evaluate_online(
     steps = T.step_times(runs, "base")
     stats = [x.stats for x in T.of(runs, "spec")]
     pooled = T.pooled(runs, "spec", depth)
+    answers = [x.tokens for x in T.of(runs, "base") if x.repeat == 0]
     return {
         "mode": "online",
         "method": pooled.method,
@@ -205,6 +207,9 @@ def evaluate_online(
         "lossless": T.same_tokens(runs, "spec", "base"),
         "prompts": len(prompts),
         "repeats": repeats,
+        # the canned-output check beside tau: do the target's answers depend on the prompt?
+        "target_distinct4": statistics.fmean(distinct_ngram_ratio(a, 4) for a in answers),
+        "target_diversity": cross_prompt(answers),
     }
 
 

@@ -43,7 +43,7 @@ from eagle3kit.core.progress import Progress
 from eagle3kit.zoo.training import ARCHS, Recipe
 
 SIZES = ("full", "tiny")
-RECIPE_VERSION = 4  # bump when a change to the code changes the weights
+RECIPE_VERSION = 5  # bump when a change to the code changes the weights
 BUILD_THREADS = {"full": 2, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
 MANIFEST = "zoo.json"
 
@@ -90,6 +90,12 @@ _FULL = Recipe(
     unloop_gen=96,
     unloop_ema=0.9,
     eval_prompts=32,
+    # chat that answers the request (issue 22): requests in several phrasings, chat windows
+    # that open at a sample (the request in view), the answer's first line weighted
+    chat_fraction=0.4,
+    chat_varied=True,
+    chat_aligned=True,
+    first_line_weight=4.0,
 )
 _TINY = Recipe(
     vocab_size=512,
@@ -223,12 +229,19 @@ def _remove_stale(dest: Path) -> None:
 
 
 def build(
-    name: str, *, size: str = "full", progress: Progress | None = None, force: bool = False
+    name: str,
+    *,
+    size: str = "full",
+    progress: Progress | None = None,
+    force: bool = False,
+    on_phase=None,
 ) -> Path:
     """Build member ``name`` (and its parent first) unless it is already cached; returns its dir.
 
     ``progress`` (eagle3kit.core.progress) receives one event stream per build stage; the CLI draws
-    it as Rich bars. The folder appears complete or not at all (eagle3kit.core.atomic.atomic_dir)."""
+    it as Rich bars. The folder appears complete or not at all
+    (eagle3kit.core.atomic.atomic_dir). ``on_phase``: see ``builder.build_into`` (this member
+    only, not its parent)."""
     progress = progress if callable(progress) else None  # older callers passed a bool
     m = member(name)
     _check_size(size)
@@ -241,7 +254,10 @@ def build(
         from eagle3kit.zoo.builder import build_into
 
         with atomic_dir(dest) as tmp:
-            build_into(m, size, recipe(name, size), tmp, parent_dir, progress)
+            if on_phase is None:
+                build_into(m, size, recipe(name, size), tmp, parent_dir, progress)
+            else:
+                build_into(m, size, recipe(name, size), tmp, parent_dir, progress, on_phase)
             doc = json.loads((tmp / MANIFEST).read_text())
             doc["recipe_digest"] = recipe_digest(name, size)
             atomic_write_json(tmp / MANIFEST, doc)

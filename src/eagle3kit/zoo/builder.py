@@ -3,21 +3,30 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import platform
+import re
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3kit.core import diversity
 from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.core.environment import quiet_transformers
+from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.zoo import corpus as corpus
 from eagle3kit.zoo import training as tr
 
 if TYPE_CHECKING:
     from eagle3kit.zoo import Member
+
+# What a full member's answers to held-out chat requests must reach (issue 22): the first
+# line names the requested function, distinct first lines, pooled distinct-4 over answers.
+CHAT_BAR = {"names_function": 0.8, "distinct_openings": 0.8, "pooled_distinct4": 0.6}
+BAR_SIZES = {"full"}  # tiny members (tests) are too small to be held to it
 
 
 class _Stages:
@@ -52,6 +61,13 @@ class _Stages:
         if self._stage is not None:
             self._done = (total, total)
             emit(self.progress, f"{self.label}: {self._stage[0]}", step, total, "step", loss=loss)
+
+
+def _cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far (all threads); wall time on a shared
+    machine says little about a build's cost."""
+    t = os.times()
+    return t.user + t.system
 
 
 @contextlib.contextmanager
@@ -92,17 +108,74 @@ def _stream(tok, texts: list[str], special: dict[str, int]):
 
 
 def _chat_stream(tok, convs: list[dict]):
-    """Chat samples rendered with the chat template, concatenated: int32 [N]."""
+    """Chat samples rendered with the chat template, concatenated: int32 [N]; the index of
+    each sample's first token [S]; and a float32 [N] mark, 1 on the tokens of each answer's
+    first line (``def f(...):``, the line that names the requested function), else 0."""
     import torch
 
-    enc = tok.encode_batch([corpus.render_chat(c["messages"]) for c in convs])
-    return torch.tensor([i for e in enc for i in e.ids], dtype=torch.int32)  # [N]
+    texts = [corpus.render_chat(c["messages"]) for c in convs]
+    enc = tok.encode_batch(texts)
+    ids: list[int] = []
+    first: list[float] = []
+    starts: list[int] = []
+    head = corpus.ROLE_TOKENS[2] + "\n"
+    for text, e in zip(texts, enc, strict=True):
+        a = text.index(head) + len(head)
+        b = text.find("\n", a)
+        starts.append(len(ids))
+        ids += e.ids
+        first += [float(a <= s < b) for s, _ in e.offsets]
+    return (
+        torch.tensor(ids, dtype=torch.int32),  # [N]
+        torch.tensor(starts, dtype=torch.long),  # [S]
+        torch.tensor(first, dtype=torch.float32),  # [N]
+    )
 
 
 def _chat_prompt(tok, conv: dict) -> list[int]:
     """The user turn of ``conv`` rendered with the chat template, plus the generation prompt."""
     text = corpus.render_chat(conv["messages"][:1]) + corpus.ROLE_TOKENS[2] + "\n"
     return tok.encode(text).ids
+
+
+def names_function(answer: str, name: str) -> bool:
+    """Whether the first line of ``answer`` defines ``name`` (``def name(``)."""
+    first = answer.split("\n", 1)[0]
+    return re.match(rf"\s*(async\s+)?def\s+{re.escape(name)}\s*\(", first) is not None
+
+
+def chat_figures(answers: list[str], names: list[str], answer_ids: list[list[int]]) -> dict:
+    """The conditioning figures of greedy ``answers`` (text and token ids) to requests for
+    the functions ``names``: the share whose first line names the requested function, the
+    share of distinct first lines, distinct answers, pooled distinct-4 over all answers."""
+    n = len(answers)
+    return {
+        "requests": n,
+        "names_function": round(sum(map(names_function, answers, names)) / n, 4),
+        "distinct_openings": round(len({a.split("\n", 1)[0] for a in answers}) / n, 4),
+        "distinct_answers": diversity.distinct_outputs(answer_ids),
+        "pooled_distinct4": round(diversity.pooled_distinct(answer_ids, 4), 4),
+    }
+
+
+def chat_eval(model, tok, special, requests: list[dict], max_new: int) -> tuple[dict, list]:
+    """Greedy answers (to EOS, at most ``max_new`` tokens) to ``requests``
+    (``corpus.held_out_requests``): their ``chat_figures`` and the answers' token ids."""
+    prompts = [_chat_prompt(tok, r) for r in requests]
+    eos, pad = special[corpus.EOS], special[corpus.PAD]
+    ids = tr.greedy(model, prompts, max_new, eos, pad, stop_at_eos=True)
+    texts = [tok.decode(a) for a in ids]
+    return chat_figures(texts, [r["name"] for r in requests], ids), ids
+
+
+def check_chat_bar(label: str, figures: dict) -> None:
+    """Eagle3Error when a full member's chat answers fall below ``CHAT_BAR``."""
+    low = [f"{k} {figures[k]:.2f} < {v}" for k, v in CHAT_BAR.items() if figures[k] < v]
+    if low:
+        raise Eagle3Error(
+            f"zoo build {label}: chat answers do not depend on the request ({', '.join(low)} "
+            f"on {figures['requests']} held-out requests); not caching a degenerate member"
+        )
 
 
 @dataclass
@@ -114,10 +187,10 @@ class _Data:
     convs: list
     raw: Any  # [N] training tokens
     chat: Any  # [M] chat-sample tokens
+    chat_info: tuple  # ([S] sample starts in ``chat``, [M] first-line marks)
     held_raw: Any
     held_other_raw: Any
-    held_convs: list
-    chat_prompts: list
+    requests: list  # held-out chat requests (corpus.held_out_requests)
 
 
 def _metrics(
@@ -132,7 +205,7 @@ def _metrics(
         tr.distinct_ngram_ratio(s)
         for s in tr.greedy_samples(model, d.held_other_raw, recipe, eos, pad)
     ]
-    answers = tr.greedy(model, d.chat_prompts, recipe.gen_tokens, eos, pad, stop_at_eos=True)
+    figures, answers = chat_eval(model, tok, special, d.requests, recipe.gen_tokens)
     d4_chat = [tr.distinct_ngram_ratio(a) for a in answers]
     windows = tr.prompt_windows(d.held_raw, recipe)  # [P, prompt_len + gen_tokens]
     prompt = windows[0, : recipe.prompt_len].tolist()
@@ -154,8 +227,9 @@ def _metrics(
             "distinct4_min": round(min(d4_chat), 4),
             "ended": round(sum(len(a) < recipe.gen_tokens for a in answers) / len(answers), 4),
             "mean_tokens": round(sum(map(len, answers)) / len(answers), 1),
+            **figures,
             "sample": {
-                "request": d.held_convs[0]["messages"][0]["content"],
+                "request": d.requests[0]["messages"][0]["content"],
                 "answer": tok.decode(answers[0]),
             },
         },
@@ -207,6 +281,44 @@ def _manifest(
     }
 
 
+def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar: _Stages):
+    """Read the slices, train (v1) or copy (v2) the tokenizer into ``out``, encode:
+    (tokenizer, special-token ids, _Data)."""
+    import tokenizers
+    from transformers import AutoTokenizer
+
+    other = "test" if m.slice == "lib" else "lib"
+    held_limit = None if recipe.file_limit is None else max(2, recipe.file_limit // 10)
+    bar.stage("reading the standard library")
+    train_files = corpus.files(m.slice, limit=recipe.file_limit)
+    held = corpus.files(m.slice, held_out=True, limit=held_limit)
+    held_other = corpus.files(other, held_out=True, limit=held_limit)
+    convs = corpus.chat_samples(train_files, varied=recipe.chat_varied)
+
+    bar.stage("tokenizer")
+    if parent_dir is None:
+        tok = corpus.train_tokenizer([f.text for f in train_files], recipe.vocab_size)
+        corpus.save_hf_tokenizer(tok, out, model_max_length=2048)
+    else:
+        AutoTokenizer.from_pretrained(str(parent_dir)).save_pretrained(str(out))
+    tok = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
+    special = {t: tok.token_to_id(t) for t in corpus.SPECIAL_TOKENS}
+    raw = _stream(tok, [f.text for f in train_files], special)
+    chat, chat_starts, first_line = _chat_stream(tok, convs)
+    d = _Data(
+        train_files,
+        held,
+        convs,
+        raw,
+        chat,
+        (chat_starts, first_line),
+        _stream(tok, [f.text for f in held], special),
+        _stream(tok, [f.text for f in held_other], special),
+        corpus.held_out_requests(held, recipe.eval_prompts),
+    )
+    return tok, special, d
+
+
 def build_into(
     m: Member,
     size: str,
@@ -214,43 +326,26 @@ def build_into(
     out: Path,
     parent_dir: Path | None,
     progress: Progress | None = None,
+    on_phase=None,
+    check_bar: bool = True,
 ) -> None:
     """Build member ``m`` into the (new or empty) directory ``out``; writes the HF files and
-    zoo.json. Stages are reported through ``progress`` (eagle3kit.core.progress) and timed."""
-    import tokenizers
+    zoo.json. Stages are reported through ``progress`` (eagle3kit.core.progress) and timed.
+    ``on_phase(name, model, tok, special, data)``, when given, is called after "training"
+    and after "unloop" (benchmarks measure the model between phases). With ``check_bar``, a
+    full member whose chat answers fall below ``CHAT_BAR`` raises Eagle3Error (nothing is
+    cached); benchmarks of trial recipes turn it off to see their figures."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM
 
     from eagle3kit.zoo import BUILD_THREADS
 
-    t0 = time.time()
+    t0, cpu0 = time.time(), _cpu_seconds()
     out.mkdir(parents=True, exist_ok=True)
     progress = progress if callable(progress) else None  # old callers passed a bool
     label = m.name if size == "full" else f"{m.name}-{size}"
-    other = "test" if m.slice == "lib" else "lib"
-    held_limit = None if recipe.file_limit is None else max(2, recipe.file_limit // 10)
     with _Stages(progress, f"building {label}") as bar, _deterministic(BUILD_THREADS[size]):
-        bar.stage("reading the standard library")
-        train_files = corpus.files(m.slice, limit=recipe.file_limit)
-        held = corpus.files(m.slice, held_out=True, limit=held_limit)
-        held_other = corpus.files(other, held_out=True, limit=held_limit)
-        convs = corpus.chat_samples(train_files)
-
-        bar.stage("tokenizer")
-        if parent_dir is None:
-            tok = corpus.train_tokenizer([f.text for f in train_files], recipe.vocab_size)
-            corpus.save_hf_tokenizer(tok, out, model_max_length=2048)
-        else:
-            AutoTokenizer.from_pretrained(str(parent_dir)).save_pretrained(str(out))
-        tok = tokenizers.Tokenizer.from_file(str(out / "tokenizer.json"))
-        special = {t: tok.token_to_id(t) for t in corpus.SPECIAL_TOKENS}
-        raw = _stream(tok, [f.text for f in train_files], special)
-        chat = _chat_stream(tok, convs)
-        held_raw = _stream(tok, [f.text for f in held], special)
-        held_other_raw = _stream(tok, [f.text for f in held_other], special)
-        held_convs = corpus.spaced(corpus.chat_samples(held), recipe.eval_prompts)
-        chat_prompts = [_chat_prompt(tok, c) for c in held_convs]
-
+        tok, special, d = _prepare(m, size, recipe, out, parent_dir, bar)
         bar.stage("training")
         torch.manual_seed(m.seed)
         if parent_dir is None:
@@ -259,30 +354,28 @@ def build_into(
         else:
             with quiet_transformers():  # no "Loading weights" bar beside ours
                 model = AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32)
-        last_loss = tr.train(model, (raw, chat), recipe, seed=m.seed, progress=bar.step)
+        streams = (d.raw, d.chat)
+        last_loss = tr.train(model, streams, recipe, m.seed, bar.step, d.chat_info)
+        if on_phase is not None:
+            on_phase("training", model, tok, special, d)
         if recipe.unloop_steps:
             bar.stage("unlikelihood against greedy loops")
-            starts = (chat == special[corpus.ROLE_TOKENS[2]]).nonzero()[:, 0] + 2  # after "\n"
-            tr.unloop(
-                model,
-                (raw, chat),
-                recipe,
-                m.seed,
-                special[corpus.EOS],
-                special[corpus.PAD],
-                answer_starts=starts,
-                progress=bar.step,
-            )
+            starts = (d.chat == special[corpus.ROLE_TOKENS[2]]).nonzero()[:, 0] + 2  # after \n
+            eos, pad = special[corpus.EOS], special[corpus.PAD]
+            tr.unloop(model, streams, recipe, m.seed, eos, pad, starts, bar.step, d.chat_info)
+            if on_phase is not None:
+                on_phase("unloop", model, tok, special, d)
 
         bar.stage("evaluating")
-        d = _Data(
-            train_files, held, convs, raw, chat, held_raw, held_other_raw, held_convs, chat_prompts
-        )
+        other = "test" if m.slice == "lib" else "lib"
         metrics = _metrics(model, tok, special, recipe, d, other, last_loss)
+        if size in BAR_SIZES and check_bar:
+            check_chat_bar(label, metrics["chat"])
         bar.stage("saving")
         model.save_pretrained(str(out))
     doc = _manifest(m, label, size, recipe, model, d, metrics)
     doc["build_seconds"] = round(time.time() - t0, 1)
+    doc["build_cpu_seconds"] = round(_cpu_seconds() - cpu0, 1)  # user + sys, all threads
     doc["stage_seconds"] = bar.seconds
     doc["built_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     atomic_write_json(out / "zoo.json", doc)

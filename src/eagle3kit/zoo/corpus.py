@@ -116,15 +116,30 @@ def files(slice_name: str, *, held_out: bool = False, limit: int | None = None) 
     return out
 
 
-def chat_samples(
-    src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 1200
-) -> list[dict]:
-    """Chat conversations built from the functions of ``src``, in file and line order.
+# The ways a chat request asks for a function (``{f}``: its name, ``{m}``: its module). The
+# first is the original zoo phrasing; training and the held-out figures use all of them.
+PHRASINGS = (
+    "Write the Python function `{f}` from `{m}`.",
+    "Implement `{f}` from the `{m}` module.",
+    "In `{m}`, write the function `{f}`.",
+    "Show me the code of `{f}` in `{m}`.",
+)
 
-    Each is ``{"messages": [user, assistant]}``: the user asks for a function by name (with the
-    first paragraph of its docstring when it has one); the assistant answers with its source.
-    """
-    convs = []
+
+@dataclass(frozen=True)
+class Function:
+    """One function of a source file: name, module, first docstring paragraph, source."""
+
+    name: str
+    module: str
+    doc: str | None
+    code: str
+
+
+def functions(src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 1200):
+    """The functions of ``src`` (dedented source of ``min_chars``..``max_chars``), in file
+    and ``ast.walk`` order."""
+    out: list[Function] = []
     for f in src:
         try:
             tree = ast.parse(f.text)
@@ -138,19 +153,68 @@ def chat_samples(
             code = textwrap.dedent("".join(lines[node.lineno - 1 : node.end_lineno])).rstrip()
             if not (min_chars <= len(code) <= max_chars):
                 continue
-            ask = f"Write the Python function `{node.name}` from `{module}`."
             doc = ast.get_docstring(node)
-            if doc:
-                ask += "\n\n" + doc.strip().split("\n\n")[0]
-            convs.append(
-                {
-                    "messages": [
-                        {"role": "user", "content": ask},
-                        {"role": "assistant", "content": code},
-                    ]
-                }
-            )
+            doc = doc.strip().split("\n\n")[0] if doc else None
+            out.append(Function(node.name, module, doc, code))
+    return out
+
+
+def request(fn: Function, phrasing: int = 0, docstring: bool = True) -> str:
+    """The user request for ``fn`` in phrasing ``phrasing`` (index into ``PHRASINGS``), with
+    the docstring's first paragraph when ``docstring`` and the function has one."""
+    ask = PHRASINGS[phrasing % len(PHRASINGS)].format(f=fn.name, m=fn.module)
+    return ask + "\n\n" + fn.doc if docstring and fn.doc else ask
+
+
+def conversation(ask: str, answer: str) -> dict:
+    return {
+        "messages": [
+            {"role": "user", "content": ask},
+            {"role": "assistant", "content": answer},
+        ]
+    }
+
+
+def chat_samples(
+    src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 1200, varied: bool = False
+) -> list[dict]:
+    """Chat conversations built from the functions of ``src``, in file and line order.
+
+    Each is ``{"messages": [user, assistant]}``: the user asks for a function by name (with the
+    first paragraph of its docstring when it has one); the assistant answers with its source.
+    With ``varied`` the phrasing (one of ``PHRASINGS``) and whether the docstring is included
+    are chosen per function from a hash of its module and name (deterministic).
+    """
+    convs = []
+    for fn in functions(src, min_chars=min_chars, max_chars=max_chars):
+        phrasing, doc = 0, True
+        if varied:
+            h = zlib.crc32(f"{fn.module}.{fn.name}".encode())
+            phrasing, doc = h % len(PHRASINGS), (h >> 8) % 3 != 0
+        convs.append(conversation(request(fn, phrasing, doc), fn.code))
     return convs
+
+
+def held_out_requests(src: list[SourceFile], n: int) -> list[dict]:
+    """``n`` chat requests (evenly spaced) for functions of the held-out files ``src``: one per
+    distinct name, no dunder names; request i uses phrasing ``i % len(PHRASINGS)`` and the
+    docstring on every other pair. Each: ``{"name", "module", "messages": [user]}``."""
+    seen: dict[str, int] = {}
+    fns = functions(src)
+    for fn in fns:
+        seen[fn.name] = seen.get(fn.name, 0) + 1
+    unique = [fn for fn in fns if seen[fn.name] == 1 and not fn.name.startswith("__")]
+    out = []
+    for i, fn in enumerate(spaced(unique, n)):
+        ask = request(fn, i % len(PHRASINGS), docstring=(i // len(PHRASINGS)) % 2 == 0)
+        out.append(
+            {
+                "name": fn.name,
+                "module": fn.module,
+                "messages": [conversation(ask, "")["messages"][0]],
+            }
+        )
+    return out
 
 
 def train_tokenizer(texts: list[str], vocab_size: int):

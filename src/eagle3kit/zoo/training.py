@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from eagle3kit.core.diversity import distinct_ngram_ratio  # noqa: F401  (moved; re-exported)
 from eagle3kit.zoo.corpus import BOS, EOS
 
 ProgressFn = Callable[[int, int, float], None]  # (step, total, loss)
@@ -95,6 +96,9 @@ class Recipe:
     lr: float
     warmup: int
     chat_fraction: float = 0.25
+    chat_varied: bool = False  # requests in several phrasings, with or without the docstring
+    chat_aligned: bool = False  # chat windows start where a sample starts (request in view)
+    first_line_weight: float = 1.0  # loss weight of the answer's first line (``def f(``)
     weight_decay: float = 0.1
     unlikelihood: float = 0.0  # weight of the copy-unlikelihood term (0: plain MLE)
     muon_lr: float = 0.0  # > 0: Muon for the hidden 2-D weights at this peak LR, AdamW for the rest
@@ -150,11 +154,13 @@ def lr_at(step: int, recipe: Recipe) -> float:
     return recipe.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * t)))
 
 
-def sample_batch(streams, weights: list[float], batch: int, seq_len: int, gen):
-    """``batch`` windows of ``seq_len + 1`` tokens: stream by ``weights``, start uniformly."""
+def sample_windows(streams, weights, batch, seq_len, gen, starts=None, marks=None):
+    """``batch`` windows of ``seq_len + 1`` tokens: stream by ``weights``, start uniformly, or
+    at one of ``starts[k]`` (indices into stream k) where given. Returns the windows [B, T+1]
+    and, per target position, ``marks[k]`` of the stream ([B, T]; 0 where none given)."""
     import torch
 
-    rows = []
+    rows, mrows = [], []
     pick = torch.rand(batch, generator=gen)
     for b in range(batch):
         acc, k = 0.0, 0
@@ -163,13 +169,40 @@ def sample_batch(streams, weights: list[float], batch: int, seq_len: int, gen):
             if pick[b] < acc:
                 break
         s = streams[k]
-        start = int(torch.randint(0, len(s) - seq_len - 1, (1,), generator=gen))
+        st = None if starts is None else starts[k]
+        if st is None:
+            start = int(torch.randint(0, len(s) - seq_len - 1, (1,), generator=gen))
+        else:
+            st = st[st < len(s) - seq_len - 1]
+            start = int(st[int(torch.randint(0, len(st), (1,), generator=gen))])
         rows.append(s[start : start + seq_len + 1])
-    return torch.stack(rows).long()  # [B, T+1]
+        mk = None if marks is None else marks[k]
+        mrows.append(torch.zeros(seq_len) if mk is None else mk[start + 1 : start + seq_len + 1])
+    return torch.stack(rows).long(), torch.stack(mrows)  # [B, T+1], [B, T]
 
 
-def lm_loss(logits, xy, unlikelihood: float = 0.0):
-    """Next-token cross-entropy, plus (when ``unlikelihood`` > 0) a copy-unlikelihood term.
+def sample_batch(streams, weights: list[float], batch: int, seq_len: int, gen):
+    """``batch`` windows of ``seq_len + 1`` tokens: stream by ``weights``, start uniformly."""
+    return sample_windows(streams, weights, batch, seq_len, gen)[0]  # [B, T+1]
+
+
+def recipe_batch(streams, recipe: Recipe, gen, chat_info=None):
+    """One training batch of ``recipe`` from ``streams`` = (raw, chat): windows [B, T+1] and
+    per-target loss weights [B, T] (None: all 1). ``chat_info`` = (sample starts, first-line
+    marks) of the chat stream, used when the recipe aligns chat windows or weights first lines."""
+    weights = [1.0 - recipe.chat_fraction, recipe.chat_fraction]
+    starts = marks = None
+    if chat_info is not None and recipe.chat_aligned:
+        starts = [None, chat_info[0]]
+    if chat_info is not None and recipe.first_line_weight != 1.0:
+        marks = [None, chat_info[1]]
+    xy, m = sample_windows(streams, weights, recipe.batch, recipe.seq_len, gen, starts, marks)
+    return xy, None if marks is None else 1.0 + (recipe.first_line_weight - 1.0) * m
+
+
+def lm_loss(logits, xy, unlikelihood: float = 0.0, weights=None):
+    """Next-token cross-entropy (each target weighted by ``weights`` [B, T] when given),
+    plus (when ``unlikelihood`` > 0) a copy-unlikelihood term.
 
     The term is the token-level unlikelihood of Welleck et al. (2019) restricted to *copies*:
     at position t, every earlier position s whose bigram matches the current one
@@ -183,7 +216,11 @@ def lm_loss(logits, xy, unlikelihood: float = 0.0):
 
     x, y = xy[:, :-1], xy[:, 1:]  # [B, T], [B, T]
     logp = F.log_softmax(logits.float(), dim=-1)  # [B, T, V]
-    loss = F.nll_loss(logp.reshape(-1, logp.shape[-1]), y.reshape(-1))
+    if weights is None:
+        loss = F.nll_loss(logp.reshape(-1, logp.shape[-1]), y.reshape(-1))
+    else:
+        nll = -logp.gather(2, y[..., None])[..., 0]  # [B, T]
+        loss = (nll * weights).mean()
     if unlikelihood > 0:
         b, t = x.shape
         same = x[:, :, None] == x[:, None, :]  # [B, T(t), T(s)]
@@ -241,8 +278,16 @@ def Muon(params, lr: float):  # noqa: N802 - reads like the class it builds
     return _muon_class()(params, lr)
 
 
-def train(model, streams, recipe: Recipe, seed: int, progress: ProgressFn | None = None) -> float:
-    """Train ``model`` in place on windows of ``streams`` = (raw, chat); returns the last loss."""
+def train(
+    model,
+    streams,
+    recipe: Recipe,
+    seed: int,
+    progress: ProgressFn | None = None,
+    chat_info=None,
+) -> float:
+    """Train ``model`` in place on windows of ``streams`` = (raw, chat); returns the last loss.
+    ``chat_info``: see ``recipe_batch``."""
     import torch
 
     gen = torch.Generator().manual_seed(seed)
@@ -268,7 +313,6 @@ def train(model, streams, recipe: Recipe, seed: int, progress: ProgressFn | None
     ]
     if ids:
         opts.append(Muon(hidden, lr=recipe.muon_lr))
-    weights = [1.0 - recipe.chat_fraction, recipe.chat_fraction]
     model.train()
     loss_val = float("nan")
     for step in range(recipe.steps):
@@ -276,9 +320,9 @@ def train(model, streams, recipe: Recipe, seed: int, progress: ProgressFn | None
         for opt in opts:
             for g in opt.param_groups:
                 g["lr"] = g.setdefault("peak_lr", g["lr"]) * scale
-        xy = sample_batch(streams, weights, recipe.batch, recipe.seq_len, gen)  # [B, T+1]
+        xy, w = recipe_batch(streams, recipe, gen, chat_info)  # [B, T+1], [B, T] | None
         logits = model(input_ids=xy[:, :-1]).logits  # [B, T, V]
-        loss = lm_loss(logits, xy, recipe.unlikelihood)
+        loss = lm_loss(logits, xy, recipe.unlikelihood, w)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         for opt in opts:
@@ -316,6 +360,7 @@ def unloop(
     pad_id: int,
     answer_starts=None,
     progress: ProgressFn | None = None,
+    chat_info=None,
 ) -> float:
     """Sequence-level unlikelihood fine-tuning (Welleck et al., 2019) against greedy loops.
 
@@ -337,7 +382,6 @@ def unloop(
     gen = torch.Generator().manual_seed(seed + 1)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=recipe.unloop_lr, betas=(0.9, 0.95), weight_decay=0.0)
-    weights = [1.0 - recipe.chat_fraction, recipe.chat_fraction]
     loss_val = float("nan")
     n_chat = 0 if answer_starts is None else round(recipe.unloop_batch * recipe.chat_fraction)
     if n_chat:
@@ -366,8 +410,8 @@ def unloop(
         logp = F.log_softmax(model(input_ids=seq[:, :-1]).logits.float(), dim=-1)
         p = logp.gather(2, seq[:, 1:, None])[..., 0].exp().clamp(max=1 - 1e-5)  # [B, L-1]
         loss = -recipe.unloop_weight * (torch.log1p(-p) * cand).sum() / cand.numel()
-        xy = sample_batch(streams, weights, recipe.batch, recipe.seq_len, gen)  # [B, T+1]
-        loss = loss + lm_loss(model(input_ids=xy[:, :-1]).logits, xy)
+        xy, w = recipe_batch(streams, recipe, gen, chat_info)  # [B, T+1], [B, T] | None
+        loss = loss + lm_loss(model(input_ids=xy[:, :-1]).logits, xy, 0.0, w)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -420,13 +464,6 @@ def unigram_loss(train_stream, stream, vocab_size: int, recipe: Recipe) -> float
     logp = (counts / counts.sum()).log()
     x = eval_windows(stream, recipe.eval_windows, recipe.seq_len + 1)[:, 1:]
     return float(-logp[x].mean())
-
-
-def distinct_ngram_ratio(ids: list[int], n: int = 4) -> float:
-    """Distinct n-grams / all n-grams of ``ids`` (1.0: no repetition, also when shorter than
-    n; loops push it towards 0)."""
-    grams = [tuple(ids[i : i + n]) for i in range(len(ids) - n + 1)]
-    return len(set(grams)) / len(grams) if grams else 1.0
 
 
 def prompt_windows(stream, recipe: Recipe):
