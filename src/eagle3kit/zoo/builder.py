@@ -21,7 +21,7 @@ from eagle3kit.zoo import corpus as corpus
 from eagle3kit.zoo import training as tr
 
 if TYPE_CHECKING:
-    from eagle3kit.zoo import Member
+    from eagle3kit.zoo.members import Member
 
 # What a full member's answers to held-out chat requests must reach (issue 22): the first
 # line names the requested function, distinct first lines, pooled distinct-4 over answers.
@@ -246,7 +246,7 @@ def _manifest(
     import torch
     import transformers
 
-    from eagle3kit.zoo import BUILD_THREADS
+    from eagle3kit.zoo.members import BUILD_THREADS
 
     cfg = model.config
     return {
@@ -338,7 +338,7 @@ def build_into(
     import torch
     from transformers import AutoModelForCausalLM
 
-    from eagle3kit.zoo import BUILD_THREADS
+    from eagle3kit.zoo.members import BUILD_THREADS
 
     t0, cpu0 = time.time(), _cpu_seconds()
     out.mkdir(parents=True, exist_ok=True)
