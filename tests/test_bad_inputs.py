@@ -2,11 +2,9 @@
 
 Each case runs the CLI in-process on a small world of files (a tiny zoo target, a drafter for
 it, a prepared DATA dir, broken and foreign files) and asserts the project's convention
-(DESIGN: bad input): exit code 2, exactly one line on stderr (``eagle3kit: error: ...``, no
+for bad input: exit code 2, exactly one line on stderr (``eagle3kit: error: ...``, no
 traceback) that names the file or option at fault, and nothing written: every file of the
 world and of the target dir hashes the same before and after, and no new file appears.
-
-Cases whose fix lives on another helper's branch carry ``xfail(strict=False)`` naming it.
 """
 
 from __future__ import annotations
@@ -181,10 +179,6 @@ def _digest(root: Path) -> dict[str, str]:
 
 
 # -- the cases -------------------------------------------------------------------------------
-def xf(branch: str):
-    return pytest.mark.xfail(reason=f"fixed on branch {branch}", strict=False)
-
-
 def C(cid: str, must: str, *args: str, marks=()):
     """A case: its id, a text the error line must contain (the file or option), the args."""
     return pytest.param(cid, must, args, id=cid, marks=marks)
@@ -246,7 +240,6 @@ CASES = [
         "{OUT}",
         "--verifier",
         "{NOPE}",
-        marks=xf("h1-checkpoint"),
     ),
     # plan
     C("plan-acceptance-above-1", "--acceptance", *PLAN, "--acceptance", "1.5"),
@@ -583,7 +576,7 @@ CASES = [
         "--steps",
         "1",
     ),
-    C("train-lr-negative", "--lr", *TRAIN, "--data", "{DATA}", "--lr", "-1", marks=xf("h3-train")),
+    C("train-lr-negative", "--lr", *TRAIN, "--data", "{DATA}", "--lr", "-1"),
     C(
         "train-batch-zero",
         "--batch-size",
@@ -607,9 +600,8 @@ CASES = [
         "{DATA}",
         "--heldout",
         "1.5",
-        marks=xf("h3-train"),
     ),
-    C("train-foreign-data", "vocab", *TRAIN, "--data", "{FOREIGN}", marks=xf("h3-train")),
+    C("train-foreign-data", "vocab", *TRAIN, "--data", "{FOREIGN}"),
     # eval
     C(
         "eval-data-missing",
@@ -677,10 +669,10 @@ CASES = [
         "--data",
         "{BADDATA}",
     ),
-    C("eval-depth-zero", "--depth", *EVAL, "--depth", "0", marks=xf("h2-decode")),
-    C("eval-foreign-data", "vocab", *EVAL[:5], "--data", "{FOREIGN}", marks=xf("h3-train")),
+    C("eval-depth-zero", "--depth", *EVAL, "--depth", "0"),
+    C("eval-foreign-data", "vocab", *EVAL[:5], "--data", "{FOREIGN}"),
     # generate
-    C("generate-empty-prompt", "--prompt", *GEN, "--prompt", "", marks=xf("h2-decode")),
+    C("generate-empty-prompt", "--prompt", *GEN, "--prompt", ""),
     C(
         "generate-max-new-zero",
         "--max-new-tokens",
@@ -777,7 +769,7 @@ CASES = [
     C("probe-samples-zero", "--samples", *PROBE, "--samples", "0"),
     C("probe-half-plan", "--cycle-ms", *PROBE, "--baseline-tps", "80"),
     C("probe-data-broken", "data.json", *PROBE, "--data", "{BADDATA}"),
-    C("probe-foreign-data", "vocab", *PROBE, "--data", "{FOREIGN}", marks=xf("h3-train")),
+    C("probe-foreign-data", "vocab", *PROBE, "--data", "{FOREIGN}"),
     # report
     C("report-missing-run", "no-such-thing", "report", "{NOPE}", "-o", "{OUT}"),
     C("report-empty-run", "run-empty", "report", "{RUNEMPTY}", "-o", "{OUT}"),
@@ -983,7 +975,6 @@ def test_loading_a_target_draws_no_transformers_bar(world):
     assert hf_logging.is_progress_bar_enabled()  # restored for whoever else uses transformers
 
 
-@pytest.mark.xfail(reason="fixed on branch h1-checkpoint", strict=False)
 def test_compat_of_an_unknown_writer_renders_no_python_repr(world, tmp_path):
     """A drafter whose config does not say who wrote it: compat's human output must still be
     prose (the candidate readings), never a raw dict like "trained on {'layer_output': ...}"."""

@@ -94,14 +94,29 @@ def test_launch_command(cli, env, tmp_path):
     }
     assert "--dtype float32" in line and "--no-enable-chunked-prefill" in line
     r = cli(
-        "data", "capture", "--target", env["model"], "--launch-command", "--states-dir",
-        tmp_path, "--aux-layers", "1", "3", "6",
-    )  # fmt: skip
+        "data",
+        "capture",
+        "--target",
+        env["model"],
+        "--launch-command",
+        "--states-dir",
+        tmp_path,
+        "--aux-layers",
+        "1",
+        "3",
+        "6",
+    )
     assert r.code == 0 and "[1,3,6,8]" in r.out
     r = cli(
-        "data", "capture", "--target", env["model"], "--launch-command", "--states-dir",
-        tmp_path, "--json",
-    )  # fmt: skip
+        "data",
+        "capture",
+        "--target",
+        env["model"],
+        "--launch-command",
+        "--states-dir",
+        tmp_path,
+        "--json",
+    )
     doc = json.loads(r.out)
     assert doc["kind"] == "eagle3kit.launch_command" and doc["schema"] == 1
     assert doc["layer_ids"] == [2, 4, 5, 8] and doc["h_indices"] == [2, 4, 5]
@@ -225,7 +240,14 @@ def test_server_down_and_layer_mismatch_before_any_request(cli, env, tmp_path):
 
 def test_sglang_points_to_vllm(cli, env, tmp_path):
     r = cli(
-        "data", "capture", env["tmp"] / "data", "--target", env["model"], "--engine", "sglang",
-        "-o", tmp_path / "s",
-    )  # fmt: skip
+        "data",
+        "capture",
+        env["tmp"] / "data",
+        "--target",
+        env["model"],
+        "--engine",
+        "sglang",
+        "-o",
+        tmp_path / "s",
+    )
     assert r.code == 2 and "Use --engine vllm" in r.err and "return_hidden_states" in r.err

@@ -45,11 +45,33 @@ def env(tmp_path_factory):
 
 def _argv(env, url, states, out, target=None) -> list[str]:
     return [
-        "data", "capture", str(env["tmp"] / "data"), "--target", target or env["model"],
-        "--engine", "vllm", "--url", url, "--states-dir", str(states), "-o", str(out),
-        "--topk", str(TOPK), "--shard-tokens", "40", "--batch-tokens", "24",
-        "--concurrency", "1", "--timeout", "10", "--lock-timeout", "10", "--json",
-    ]  # fmt: skip
+        "data",
+        "capture",
+        str(env["tmp"] / "data"),
+        "--target",
+        target or env["model"],
+        "--engine",
+        "vllm",
+        "--url",
+        url,
+        "--states-dir",
+        str(states),
+        "-o",
+        str(out),
+        "--topk",
+        str(TOPK),
+        "--shard-tokens",
+        "40",
+        "--batch-tokens",
+        "24",
+        "--concurrency",
+        "1",
+        "--timeout",
+        "10",
+        "--lock-timeout",
+        "10",
+        "--json",
+    ]
 
 
 def _env() -> dict[str, str]:
@@ -117,9 +139,13 @@ def _headless(env, folder: Path) -> Path:
 
 def _maxrss_mb(argv: list[str], cwd: Path) -> tuple[float, subprocess.CompletedProcess]:
     p = subprocess.run(
-        [sys.executable, "-c", RSS, *argv], env=_env(), capture_output=True, text=True, cwd=cwd,
+        [sys.executable, "-c", RSS, *argv],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        cwd=cwd,
         timeout=300,
-    )  # fmt: skip
+    )
     kb = next(int(x.split()[1]) for x in p.stderr.splitlines() if x.startswith("MAXRSS_KB"))
     return kb / 1024, p
 
@@ -140,9 +166,12 @@ def test_memory_bound_only_norm_and_lm_head(cli, env, tmp_path):
         "import torch, safetensors.torch, eagle3kit.live.capture, eagle3kit.data.store\n" + RSS
     )
     b = subprocess.run(
-        [sys.executable, "-c", base_code, "data", "capture", "--help"], env=_env(),
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "-c", base_code, "data", "capture", "--help"],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     base = next(int(x.split()[1]) for x in b.stderr.splitlines() if x.startswith("MAXRSS_KB"))
     print(f"peak RSS: capture {used:.0f} MB, imports alone {base / 1024:.0f} MB")
     assert used - base / 1024 < 100, (used, base / 1024)
@@ -176,9 +205,30 @@ def test_train_from_engine_store_never_loads_the_target(cli, env, tmp_path):
     with pytest.raises((Eagle3Error, ValueError)):  # transformers: unknown model type
         TargetModel.from_pretrained(head)  # the in-process path cannot load it
     r = cli(
-        "train", "--target", head, "--features", store, "-o", tmp_path / "run", "--steps", "2",
-        "--ttt-steps", "2", "--batch-size", "4", "--max-len", "32", "--heldout", "0.125",
-        "--eval-samples", "3", "--eval-batch", "3", "--threads", "1", "--json",
-    )  # fmt: skip
+        "train",
+        "--target",
+        head,
+        "--features",
+        store,
+        "-o",
+        tmp_path / "run",
+        "--steps",
+        "2",
+        "--ttt-steps",
+        "2",
+        "--batch-size",
+        "4",
+        "--max-len",
+        "32",
+        "--heldout",
+        "0.125",
+        "--eval-samples",
+        "3",
+        "--eval-batch",
+        "3",
+        "--threads",
+        "1",
+        "--json",
+    )
     assert r.code == 0, r.err
     assert (tmp_path / "run" / "best" / "model.safetensors").is_file()

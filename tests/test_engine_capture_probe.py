@@ -52,10 +52,23 @@ def _engine_store(cli, p, target: str, out: Path) -> None:
     kv = json.loads(argv.split("--kv-transfer-config ")[1].split(" ")[0].strip("'"))
     with FakeVllmCapture(target, spec, kv) as fake:
         r = cli(
-            "data", "capture", p["tmp"] / "data", *common, "--engine", "vllm", "--url", fake.url,
-            "--states-dir", states, "-o", out, "--vocab", p["tmp"] / "vocab.safetensors",
-            "--topk", "0",
-        )  # fmt: skip
+            "data",
+            "capture",
+            p["tmp"] / "data",
+            *common,
+            "--engine",
+            "vllm",
+            "--url",
+            fake.url,
+            "--states-dir",
+            states,
+            "-o",
+            out,
+            "--vocab",
+            p["tmp"] / "vocab.safetensors",
+            "--topk",
+            "0",
+        )
     assert r.code == 0, r.err
 
 
@@ -97,12 +110,29 @@ def test_probe_from_stores_matches_inprocess(cli_mod, pair, stores):
     from eagle3kit.measure.probe import probe
 
     new, old = stores
-    ref = probe(pair["drafter"], pair["v2"], pair["v1"], data=str(pair["tmp"] / "data"),
-                samples=SAMPLES, max_len=MAX_LEN, online_prompts=0)  # fmt: skip
+    ref = probe(
+        pair["drafter"],
+        pair["v2"],
+        pair["v1"],
+        data=str(pair["tmp"] / "data"),
+        samples=SAMPLES,
+        max_len=MAX_LEN,
+        online_prompts=0,
+    )
     r = cli_mod(
-        "probe", "--drafter", pair["drafter"], "--features-new", new, "--features-old", old,
-        "--samples", str(SAMPLES), "--max-len", str(MAX_LEN), "--json",
-    )  # fmt: skip
+        "probe",
+        "--drafter",
+        pair["drafter"],
+        "--features-new",
+        new,
+        "--features-old",
+        old,
+        "--samples",
+        str(SAMPLES),
+        "--max-len",
+        str(MAX_LEN),
+        "--json",
+    )
     assert r.code == 0, r.err
     got = json.loads(r.out)
     assert got["verdict"] == ref["verdict"]
@@ -130,8 +160,16 @@ def test_probe_from_stores_matches_inprocess(cli_mod, pair, stores):
 def test_eval_from_store_matches_inprocess(cli_mod, pair, stores):
     """Same held-out samples; accept length and per-position acceptance within 0.03."""
     new, _ = stores
-    a = cli_mod("eval", "--target", pair["v2"], "--drafter", pair["drafter"],
-                "--data", pair["tmp"] / "data", "--json")  # fmt: skip
+    a = cli_mod(
+        "eval",
+        "--target",
+        pair["v2"],
+        "--drafter",
+        pair["drafter"],
+        "--data",
+        pair["tmp"] / "data",
+        "--json",
+    )
     b = cli_mod("eval", "--drafter", pair["drafter"], "--features", new, "--json")
     assert a.code == 0 and b.code == 0, a.err + b.err
     ra, rb = json.loads(a.out), json.loads(b.out)

@@ -49,6 +49,10 @@ def register(data_app: typer.Typer) -> None:
         ),
         max_tokens: int = typer.Option(512, "--max-tokens", help="Most tokens per assistant turn."),
         temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
+        top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling (with --temperature)."),
+        seed: int = typer.Option(
+            0, "--seed", help="Sampling seed; each sample's draw is fixed by (seed, sample id)."
+        ),
         concurrency: int = typer.Option(
             8, "--concurrency", help="Requests in flight (servers only)."
         ),
@@ -85,7 +89,9 @@ def register(data_app: typer.Typer) -> None:
             from eagle3kit.decode.local import local_generator
 
             tm = _load_target(target, device, dtype, None, trust_remote_code)
-            local = local_generator(tm, max_tokens, temperature, template_kwargs=kwargs)
+            local = local_generator(
+                tm, max_tokens, temperature, seed, template_kwargs=kwargs, top_p=top_p
+            )
         with bar(not json_) as progress:
             res = regenerate(
                 input,
@@ -95,6 +101,8 @@ def register(data_app: typer.Typer) -> None:
                 model=model,
                 max_tokens=max_tokens,
                 temperature=temperature,
+                top_p=top_p,
+                seed=seed,
                 concurrency=concurrency,
                 retries=retries,
                 timeout=timeout,

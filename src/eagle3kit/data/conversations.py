@@ -285,3 +285,9 @@ def read_conversations(
                 yield str(path), line, validate(rec)
             except Malformed as e:
                 yield str(path), line, Problem(str(path), line, str(e))
+
+
+def sample_seed(seed: int, sid: str, prompt_len: int) -> int:
+    """A 63-bit seed from (seed, sample id, prompt length): a rerun gives the same text."""
+    h = hashlib.sha256(f"{seed}:{sid}:{prompt_len}".encode()).digest()
+    return int.from_bytes(h[:8], "little") >> 1

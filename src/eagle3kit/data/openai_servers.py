@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.data.conversations import sample_seed
 
 Messages = list[dict[str, str]]
 Generate = Callable[[Messages, str], str]  # (history, sample id) -> the assistant's answer
@@ -133,9 +134,13 @@ def server_generator(
     retries: int = 4,
     backoff: float = 0.5,
     template_kwargs: dict | None = None,
+    top_p: float = 1.0,
+    seed: int = 0,
 ) -> Generate:
     """Ask ``/v1/chat/completions``; retry with backoff ``backoff * 2^attempt`` (+ jitter,
-    <= 8 s). When every attempt failed to connect: ServerUnreachable (a RuntimeError)."""
+    <= 8 s). When every attempt failed to connect: ServerUnreachable (a RuntimeError).
+    Sampled requests carry ``top_p`` and a per-sample ``seed`` (vLLM's and SGLang's OpenAI
+    servers accept both), so a rerun asks for the same draw."""
 
     def generate(history: Messages, sid: str) -> str:
         body = {
@@ -145,6 +150,9 @@ def server_generator(
             "temperature": temperature,
             "stream": False,
         }
+        if temperature > 0:
+            body["top_p"] = top_p
+            body["seed"] = sample_seed(seed, sid, len(history))
         if template_kwargs:
             body["chat_template_kwargs"] = (
                 template_kwargs  # SGLang and vLLM pass these to the template

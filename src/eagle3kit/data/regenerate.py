@@ -263,6 +263,8 @@ def regenerate(
     model: str | None = None,
     max_tokens: int = 512,
     temperature: float = 0.0,
+    top_p: float = 1.0,
+    seed: int = 0,
     concurrency: int = 1,
     retries: int = 4,
     timeout: float = 120.0,
@@ -294,6 +296,8 @@ def regenerate(
         raise bad("--timeout", f"expected seconds > 0, found {timeout}")
     if not temperature >= 0:
         raise bad("--temperature", f"expected a number >= 0, found {temperature}")
+    if not 0 < top_p <= 1:
+        raise bad("--top-p", f"expected a number in (0, 1], found {top_p}")
     inp, outp = Path(input_path), Path(output_path)
     _check_paths(inp, outp)
     samples, skipped = read_input(inp)
@@ -315,6 +319,8 @@ def regenerate(
             temperature,
             retries,
             template_kwargs=template_kwargs,
+            top_p=top_p,
+            seed=seed,
         )
     _write(outp, pending, generate, concurrency, res, progress)
     return res

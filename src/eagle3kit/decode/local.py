@@ -3,19 +3,13 @@
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.data.conversations import sample_seed
 from eagle3kit.data.regenerate import Generate, Messages, chat_prompt_ids, stop_ids
 from eagle3kit.decode.plain import plain_generate
 from eagle3kit.decode.sampling import Sampling, make_generator
-
-
-def sample_seed(seed: int, sid: str, prompt_len: int) -> int:
-    """A 63-bit seed from (seed, sample id, prompt length): a rerun gives the same text."""
-    h = hashlib.sha256(f"{seed}:{sid}:{prompt_len}".encode()).digest()
-    return int.from_bytes(h[:8], "little") >> 1
 
 
 def local_generator(

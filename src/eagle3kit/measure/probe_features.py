@@ -175,8 +175,21 @@ def probe_features(
         "tokens": int(sum(int(f.attention_mask.sum()) for f in new_feats)),
         "scored": int(sum(int(f.loss_mask.sum()) for f in new_feats)),
     }
-    return _finish(doc, d, spec, own, (new, old), rows, aux, new_feats, depth, max_len, rpath,
-                   (baseline_tps, cycle_ms), progress)  # fmt: skip
+    return _finish(
+        doc,
+        d,
+        spec,
+        own,
+        (new, old),
+        rows,
+        aux,
+        new_feats,
+        depth,
+        max_len,
+        rpath,
+        (baseline_tps, cycle_ms),
+        progress,
+    )
 
 
 def _finish(
