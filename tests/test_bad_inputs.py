@@ -986,3 +986,52 @@ def test_compat_of_an_unknown_writer_renders_no_python_repr(world, tmp_path):
     r = run_cli("compat", str(d), world.paths["T"])
     assert r.code in (0, 1), r.err
     assert "{'" not in r.out and "'}" not in r.out, r.out
+
+
+# -- every JSON document says what it is ----------------------------------------------------
+KINDS = [
+    ("inspect", ("inspect", "{D}", "--json")),
+    ("compat", ("compat", "{D}", "{T}", "--json")),
+    ("convert", ("convert", "{D}", "--to", "vllm", "-o", "{NEW}", "--json")),
+    ("plan", (*PLAN, "--acceptance", "0.7", "--json")),
+    ("prepare", (*PREP, "{CONV}", "-o", "{NEW}", "--json")),
+    ("vocab", ("data", "vocab", "{DATA}", "--draft-vocab-size", "32", "-o", "{NEWST}", "--json")),
+    ("regenerate", (*REGEN, "--target", "{T}", "-o", "{NEWJ}", "--json")),
+    ("generate", (*GEN, "--prompt", "def f(", "--json")),
+    ("eval", (*EVAL, "--json")),
+    ("bench", (*BENCH, "--prompts", "1", "--repeats", "1", "--json")),
+    ("zoo", ("zoo", "list", "--size", "tiny", "--json")),
+    ("train", (*TRAIN, "--data", "{DATA}", "--json")),
+    ("probe", (*PROBE, "--data", "{DATA}", "--json")),
+]
+
+
+@pytest.mark.parametrize("kind,args", KINDS, ids=[k for k, _ in KINDS])
+def test_every_json_output_says_what_it_is(world, tmp_path, kind, args):
+    """`--json` prints one document that starts with its kind and schema (report dispatches
+    on them); the values come from core/artifacts.py's convention, written out here."""
+    extra = {
+        "NEW": str(tmp_path / "new"),
+        "NEWST": str(tmp_path / "v.safetensors"),
+        "NEWJ": str(tmp_path / "regen.jsonl"),
+        "OUT": str(tmp_path / "run"),
+    }
+    r = run_cli(*(a.format(**world.paths, **extra) for a in args))
+    assert r.code in (0, 1), r.err
+    doc = json.loads(r.out)
+    assert list(doc)[:2] == ["kind", "schema"], list(doc)[:4]
+    assert doc["kind"] == f"eagle3kit.{kind}" and doc["schema"] == 1
+
+
+def test_report_dispatches_on_kind_and_names_what_it_skips(world, tmp_path):
+    """A document that has a bench's keys but no kind is not read as a bench: it is named."""
+    run = tmp_path / "run"
+    shutil.copytree(world.paths["RUNOK"], run)  # a real `plan --json`
+    keys_only = {"baseline_tps": 1.0, "spec_tps": 2.0, "accept_len": 2.0, "speedup": 2.0}
+    (run / "bench-old.json").write_text(json.dumps(keys_only))
+    r = run_cli("report", str(run), "-o", str(tmp_path / "out"), "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["kind"] == "eagle3kit.report"
+    assert doc["found"]["plan"] == ["plan.json"] and doc["found"]["bench"] == []
+    assert doc["skipped"] == ["bench-old.json: no eagle3kit kind"]

@@ -11,6 +11,8 @@ import pytest
 from conftest import run_cli
 
 PROBE = {
+    "kind": "eagle3kit.probe",
+    "schema": 1,
     "drafter": "D",
     "target": "NEW",
     "reference": "OLD",
@@ -48,6 +50,8 @@ PROBE = {
     "accept_len": {"target": 1.869, "reference": 2.786},
 }
 BENCH = {
+    "kind": "eagle3kit.bench",
+    "schema": 1,
     "label": "stale",
     "role": "stale",
     "run": None,
@@ -72,6 +76,8 @@ def _run_dir(root, name, init, taus, batch=4):
     (d / "summary.json").write_text(
         json.dumps(
             {
+                "kind": "eagle3kit.train",
+                "schema": 1,
                 "steps": 10 * (len(taus) - 1),
                 "best_step": 10 * best,
                 "sim_accept_len": taus[best],
@@ -83,7 +89,9 @@ def _run_dir(root, name, init, taus, batch=4):
     )
     data = root / "data"
     data.mkdir(exist_ok=True)
-    (data / "data.json").write_text(json.dumps({"samples": 10, "tokens": 1000}))
+    (data / "data.json").write_text(
+        json.dumps({"kind": "eagle3kit.data", "schema": 1, "samples": 10, "tokens": 1000})
+    )
     cfg = {"batch_size": batch, "data": str(data), "max_len": 512}
     (d / "state" / "state.json").write_text(json.dumps({"config": cfg}))
 

@@ -24,6 +24,7 @@ from eagle3kit.checkpoint.safetensors_io import (
     looks_like_repo_id,
 )
 from eagle3kit.checkpoint.safetensors_write import write_safetensors_sparse
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import DraftSpec
@@ -141,7 +142,7 @@ class ConvertResult:
     embed_from: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "source": self.source,
             "from": self.from_layout,
             "to": self.to_layout,
@@ -151,6 +152,7 @@ class ConvertResult:
             "launch_command": self.launch,
             "notes": self.notes,
         }
+        return stamp(doc, "convert")
 
 
 def target_embedding(target: str, spec: DraftSpec) -> Any:

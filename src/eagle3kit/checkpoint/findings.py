@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from eagle3kit.checkpoint.checker import Finding
+from eagle3kit.core.artifacts import stamp
 
 PROBE = "`eagle3kit probe` measures acceptance under each reading and settles it"
 
@@ -54,7 +55,7 @@ class CompatResult:
         return "; ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "compatible": self.compatible,
             "verdict": self.verdict,
             "mode": self.mode,
@@ -66,6 +67,7 @@ class CompatResult:
             "engines": self.engines,
             "writer": self.writer,
         }
+        return stamp(doc, "compat")
 
 
 def trained_on_words(t: list[int] | dict[str, list[int]] | None) -> str:

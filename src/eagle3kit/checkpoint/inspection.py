@@ -9,6 +9,7 @@ from typing import Any
 from eagle3kit.checkpoint.layouts import is_drafter_config
 from eagle3kit.checkpoint.reader import drafter_header
 from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, default_aux_layers
 
@@ -204,7 +205,7 @@ class InspectResult:
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
-            "kind": self.kind,
+            "role": self.kind,  # drafter | target
             "source": self.source,
             "format": self.format,
             "spec": self.spec.to_json() if self.spec else None,
@@ -221,7 +222,7 @@ class InspectResult:
                 vocab_map=self.vocab_map,
                 variant=self.variant,
             )
-        return doc
+        return stamp(doc, "inspect")
 
     def __getitem__(self, key: str) -> Any:
         return self.to_json()[key]

@@ -20,7 +20,7 @@ def _fmt_bytes(n: int) -> str:
 def _inspect_failures(r: dict) -> list[str]:
     """What makes `inspect` exit 1: a broken vocab map, shapes that disagree with the config,
     a tensor a servable drafter must carry."""
-    if r.get("kind") != "drafter":
+    if r.get("role") != "drafter":
         return []
     out = [p["message"] for p in (r.get("vocab_map") or {}).get("problems", [])]
     out += [
@@ -184,7 +184,7 @@ def register(app: typer.Typer) -> None:
         r = inspect_checkpoint(path)
         if json_out:
             emit_json(r)
-        elif r["kind"] == "target":
+        elif r["role"] == "target":
             _render_target(r)
             return
         else:

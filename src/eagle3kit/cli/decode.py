@@ -79,6 +79,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Generate with speculative decoding; streams the text, ends with tau and tok/s."""
         from eagle3kit.cli._render import emit_json
+        from eagle3kit.core.artifacts import stamp
         from eagle3kit.data.regenerate import chat_prompt_ids
         from eagle3kit.decode import Sampling, speculative_generate
 
@@ -108,16 +109,15 @@ def register(app: typer.Typer) -> None:
         )
         text = tok.decode(g.tokens)
         if json_:
-            emit_json(
-                {
-                    "prompt_ids": g.prompt_ids,
-                    "tokens": g.tokens,
-                    "text": text,
-                    "accept_len": g.stats.accept_len,
-                    "tokens_per_s": g.stats.tokens_per_s,
-                    "stats": g.stats.summary(),
-                }
-            )
+            doc = {
+                "prompt_ids": g.prompt_ids,
+                "tokens": g.tokens,
+                "text": text,
+                "accept_len": g.stats.accept_len,
+                "tokens_per_s": g.stats.tokens_per_s,
+                "stats": g.stats.summary(),
+            }
+            emit_json(stamp(doc, "generate"))
             return
         s = g.stats
         print(

@@ -225,6 +225,7 @@ def register(app: typer.Typer) -> None:
         """Write report.md and a self-contained report.html (plots inline) from the runs' JSON artefacts."""
         from eagle3kit.cli._checks import check_output
         from eagle3kit.cli._render import emit_json
+        from eagle3kit.cli._render import err
         from eagle3kit.cli._render import out as stdout
         from eagle3kit.report import report as run_report
 
@@ -236,3 +237,5 @@ def register(app: typer.Typer) -> None:
             stdout().print(
                 f"wrote {r['report_md']} and {r['report_html']} ({len(r['figures'])} figures)"
             )
+            for why in r["skipped"]:
+                err().print(f"skipped {why}", markup=False, highlight=False)

@@ -57,10 +57,11 @@ def register(app: typer.Typer) -> None:
         """List the zoo's members, where they live and whether they are built."""
         from eagle3kit import zoo
         from eagle3kit.cli._render import emit_json, out
+        from eagle3kit.core.artifacts import stamp
 
         rows = [zoo.describe(n, size=size) for n in zoo.names()]
         if json_:
-            emit_json({"home": str(zoo.home()), "size": size, "members": rows})
+            emit_json(stamp({"home": str(zoo.home()), "size": size, "members": rows}, "zoo"))
             return
         from rich.table import Table
 
@@ -91,6 +92,7 @@ def register(app: typer.Typer) -> None:
         from eagle3kit import zoo
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json, out
+        from eagle3kit.core.artifacts import stamp
 
         targets = [name] if name is not None else zoo.names()
         for n in targets:
@@ -112,7 +114,7 @@ def register(app: typer.Typer) -> None:
                 }
             )
         if json_:
-            emit_json({"members": results})
+            emit_json(stamp({"members": results}, "zoo_build"))
             return
         for r in results:
             how = "cached" if r["cached"] else f"built in {r['seconds']:.0f} s"

@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress, emit
@@ -215,7 +216,8 @@ def prepare(
             samples=w.samples,
         )
     keys = ("samples", "tokens", "loss_tokens", "truncated", "skipped")
-    return {**{k: doc[k] for k in keys}, "out": str(out), "mask_method": enc.mode}
+    res = {**{k: doc[k] for k in keys}, "out": str(out), "mask_method": enc.mode}
+    return stamp(res, "prepare")
 
 
 def _nothing_usable(inputs: list[str], skipped: list[Problem]) -> Eagle3Error:

@@ -156,6 +156,8 @@ class PreparedWriter:
         """Write the last shard and data.json (`meta` + counts + shards); returns the document."""
         self._flush()
         doc = {
+            "kind": "eagle3kit.data",
+            "schema": 1,
             "format": FORMAT,
             **meta,
             "samples": self.samples,

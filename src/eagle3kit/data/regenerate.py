@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.data.conversations import (
@@ -61,7 +62,7 @@ class RegenResult:
     answered: int = 0  # of `done`: prompt-only conversations (or empty assistant turns) answered
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "done": self.done,
             "failed": self.failed,
             "already_done": self.already_done,
@@ -70,6 +71,7 @@ class RegenResult:
             "output": self.output,
             "answered": self.answered,
         }
+        return stamp(doc, "regenerate")
 
 
 # -- conversation records --------------------------------------------------------------------

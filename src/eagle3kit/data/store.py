@@ -115,6 +115,8 @@ def _fresh_manifest(target: Any, data: Any, vocab_id: dict, topk: int, shard_tok
         "teacher_ids": None if topk >= vd else str(ids_dtype(vd)).removeprefix("torch."),
     }
     return {
+        "kind": "eagle3kit.feature_store",
+        "schema": 1,
         "format": FORMAT,
         "target": target.identity(),
         "aux_layers": list(target.aux_layers),

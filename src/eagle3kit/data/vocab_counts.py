@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.data.prepared import META, PreparedData, load_prepared
 
@@ -66,10 +67,11 @@ def draft_vocab(
     table = coverage(
         counts, sizes if sizes is not None else coverage_sizes(draft_vocab_size, vocab_size)
     )
-    return {
+    doc = {
         "draft_vocab_size": draft_vocab_size,
         "coverage": table,
         "vocab_size": vocab_size,
         "loss_tokens": int(counts.sum()),
         "out": str(out),
     }
+    return stamp(doc, "vocab")

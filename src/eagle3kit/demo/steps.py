@@ -136,7 +136,8 @@ def k2_drafter(
     r = RECIPES[size]
     p1 = zoo.get(PAIR[0], size=size, progress=progress)
     fields = ("v1_samples", "max_len", "batch", "k2_steps", "draft_vocab", "ttt_steps", "lr")
-    key = {"recipe": {f: getattr(r, f) for f in fields}, "target": str(p1), "version": 1}
+    key = {"kind": "eagle3kit.demo_drafter", "schema": 1, "version": 1, "target": str(p1)}
+    key["recipe"] = {f: getattr(r, f) for f in fields}
     final = zoo.home() / "drafters" / ("dsv3-v1-eagle3" + ("" if size == "full" else f"-{size}"))
     done = final / "demo-drafter.json"
     if done.is_file() and json.loads(done.read_text()) == key:

@@ -9,6 +9,7 @@ from itertools import count
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress, emit
@@ -118,6 +119,7 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
     summary = {"out": str(out), "size": size, "steps": steps, "headline": headline}
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     summary["report"] = report
+    summary = stamp(summary, "demo")
     atomic_write_json(out / "story.json", summary)
     return summary
 
@@ -255,7 +257,8 @@ def eval_bench_step(out, v2, p2, k2, v2_data, prompts, r: Recipe, say: Say, prog
         "from scratch": out / "runs" / "scratch" / "best",
     }
     ev: dict[str, Any] = {
-        "kind": "eval",
+        "kind": "eagle3kit.demo_eval",
+        "schema": 1,
         "target": str(p2),
         "data": batch.source,
         "depth": r.depth,

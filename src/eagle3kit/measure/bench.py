@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress
@@ -194,7 +195,7 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
         row["speedup"] = row["tokens_per_s"]["median"] / base if base else None
         if "bound_with_draft_cost" in row and row["speedup"] is not None:
             row["fraction_of_bound"] = row["speedup"] / row["bound_with_draft_cost"]
-    return {
+    doc = {
         "environment": environment(),
         "prompts": len(prompts),
         "repeats": repeats,
@@ -207,6 +208,7 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
         "target_diversity": cross_prompt(greedy_tokens) if greedy_tokens else None,
         "methods": methods,
     }
+    return stamp(doc, "bench")
 
 
 def _bound(st, t_decode: float | None) -> dict[str, Any]:

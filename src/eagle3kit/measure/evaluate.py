@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
@@ -124,7 +125,7 @@ def evaluate_offline(
     from eagle3kit.train.acceptance import acceptance
 
     a = acceptance(drafter, _offline_batches(target, drafter, data, batch_size, progress), depth)
-    return {
+    doc = {
         "mode": "offline",
         "depth": depth,
         "accept_len": a.tau_walk,  # the walked cycles (tau_walk)
@@ -142,6 +143,7 @@ def evaluate_offline(
         "samples": len(data.samples),
         "skipped": len(data.skipped),
     }
+    return stamp(doc, "eval")
 
 
 def _offline_batches(target, drafter, data: EvalData, batch_size: int, progress):
@@ -186,7 +188,7 @@ def evaluate_online(
     stats = [x.stats for x in T.of(runs, "spec")]
     pooled = T.pooled(runs, "spec", depth)
     answers = [x.tokens for x in T.of(runs, "base") if x.repeat == 0]
-    return {
+    doc = {
         "mode": "online",
         "method": pooled.method,
         "depth": depth,
@@ -211,6 +213,7 @@ def evaluate_online(
         "target_distinct4": statistics.fmean(distinct_ngram_ratio(a, 4) for a in answers),
         "target_diversity": cross_prompt(answers),
     }
+    return stamp(doc, "eval")
 
 
 def evaluate(
@@ -355,7 +358,7 @@ def evaluate_store(
         total = c if total is None else total + c
         emit(progress, "offline eval", min((i + 1) * batch_size, len(rows)), len(rows), "samples")
     m = total.finish()
-    return {
+    doc = {
         "mode": "offline",
         "source": str(features),
         "depth": depth,
@@ -373,3 +376,4 @@ def evaluate_store(
         "skipped": 0,
         "aux_layers": layers,
     }
+    return stamp(doc, "eval")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 
@@ -587,7 +588,7 @@ def probe(
             "in accept length; kept the config's reading"
         )
     emit(progress, "probe", stages, stages, "stage", doing="done")
-    return {
+    doc = {
         **doc,
         "aux": aux,
         "similarity": sim,
@@ -598,3 +599,4 @@ def probe(
         "verdict": verdict,
         "reasons": reasons,
     }
+    return stamp(doc, "probe")

@@ -24,6 +24,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.measure import probe as P
@@ -218,7 +219,7 @@ def _finish(
     if aux["not_in_store"]:
         reasons.append(f"readings not in the store, not tested: {aux['not_in_store']}")
     emit(progress, "probe", 4, 4, "stage", doing="done")
-    return {
+    doc = {
         **doc,
         "aux": aux,
         "similarity": sim,
@@ -229,3 +230,4 @@ def _finish(
         "verdict": verdict,
         "reasons": reasons,
     }
+    return stamp(doc, "probe")

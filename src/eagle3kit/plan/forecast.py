@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.plan.cycle import (
     CycleModel,
@@ -290,7 +291,7 @@ class PlanResult:
         return self.cycle.describe()
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc = {
             "baseline_tps": _r(self.baseline_tps),
             "cycle_ms": _r(self.cycle_ms),
             "accept_len": _r(self.accept_len),
@@ -320,6 +321,7 @@ class PlanResult:
             if self.request
             else None,
         }
+        return stamp(doc, "plan")
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,17 @@
 """`eagle3kit report RUN_DIR... -o OUT`: report.md and a self-contained report.html.
 
-Written from the runs' JSON artefacts only, each recognised by its content wherever it lies
-under the run directories:
+Written from the runs' JSON artefacts only, each recognised by its ``"kind"``
+(core/artifacts.py) wherever it lies under the run directories:
 
-- probe   (`probe --json`: "verdict", "similarity", "accept_len")
-- bench   ("baseline_tps", "spec_tps", "accept_len": one speculative configuration measured)
-- train   (RUN/summary.json with "best_step", "sim_accept_len"; RUN/metrics.jsonl beside it;
+- probe   (`probe --json`, kind "eagle3kit.probe")
+- bench   (`bench --json`, kind "eagle3kit.bench"; the demo's bench files add a role and label)
+- train   (RUN/summary.json, kind "eagle3kit.train"; RUN/metrics.jsonl beside it;
            RUN/state/state.json for the batch size)
-- plan    (`plan --json`: "break_even_accept_len", "cycle_model")
-- live    (`bench --url --json`: kind "eagle3kit.bench-live"; report/live.py)
+- plan    (`plan --json`, kind "eagle3kit.plan")
+- live    (`bench --url --json`, kind "eagle3kit.bench-live"; report/live.py)
+
+Other eagle3kit artefacts (eval, compat, data, ...) are not part of the report. A JSON file
+without an eagle3kit kind (or unreadable) is named in the result's ``skipped`` list.
 
 Every number printed names the file it came from, relative to the run directory it was found
 in. The game plan prices each path from the measured curves: samples seen to reach a held-out
@@ -26,11 +29,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.core.artifacts import kind_of, stamp
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.report.live import KIND as LIVE_KIND
 from eagle3kit.report.live import live_blocks
 
 MAX_JSON_BYTES = 20 * 2**20
+# JSON that lives in run directories but is not ours to classify (model and tokenizer files)
+OTHER_JSON = {
+    "config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "generation_config.json",
+    "model.safetensors.index.json",
+}
 
 
 @dataclass
@@ -44,6 +57,7 @@ class Found:
     )  # summary, metrics, config
     plans: list[tuple[str, dict]] = field(default_factory=list)
     lives: list[tuple[str, dict]] = field(default_factory=list)  # bench --url --json
+    skipped: list[str] = field(default_factory=list)  # "path: why" of JSON not read
 
 
 def _read_json(p: Path) -> Any:
@@ -85,43 +99,49 @@ def _bench_summary(doc: dict) -> dict | None:
 
 
 def collect(run_dirs: list[str | Path]) -> Found:
-    """Find and classify the JSON artefacts under ``run_dirs``."""
+    """Find the JSON artefacts under ``run_dirs`` and sort them by kind."""
     f = Found()
-    unreadable: list[str] = []
     for rd in run_dirs:
         root = Path(rd)
         if not root.is_dir():
             raise Eagle3Error(f"report: {rd}: expected a run directory, found no such directory")
         for p in sorted(root.rglob("*.json")):
-            doc = _read_json(p)
-            if not isinstance(doc, dict):
-                unreadable.append(str(p))
-                continue
-            cite = str(p.relative_to(root))
-            if doc.get("kind") == LIVE_KIND:
-                f.lives.append((cite, doc))
-            elif {"verdict", "similarity", "accept_len"} <= doc.keys():
-                f.probes.append((cite, doc))
-            elif {"baseline_tps", "spec_tps", "accept_len"} <= doc.keys():
-                f.benches.append((cite, doc))
-            elif {"methods", "decode_ms"} <= doc.keys() and _bench_summary(doc):
-                f.benches.append((cite, _bench_summary(doc)))  # a plain `eagle3kit bench --json`
-            elif {"best_step", "sim_accept_len"} <= doc.keys():
-                state = _read_json(p.parent / "state" / "state.json") or {}
-                f.runs.append(
-                    (cite, doc, _metrics(p.parent / "metrics.jsonl"), state.get("config") or {})
-                )
-            elif {"break_even_accept_len", "cycle_model"} <= doc.keys():
-                f.plans.append((cite, doc))
+            _classify(f, p, str(p.relative_to(root)))
     order = {"stale": 0, "finetuned": 1, "scratch": 2}
     f.benches.sort(key=lambda cb: (order.get(cb[1].get("role"), 3), cb[0]))
     if not (f.probes or f.benches or f.runs or f.plans or f.lives):
-        bad_json = f" ({', '.join(unreadable[:3])}: not a JSON object)" if unreadable else ""
+        why = f" (skipped: {'; '.join(f.skipped[:3])})" if f.skipped else ""
         raise Eagle3Error(
             f"report: {', '.join(map(str, run_dirs))}: no probe, bench, train or plan JSON "
-            f"found{bad_json}"
+            f"found{why}"
         )
     return f
+
+
+def _classify(f: Found, p: Path, cite: str) -> None:
+    """Add the artefact at ``p`` to its list by its kind; name it in f.skipped otherwise."""
+    doc = _read_json(p)
+    kind = kind_of(doc)
+    if kind is None:
+        why = "not a JSON object" if not isinstance(doc, dict) else "no eagle3kit kind"
+        if p.name not in OTHER_JSON:
+            f.skipped.append(f"{cite}: {why}")
+        return
+    if kind == "probe":
+        f.probes.append((cite, doc))
+    elif kind == "bench":
+        summary = doc if "spec_tps" in doc else _bench_summary(doc)
+        if summary is None:
+            f.skipped.append(f"{cite}: a bench without a speculative method")
+        else:
+            f.benches.append((cite, summary))
+    elif kind == "train":
+        state = _read_json(p.parent / "state" / "state.json") or {}
+        f.runs.append((cite, doc, _metrics(p.parent / "metrics.jsonl"), state.get("config") or {}))
+    elif kind == "plan":
+        f.plans.append((cite, doc))
+    elif doc.get("kind") == LIVE_KIND:
+        f.lives.append((cite, doc))
 
 
 # ---------------------------------------------------------------- content as blocks
@@ -505,7 +525,7 @@ def report(
         atomic_write_bytes(out / b[1], b[2])
     atomic_write_text(out / "report.md", _md(blocks, title))
     atomic_write_text(out / "report.html", _html(blocks, title))
-    return {
+    doc = {
         "report_md": str(out / "report.md"),
         "report_html": str(out / "report.html"),
         "figures": [b[1] for b in figs],
@@ -516,4 +536,6 @@ def report(
             "plan": [c for c, _ in f.plans],
             "bench_live": [c for c, _ in f.lives],
         },
+        "skipped": f.skipped,
     }
+    return stamp(doc, "report")

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
@@ -299,5 +300,6 @@ def _finish(r: Run) -> dict[str, Any]:
     if ctx.reference is not None:
         summary["reference"] = setup.reference_after(ctx, r.dir / "best")
     if r.d.main:
+        summary = stamp(summary, "train")
         atomic_write_json(r.dir / "summary.json", summary)
     return json.loads(json.dumps(summary))

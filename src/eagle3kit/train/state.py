@@ -61,7 +61,8 @@ def save_state(
         if anchor is not None:
             save_safetensors(tmp / "anchor.safetensors", {k: v.cpu() for k, v in anchor.items()})
         save_safetensors(tmp / "rng.safetensors", {"torch_cpu": torch.get_rng_state()})
-        atomic_write_json(tmp / "state.json", {"format": FORMAT, **meta})
+        doc = {"kind": "eagle3kit.train_state", "schema": 1, "format": FORMAT, **meta}
+        atomic_write_json(tmp / "state.json", doc)
 
 
 def load_state(folder: str | Path) -> dict[str, Any]:

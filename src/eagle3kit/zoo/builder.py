@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core import diversity
+from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error
@@ -249,7 +250,7 @@ def _manifest(
     from eagle3kit.zoo.members import BUILD_THREADS
 
     cfg = model.config
-    return {
+    doc = {
         "name": label,
         "member": m.name,
         "size": size,
@@ -279,6 +280,7 @@ def _manifest(
         "transformers": transformers.__version__,
         "threads": BUILD_THREADS[size],
     }
+    return stamp(doc, "zoo_member")
 
 
 def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar: _Stages):
