@@ -224,8 +224,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Write report.md and a self-contained report.html (plots inline) from the runs' JSON artefacts."""
         from eagle3kit.cli._checks import check_output
-        from eagle3kit.cli._render import emit_json
-        from eagle3kit.cli._render import err
+        from eagle3kit.cli._render import emit_json, err
         from eagle3kit.cli._render import out as stdout
         from eagle3kit.report import report as run_report
 

@@ -248,7 +248,8 @@ def train_step(out, k2, p2, v2_data, r: Recipe, say: Say, progress) -> dict[str,
 def eval_bench_step(out, v2, p2, k2, v2_data, prompts, r: Recipe, say: Say, progress):
     """`eval` (offline, the same held-out v2 samples) of the three drafters, then `bench` of
     the two new ones. Returns the eval document and their headline rows."""
-    from eagle3kit.measure.probe import data_batch, offline_acceptance, target_features
+    from eagle3kit.measure.probe import offline_acceptance, target_features
+    from eagle3kit.measure.probe_batches import data_batch
 
     batch = data_batch(str(v2_data), 32, r.max_len)
     paths = {

@@ -4,12 +4,12 @@ The user's "Phase 0": plug the K2 drafter into K2.5 and measure, before training
 
 1. compat of the drafter D with NEW (headers only, `eagle3kit.checkpoint.compat`).
 2. Which hidden states D was trained on, settled from data. A config's aux ids X mean h[X] to
-   some writers and h[X+1] to others (docs/formats.md "Aux layer ids"); D's offline acceptance on NEW under each
-   reading tells: the reading D was trained on is the one it predicts from. Reported with the
+   some writers and h[X+1] to others (docs/formats.md "Aux layer ids"); D's offline
+   acceptance on NEW under each reading tells: the reading D was trained on is the one it predicts from. Reported with the
    margin and what each engine captures today.
 3. Hidden-state similarity of OLD vs NEW at those layers on the same tokens (per layer cosine
-   mean and p10, linear CKA, norm ratio: `eagle3kit.measure.similarity`), and the same on fc(aux), the
-   drafter's own view of them.
+   mean and p10, linear CKA, norm ratio: `eagle3kit.measure.similarity`), and the same on
+   fc(aux), the drafter's own view of them.
 4. D's zero-shot acceptance on NEW beside OLD: offline, teacher-forced (`ttt_metrics` over
    `compute_features`: per-position acc_i, conditional acceptance p_i and
    tau = 1 + sum_{i=1..k} prod_{j<=i} p_j), and online when `eagle3kit.decode` is available.
@@ -17,21 +17,20 @@ The user's "Phase 0": plug the K2 drafter into K2.5 and measure, before training
    and the break-even comparison from `plan`'s cycle model when the speeds are known.
 
 Token sequences come from a prepared data dir (`--data`, its held-out split) or, by default,
-built-in conversations from the Python standard library's own test suite rendered with NEW's
-chat template; only assistant tokens are scored.
+built-in conversations (measure/probe_batches.py); only assistant tokens are scored.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
+from eagle3kit.measure.probe_batches import Batch, builtin_batch, data_batch
 
 # Verdict thresholds (see `decide`).
 PLUG_IN_RETENTION = 0.9  # NEW keeps >= 90% of D's gain on OLD (tau - 1): plug in as is
@@ -39,88 +38,6 @@ WARM_START_RETENTION = 0.25  # keeps >= 25% of the gain: D still knows something
 WARM_START_FC_COSINE = 0.5  # or fc(aux) still points the same way on average
 CLEAR_MARGIN = 0.05  # tau difference under which the aux reading is called uncertain
 DEFAULT_DEPTH = 3
-
-
-@dataclass
-class Batch:
-    """Token sequences to probe on (right-padded)."""
-
-    input_ids: Any  # Long [B, T]
-    attention_mask: Any  # Bool [B, T]
-    loss_mask: Any  # Bool [B, T]
-    source: str
-
-
-# ---------------------------------------------------------------- token sequences
-
-
-def _chat_ids(tok: Any, messages: list[dict[str, str]]) -> tuple[list[int], int]:
-    """(ids of the whole conversation, number of prompt tokens before the assistant turn)."""
-    if getattr(tok, "chat_template", None):
-        full = tok.apply_chat_template(messages, tokenize=False)
-        prompt = tok.apply_chat_template(messages[:1], tokenize=False, add_generation_prompt=True)
-    else:
-        prompt = messages[0]["content"] + "\n"
-        full = prompt + messages[1]["content"]
-    ids = tok(full, add_special_tokens=False)["input_ids"]
-    n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
-    return list(ids), n_prompt
-
-
-def builtin_batch(tokenizer: Any, n: int = 16, max_len: int = 256) -> Batch:
-    """``n`` built-in conversations (stdlib test-suite functions), tokenized by ``tokenizer``."""
-    import torch
-
-    from eagle3kit.zoo import corpus as corpus
-
-    if tokenizer is None:
-        raise Eagle3Error("probe: the target has no tokenizer; pass --data (a prepared data dir)")
-    files = corpus.spaced(corpus.files("test", held_out=True), max(4, n // 4))
-    convs = corpus.spaced(corpus.chat_samples(files), n)
-    rows = []
-    for c in convs:
-        ids, n_prompt = _chat_ids(tokenizer, c["messages"])
-        ids = ids[:max_len]
-        rows.append((ids, [i >= n_prompt for i in range(len(ids))]))
-    return _pad(rows, "built-in stdlib conversations", torch)
-
-
-def data_batch(path: str, n: int = 16, max_len: int = 256, target: Any = None) -> Batch:
-    """The first ``n`` held-out samples of a prepared data dir, truncated; checked against
-    ``target`` first (`data.prepared.check_data_matches_target`)."""
-    import torch
-
-    from eagle3kit.data.prepared import META, check_data_matches_target, load_prepared
-
-    data = load_prepared(path)
-    if target is not None:
-        where, v = str(Path(path) / META), target.vocab_size
-        check_data_matches_target(data.meta, where, vocab_size=v, tokenizer=target.tokenizer)
-    _, held = data.split()
-    idx = list(held)[:n] or list(range(min(n, len(data))))
-    rows = []
-    for i in idx:
-        s = data[i]
-        rows.append((s.input_ids[:max_len].tolist(), s.loss_mask[:max_len].tolist()))
-    return _pad(rows, f"{path} (held-out split)", torch)
-
-
-def _pad(rows: list[tuple[list[int], list[bool]]], source: str, torch: Any) -> Batch:
-    rows = [r for r in rows if len(r[0]) >= 4]
-    if not rows:
-        raise Eagle3Error(f"probe: {source}: no sequence of at least 4 tokens")
-    t = max(len(r[0]) for r in rows)
-    ids = torch.zeros(len(rows), t, dtype=torch.long)  # [B, T]
-    att = torch.zeros(len(rows), t, dtype=torch.bool)  # [B, T]
-    lm = torch.zeros(len(rows), t, dtype=torch.bool)  # [B, T]
-    for b, (x, m) in enumerate(rows):
-        ids[b, : len(x)] = torch.tensor(x)
-        att[b, : len(x)] = True
-        lm[b, : len(x)] = torch.tensor(m, dtype=torch.bool)
-    return Batch(ids, att, lm, source)
-
-
-# ---------------------------------------------------------------- measurements
 
 
 def _with_aux(target: Any, layers: Sequence[int]) -> Any:

@@ -5,7 +5,7 @@ every target forward replaced by a feature store of the same DATA (`eagle3kit.da
 written in-process or by `data capture --engine vllm` for targets no process of ours loads):
 
 - the samples are DATA's held-out split, the first ``samples`` of them cut at ``max_len``, as
-  `probe.data_batch` picks them (sequences under 4 tokens dropped);
+  `probe_batches.data_batch` picks them (sequences under 4 tokens dropped);
 - the aux reading is settled from data among the readings whose layers the NEW store holds
   (capture both, h[X] and h[X+1], with ``data capture --extra-layers``); a reading the store
   lacks is reported as not tested;
@@ -32,7 +32,7 @@ from eagle3kit.measure import store_features as S
 
 
 def _rows(store: Any, n: int, max_len: int) -> list[int]:
-    """probe.data_batch's choice: the first n held-out samples, those of >= 4 tokens once cut."""
+    """probe_batches.data_batch's choice: the first n held-out samples, those of >= 4 tokens once cut."""
     rows = S.held_rows(store, 0.05, n)
     return [i for i in rows if min(store.get([i]).input_ids.shape[1], max_len) >= 4]
 
