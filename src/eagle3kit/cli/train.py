@@ -55,80 +55,94 @@ def _warnings(progress, main_rank: bool):
     return on_event
 
 
-def _o(default, *flags: str, help: str | None = None):  # noqa: A002  (typer's name)
-    return typer.Option(default, *flags, help=help)
-
-
 def register(app: typer.Typer) -> None:
     @app.command("train")
     def train(
-        target: str = _o(
+        target: str = typer.Option(
             None, "--target", help="Target: zoo name (dsv3-v1, dsv3-v1-tiny), dir or hub id."
         ),
-        out_dir: str = _o(..., "-o", "--out", help="Run directory RUN."),
-        data: str = _o(
+        out_dir: str = typer.Option(..., "-o", "--out", help="Run directory RUN."),
+        data: str = typer.Option(
             None,
             "--data",
             help="DATA dir from `data prepare` (online: the target runs on each batch).",
         ),
-        features: str = _o(None, "--features", help="Feature STORE from `data capture` (offline)."),
-        init_from: str = _o(
+        features: str = typer.Option(
+            None, "--features", help="Feature STORE from `data capture` (offline)."
+        ),
+        init_from: str = typer.Option(
             None, "--init-from", help="Warm start from this drafter (any layout, dir or hub id)."
         ),
-        attention: str = _o("mha", "--attention", help="Fresh drafter's attention: mha or mla."),
-        vocab: str = _o(None, "--vocab", help="VOCAB file (d2t/t2d) from `data vocab`."),
-        draft_vocab_size: int = _o(
+        attention: str = typer.Option(
+            "mha", "--attention", help="Fresh drafter's attention: mha or mla."
+        ),
+        vocab: str = typer.Option(None, "--vocab", help="VOCAB file (d2t/t2d) from `data vocab`."),
+        draft_vocab_size: int = typer.Option(
             None, "--draft-vocab-size", help="Build the vocab from DATA's assistant-token counts."
         ),
-        rebuild_vocab: bool = _o(
+        rebuild_vocab: bool = typer.Option(
             False,
             "--rebuild-vocab",
             help="Warm start: replace the checkpoint's d2t/t2d (lm_head rows follow their ids).",
         ),
-        l2sp: float = _o(
+        l2sp: float = typer.Option(
             0.0, "--l2sp", help="Warm start: L2-SP weight toward the starting weights."
         ),
-        reference_target: str = _o(
+        reference_target: str = typer.Option(
             None,
             "--reference-target",
             help="Old target: report accept length before/after on it too.",
         ),
-        ttt_steps: int = _o(7, "--ttt-steps", help="Unrolled draft steps (weights 0.8^i)."),
-        steps: int = _o(None, "--steps", help="Exactly this many optimizer steps."),
-        epochs: float = _o(
+        ttt_steps: int = typer.Option(
+            7, "--ttt-steps", help="Unrolled draft steps (weights 0.8^i)."
+        ),
+        steps: int = typer.Option(None, "--steps", help="Exactly this many optimizer steps."),
+        epochs: float = typer.Option(
             None, "--epochs", help="Or: passes over the training split (default 1)."
         ),
-        batch_size: int = _o(8, "--batch-size", help="Samples per optimizer step (global)."),
-        max_len: int = _o(512, "--max-len", help="Truncate samples to this many tokens."),
-        max_samples: int = _o(
+        batch_size: int = typer.Option(
+            8, "--batch-size", help="Samples per optimizer step (global)."
+        ),
+        max_len: int = typer.Option(512, "--max-len", help="Truncate samples to this many tokens."),
+        max_samples: int = typer.Option(
             None, "--max-samples", help="Train on the first N training samples only."
         ),
-        lr: float = _o(1e-3, "--lr", help="Peak learning rate (AdamW)."),
-        warmup: int = _o(None, "--warmup", help="Warm-up steps (default 5% of steps)."),
-        weight_decay: float = _o(0.0, "--weight-decay"),
-        grad_clip: float = _o(1.0, "--grad-clip"),
-        heldout: float = _o(0.05, "--heldout", help="Held-out fraction (by sample id)."),
-        eval_every: int = _o(
+        lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW)."),
+        warmup: int = typer.Option(None, "--warmup", help="Warm-up steps (default 5% of steps)."),
+        weight_decay: float = typer.Option(0.0, "--weight-decay"),
+        grad_clip: float = typer.Option(1.0, "--grad-clip"),
+        heldout: float = typer.Option(0.05, "--heldout", help="Held-out fraction (by sample id)."),
+        eval_every: int = typer.Option(
             None, "--eval-every", help="Evaluate every N steps (default steps/10)."
         ),
-        eval_samples: int = _o(
+        eval_samples: int = typer.Option(
             64, "--eval-samples", help="Held-out samples scored per evaluation."
         ),
-        eval_batch: int = _o(8, "--eval-batch", help="Held-out samples per forward."),
-        save_every: int = _o(None, "--save-every", help="Write RUN/step-N every N steps."),
-        seed: int = _o(0, "--seed"),
-        device: str = _o("cpu", "--device", help="cpu, cuda, cuda:1 ..."),
-        target_dtype: str = _o("float32", "--target-dtype", help="float32, bfloat16, float16."),
-        topk: int = _o(None, "--topk", help="Online: keep the teacher's top-K draft ids only."),
-        time_limit: float = _o(
+        eval_batch: int = typer.Option(8, "--eval-batch", help="Held-out samples per forward."),
+        save_every: int = typer.Option(
+            None, "--save-every", help="Write RUN/step-N every N steps."
+        ),
+        seed: int = typer.Option(0, "--seed"),
+        device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1 ..."),
+        target_dtype: str = typer.Option(
+            "float32", "--target-dtype", help="float32, bfloat16, float16."
+        ),
+        topk: int = typer.Option(
+            None, "--topk", help="Online: keep the teacher's top-K draft ids only."
+        ),
+        time_limit: float = typer.Option(
             None,
             "--time-limit",
             help="Stop after this many seconds of training (evaluate and save first).",
         ),
-        resume: bool = _o(False, "--resume", help="Continue RUN exactly (its saved settings)."),
-        threads: int = _o(None, "--threads", help="torch CPU threads."),
-        trust_remote_code: bool = _o(False, "--trust-remote-code"),
-        json_: bool = _o(False, "--json", help="Print RUN/summary.json as one JSON document."),
+        resume: bool = typer.Option(
+            False, "--resume", help="Continue RUN exactly (its saved settings)."
+        ),
+        threads: int = typer.Option(None, "--threads", help="torch CPU threads."),
+        trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
+        json_: bool = typer.Option(
+            False, "--json", help="Print RUN/summary.json as one JSON document."
+        ),
     ) -> None:
         """Train a drafter (training-time test); keeps RUN/best by simulated accept length."""
         _run(dict(locals()))
