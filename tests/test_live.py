@@ -266,9 +266,10 @@ def test_the_docs_commands_run_against_the_fakes(pair, tmp_path, cli, monkeypatc
     # the cycle model at the measured tau and cycle gives back the measured decode rate
     tps = dep["levels"][0]["decode_tokens_per_s"]["median"]
     assert plan["throughput_tps"] == pytest.approx(tps, rel=1e-4)
-    rep = cli("report", str(tmp_path), "-o", str(tmp_path / "rep"), "--json")
+    rep_dir = tmp_path.parent / f"{tmp_path.name}-rep"  # report refuses -o inside its input
+    rep = cli("report", str(tmp_path), "-o", str(rep_dir), "--json")
     assert rep.code == 0, rep.err
-    md = (tmp_path / "rep" / "report.md").read_text()
+    md = (rep_dir / "report.md").read_text()
     assert f"{doc['accept_len']:.2f} (counters)" in md and spec.url in md
     assert json.loads(rep.out)["found"]["bench_live"] == ["bench.json"]
 

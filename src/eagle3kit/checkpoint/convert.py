@@ -210,6 +210,19 @@ def _refuse(src: str, head: DrafterHeader, to: str, embed: bool) -> None:
             )
 
 
+def with_identity_maps(tensors: dict[str, Any], vocab_size: int) -> dict[str, Any]:
+    """A full-vocab drafter's tensors with identity maps (d2t int64 zeros [V], t2d bool ones
+    [V]), the buffers SGLang-layout trainers register; SGLang reads d2t when present
+    (hot_token_id = d2t + arange), where the identity changes nothing. With it an SGLang ->
+    vLLM -> SGLang round trip gives back the same bytes (`without_identity_maps` inverted)."""
+    import torch
+
+    out = dict(tensors)
+    out["d2t"] = torch.zeros(vocab_size, dtype=torch.int64)
+    out["t2d"] = torch.ones(vocab_size, dtype=torch.bool)
+    return out
+
+
 def without_identity_maps(tensors: dict[str, Any]) -> dict[str, Any]:
     """A full-vocab drafter's tensors without d2t/t2d, as speculators saves one (its
     `DraftVocabMixin._init_vocab` registers no maps when draft_vocab_size == vocab_size, so a
@@ -295,6 +308,11 @@ def convert(
         notes.append(
             "full vocabulary: d2t/t2d left out, as speculators saves a full-vocab drafter "
             "(its strict load would report them as unexpected keys)"
+        )
+    elif to == "sglang" and spec.draft_vocab_size == spec.vocab_size and "d2t" not in tensors:
+        tensors = with_identity_maps(tensors, spec.vocab_size)
+        notes.append(
+            "full vocabulary: identity d2t/t2d written (SGLang serves it with or without them)"
         )
     save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite)
     res = ConvertResult(
