@@ -292,50 +292,6 @@ def test_unloop_ends_with_the_moving_average_of_its_steps():
     assert not all(torch.equal(g, s) for g, s in zip(got, seen[-1], strict=True))
 
 
-@pytest.mark.slow
-def test_full_llama_v1_is_a_language_model():
-    """The full recipe still trains a real LM within its budget (builds for minutes if uncached)."""
-    zoo.get("llama-v1", progress=False)
-    m = zoo.manifest("llama-v1")
-    met = m["metrics"]
-    assert m["num_layers"] >= 8 and m["vocab_size"] == 4096
-    assert met["heldout_loss"] < met["unigram_loss"] - 1.5
-    assert met["heldout_loss_other_slice"] > met["heldout_loss"]  # the test/ slice is a shift
-    assert met["distinct4_reference"] > 0.8
-    assert met["distinct4_mean"] >= 0.5  # the issue's aim: greedy text does not loop
-    assert met["chat"]["distinct4_mean"] >= 0.5 and met["chat"]["prompts"] == 32
-    chat = met["chat"]  # the answers depend on the request (issue 22)
-    assert chat["names_function"] >= 0.8 and chat["distinct_openings"] >= 0.8
-    assert chat["pooled_distinct4"] >= 0.6
-
-
-@pytest.mark.slow
-def test_full_llama_v1_greedy_text_does_not_loop():
-    """Re-measured outside the build: TargetModel's own greedy decoding (batch 1, the path
-    bench/eval use) from prompts the build never evaluated: mid-file windows of held-out files."""
-    from transformers import AutoTokenizer
-
-    from eagle3kit.decode import greedy_generate
-    from eagle3kit.model.target import TargetModel
-    from eagle3kit.zoo import corpus as corpus
-    from eagle3kit.zoo.training import distinct_ngram_ratio
-
-    p = zoo.get("llama-v1", progress=False)
-    tok = AutoTokenizer.from_pretrained(p)
-    target = TargetModel.from_pretrained(p)
-    ratios = []
-    for f in corpus.files("lib", held_out=True)[::3]:
-        ids = tok(f.text, add_special_tokens=False)["input_ids"]
-        if len(ids) < 400:
-            continue
-        mid = len(ids) // 2
-        out = greedy_generate(target, ids[mid - 48 : mid], max_new_tokens=128).tokens
-        assert len(out) == 128
-        ratios.append(distinct_ngram_ratio(out))
-    assert len(ratios) >= 6
-    assert sum(ratios) / len(ratios) >= 0.5, ratios
-
-
 def test_inspect_zoo_target(cli):
     """`eagle3kit inspect` on a zoo target shows layers, hidden size, vocab, default aux layers."""
     import json
