@@ -43,10 +43,11 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import torch
+from local_server import LocalServer, send_json
 
 from eagle3kit.data.regenerate import chat_prompt_ids
 from eagle3kit.decode import Sampling, speculative_generate
@@ -56,7 +57,7 @@ MODEL_LOCK = threading.Lock()  # one generation at a time in this process (share
 GEN_PATHS = ("/v1/chat/completions", "/v1/completions", "/generate")
 
 
-class FakeEngine:
+class FakeEngine(LocalServer):
     def __init__(
         self,
         target,
@@ -80,7 +81,8 @@ class FakeEngine:
             raise ValueError(f"fault: unknown {fault!r}")
         self.target, self.drafter, self.engine, self.depth = target, drafter, engine, depth
         self.per_request, self.sglext, self.fault = per_request, sglext, fault
-        self.fault_every, self.lifetime, self.name = fault_every, lifetime, name
+        super().__init__(lifetime)
+        self.fault_every, self.name = fault_every, name
         self.draft_path, self.dev_mode, self.stats_lag = draft_path, dev_mode, stats_lag
         self.log: list[dict[str, Any]] = []  # one entry per finished generation
         self.totals = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * depth}
@@ -89,8 +91,6 @@ class FakeEngine:
         self.bodies: list[dict[str, Any]] = []  # every generation request body, in order
         self.arrivals: list[float] = []  # time.monotonic() of each generation request
         self._lock = threading.Lock()
-        self.stopped = threading.Event()
-        self._httpd: ThreadingHTTPServer | None = None
 
     @property
     def speculative(self) -> bool:
@@ -98,32 +98,7 @@ class FakeEngine:
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> FakeEngine:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-        timer = threading.Timer(self.lifetime, self.stop)
-        timer.daemon = True
-        timer.start()
-        return self
-
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def stop(self) -> None:
-        if self.stopped.is_set():
-            return
-        self.stopped.set()
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-
-    def __enter__(self) -> FakeEngine:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+        return self.serve(_handler(self))
 
     # -- ground truth --------------------------------------------------------------------------
     def tau(self, entries: list[dict] | None = None) -> float:
@@ -321,7 +296,7 @@ class _Base(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _json(self, status: int, doc: Any) -> None:
-        self._send_body(status, "application/json", json.dumps(doc).encode())
+        send_json(self, status, doc)
 
     def do_GET(self) -> None:  # noqa: N802 - the http.server name
         eng, path = self.engine, self.path.split("?")[0]

@@ -36,9 +36,11 @@ import os
 import threading
 import time
 import uuid
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
+
+from local_server import LocalServer, send_json
 
 FAULTS = (None, "n_minus_1", "few_positions", "http500", "slow", "stuck", "no_answer", "no_file")
 
@@ -58,7 +60,7 @@ def check_launch(spec: dict, kv: dict) -> tuple[list[int], str]:
     return [int(i) for i in ids], str(path)
 
 
-class FakeVllmCapture:
+class FakeVllmCapture(LocalServer):
     def __init__(
         self,
         model_dir: str,
@@ -78,13 +80,12 @@ class FakeVllmCapture:
         self.layer_ids, self.storage = check_launch(spec, kv)
         self.tm = TargetModel.from_pretrained(model_dir)
         self.model = self.tm.model
-        self.fault, self.write_delay, self.lifetime = fault, write_delay, lifetime
+        super().__init__(lifetime)
+        self.fault, self.write_delay = fault, write_delay
         if fault == "slow":
             self.write_delay = max(write_delay, 0.3)
         self.requests = 0
         self._model_lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._stopped = threading.Event()
         self._torch = torch
 
     # -- the model ---------------------------------------------------------------------------
@@ -125,7 +126,7 @@ class FakeVllmCapture:
         def writer() -> None:
             try:
                 if self.fault == "stuck":
-                    self._stopped.wait(self.lifetime)
+                    self.stopped.wait(self.lifetime)
                     return
                 if self.fault == "no_file":  # the connector logs the failed write and goes on
                     return
@@ -145,7 +146,7 @@ class FakeVllmCapture:
         if body.get("max_tokens") != 1:
             return 400, {"error": {"message": "this test server expects max_tokens 1"}}
         if self.fault == "no_answer":
-            self._stopped.wait(self.lifetime)
+            self.stopped.wait(self.lifetime)
             return 503, {"error": {"message": "shutting down", "code": 503}}
         if self.fault == "http500":
             return 500, {"error": {"message": "EngineCore encountered an issue", "code": 500}}
@@ -193,35 +194,6 @@ class FakeVllmCapture:
                         code, doc = server.completion(body)
                     except Exception as e:  # noqa: BLE001 - vLLM answers 500 with the error
                         code, doc = 500, {"error": {"message": repr(e), "code": 500}}
-                raw = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                send_json(self, code, doc)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-        t = threading.Timer(self.lifetime, self.stop)
-        t.daemon = True
-        t.start()
-        return self
-
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def stop(self) -> None:
-        self._stopped.set()
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> FakeVllmCapture:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+        return self.serve(Handler)

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import json
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import torch
+from local_server import LocalServer, send_json
 
 
 def _hf_greedy(target: Any, ids: list[int], n: int, eos: int | None) -> list[int]:
@@ -39,7 +40,7 @@ def _hf_greedy(target: Any, ids: list[int], n: int, eos: int | None) -> list[int
     return out[: out.index(eos) + 1] if eos is not None and eos in out else out
 
 
-class FakeOpenAIServer:
+class FakeOpenAIServer(LocalServer):
     def __init__(
         self,
         model_dir: str,
@@ -54,14 +55,13 @@ class FakeOpenAIServer:
         if mode not in ("normal", "flaky", "die"):
             raise ValueError(f"mode: expected normal, flaky or die, found {mode!r}")
         self.target = TargetModel.from_pretrained(model_dir)
-        self.mode, self.die_after, self.lifetime, self.name = mode, die_after, lifetime, name
+        super().__init__(lifetime)
+        self.mode, self.die_after, self.name = mode, die_after, name
         self.chat_requests = 0  # chat requests received (answered or not)
         self.answered = 0
         self.bodies: list[dict] = []  # every chat request body, in arrival order
         self._count_lock = threading.Lock()
         self._model_lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._stopped = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> FakeOpenAIServer:
@@ -116,38 +116,9 @@ class FakeOpenAIServer:
                 )
 
             def _send(self, code: int, doc: dict) -> None:
-                data = json.dumps(doc).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, doc)
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)  # port 0: a free port
-        self._httpd.daemon_threads = True
-        threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
-        timer = threading.Timer(self.lifetime, self.stop)
-        timer.daemon = True
-        timer.start()
-        return self
-
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
-
-    def stop(self) -> None:
-        if self._httpd is None or self._stopped.is_set():
-            return
-        self._stopped.set()
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def __enter__(self) -> FakeOpenAIServer:
-        return self.start()
-
-    def __exit__(self, *exc: Any) -> None:
-        self.stop()
+        return self.serve(Handler)
 
     # -- generation ------------------------------------------------------------------------
     def generate(self, messages: list[dict], max_tokens: int) -> str:

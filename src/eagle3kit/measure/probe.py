@@ -241,6 +241,17 @@ def online_accept_len(
 # ---------------------------------------------------------------- verdict
 
 
+def speed_inputs(
+    bench: str | None, baseline_tps: float | None, cycle_ms: float | None
+) -> tuple[float | None, float | None]:
+    """(baseline tok/s, cycle ms) from --bench or from both --baseline-tps and --cycle-ms."""
+    if bench is not None and (baseline_tps is not None or cycle_ms is not None):
+        raise Eagle3Error("probe: give --bench or --baseline-tps/--cycle-ms, not both")
+    if (baseline_tps is None) != (cycle_ms is None):
+        raise Eagle3Error("probe: --baseline-tps and --cycle-ms go together")
+    return read_bench(bench) if bench is not None else (baseline_tps, cycle_ms)
+
+
 def read_bench(path: str) -> tuple[float, float]:
     """(baseline tok/s, cycle ms) from a bench JSON: top-level ``baseline_tps`` and ``cycle_ms``."""
     try:
@@ -430,12 +441,7 @@ def probe(
     from eagle3kit.measure.similarity import check_targets
     from eagle3kit.model.loading import resolve_target
 
-    if bench is not None and (baseline_tps is not None or cycle_ms is not None):
-        raise Eagle3Error("probe: give --bench or --baseline-tps/--cycle-ms, not both")
-    if (baseline_tps is None) != (cycle_ms is None):
-        raise Eagle3Error("probe: --baseline-tps and --cycle-ms go together")
-    if bench is not None:
-        baseline_tps, cycle_ms = read_bench(bench)
+    baseline_tps, cycle_ms = speed_inputs(bench, baseline_tps, cycle_ms)
     stages = 5
     emit(progress, "probe", 0, stages, "stage", doing="compat")
     check_targets(target, reference)  # from the configs, before any weight is read

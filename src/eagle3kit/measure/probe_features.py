@@ -25,7 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from eagle3kit.core.artifacts import stamp
-from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.measure import probe as P
 from eagle3kit.measure import store_features as S
@@ -137,12 +137,7 @@ def probe_features(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The probe from feature stores (module doc); the `probe --json` document."""
-    if bench is not None and (baseline_tps is not None or cycle_ms is not None):
-        raise Eagle3Error("probe: give --bench or --baseline-tps/--cycle-ms, not both")
-    if (baseline_tps is None) != (cycle_ms is None):
-        raise Eagle3Error("probe: --baseline-tps and --cycle-ms go together")
-    if bench is not None:
-        baseline_tps, cycle_ms = P.read_bench(bench)
+    baseline_tps, cycle_ms = P.speed_inputs(bench, baseline_tps, cycle_ms)
     emit(progress, "probe", 0, 4, "stage", doing="compat")
     new = S.open_store(features_new)
     old = S.open_store(features_old) if features_old else None
