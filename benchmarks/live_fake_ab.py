@@ -66,7 +66,7 @@ def main() -> None:
     from eagle3kit import zoo
     from eagle3kit.model.target import TargetModel
     from eagle3kit.plan import plan
-    from eagle3kit.plan.from_bench import plan_args_from_bench
+    from eagle3kit.plan.from_file import plan_args_from_file
 
     tm = TargetModel.from_pretrained(zoo.get(args.member, size=args.size, progress=False))
     drafter = train_drafter(tm, self_text(tm, n=32), steps=60)
@@ -76,7 +76,7 @@ def main() -> None:
         second = _run(spec, b, SET_B, args)
     tmp = Path("live-fake-ab.run-a.json")
     tmp.write_text(json.dumps(a))
-    f = plan_args_from_bench(tmp, {})
+    f = plan_args_from_file(tmp, {})
     tmp.unlink()
     res = plan(
         cycle_ms=f["cycle_ms"],

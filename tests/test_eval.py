@@ -184,7 +184,10 @@ def test_eval_bad_input(cli, setup, tmp_path):
     assert r.code == 0, r.err
     assert json.loads(r.out)["skipped"] == 1 and json.loads(r.out)["samples"] == 1
     junk = tmp_path / "eval.json"
-    junk.write_text('{"mode": "offline"}')
+    junk.write_text('{"mode": "offline"}')  # no kind: not read as an eval by its keys
+    r = cli("plan", "--from", str(junk))
+    assert r.code == 2 and "kind: expected 'eagle3kit.eval'" in r.err
+    junk.write_text('{"kind": "eagle3kit.eval", "schema": 1, "mode": "offline"}')
     r = cli("plan", "--from", str(junk))
     assert r.code == 2 and "accept_len" in r.err
 

@@ -13,7 +13,7 @@ from eagle3kit.live.client import spec_from_sglang, spec_from_vllm, split_url
 from eagle3kit.live.server import SpecCounters, parse_prometheus, vllm_counters
 from eagle3kit.live.suites import load_conversations, load_suite, load_suites
 from eagle3kit.live.summary import acceptance, distinct_n, tau_bound
-from eagle3kit.plan.from_bench import bench_inputs, plan_args_from_bench
+from eagle3kit.plan.from_file import file_inputs, plan_args_from_file
 
 # Two DP engines, `_created` samples, a HELP line with braces, labels in sorted order.
 METRICS = """\
@@ -197,13 +197,13 @@ def _bench_doc(tmp_path, **kw):
 
 def test_plan_reads_the_bench_fields_and_options_win(tmp_path):
     p = _bench_doc(tmp_path)
-    assert bench_inputs(p)["cycle_ms"] == 20.0
-    got = plan_args_from_bench(
+    assert file_inputs(p)["cycle_ms"] == 20.0
+    got = plan_args_from_file(
         p, {"accept_len": None, "depth": 5, "decode_ms": None, "baseline_tps": 80.0}
     )
     assert got["accept_len"] == 2.5 and got["depth"] == 5 and got["decode_ms"] is None
     with pytest.raises(Eagle3Error, match="accept_len: expected a number, found none"):
-        bench_inputs(_bench_doc(tmp_path, accept_len=None))
+        file_inputs(_bench_doc(tmp_path, accept_len=None))
 
 
 def test_plan_from_bench_cli(tmp_path, cli):

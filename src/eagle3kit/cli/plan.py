@@ -210,14 +210,9 @@ def _plan(o: dict[str, Any]) -> PlanResult:
     from eagle3kit import plan as planmod
 
     if o["from_"] is not None:
-        from eagle3kit.plan.from_bench import is_bench_live, plan_args_from_bench
+        from eagle3kit.plan.from_file import plan_args_from_file
 
-        if is_bench_live(o["from_"]):
-            o.update(plan_args_from_bench(o["from_"], o))
-        else:
-            from eagle3kit.measure.evaluate import plan_args_from_eval
-
-            o.update(plan_args_from_eval(o["from_"], o))
+        o.update(plan_args_from_file(o["from_"], o))
     verify, fit, rates = o["verify_ms"], o["verify_fit"], o["acceptance_file"]
     return planmod.plan(
         baseline_tps=o["baseline_tps"],

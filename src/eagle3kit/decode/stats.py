@@ -17,14 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-
-def conditional(per_position: list[float]) -> list[float]:
-    """P(a >= i | a >= i-1) from P(a >= i), i = 1..k (0.0 past a position never reached)."""
-    prev, out = 1.0, []
-    for p in per_position:
-        out.append(p / prev if prev > 0 else 0.0)
-        prev = p
-    return out
+from eagle3kit.plan.forecast import conditional
 
 
 @dataclass

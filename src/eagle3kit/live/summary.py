@@ -20,6 +20,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from eagle3kit.plan.forecast import conditional
+
 KIND = "eagle3kit.bench-live"
 LIFE_NOTE = "cumulative over the server's life (every request since start), not this run"
 
@@ -40,14 +42,6 @@ def distinct_n(text: str, n: int = 4) -> float | None:
     w = text.split()
     grams = [tuple(w[i : i + n]) for i in range(len(w) - n + 1)]
     return len(set(grams)) / len(grams) if grams else None
-
-
-def conditional(per_position: list[float]) -> list[float]:
-    prev, out = 1.0, []
-    for p in per_position:
-        out.append(p / prev if prev > 0 else 0.0)
-        prev = p
-    return out
 
 
 def _from_histogram(hist: list[int]) -> list[float]:

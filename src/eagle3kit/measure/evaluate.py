@@ -27,7 +27,6 @@ each cut at the end of its first assistant turn or after max_new_tokens answer t
 
 from __future__ import annotations
 
-import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -121,7 +120,7 @@ def evaluate_offline(
     is `eagle3kit.train.acceptance`'s, the one training and probe use."""
     if depth < 1:
         raise Eagle3Error(f"depth: expected draft steps >= 1, found {depth}")
-    from eagle3kit.decode.stats import conditional
+    from eagle3kit.plan.forecast import conditional
     from eagle3kit.train.acceptance import acceptance
 
     a = acceptance(drafter, _offline_batches(target, drafter, data, batch_size, progress), depth)
@@ -278,56 +277,6 @@ def _as_decoded(data: EvalData, limit: int | None, max_new_tokens: int) -> EvalD
     return EvalData(data.source, samples, prompts, data.skipped)
 
 
-def plan_inputs(path: str | Path) -> dict[str, Any]:
-    """What `eagle3kit plan --from eval.json` takes: accept_len, depth, and (online) cycle_ms,
-    decode_ms, and the request shape new_tokens and prefill_ms."""
-    p = Path(path)
-    try:
-        doc = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise Eagle3Error(f"{p}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise bad(
-            str(p), f"expected the JSON of `eagle3kit eval --json`, found unreadable JSON ({e})"
-        ) from e
-    if not isinstance(doc, dict) or doc.get("mode") not in ("offline", "online"):
-        raise bad(
-            str(p), "mode: expected 'offline' or 'online' (the output of `eagle3kit eval --json`)"
-        )
-    out: dict[str, Any] = {}
-    for key in ("accept_len", "depth", "cycle_ms", "decode_ms", "new_tokens", "prefill_ms"):
-        v = doc.get(key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
-            raise bad(str(p), f"{key}: expected a number, found {v!r}")
-        if v is not None:
-            out[key] = v
-    if "accept_len" not in out:
-        raise bad(str(p), "accept_len: expected a number, found none")
-    return out
-
-
-def plan_args_from_eval(path: str | Path, given: dict[str, Any]) -> dict[str, Any]:
-    """Fill `plan`'s decode_ms, cycle_ms, accept_len and depth from an eval JSON, each only
-    where the user gave nothing for that group (baseline, cycle, acceptance, depth)."""
-    f = plan_inputs(path)
-    out = {
-        k: given.get(k)
-        for k in ("decode_ms", "cycle_ms", "accept_len", "depth", "new_tokens", "prefill_ms")
-    }
-    groups = {
-        "new_tokens": ("new_tokens",),
-        "prefill_ms": ("prefill_ms",),
-        "decode_ms": ("baseline_tps", "decode_ms"),
-        "cycle_ms": ("cycle_ms", "draft_ms", "verify_ms", "verify_fit"),
-        "accept_len": ("acceptance", "acceptance_file", "accept_len"),
-        "depth": ("depth",),
-    }
-    for key, group in groups.items():
-        if key in f and all(given.get(g) is None for g in group):
-            out[key] = f[key]
-    return out
-
-
 def evaluate_store(
     drafter: str,
     features: str | Path,
@@ -343,8 +292,8 @@ def evaluate_store(
 
     The same held-out samples and metrics as `evaluate_offline` on the store's DATA; the
     target's hidden states and argmax come from the store (aux dequantised from fp8)."""
-    from eagle3kit.decode.stats import conditional
     from eagle3kit.measure import store_features as S
+    from eagle3kit.plan.forecast import conditional
     from eagle3kit.train.ttt import sim_accept_len, ttt_counts
 
     store = S.open_store(features)

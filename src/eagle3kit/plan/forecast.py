@@ -52,6 +52,16 @@ DEFAULT_MAX_DEPTH = 10  # best-depth search range 1..10 unless told otherwise
 # --- Accept length <-> per-step acceptance ----------------------------------------------------
 
 
+def conditional(per_position: Sequence[float]) -> list[float]:
+    """P(a >= i | a >= i-1) from P(a >= i), i = 1..k (0.0 past a position never reached):
+    the per-step rates `accept_len` takes, from measured per-position acceptance."""
+    prev, out = 1.0, []
+    for p in per_position:
+        out.append(p / prev if prev > 0 else 0.0)
+        prev = p
+    return out
+
+
 def accept_len(rates: Sequence[float]) -> float:
     """tau for a chain with per-position conditional rates [p1..pk]: 1 + sum_i prod_{j<=i} p_j."""
     tau, survive = 1.0, 1.0
