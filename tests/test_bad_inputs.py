@@ -99,6 +99,13 @@ def world(tmp_path_factory) -> World:
     cfg["hidden_size"] = 2 * cfg["hidden_size"]
     (wide / "config.json").write_text(json.dumps(cfg))
     p["WIDE"] = str(wide)
+    # a target of a model_type transformers does not know
+    unk = root / "unknown-type"
+    shutil.copytree(t, unk)
+    cfg = json.loads((unk / "config.json").read_text())
+    cfg["model_type"] = "no-such-architecture"
+    (unk / "config.json").write_text(json.dumps(cfg))
+    p["UNKTYPE"] = str(unk)
     # a DATA dir, a broken one and one recorded for another tokenizer
     r = run_cli("data", "prepare", p["CONV"], "--target", str(t), "-o", str(root / "DATA"))
     assert r.code == 0, r.err
@@ -195,6 +202,7 @@ REGEN = ("data", "regenerate", "{CONV}", "--max-tokens", "2")
 CAPTURE = ("data", "capture", "{DATA}", "--target", "{T}")
 PLAN = ("plan", "--baseline-tps", "80", "--cycle-ms", "30")
 
+UNKGEN = ("generate", "--target", "{UNKTYPE}", *GEN[3:], "--prompt", "x")
 CASES = [
     # inspect
     C("inspect-missing", "no-such-thing", "inspect", "{NOPE}"),
@@ -672,6 +680,15 @@ CASES = [
     C("eval-depth-zero", "--depth", *EVAL, "--depth", "0"),
     C("eval-foreign-data", "vocab", *EVAL[:5], "--data", "{FOREIGN}"),
     # generate
+    C(
+        "generate-unknown-model-type",
+        "config.json",
+        *GEN[:2],
+        "{UNKTYPE}",
+        *GEN[3:],
+        "--prompt",
+        "x",
+    ),
     C("generate-empty-prompt", "--prompt", *GEN, "--prompt", ""),
     C(
         "generate-max-new-zero",

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from eagle3kit.core.environment import quiet_transformers
-from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import default_aux_layers
 
 _DTYPES = {
@@ -150,6 +150,11 @@ class TargetModel:
                 )
         except OSError as e:
             raise Eagle3Error(f"{src}: cannot load the target model ({e})") from e
+        except ValueError as e:  # e.g. a model_type this transformers does not know
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise bad(
+                f"{src}/config.json", f"expected a model transformers loads, found: {first}"
+            ) from e
         tokenizer = None
         if not local.is_dir() or any(
             (local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")
