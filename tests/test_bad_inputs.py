@@ -202,7 +202,6 @@ REGEN = ("data", "regenerate", "{CONV}", "--max-tokens", "2")
 CAPTURE = ("data", "capture", "{DATA}", "--target", "{T}")
 PLAN = ("plan", "--baseline-tps", "80", "--cycle-ms", "30")
 
-UNKGEN = ("generate", "--target", "{UNKTYPE}", *GEN[3:], "--prompt", "x")
 CASES = [
     # inspect
     C("inspect-missing", "no-such-thing", "inspect", "{NOPE}"),
