@@ -117,12 +117,15 @@ def files(slice_name: str, *, held_out: bool = False, limit: int | None = None) 
 
 
 # The ways a chat request asks for a function (``{f}``: its name, ``{m}``: its module). The
-# first is the original zoo phrasing; training and the held-out figures use all of them.
+# name stands after a space and before "()", so its tokens in the request are the very tokens
+# of the answer's first line "def {f}(": the byte-level BPE gives "`name" and " name"
+# different first tokens, and copying a token is within reach of a small model where mapping
+# one token to another is not (docs/zoo.md). Training and the held-out figures use them all.
 PHRASINGS = (
-    "Write the Python function `{f}` from `{m}`.",
-    "Implement `{f}` from the `{m}` module.",
-    "In `{m}`, write the function `{f}`.",
-    "Show me the code of `{f}` in `{m}`.",
+    "Write the Python function {f}() from `{m}`.",
+    "Implement {f}() from the `{m}` module.",
+    "In `{m}`, write the function {f}().",
+    "Show me the code of {f}() in `{m}`.",
 )
 
 
