@@ -39,7 +39,8 @@ def main() -> None:
         src = write_sparse_drafter(tmp / "src", kimi_k2_spec())
         sf = src / "model.safetensors"
         print(
-            f"source: {sf.stat().st_size / 2**30:.2f} GiB apparent, {sf.stat().st_blocks * 512 / 2**20:.1f} MiB on disk"
+            f"source: {sf.stat().st_size / 2**30:.2f} GiB apparent, "
+            f"{sf.stat().st_blocks * 512 / 2**20:.1f} MiB on disk"
         )
         times, on_disk = [], []
         for i in range(args.repeats):

@@ -65,7 +65,8 @@ from eagle3kit.checkpoint.inspection import inspect_checkpoint
 before, cur0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rss_kb()
 r = inspect_checkpoint(sys.argv[1])
 after, cur1 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, rss_kb()
-print(json.dumps({"grow_kb": after - before, "cur_kb": cur1 - cur0, "torch": "torch" in sys.modules}))
+grow, cur = after - before, cur1 - cur0
+print(json.dumps({"grow_kb": grow, "cur_kb": cur, "torch": "torch" in sys.modules}))
 """
 
 
@@ -128,13 +129,17 @@ def main() -> None:
         print(f"{'get_tensor for every tensor (warm cache)':42} {stats(full)}")
         print(f"{'whole process: eagle3kit inspect --json':42} {stats(procs)}")
         print(
-            f"speedup header-only vs full load (medians): {ratio:.0f}x   [target >= 100x: {'PASS' if ratio >= 100 else 'FAIL'}]"
+            f"speedup header-only vs full load (medians): {ratio:.0f}x   [target >= 100x: "
+            f"{'PASS' if ratio >= 100 else 'FAIL'}]"
         )
         print(
-            f"peak RSS growth during inspect: {rss['grow_kb'] / 1024:.1f} MiB, torch imported: {rss['torch']}   [target < 50 MB: {'PASS' if rss['grow_kb'] * 1024 < 50e6 else 'FAIL'}]"
+            f"peak RSS growth during inspect: {rss['grow_kb'] / 1024:.1f} MiB, torch imported: "
+            f"{rss['torch']}   [target < 50 MB: "
+            f"{'PASS' if rss['grow_kb'] * 1024 < 50e6 else 'FAIL'}]"
         )
         print(
-            f"whole-process median {statistics.median(procs):.3f} s   [target < 1 s: {'PASS' if statistics.median(procs) < 1 else 'FAIL'}]"
+            f"whole-process median {statistics.median(procs):.3f} s   [target < 1 s: "
+            f"{'PASS' if statistics.median(procs) < 1 else 'FAIL'}]"
         )
     finally:
         if not args.keep:

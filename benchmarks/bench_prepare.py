@@ -77,7 +77,8 @@ def main() -> None:
             )
             print(
                 f"{shape:8s} {method:12s} {len(convs)} samples, {n_tok} tokens: "
-                f"samples/s {stats(per_s)}; tokens/s median {n_tok / sorted(times)[len(times) // 2]:.0f}"
+                f"samples/s {stats(per_s)}; tokens/s median "
+                f"{n_tok / sorted(times)[len(times) // 2]:.0f}"
             )
     if args.json_out:
         Path(args.json_out).write_text(

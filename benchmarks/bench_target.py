@@ -112,7 +112,8 @@ def main() -> None:
         return f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
 
     print(
-        "\n| member | params | L x H, V | decode ms/tok | verify n=1 | n=4 | n=8 | n=16 | 1-layer proxy |"
+        "\n| member | params | L x H, V | decode ms/tok | verify n=1 | n=4 | n=8 | n=16 | 1-layer "
+        "proxy |"
     )
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:

@@ -346,7 +346,8 @@ def main() -> None:
         for r in rows:
             print(
                 f"{r['path']} ({r['attention']}, {r['params'] / 1e6:.2f}M params): draft step "
-                f"{r['ms_median']:.2f} ms (min {r['ms_min']:.2f}, max {r['ms_max']:.2f}) at context {r['context']}"
+                f"{r['ms_median']:.2f} ms (min {r['ms_min']:.2f}, max {r['ms_max']:.2f}) at "
+                f"context {r['context']}"
             )
         return
     gflops = matmul_gflops()

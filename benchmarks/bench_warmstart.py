@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> dict:
 def report(doc: dict) -> None:
     print(doc["env_line"])
     print(
-        f"{'samples':>8} {'scratch tau':>12} {'warm tau':>10}  (best held-out simulated accept length)"
+        f"{'samples':>8} {'scratch tau':>12} {'warm tau':>10}  (best held-out simulated accept "
+        "length)"
     )
     by = {(r["kind"], r["samples"]): r for r in doc["rows"]}
     sizes = sorted({r["samples"] for r in doc["rows"]})

@@ -17,14 +17,19 @@ def test_unknown_command_is_usage_error():
 
 
 def test_help_does_not_import_torch():
-    code = "import sys; from eagle3kit import cli; assert 'torch' not in sys.modules, 'torch imported'; assert 'transformers' not in sys.modules"
+    code = (
+        "import sys; from eagle3kit import cli; "
+        "assert 'torch' not in sys.modules, 'torch imported'; "
+        "assert 'transformers' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_header_only_commands_do_not_import_torch():
     """inspect and compat read headers only: importing them must not pull in torch (~3 s)."""
     code = (
-        "import sys; import eagle3kit.checkpoint.inspection, eagle3kit.checkpoint.compat, eagle3kit.core.vocab; "
+        "import sys; import eagle3kit.checkpoint.inspection, eagle3kit.checkpoint.compat, "
+        "eagle3kit.core.vocab; "
         "assert 'torch' not in sys.modules, 'torch imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True)

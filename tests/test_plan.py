@@ -272,7 +272,10 @@ def test_plot_written(tmp_path):
 
 
 def test_plan_module_is_light():
-    code = "import sys, eagle3kit.plan; assert 'torch' not in sys.modules; assert 'matplotlib' not in sys.modules"
+    code = (
+        "import sys, eagle3kit.plan; "
+        "assert 'torch' not in sys.modules; assert 'matplotlib' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -146,7 +146,8 @@ def test_local_turn_by_turn_keeps_form(tmp_path, target):
 
 
 def test_servers_match_local_with_failures(tmp_path, target, model_dir):
-    """A normal and a flaky server (HTTP 500 every third request) share the work: same text as local."""
+    """A normal and a flaky server (HTTP 500 every third request) share the work: same text as
+    local."""
     from eagle3kit.data.regenerate import regenerate
 
     inp = tmp_path / "in.jsonl"

@@ -212,7 +212,10 @@ def test_unusable_templates_are_one_clear_error():
     with pytest.raises(Eagle3Error, match="found none \\(pass --chat-template FILE\\)"):
         ChatEncoder(tok)
     # the answer is not rendered after the generation prompt: no way to tell prompt from answer
-    odd = "{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}>>{% endif %}"
+    odd = (
+        "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %}>>{% endif %}"
+    )
     with pytest.raises(Eagle3Error, match="does not extend its generation prompt"):
         ChatEncoder(tok, template=odd)
 

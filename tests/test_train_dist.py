@@ -1,4 +1,5 @@
-"""torchrun --nproc-per-node 2 (FSDP2 over gloo) gives one process's loss curve on the same global batch."""
+"""torchrun --nproc-per-node 2 (FSDP2 over gloo) gives one process's loss curve on the same global
+batch."""
 
 from __future__ import annotations
 

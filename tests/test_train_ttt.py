@@ -160,7 +160,8 @@ def test_teacher_top_k_is_renormalised():
     f = _feats(m, 1, 10)
     top = f.teacher_logp.topk(40, -1)  # K = 40 of Vd = 128
     g = SimpleNamespace(**{**vars(f), "teacher_ids": top.indices, "teacher_logp": top.values})
-    # the same teacher written over the full draft vocab: renormalised mass on the K ids, 0 elsewhere
+    # the same teacher written over the full draft vocab: renormalised mass on the K ids, 0
+    # elsewhere
     full = torch.full_like(f.teacher_logp, float("-inf"))
     full.scatter_(-1, top.indices, top.values.log_softmax(-1))
     h = SimpleNamespace(**{**vars(f), "teacher_logp": full})

@@ -64,7 +64,8 @@ def register(app: typer.Typer) -> None:
         inputs: Annotated[
             list[str],
             typer.Argument(
-                help="JSONL files (ShareGPT or OpenAI form), saved `datasets` dirs or hub dataset ids."
+                help="JSONL files (ShareGPT or OpenAI form), saved `datasets` dirs or hub dataset "
+                "ids."
             ),
         ],
         target: Annotated[
@@ -99,7 +100,8 @@ def register(app: typer.Typer) -> None:
         ] = False,
         json_: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
     ) -> None:
-        """Tokenise conversations with the target's chat template; loss mask = assistant tokens + EOT."""
+        """Tokenise conversations with the target's chat template; loss mask = assistant tokens +
+        EOT."""
         from pathlib import Path
 
         from eagle3kit.cli._progress import bar
@@ -150,7 +152,8 @@ def register(app: typer.Typer) -> None:
         ],
         json_: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
     ) -> None:
-        """Draft vocab = the N most frequent loss tokens (ties: lower id); d2t/t2d + coverage table."""
+        """Draft vocab = the N most frequent loss tokens (ties: lower id); d2t/t2d + coverage
+        table."""
         from eagle3kit.cli._checks import check_output
         from eagle3kit.cli._render import emit_json
         from eagle3kit.data.vocab_counts import draft_vocab

@@ -63,7 +63,8 @@ def register(data_app: typer.Typer) -> None:
         template_kwargs: str = typer.Option(
             None,
             "--template-kwargs",
-            help="JSON for the chat template, e.g. '{\"enable_thinking\": false}' (servers get it as chat_template_kwargs).",
+            help="JSON for the chat template, e.g. '{\"enable_thinking\": false}' (servers get "
+            "it as chat_template_kwargs).",
         ),
         device: str = typer.Option("cpu", "--device", callback=check_device),
         dtype: str = typer.Option("float32", "--dtype"),
@@ -242,8 +243,10 @@ def register(data_app: typer.Typer) -> None:
             emit_json(res)
             return
         out().print(
-            f"{output}: {res['samples']} samples, {res['tokens']} tokens in {len(res['shards'])} shards, "
-            f"{res['bytes_per_token']:.0f} bytes/token (aux layers {res['aux_layers']}, top-{res['quantisation']['topk']})"
+            f"{output}: {res['samples']} samples, {res['tokens']} tokens in {len(res['shards'])} "
+            "shards, "
+            f"{res['bytes_per_token']:.0f} bytes/token (aux layers {res['aux_layers']}, "
+            f"top-{res['quantisation']['topk']})"
             + (f"; resumed after {res['resumed_from']} samples" if res["resumed_from"] else "")
         )
 

@@ -37,7 +37,8 @@ def register(app: typer.Typer) -> None:
             str | None, typer.Option(help="Zoo size: full (default) or tiny (same as --quick).")
         ] = None,
     ) -> None:
-        """The whole story on the zoo's v1 -> v2 pair: bench, plan, compat, probe, fine-tune vs scratch, eval, report.
+        """The whole story on the zoo's v1 -> v2 pair: bench, plan, compat, probe, fine-tune vs
+        scratch, eval, report.
 
         Leaves DIR/report.html, DIR/report.md and the runs' JSON artefacts."""
         from eagle3kit.cli._checks import check_output

@@ -99,7 +99,8 @@ def register(app: typer.Typer) -> None:
             list[str] | None,
             _o(
                 "--verify-ms",
-                "Measured verify time of N tokens (repeat). Linear between points, along the last segment beyond; refused below the smallest N.",
+                "Measured verify time of N tokens (repeat). Linear between points, along the last "
+                "segment beyond; refused below the smallest N.",
                 metavar="N:MS",
                 panel=_CYCLE,
             ),
@@ -144,7 +145,8 @@ def register(app: typer.Typer) -> None:
             int | None,
             _o(
                 "--depth",
-                "Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 (SGLang's usual --speculative-num-steps).",
+                "Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 "
+                "(SGLang's usual --speculative-num-steps).",
                 metavar="K",
             ),
         ] = None,
@@ -187,7 +189,8 @@ def register(app: typer.Typer) -> None:
             Path | None,
             _o(
                 "--from",
-                "`eagle3kit eval --json` output: its accept length, depth, cycle and decode times, new tokens and prefill (options given here win).",
+                "`eagle3kit eval --json` output: its accept length, depth, cycle and decode "
+                "times, new tokens and prefill (options given here win).",
                 metavar="EVAL.json",
             ),
         ] = None,
@@ -282,14 +285,18 @@ def _render(r: PlanResult, plot: Path | None) -> None:
     be_k = r.break_even_per_step_acceptance_at_depth
     t.add_row(
         "break-even τ",
-        f"{r.break_even_accept_len:.4g} = baseline × cycle  (p {_pct(be_k) if be_k is not None else f'unreachable at depth {k}'}"
+        f"{r.break_even_accept_len:.4g} = baseline × cycle  (p "
+        f"{_pct(be_k) if be_k is not None else f'unreachable at depth {k}'}"
         f" at depth {k}, {_pct(r.break_even_per_step_acceptance)} as k→∞)",
     )
     t.add_row("ideal (all accepted)", f"τ {k + 1} → {r.ideal_tps:.4g} tok/s")
     if r.best_depth is None:
         best = "— (cycle given whole: depth costs nothing here, so as deep as acceptance holds)"
     else:
-        best = f"{r.best_depth} → τ {r.best_depth_accept_len:.4g}, {r.best_depth_tps:.4g} tok/s (searched 1..{r.max_depth})"
+        best = (
+            f"{r.best_depth} → τ {r.best_depth_accept_len:.4g}, {r.best_depth_tps:.4g} tok/s "
+            f"(searched 1..{r.max_depth})"
+        )
     t.add_row("best depth", best)
     console = out()
     console.print(t)
@@ -321,6 +328,7 @@ def _render(r: PlanResult, plot: Path | None) -> None:
         console.print(f"plot: {plot}")
     if not r.pays:
         console.print(
-            f"[red]below break-even:[/] {r.throughput_tps:.4g} tok/s < {r.baseline_tps:.4g} tok/s baseline "
+            f"[red]below break-even:[/] {r.throughput_tps:.4g} tok/s < {r.baseline_tps:.4g} tok/s "
+            "baseline "
             f"(needs τ > {r.break_even_accept_len:.3g}); exit 1"
         )

@@ -1,4 +1,5 @@
-"""`eagle3kit probe` (Phase 0: reuse a sibling's drafter?) and `eagle3kit report` (the game plan)."""
+"""`eagle3kit probe` (Phase 0: reuse a sibling's drafter?) and `eagle3kit report` (the game
+plan)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,8 @@ def _render_probe(r: dict[str, Any]) -> None:
     if r.get("data"):
         d = r["data"]
         con.print(
-            f"  data: {d['source']}: {d['sequences']} sequences, {d['tokens']} tokens, {d['scored']} scored"
+            f"  data: {d['source']}: {d['sequences']} sequences, {d['tokens']} tokens, "
+            f"{d['scored']} scored"
         )
     aux = r.get("aux")
     if aux:
@@ -32,11 +34,13 @@ def _render_probe(r: dict[str, Any]) -> None:
             mark = "  <- chosen" if c["reading"] == aux["chosen"]["reading"] else ""
             decl = " (the config's reading)" if c["declared"] else ""
             con.print(
-                f"  aux {c['reading']} = h{c['layers']}{decl}: acc {[round(x, 3) for x in a['acc']]}, tau {a['accept_len']:.3f}{mark}"
+                f"  aux {c['reading']} = h{c['layers']}{decl}: acc "
+                f"{[round(x, 3) for x in a['acc']]}, tau {a['accept_len']:.3f}{mark}"
             )
         ch = aux["chosen"]
         con.print(
-            f"  trained on h{ch['layers']} (margin {ch['margin_accept_len']}, {'clear' if ch['clear'] else 'uncertain'})"
+            f"  trained on h{ch['layers']} (margin {ch['margin_accept_len']}, "
+            f"{'clear' if ch['clear'] else 'uncertain'})"
         )
         for eng, e in aux["engines"].items():
             con.print(
@@ -149,7 +153,8 @@ def register(app: typer.Typer) -> None:
         ] = None,
         max_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 256,
     ) -> None:
-        """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance, verdict.
+        """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance,
+        verdict.
 
         Exit 0 with a verdict (plug-in, fine-tune, from-scratch); 2 on bad input. With --url and
         --reference-url: the online half against two running servers (docs/live.md)."""
@@ -222,7 +227,8 @@ def register(app: typer.Typer) -> None:
         title: Annotated[str, typer.Option(help="Report title.")] = "eagle3kit report",
         json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
     ) -> None:
-        """Write report.md and a self-contained report.html (plots inline) from the runs' JSON artefacts."""
+        """Write report.md and a self-contained report.html (plots inline) from the runs' JSON
+        artefacts."""
         from eagle3kit.cli._checks import check_output
         from eagle3kit.cli._render import emit_json, err
         from eagle3kit.cli._render import out as stdout

@@ -117,7 +117,8 @@ def compute_features(
         )
     if loss_mask.shape != input_ids.shape:
         raise Eagle3Error(
-            f"compute_features: loss_mask shape {tuple(loss_mask.shape)}, expected {tuple(input_ids.shape)}"
+            f"compute_features: loss_mask shape {tuple(loss_mask.shape)}, expected "
+            f"{tuple(input_ids.shape)}"
         )
     cols = draft_columns(d2t, target.vocab_size)
     out = target.forward(input_ids, attention_mask.long())

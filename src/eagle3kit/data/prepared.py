@@ -1,13 +1,16 @@
 """The DATA directory that `data prepare` writes and training reads (format `eagle3kit-data/1`).
 
-    DATA/data.json              {"format": "eagle3kit-data/1", "target": {...identity...},
+    DATA/data.json              {"kind": "eagle3kit.data", "schema": 1,
+                                 "format": "eagle3kit-data/1", "target": {...identity...},
                                  "template_sha256", "max_length", "samples", "tokens",
-                                 "loss_tokens", "truncated", "skipped": [{"file", "line", "reason"}],
+                                 "loss_tokens", "truncated",
+                                 "skipped": [{"file", "line", "reason"}],
                                  "shards": [{"file", "samples", "tokens", "sha256"}]}
     DATA/shard-00000.safetensors  input_ids int32 [N_tok]    all samples' tokens, concatenated
                                   loss_mask uint8 [N_tok]    1 where the token is an assistant
                                                              token (incl. its end-of-turn token)
-                                  offsets   int64 [n+1]      sample j = tokens[offsets[j]:offsets[j+1]]
+                                  offsets   int64 [n+1]      sample j: tokens[offsets[j]:
+                                                                           offsets[j+1]]
                                   metadata {"ids": JSON list of the n sample ids}
 
 Any safetensors reader opens a shard (`safetensors.numpy.load_file`); nothing is pickled.
@@ -220,7 +223,8 @@ def _load_shard(
     if not ok:
         raise bad(
             str(f),
-            f"expected {entry.get('samples')} samples / {entry.get('tokens')} tokens with consistent offsets, ids and loss_mask, found {n} / {n_tok}",
+            f"expected {entry.get('samples')} samples / {entry.get('tokens')} tokens with "
+            f"consistent offsets, ids and loss_mask, found {n} / {n_tok}",
         )
     return ids, t
 
@@ -247,7 +251,8 @@ class PreparedData:
         if len(self.ids) != self.meta.get("samples"):
             raise bad(
                 str(self.path / META),
-                f"samples: expected {self.meta.get('samples')}, found {len(self.ids)} in the shards",
+                f"samples: expected {self.meta.get('samples')}, found {len(self.ids)} in the "
+                "shards",
             )
 
     def __len__(self) -> int:
@@ -313,7 +318,8 @@ def split_ids(
 def collate(
     samples: Sequence[Sample], pad_id: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-pad a batch -> (input_ids int64 [B, T], attention_mask bool [B, T], loss_mask bool [B, T]).
+    """Right-pad a batch -> (input_ids int64 [B, T], attention_mask bool [B, T],
+    loss_mask bool [B, T]).
 
     T = the longest sample; padding has attention_mask False, loss_mask False, id `pad_id`.
     """

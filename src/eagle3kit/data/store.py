@@ -12,7 +12,8 @@ gives, compactly (k = number of aux layers, H = the target's hidden size, K = to
 
 so a token costs k*H + 4k + 9 + K*(2 + 2) bytes (int16 ids), against 8H for SpecForge's bf16
 aux 3H + last hidden H (at H = 7168, k = 3, K = 64: 21 781 vs 57 344 bytes, 38%).
-Dequantisation: x ≈ float(q) * s; fp8 e4m3 keeps 3 mantissa bits: |x - x'| <= s * 2^-4 * 448 worst case.
+Dequantisation: x ≈ float(q) * s; fp8 e4m3 keeps 3 mantissa bits: |x - x'| <= s * 2^-4 * 448 worst
+case.
 
 STORE/manifest.json: {"format", "target", "aux_layers", "tokens", "samples", "shards": [{"file",
 "sha256", "tokens", "samples", "bytes"}], "data": {...}, "vocab": {...}, "quantisation": {...},
@@ -53,7 +54,8 @@ DEFAULT_TOPK = 64
 
 # -- quantisation ----------------------------------------------------------------------------
 def quantise_aux(aux: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """aux [N, k*H] float -> (q float8_e4m3fn [N, k*H], scale float32 [N, k]), per token and layer."""
+    """aux [N, k*H] float -> (q float8_e4m3fn [N, k*H], scale float32 [N, k]), per token and
+    layer."""
     x = aux.float().reshape(aux.shape[0], k, -1)  # [N, k, H]
     amax = x.abs().amax(dim=-1)  # [N, k]
     scale = torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))  # [N, k]
@@ -181,7 +183,8 @@ def _resume(out: Path, fresh: dict[str, Any]) -> dict[str, Any]:
 
 
 def check_disk(out: Path, need: int) -> None:
-    """Refuse (Eagle3Error, exit 2) when the filesystem of ``out`` has less than ``need`` bytes free."""
+    """Refuse (Eagle3Error, exit 2) when the filesystem of ``out`` has less than ``need`` bytes
+    free."""
     probe = out
     while not probe.exists():
         probe = probe.parent
@@ -200,7 +203,8 @@ def _size(n: float) -> str:
 
 # -- capture ---------------------------------------------------------------------------------
 def _batches(lengths: list[int], start: int, batch_tokens: int) -> list[list[int]]:
-    """Consecutive sample indices from ``start``, each batch padded B*T_max <= batch_tokens (>= 1 sample)."""
+    """Consecutive sample indices from ``start``, each batch padded B*T_max <= batch_tokens (>= 1
+    sample)."""
     out, cur, tmax = [], [], 0
     for i in range(start, len(lengths)):
         t = max(tmax, lengths[i])
@@ -330,10 +334,12 @@ def _capture_rest(prepared, target, out, man, d2t, k_top, lengths, start, batch_
 
 # -- reading ---------------------------------------------------------------------------------
 class FeatureStore:
-    """A feature store opened for training: ``len``, ``ids``, ``get(indices) -> Features``, ``split``."""
+    """A feature store opened for training: ``len``, ``ids``, ``get(indices) -> Features``,
+    ``split``."""
 
     def __init__(self, path: str | Path, *, verify: bool = False, partial: bool = False) -> None:
-        """Open STORE; ``verify`` checks every shard's sha256; ``partial`` accepts an unfinished capture."""
+        """Open STORE; ``verify`` checks every shard's sha256; ``partial`` accepts an unfinished
+        capture."""
         from safetensors import safe_open
 
         self.path = Path(path)
@@ -342,7 +348,8 @@ class FeatureStore:
             raise bad(
                 str(self.path / MANIFEST),
                 "complete: expected true (a finished capture), found "
-                f"{self.manifest.get('complete')!r}; rerun the same `data capture` command to finish it",
+                f"{self.manifest.get('complete')!r}; rerun the same `data capture` command to "
+                "finish it",
             )
         self.ids: list[str] = []
         self._where: list[tuple[int, int, int]] = []  # sample -> (shard, token start, token end)
@@ -358,7 +365,8 @@ class FeatureStore:
             if len(ids) != s["samples"] or len(offs) != s["samples"] + 1 or offs[-1] != s["tokens"]:
                 raise bad(
                     str(f),
-                    f"expected {s['samples']} samples / {s['tokens']} tokens (manifest), found {len(ids)} / {offs[-1]}",
+                    f"expected {s['samples']} samples / {s['tokens']} tokens (manifest), found "
+                    f"{len(ids)} / {offs[-1]}",
                 )
             self.ids += ids
             self._where += [(si, offs[j], offs[j + 1]) for j in range(len(ids))]

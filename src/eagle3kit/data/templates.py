@@ -82,7 +82,8 @@ class ChatEncoder:
         self.mode = "generation" if marks_generation(self.template) else "prefix-diff"
         if not getattr(tokenizer, "is_fast", False):
             raise Eagle3Error(
-                f"{where}: expected a fast tokenizer (tokenizer.json) for character offsets, found {type(tokenizer).__name__}"
+                f"{where}: expected a fast tokenizer (tokenizer.json) for character offsets, "
+                f"found {type(tokenizer).__name__}"
             )
         if self.mode == "prefix-diff":
             self.pre, self.post, self.eot = self._probe()
@@ -113,7 +114,8 @@ class ChatEncoder:
             ) from e
         if not q.startswith(p) or SENTINEL not in q[len(p) :]:
             raise Eagle3Error(
-                f"{self.where}: the chat template's assistant turn does not extend its generation prompt; cannot locate answers (add {{% generation %}} marks to the template)"
+                f"{self.where}: the chat template's assistant turn does not extend its generation "
+                f"prompt; cannot locate answers (add {{% generation %}} marks to the template)"
             )
         diff = q[len(p) :]
         pre, post = diff.split(SENTINEL, 1)
@@ -169,7 +171,8 @@ class ChatEncoder:
         q = self.render(turns[: i + 1])
         if not q.startswith(p) or not q.endswith(self.post):
             raise Malformed(
-                f"turn {i + 1}: the chat template renders this answer outside its generation prompt/suffix"
+                f"turn {i + 1}: the chat template renders this answer outside its generation "
+                "prompt/suffix"
             )
         answer = q[len(p) : len(q) - len(self.post)] + self.eot
         if len(p) >= cursor and full.startswith(answer, len(p)):

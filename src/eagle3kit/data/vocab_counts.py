@@ -57,7 +57,8 @@ def draft_vocab(
         )
     if not 1 <= draft_vocab_size <= vocab_size:
         raise Eagle3Error(
-            f"--draft-vocab-size: expected 1..{vocab_size} (the target's vocab_size), found {draft_vocab_size}"
+            f"--draft-vocab-size: expected 1..{vocab_size} (the target's vocab_size), found "
+            f"{draft_vocab_size}"
         )
     counts = loss_token_counts(d, vocab_size)  # [V]
     if int(counts.sum()) == 0:

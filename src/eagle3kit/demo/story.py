@@ -189,7 +189,8 @@ def compat_step(out: Path, k2: Path, p2: Path, say: Say) -> dict[str, Any]:
     )
     for eng, e in c.engines.items():
         say(
-            f"   {eng}: captures HF hidden states {e['captures']}; trained on {trained_on_words(e['trained_on'])}"
+            f"   {eng}: captures HF hidden states {e['captures']}; trained on "
+            f"{trained_on_words(e['trained_on'])}"
         )
     say(f"   verdict: {c.verdict} [compat.json]")
     return {"step": "compat zoo", "result": c.to_json()}

@@ -5,7 +5,8 @@ The user's "Phase 0": plug the K2 drafter into K2.5 and measure, before training
 1. compat of the drafter D with NEW (headers only, `eagle3kit.checkpoint.compat`).
 2. Which hidden states D was trained on, settled from data. A config's aux ids X mean h[X] to
    some writers and h[X+1] to others (docs/formats.md "Aux layer ids"); D's offline
-   acceptance on NEW under each reading tells: the reading D was trained on is the one it predicts from. Reported with the
+   acceptance on NEW under each reading tells: the reading D was trained on is the one it predicts
+   from. Reported with the
    margin and what each engine captures today.
 3. Hidden-state similarity of OLD vs NEW at those layers on the same tokens (per layer cosine
    mean and p10, linear CKA, norm ratio: `eagle3kit.measure.similarity`), and the same on
@@ -319,7 +320,8 @@ def decide(
         retention = (tau - 1) / (tau_ref - 1)
         reasons.append(
             f"offline accept length {tau:.3f} on the new target vs {tau_ref:.3f} on the "
-            f"reference: keeps {retention:.0%} of the gain (plug-in needs >= {PLUG_IN_RETENTION:.0%})"
+            f"reference: keeps {retention:.0%} of the gain (plug-in needs >= "
+            f"{PLUG_IN_RETENTION:.0%})"
         )
     else:
         reasons.append(
@@ -327,7 +329,8 @@ def decide(
         )
     if fc_cosine is not None:
         reasons.append(
-            f"fc(aux) cosine old vs new {fc_cosine:.3f} (warm start needs >= {WARM_START_FC_COSINE})"
+            f"fc(aux) cosine old vs new {fc_cosine:.3f} (warm start needs >= "
+            f"{WARM_START_FC_COSINE})"
         )
     pays = None
     if be is not None and "target" in be:

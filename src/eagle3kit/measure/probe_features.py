@@ -32,7 +32,8 @@ from eagle3kit.measure import store_features as S
 
 
 def _rows(store: Any, n: int, max_len: int) -> list[int]:
-    """probe_batches.data_batch's choice: the first n held-out samples, those of >= 4 tokens once cut."""
+    """probe_batches.data_batch's choice: the first n held-out samples, those of >= 4 tokens once
+    cut."""
     rows = S.held_rows(store, 0.05, n)
     return [i for i in rows if min(store.get([i]).input_ids.shape[1], max_len) >= 4]
 

@@ -312,7 +312,8 @@ def _run_name(cite: str) -> str:
 
 
 def _tokens_per_sample(cfg: dict) -> tuple[float, str] | None:
-    """Mean tokens per training sample (the DATA dir's data.json, capped at max_len) and its path."""
+    """Mean tokens per training sample (the DATA dir's data.json, capped at max_len) and its
+    path."""
     data = cfg.get("data")
     doc = _read_json(Path(data) / "data.json") if data else None
     if not isinstance(doc, dict) or not doc.get("samples") or not doc.get("tokens"):
@@ -331,7 +332,8 @@ def game_plan(f: Found) -> list[tuple]:
     if stale:
         c, b = stale
         items.append(
-            f"Plug in as is: 0 samples; measured {b['spec_tps']:.1f} tok/s, {b['speedup']:.2f}x, τ {b['accept_len']:.2f} [{c}]"
+            f"Plug in as is: 0 samples; measured {b['spec_tps']:.1f} tok/s, {b['speedup']:.2f}x, "
+            f"τ {b['accept_len']:.2f} [{c}]"
             + (f"; probe verdict {probe[1]['verdict']} [{probe[0]}]" if probe else "")
         )
     warm = [r for r in f.runs if r[1].get("init_from")]
@@ -341,8 +343,10 @@ def game_plan(f: Found) -> list[tuple]:
             batch = int(cfg.get("batch_size") or 0)
             n = _samples_to(m, batch, s["sim_accept_len"]) if batch else None
             b = next(((bc, bb) for bc, bb in f.benches if bb.get("run") == _run_name(cite)), None)
-            t = f"{name} ({_run_name(cite)}): best held-out τ {s['sim_accept_len']:.3f} after {n} samples seen"
-            t += f" ({s.get('best_step')} steps x batch {batch}) [{cite}, {Path(cite).parent / 'state' / 'state.json'}]"
+            t = f"{name} ({_run_name(cite)}): best held-out τ {s['sim_accept_len']:.3f} after {n} "
+            t += "samples seen"
+            state = Path(cite).parent / "state" / "state.json"
+            t += f" ({s.get('best_step')} steps x batch {batch}) [{cite}, {state}]"
             per = _tokens_per_sample(cfg)
             if s.get("tokens_per_s") and n is not None and per:
                 secs = n * per[0] / s["tokens_per_s"]
@@ -351,7 +355,9 @@ def game_plan(f: Found) -> list[tuple]:
                     f"{per[0]:.0f} tokens/sample [{cite}, {per[1]}]"
                 )
             if b:
-                t += f"; measured {b[1]['spec_tps']:.1f} tok/s, {b[1]['speedup']:.2f}x, τ {b[1]['accept_len']:.2f} [{b[0]}]"
+                bm = b[1]
+                t += f"; measured {bm['spec_tps']:.1f} tok/s, {bm['speedup']:.2f}x, "
+                t += f"τ {bm['accept_len']:.2f} [{b[0]}]"
             items.append(t)
     if warm and cold:
         (wc, _, wm, wcfg), (cc, cs, cm, ccfg) = warm[0], cold[0]
@@ -360,7 +366,8 @@ def game_plan(f: Found) -> list[tuple]:
         nc = _samples_to(cm, int(ccfg.get("batch_size") or 0), target)
         if nw is not None and nc:
             items.append(
-                f"Warm start reaches scratch's best τ {target:.3f} after {nw} samples instead of {nc} "
+                f"Warm start reaches scratch's best τ {target:.3f} after {nw} samples instead of "
+                f"{nc} "
                 f"({1 - nw / nc:.0%} fewer) [{wc}, {cc}]"
             )
     for cite, s, m, cfg in f.runs:
@@ -372,7 +379,8 @@ def game_plan(f: Found) -> list[tuple]:
             )
             items.append(
                 f"More data ({_run_name(cite)}): still improving at its last evaluation: "
-                f"+{gain * 1000:.3f} τ per 1000 samples over its second half [{Path(cite).parent / 'metrics.jsonl'}]"
+                f"+{gain * 1000:.3f} τ per 1000 samples over its second half "
+                f"[{Path(cite).parent / 'metrics.jsonl'}]"
             )
     if not items:
         return []

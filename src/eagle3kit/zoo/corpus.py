@@ -38,7 +38,8 @@ CHAT_TEMPLATE = (
     "{{ bos_token }}"
     "{%- for message in messages %}"
     "{%- if message['role'] == 'assistant' %}"
-    "{{ '<|assistant|>\n' }}{% generation %}{{ message['content'] + eos_token }}{% endgeneration %}{{ '\n' }}"
+    "{{ '<|assistant|>\n' }}{% generation %}{{ message['content'] + eos_token }}{% endgeneration "
+    "%}{{ '\n' }}"
     "{%- else %}"
     "{{ '<|' + message['role'] + '|>\n' + message['content'] + eos_token + '\n' }}"
     "{%- endif %}"
@@ -247,7 +248,8 @@ def render_chat(messages: list[dict]) -> str:
 
 
 def save_hf_tokenizer(tok, out_dir: Path, model_max_length: int) -> None:
-    """Save ``tok`` as a normal Hugging Face tokenizer dir (tokenizer.json + tokenizer_config.json)."""
+    """Save ``tok`` as a normal Hugging Face tokenizer dir (tokenizer.json +
+    tokenizer_config.json)."""
     from transformers import PreTrainedTokenizerFast
 
     hf = PreTrainedTokenizerFast(
