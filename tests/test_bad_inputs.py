@@ -919,12 +919,14 @@ def test_regenerate_answers_prompt_only_conversations(world, tmp_path):
     served = [json.loads(x) for x in (tmp_path / "srv.jsonl").read_text().splitlines()]
     assert sorted(local, key=lambda d: d["id"]) == sorted(served, key=lambda d: d["id"])
     by_id = {d["id"]: d for d in local}
+    # the answers are the target's (equal to the server's greedy text above); whether a tiny
+    # target's first tokens are blank is the model's business, not regenerate's
     last = by_id["ends-with-user"]["conversations"][-1]
-    assert last["from"] == "gpt" and last["value"].strip()
-    assert by_id["empty-answer"]["messages"][-1]["content"].strip()
+    assert last["from"] == "gpt" and isinstance(last["value"], str)
+    assert by_id["empty-answer"]["messages"][-1]["role"] == "assistant"
     complete = by_id["complete"]["messages"]
     assert [m["role"] for m in complete] == ["user", "assistant", "user", "assistant"]
-    assert complete[1]["content"] != "OLD" and complete[3]["content"].strip()
+    assert complete[1]["content"] != "OLD"
     # the server saw exactly the history before each answer: never an empty assistant turn
     assert all(m["content"] for b in srv.bodies for m in b["messages"])
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 from eagle3kit.cli._render import emit_json, err, out
@@ -167,13 +165,10 @@ def _render_compat(r) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def inspect(
-        path: Annotated[
-            str,
-            typer.Argument(
-                help="Drafter or target: a local dir, a .safetensors file, or a Hub repo id."
-            ),
-        ],
-        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+        path: str = typer.Argument(
+            ..., help="Drafter or target: a local dir, a .safetensors file, or a Hub repo id."
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers.
 
@@ -194,23 +189,19 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def compat(
-        a: Annotated[str, typer.Argument(metavar="DRAFTER", help="A drafter (or a target).")],
-        b: Annotated[
-            str,
-            typer.Argument(
-                metavar="OTHER",
-                help="Another drafter (fine-tuning question) or the target (serving question).",
-            ),
-        ],
-        engine: Annotated[
-            str,
-            typer.Option(
-                help="sglang, vllm or both, each optionally @VERSION (sglang@0.5.12, vllm@0.21); "
-                "without a version, the latest rules plus a warning naming older releases that "
-                "differ."
-            ),
-        ] = "both",
-        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+        a: str = typer.Argument(..., metavar="DRAFTER", help="A drafter (or a target)."),
+        b: str = typer.Argument(
+            ...,
+            metavar="OTHER",
+            help="Another drafter (fine-tuning question) or the target (serving question).",
+        ),
+        engine: str = typer.Option(
+            "both",
+            help="sglang, vllm or both, each optionally @VERSION (sglang@0.5.12, vllm@0.21); "
+            "without a version, the latest rules plus a warning naming older releases that "
+            "differ.",
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Drafter vs drafter: drop-in for fine-tuning? Drafter vs target: served right?
 
@@ -227,29 +218,24 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def convert(
-        src: Annotated[str, typer.Argument(help="Drafter to convert (any layout).")],
-        to: Annotated[str, typer.Option("--to", help="sglang, vllm or eagle.")],
-        output: Annotated[
-            str,
-            typer.Option("-o", "--output", help="Output directory (must not exist or be empty)."),
-        ],
-        verifier: Annotated[
-            str | None,
-            typer.Option(
-                metavar="TARGET",
-                help="Target model name/path, recorded in the config and the launch command "
-                "(default: the one the source names).",
-            ),
-        ] = None,
-        embed_from: Annotated[
-            str | None,
-            typer.Option(
-                "--embed-from",
-                metavar="TARGET",
-                help="Copy this target's input embedding into the drafter file.",
-            ),
-        ] = None,
-        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+        src: str = typer.Argument(..., help="Drafter to convert (any layout)."),
+        to: str = typer.Option(..., "--to", help="sglang, vllm or eagle."),
+        output: str = typer.Option(
+            ..., "-o", "--output", help="Output directory (must not exist or be empty)."
+        ),
+        verifier: str | None = typer.Option(
+            None,
+            metavar="TARGET",
+            help="Target model name/path, recorded in the config and the launch command "
+            "(default: the one the source names).",
+        ),
+        embed_from: str | None = typer.Option(
+            None,
+            "--embed-from",
+            metavar="TARGET",
+            help="Copy this target's input embedding into the drafter file.",
+        ),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Rewrite a drafter in another layout with every flag explicit.
 

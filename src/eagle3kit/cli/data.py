@@ -6,8 +6,6 @@ torch/transformers are imported inside the commands only (`eagle3kit --help` sta
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 JSON_HELP = "Print one JSON document."
@@ -61,44 +59,34 @@ def register(app: typer.Typer) -> None:
 
     @data_app.command("prepare")
     def prepare(
-        inputs: Annotated[
-            list[str],
-            typer.Argument(
-                help="JSONL files (ShareGPT or OpenAI form), saved `datasets` dirs or hub dataset "
-                "ids."
-            ),
-        ],
-        target: Annotated[
-            str,
-            typer.Option(
-                "--target",
-                help="The target model (local dir or hub id): its tokenizer and chat template.",
-            ),
-        ],
-        output: Annotated[str, typer.Option("-o", "--output", help="The DATA directory to write.")],
-        max_length: Annotated[
-            int, typer.Option("--max-length", min=2, help="Truncate samples to this many tokens.")
-        ] = 2048,
-        strict: Annotated[
-            bool, typer.Option("--strict", help="Stop at the first malformed record (exit 2).")
-        ] = False,
-        chat_template: Annotated[
-            str | None,
-            typer.Option(
-                "--chat-template", help="A Jinja file replacing the tokenizer's chat template."
-            ),
-        ] = None,
-        template_kwargs: Annotated[
-            str | None,
-            typer.Option(
-                "--template-kwargs",
-                help="JSON passed to the template, e.g. '{\"enable_thinking\": false}'.",
-            ),
-        ] = None,
-        trust_remote_code: Annotated[
-            bool, typer.Option("--trust-remote-code", help="Allow the target's own tokenizer code.")
-        ] = False,
-        json_: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+        inputs: list[str] = typer.Argument(
+            ...,
+            help="JSONL files (ShareGPT or OpenAI form), saved `datasets` dirs or hub dataset ids.",
+        ),
+        target: str = typer.Option(
+            ...,
+            "--target",
+            help="The target model (local dir or hub id): its tokenizer and chat template.",
+        ),
+        output: str = typer.Option(..., "-o", "--output", help="The DATA directory to write."),
+        max_length: int = typer.Option(
+            2048, "--max-length", min=2, help="Truncate samples to this many tokens."
+        ),
+        strict: bool = typer.Option(
+            False, "--strict", help="Stop at the first malformed record (exit 2)."
+        ),
+        chat_template: str | None = typer.Option(
+            None, "--chat-template", help="A Jinja file replacing the tokenizer's chat template."
+        ),
+        template_kwargs: str | None = typer.Option(
+            None,
+            "--template-kwargs",
+            help="JSON passed to the template, e.g. '{\"enable_thinking\": false}'.",
+        ),
+        trust_remote_code: bool = typer.Option(
+            False, "--trust-remote-code", help="Allow the target's own tokenizer code."
+        ),
+        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Tokenise conversations with the target's chat template; loss mask = assistant tokens +
         EOT."""
@@ -139,18 +127,14 @@ def register(app: typer.Typer) -> None:
 
     @data_app.command("vocab")
     def vocab(
-        data: Annotated[str, typer.Argument(help="A DATA directory written by `data prepare`.")],
-        draft_vocab_size: Annotated[
-            int,
-            typer.Option(
-                "--draft-vocab-size", min=1, help="N: how many target ids the drafter predicts."
-            ),
-        ],
-        output: Annotated[
-            str,
-            typer.Option("-o", "--output", help="The vocab file to write (safetensors: d2t, t2d)."),
-        ],
-        json_: Annotated[bool, typer.Option("--json", help=JSON_HELP)] = False,
+        data: str = typer.Argument(..., help="A DATA directory written by `data prepare`."),
+        draft_vocab_size: int = typer.Option(
+            ..., "--draft-vocab-size", min=1, help="N: how many target ids the drafter predicts."
+        ),
+        output: str = typer.Option(
+            ..., "-o", "--output", help="The vocab file to write (safetensors: d2t, t2d)."
+        ),
+        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
     ) -> None:
         """Draft vocab = the N most frequent loss tokens (ties: lower id); d2t/t2d + coverage
         table."""

@@ -2,40 +2,30 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
 
 def register(app: typer.Typer) -> None:
     @app.command()
     def demo(
-        out: Annotated[
-            str | None,
-            typer.Option(
-                "-o",
-                "--out",
-                help="Directory for the demo's files [default: $EAGLE3KIT_HOME/demo].",
-            ),
-        ] = None,
-        quick: Annotated[
-            bool,
-            typer.Option(
-                "--quick", help="Tiny zoo members and a small recipe (about a minute; tests)."
-            ),
-        ] = False,
-        json_out: Annotated[
-            bool, typer.Option("--json", help="Print one JSON summary; narration goes to stderr.")
-        ] = False,
-        threads: Annotated[
-            int,
-            typer.Option(
-                min=1, help="torch threads (1 is fastest for batch-1 decoding of the zoo)."
-            ),
-        ] = 1,
-        size: Annotated[
-            str | None, typer.Option(help="Zoo size: full (default) or tiny (same as --quick).")
-        ] = None,
+        out: str | None = typer.Option(
+            None,
+            "-o",
+            "--out",
+            help="Directory for the demo's files [default: $EAGLE3KIT_HOME/demo].",
+        ),
+        quick: bool = typer.Option(
+            False, "--quick", help="Tiny zoo members and a small recipe (about a minute; tests)."
+        ),
+        json_out: bool = typer.Option(
+            False, "--json", help="Print one JSON summary; narration goes to stderr."
+        ),
+        threads: int = typer.Option(
+            1, min=1, help="torch threads (1 is fastest for batch-1 decoding of the zoo)."
+        ),
+        size: str | None = typer.Option(
+            None, help="Zoo size: full (default) or tiny (same as --quick)."
+        ),
     ) -> None:
         """The whole story on the zoo's v1 -> v2 pair: bench, plan, compat, probe, fine-tune vs
         scratch, eval, report.

@@ -6,7 +6,7 @@ The arithmetic lives in `eagle3kit.plan`; this module parses, calls `plan()`, an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from typer.core import TyperCommand
@@ -68,133 +68,113 @@ class _PlanCommand(TyperCommand):
 _BASE, _CYCLE, _ACC = "Baseline (one of)", "Cycle (one of)", "Acceptance (one of)"
 
 
-def _o(flag: str, help: str, *, metavar: str | None = None, panel: str | None = None) -> Any:
-    return typer.Option(flag, metavar=metavar, help=help, rich_help_panel=panel)
-
-
 def register(app: typer.Typer) -> None:
     @app.command(cls=_PlanCommand)
     def plan(
-        baseline_tps: Annotated[
-            float | None,
-            _o("--baseline-tps", "Plain-decode throughput, tok/s (e.g. 82).", panel=_BASE),
-        ] = None,
-        decode_ms: Annotated[
-            float | None,
-            _o("--decode-ms", "Plain decode step, ms (tok/s = 1000 / ms).", panel=_BASE),
-        ] = None,
-        cycle_ms: Annotated[
-            float | None,
-            _o(
-                "--cycle-ms",
-                "Whole speculative cycle (draft + verify), ms; depth then costs nothing.",
-                panel=_CYCLE,
-            ),
-        ] = None,
-        draft_ms: Annotated[
-            float | None,
-            _o("--draft-ms", "One draft step, ms; cycle(k) = k*draft + verify(k+1).", panel=_CYCLE),
-        ] = None,
-        verify_ms: Annotated[
-            list[str] | None,
-            _o(
-                "--verify-ms",
-                "Measured verify time of N tokens (repeat). Linear between points, along the last "
-                "segment beyond; refused below the smallest N.",
-                metavar="N:MS",
-                panel=_CYCLE,
-            ),
-        ] = None,
-        verify_fit: Annotated[
-            str | None,
-            _o(
-                "--verify-fit",
-                "Verify time = INTERCEPT + PER_TOKEN * n, ms.",
-                metavar="INTERCEPT,PER_TOKEN",
-                panel=_CYCLE,
-            ),
-        ] = None,
-        acceptance: Annotated[
-            float | None,
-            _o(
-                "--acceptance",
-                "Constant per-step conditional acceptance, in [0, 1).",
-                metavar="P",
-                panel=_ACC,
-            ),
-        ] = None,
-        acceptance_file: Annotated[
-            Path | None,
-            _o(
-                "--acceptance-file",
-                'Per-position rates: {"per_position_acceptance": \\[p1, p2, ...]} or \\[p1, ...].',
-                metavar="FILE.json",
-                panel=_ACC,
-            ),
-        ] = None,
-        accept_len: Annotated[
-            float | None,
-            _o(
-                "--accept-len",
-                "Measured accept length (tokens per verify), >= 1.",
-                metavar="TAU",
-                panel=_ACC,
-            ),
-        ] = None,
-        depth: Annotated[
-            int | None,
-            _o(
-                "--depth",
-                "Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 "
-                "(SGLang's usual --speculative-num-steps).",
-                metavar="K",
-            ),
-        ] = None,
-        max_depth: Annotated[
-            int | None,
-            _o(
-                "--max-depth",
-                "Best-depth search over 1..N (composed cycle only). Default max(10, depth).",
-            ),
-        ] = None,
-        target_tps: Annotated[
-            list[float] | None,
-            _o(
-                "--target-tps",
-                "Target tok/s; several: --target-tps 150 200 (or repeat the option).",
-                metavar="TPS...",
-            ),
-        ] = None,
-        plot: Annotated[
-            Path | None,
-            _o("--plot", "Write a PNG: throughput against accept length.", metavar="FILE.png"),
-        ] = None,
-        new_tokens: Annotated[
-            float | None,
-            _o(
-                "--new-tokens",
-                "Request: tokens generated per request (with --prefill-ms: end-to-end tok/s).",
-                metavar="N",
-            ),
-        ] = None,
-        prefill_ms: Annotated[
-            float | None,
-            _o(
-                "--prefill-ms",
-                "Request: prefill time, ms (the prompt's forward; it emits the first token).",
-                metavar="MS",
-            ),
-        ] = None,
-        from_: Annotated[
-            Path | None,
-            _o(
-                "--from",
-                "`eagle3kit eval --json` output: its accept length, depth, cycle and decode "
-                "times, new tokens and prefill (options given here win).",
-                metavar="EVAL.json",
-            ),
-        ] = None,
-        json_: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+        baseline_tps: float | None = typer.Option(
+            None,
+            "--baseline-tps",
+            help="Plain-decode throughput, tok/s (e.g. 82).",
+            rich_help_panel=_BASE,
+        ),
+        decode_ms: float | None = typer.Option(
+            None,
+            "--decode-ms",
+            help="Plain decode step, ms (tok/s = 1000 / ms).",
+            rich_help_panel=_BASE,
+        ),
+        cycle_ms: float | None = typer.Option(
+            None,
+            "--cycle-ms",
+            help="Whole speculative cycle (draft + verify), ms; depth then costs nothing.",
+            rich_help_panel=_CYCLE,
+        ),
+        draft_ms: float | None = typer.Option(
+            None,
+            "--draft-ms",
+            help="One draft step, ms; cycle(k) = k*draft + verify(k+1).",
+            rich_help_panel=_CYCLE,
+        ),
+        verify_ms: list[str] | None = typer.Option(
+            None,
+            "--verify-ms",
+            help="Measured verify time of N tokens (repeat). Linear between points, along the last "
+            "segment beyond; refused below the smallest N.",
+            metavar="N:MS",
+            rich_help_panel=_CYCLE,
+        ),
+        verify_fit: str | None = typer.Option(
+            None,
+            "--verify-fit",
+            help="Verify time = INTERCEPT + PER_TOKEN * n, ms.",
+            metavar="INTERCEPT,PER_TOKEN",
+            rich_help_panel=_CYCLE,
+        ),
+        acceptance: float | None = typer.Option(
+            None,
+            "--acceptance",
+            help="Constant per-step conditional acceptance, in [0, 1).",
+            metavar="P",
+            rich_help_panel=_ACC,
+        ),
+        acceptance_file: Path | None = typer.Option(
+            None,
+            "--acceptance-file",
+            help='Per-position rates: {"per_position_acceptance": \\[p1, p2, ...]} or \\[p1, ...].',
+            metavar="FILE.json",
+            rich_help_panel=_ACC,
+        ),
+        accept_len: float | None = typer.Option(
+            None,
+            "--accept-len",
+            help="Measured accept length (tokens per verify), >= 1.",
+            metavar="TAU",
+            rich_help_panel=_ACC,
+        ),
+        depth: int | None = typer.Option(
+            None,
+            "--depth",
+            help="Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 "
+            "(SGLang's usual --speculative-num-steps).",
+            metavar="K",
+        ),
+        max_depth: int | None = typer.Option(
+            None,
+            "--max-depth",
+            help="Best-depth search over 1..N (composed cycle only). Default max(10, depth).",
+        ),
+        target_tps: list[float] | None = typer.Option(
+            None,
+            "--target-tps",
+            help="Target tok/s; several: --target-tps 150 200 (or repeat the option).",
+            metavar="TPS...",
+        ),
+        plot: Path | None = typer.Option(
+            None,
+            "--plot",
+            help="Write a PNG: throughput against accept length.",
+            metavar="FILE.png",
+        ),
+        new_tokens: float | None = typer.Option(
+            None,
+            "--new-tokens",
+            help="Request: tokens generated per request (with --prefill-ms: end-to-end tok/s).",
+            metavar="N",
+        ),
+        prefill_ms: float | None = typer.Option(
+            None,
+            "--prefill-ms",
+            help="Request: prefill time, ms (the prompt's forward; it emits the first token).",
+            metavar="MS",
+        ),
+        from_: Path | None = typer.Option(
+            None,
+            "--from",
+            help="`eagle3kit eval --json` output: its accept length, depth, cycle and decode "
+            "times, new tokens and prefill (options given here win).",
+            metavar="EVAL.json",
+        ),
+        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Will speculation pay, and what would it take? (cycle model -> speedup, break-even)
 

@@ -3,7 +3,7 @@ plan)."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
@@ -84,74 +84,54 @@ LIVE_SUITE = "Live: mt-bench,gsm8k,humaneval,math-500,chat or NAME=FILE; --sampl
 def register(app: typer.Typer) -> None:
     @app.command()
     def probe(
-        drafter: Annotated[
-            str | None, typer.Option("--drafter", help="The drafter to reuse (any layout).")
-        ] = None,
-        target: Annotated[
-            str | None,
-            typer.Option(
-                "--target", help="The new target: a model dir, a hub id or a zoo member name."
-            ),
-        ] = None,
-        reference: Annotated[
-            str | None,
-            typer.Option(
-                "--reference-target",
-                help="The target the drafter was trained for (dir, hub id or zoo name).",
-            ),
-        ] = None,
-        data: Annotated[
-            str | None,
-            typer.Option(
-                "--data", help="Prepared data dir (default: built-in stdlib conversations)."
-            ),
-        ] = None,
-        baseline_tps: Annotated[
-            float | None, typer.Option(callback=above_zero, help="Plain decoding tok/s.")
-        ] = None,
-        cycle_ms: Annotated[
-            float | None, typer.Option(callback=above_zero, help="One speculative cycle, ms.")
-        ] = None,
-        bench: Annotated[
-            str | None, typer.Option(help="bench JSON with baseline_tps and cycle_ms.")
-        ] = None,
-        depth: Annotated[int, typer.Option(min=1, help="Draft steps scored.")] = 3,
-        samples: Annotated[int, typer.Option(min=1, help="Sequences to probe on.")] = 16,
-        online_prompts: Annotated[
-            int,
-            typer.Option(min=0, help="Prompts decoded for the online accept length (0: none)."),
-        ] = 4,
-        device: Annotated[
-            str, typer.Option(callback=check_device, help="cpu, cuda, cuda:1 ...")
-        ] = "cpu",
-        dtype: Annotated[str, typer.Option(help="float32 or bfloat16.")] = "float32",
-        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
-        url: Annotated[str | None, typer.Option("--url", help=LIVE_NEW)] = None,
-        reference_url: Annotated[str | None, typer.Option("--reference-url", help=LIVE_OLD)] = None,
-        baseline_url: Annotated[str | None, typer.Option("--baseline-url", help=LIVE_BASE)] = None,
-        suite: Annotated[str | None, typer.Option("--suite", help=LIVE_SUITE)] = None,
-        max_new_tokens: Annotated[int, typer.Option("--max-new-tokens", help="Live.")] = 128,
-        repeats: Annotated[int, typer.Option("--repeats", help="Live: rounds.")] = 3,
-        endpoint: Annotated[
-            str, typer.Option("--endpoint", help="Live: chat|completions|generate.")
-        ] = "chat",
-        timeout: Annotated[
-            float, typer.Option("--timeout", help="Live: bound on the run, s.")
-        ] = 600.0,
-        features_new: Annotated[
-            str | None,
-            typer.Option(
-                "--features-new",
-                help="A feature store of the new target (`data capture`, e.g. --engine vllm): "
-                "probe without loading it (--target, --reference-target: where embeddings and "
-                "config are read by header; default: the stores' own record).",
-            ),
-        ] = None,
-        features_old: Annotated[
-            str | None,
-            typer.Option("--features-old", help="The reference target's store of the same DATA."),
-        ] = None,
-        max_len: Annotated[int, typer.Option(help="Tokens per sequence.")] = 256,
+        drafter: str | None = typer.Option(
+            None, "--drafter", help="The drafter to reuse (any layout)."
+        ),
+        target: str | None = typer.Option(
+            None, "--target", help="The new target: a model dir, a hub id or a zoo member name."
+        ),
+        reference: str | None = typer.Option(
+            None,
+            "--reference-target",
+            help="The target the drafter was trained for (dir, hub id or zoo name).",
+        ),
+        data: str | None = typer.Option(
+            None, "--data", help="Prepared data dir (default: built-in stdlib conversations)."
+        ),
+        baseline_tps: float | None = typer.Option(
+            None, callback=above_zero, help="Plain decoding tok/s."
+        ),
+        cycle_ms: float | None = typer.Option(
+            None, callback=above_zero, help="One speculative cycle, ms."
+        ),
+        bench: str | None = typer.Option(None, help="bench JSON with baseline_tps and cycle_ms."),
+        depth: int = typer.Option(3, min=1, help="Draft steps scored."),
+        samples: int = typer.Option(16, min=1, help="Sequences to probe on."),
+        online_prompts: int = typer.Option(
+            4, min=0, help="Prompts decoded for the online accept length (0: none)."
+        ),
+        device: str = typer.Option("cpu", callback=check_device, help="cpu, cuda, cuda:1 ..."),
+        dtype: str = typer.Option("float32", help="float32 or bfloat16."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
+        url: str | None = typer.Option(None, "--url", help=LIVE_NEW),
+        reference_url: str | None = typer.Option(None, "--reference-url", help=LIVE_OLD),
+        baseline_url: str | None = typer.Option(None, "--baseline-url", help=LIVE_BASE),
+        suite: str | None = typer.Option(None, "--suite", help=LIVE_SUITE),
+        max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Live."),
+        repeats: int = typer.Option(3, "--repeats", help="Live: rounds."),
+        endpoint: str = typer.Option("chat", "--endpoint", help="Live: chat|completions|generate."),
+        timeout: float = typer.Option(600.0, "--timeout", help="Live: bound on the run, s."),
+        features_new: str | None = typer.Option(
+            None,
+            "--features-new",
+            help="A feature store of the new target (`data capture`, e.g. --engine vllm): "
+            "probe without loading it (--target, --reference-target: where embeddings and "
+            "config are read by header; default: the stores' own record).",
+        ),
+        features_old: str | None = typer.Option(
+            None, "--features-old", help="The reference target's store of the same DATA."
+        ),
+        max_len: int = typer.Option(256, help="Tokens per sequence."),
     ) -> None:
         """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance,
         verdict.
@@ -220,12 +200,12 @@ def register(app: typer.Typer) -> None:
 
     @app.command()
     def report(
-        run_dirs: Annotated[
-            list[str], typer.Argument(help="Run directories (probe, bench, train, plan JSON).")
-        ],
-        out: Annotated[str, typer.Option("-o", "--out", help="Output directory.")],
-        title: Annotated[str, typer.Option(help="Report title.")] = "eagle3kit report",
-        json_out: Annotated[bool, typer.Option("--json", help="Print one JSON document.")] = False,
+        run_dirs: list[str] = typer.Argument(
+            ..., help="Run directories (probe, bench, train, plan JSON)."
+        ),
+        out: str = typer.Option(..., "-o", "--out", help="Output directory."),
+        title: str = typer.Option("eagle3kit report", help="Report title."),
+        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Write report.md and a self-contained report.html (plots inline) from the runs' JSON
         artefacts."""
