@@ -70,10 +70,17 @@ print(json.dumps({"grow_kb": grow, "cur_kb": cur, "torch": "torch" in sys.module
 """
 
 
+def _cli() -> str:
+    """This interpreter's eagle3kit script (a venv need not be activated), else PATH's."""
+    here = Path(sys.executable).with_name("eagle3kit")
+    return str(here) if here.exists() else "eagle3kit"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--keep", help="write the drafter here and keep it")
+    ap.add_argument("--json", help="write the figures here (a result file)")
     args = ap.parse_args()
     tmp = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_inspect_"))
     d = tmp / "kimi-k2-drafter"
@@ -116,9 +123,7 @@ def main() -> None:
         procs = []
         for _ in range(args.repeats):
             t = time.perf_counter()
-            subprocess.run(
-                ["eagle3kit", "inspect", str(d), "--json"], capture_output=True, check=True
-            )
+            subprocess.run([_cli(), "inspect", str(d), "--json"], capture_output=True, check=True)
             procs.append(time.perf_counter() - t)
 
         import statistics
@@ -141,6 +146,12 @@ def main() -> None:
             f"whole-process median {statistics.median(procs):.3f} s   [target < 1 s: "
             f"{'PASS' if statistics.median(procs) < 1 else 'FAIL'}]"
         )
+        if args.json:
+            from _results import write_result
+
+            doc = {"drafter_bytes": size, "header_s": header, "full_load_s": full}
+            doc |= {"process_s": procs, "speedup_median": ratio, "rss": rss}
+            write_result(args.json, "eagle3kit.bench_inspect", doc)
     finally:
         if not args.keep:
             shutil.rmtree(tmp, ignore_errors=True)

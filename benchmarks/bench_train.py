@@ -111,6 +111,14 @@ def ours_step(shape: dict, b: int, device: str):
     return step
 
 
+def step_gflop(shape: dict, b: int, device: str) -> float:
+    """GFLOP of one step as 6 x trained parameters x tokens x TTT steps (forward 2, backward
+    4 per weight and token; attention's quadratic part left out, so a lower bound)."""
+    m, _ = make(shape, b, device)
+    n = sum(p.numel() for p in m.parameters() if p.requires_grad)
+    return 6 * n * b * shape["t"] * shape["k"] / 1e9
+
+
 def timed(step, device: str) -> float:
     """Wall seconds of one call of `step`."""
     import torch
@@ -355,6 +363,7 @@ def main() -> None:
     for name, shape in SHAPES.items():
         times = time_ours(shape, a.batch, a.repeats, a.device)
         toks = [a.batch * shape["t"] / s for s in times]
+        work = step_gflop(shape, a.batch, a.device)
         rows.append(
             {
                 "shape": name,
@@ -367,6 +376,8 @@ def main() -> None:
                 },
                 "step_s_median": statistics.median(times),
                 "peak_memory_mb": peak_mb(a.device),
+                "step_gflop": work,
+                "fraction_of_matmul": work / statistics.median(times) / gflops,
             }
         )
     # the peer runs after ours (our rows' peak RSS excludes it), in steps alternating with ours
@@ -395,7 +406,9 @@ def main() -> None:
         print(
             f"{r['shape']}: {t['median']:.0f} tokens/s (min {t['min']:.0f}, max {t['max']:.0f}; "
             f"{a.repeats} steps of {r['batch']}x{r['t']}), step {r['step_s_median']:.2f} s, "
-            f"peak RSS {r['peak_memory_mb']:.0f} MB"
+            f"peak RSS {r['peak_memory_mb']:.0f} MB; {r['step_gflop']:.1f} GFLOP/step (6 x "
+            f"params x tokens x TTT steps) = {100 * r['fraction_of_matmul']:.0f}% of the "
+            "matmul speed"
         )
     for r in rows:
         print(peer_line(r, a.repeats))

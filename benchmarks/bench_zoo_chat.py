@@ -22,7 +22,6 @@ import ast
 import json
 import os
 import resource
-import subprocess
 import sys
 import tempfile
 import time
@@ -127,7 +126,7 @@ def phases(name: str, overrides: dict) -> dict:
             return {"member": name, "phases": rows, "error": str(e)}
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            build_into(m, "full", recipe, Path(tmp) / name, parent, None, on_phase, False)
+            build_into(m, "full", recipe, Path(tmp) / name, parent, None, on_phase)
             doc = json.loads((Path(tmp) / name / zoo.MANIFEST).read_text())
     met = doc["metrics"]
     return {
@@ -150,16 +149,6 @@ def phases(name: str, overrides: dict) -> dict:
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def _commit() -> str:
-    try:
-        here = Path(__file__).parent
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        return "unknown"
 
 
 def main() -> None:
@@ -187,17 +176,10 @@ def main() -> None:
     for r in rows:
         print(json.dumps(r, indent=1))
     if args.json:
-        doc = {
-            "kind": "eagle3kit.bench_zoo_chat",
-            "schema": 1,
-            "command": " ".join(["python", *sys.argv]),
-            "commit": _commit(),
-            "environment": environment(),
-            "eagle3kit_home": os.environ.get("EAGLE3KIT_HOME"),
-            "rows": rows,
-        }
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(doc, indent=1) + "\n")
+        from _results import write_result
+
+        home = os.environ.get("EAGLE3KIT_HOME")
+        write_result(args.json, "eagle3kit.bench_zoo_chat", {"eagle3kit_home": home, "rows": rows})
 
 
 if __name__ == "__main__":

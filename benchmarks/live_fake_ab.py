@@ -88,10 +88,6 @@ def main() -> None:
     la, lb = _level(a), _level(second)
     got = lb["decode_tokens_per_s"]["median"]
     out = {
-        "kind": "eagle3kit.benchmark.live-fake-ab",
-        "schema": 1,
-        "command": "python benchmarks/live_fake_ab.py " + " ".join(sys.argv[1:]),
-        "environment": environment(),
         "run_a": {
             "accept_len": la["acceptance"]["accept_len"],
             "decode_tokens_per_s": la["decode_tokens_per_s"],
@@ -107,10 +103,12 @@ def main() -> None:
         "run_b_measured_speedup": second["comparison"][0]["decode_speedup"],
         "speedup_prediction_error": res.speedup / second["comparison"][0]["decode_speedup"] - 1,
     }
+    print("environment: " + environment())
     print(json.dumps(out, indent=2))
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(out, indent=2) + "\n")
+        from _results import write_result
+
+        write_result(args.json, "eagle3kit.benchmark.live-fake-ab", out)
 
 
 if __name__ == "__main__":

@@ -138,8 +138,10 @@ def test_probe_from_stores_matches_inprocess(cli_mod, pair, stores):
     assert got["verdict"] == ref["verdict"]
     assert got["data"]["sequences"] == ref["data"]["sequences"] == SAMPLES
     assert got["data"]["tokens"] == ref["data"]["tokens"]
-    assert got["aux"]["chosen"]["reading"] == ref["aux"]["chosen"]["reading"] == "h[X+1]"
-    assert got["aux"]["chosen"]["layers"] == ref["aux"]["chosen"]["layers"] == [2, 4, 5]
+    for k in ("reading", "layers"):
+        assert got["aux"]["chosen"][k] == ref["aux"]["chosen"][k]
+    # which reading wins on six samples of the drifted tiny v2 is not this test's question
+    # (test_probe checks detection on the drafter's own target): only that both forms agree
     assert got["aux"]["not_in_store"] == []
     for reading, a in ref["aux"]["acceptance"].items():
         b = got["aux"]["acceptance"][reading]

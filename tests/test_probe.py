@@ -145,11 +145,12 @@ def test_probe_v1_drafter_on_v2(pair, cli):
 def test_aux_reading_detected_against_a_lying_config(pair, tmp_path):
     """Trained on h[2, 4, 5]; converted to the speculators/vLLM layout, whose ids are HF indices,
     with SpecForge-style ids [1, 3, 4] (layer outputs) written in: the file now claims h[1, 3, 4].
-    The probe must find h[X+1] = h[2, 4, 5] from the data."""
+    The probe must find h[X+1] = h[2, 4, 5] from the data of the drafter's own target, and on
+    the next version either find it too or say the margin is unclear (never a clear wrong one)."""
     from eagle3kit.checkpoint.convert import convert
     from eagle3kit.measure.probe import CLEAR_MARGIN, probe
 
-    d, _, v2 = pair
+    d, v1, v2 = pair
     lying = tmp_path / "lying"
     convert(str(d), "vllm", str(lying))
     cfg = json.loads((lying / "config.json").read_text())
@@ -157,13 +158,15 @@ def test_aux_reading_detected_against_a_lying_config(pair, tmp_path):
     cfg["eagle_aux_hidden_state_layer_ids"] = [1, 3, 4]
     cfg.pop("eagle3kit", None)  # our own record of the true layers: a third-party file has none
     (lying / "config.json").write_text(json.dumps(cfg))
-    r = probe(str(lying), str(v2), **{**FAST, "samples": 12})
+    on_v2 = probe(str(lying), str(v2), **{**FAST, "samples": 12})["aux"]["chosen"]
+    assert on_v2["layers"] == [2, 4, 5] or not on_v2["clear"]
+    r = probe(str(lying), str(v1), **{**FAST, "samples": 12})
     aux = r["aux"]
     by = {c["reading"]: c for c in aux["candidates"]}
     assert by["h[X]"]["layers"] == [1, 3, 4] and by["h[X]"]["declared"]
     assert aux["chosen"]["reading"] == "h[X+1]" and aux["chosen"]["layers"] == [2, 4, 5]
     acc = aux["acceptance"]
-    assert acc["h[X+1]"]["acc"][0] > acc["h[X]"]["acc"][0] + 0.02
+    assert acc["h[X+1]"]["accept_len"] >= acc["h[X]"]["accept_len"] + CLEAR_MARGIN
     assert aux["chosen"]["margin_accept_len"] >= CLEAR_MARGIN and aux["chosen"]["clear"]
     # vLLM captures the ids as written (h[1, 3, 4]): wrong; the fix names the ids to write
     assert not aux["engines"]["vllm"]["ok"]

@@ -86,9 +86,16 @@ def register(app: typer.Typer) -> None:
         name: str = typer.Argument(None, help="Member to build (default: all)."),
         size: str = typer.Option("full", help=SIZE_HELP, callback=_check_size),
         force: bool = typer.Option(False, "--force", help="Rebuild even when cached."),
+        strict: bool = typer.Option(
+            False,
+            "--strict",
+            help="Refuse (exit 2) a member whose chat answers fall below the zoo's bar.",
+        ),
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
-        """Build members (v2 builds its v1 first); cached members return at once."""
+        """Build members (v2 builds its v1 first); cached members return at once. A member
+        whose chat answers do not depend on the request is cached with a warning (in zoo.json
+        and here) unless --strict."""
         from eagle3kit import zoo
         from eagle3kit.cli._progress import bar
         from eagle3kit.cli._render import emit_json, out
@@ -102,7 +109,7 @@ def register(app: typer.Typer) -> None:
             cached = not force and zoo.is_built(n, size=size)
             t0 = time.time()
             with bar(True) as progress:  # stderr, so --json stays one document on stdout
-                p = zoo.build(n, size=size, force=force, progress=progress)
+                p = zoo.build(n, size=size, force=force, progress=progress, strict=strict)
             results.append(
                 {
                     "name": n,
@@ -111,6 +118,7 @@ def register(app: typer.Typer) -> None:
                     "cached": cached,
                     "seconds": round(time.time() - t0, 2),
                     "manifest": zoo.manifest(n, size=size),
+                    "warning": zoo.chat_warning(n, size=size),
                 }
             )
         if json_:
@@ -119,3 +127,5 @@ def register(app: typer.Typer) -> None:
         for r in results:
             how = "cached" if r["cached"] else f"built in {r['seconds']:.0f} s"
             out().print(f"{r['name']} ({size}): {r['path']} [{how}]")
+            if r["warning"]:
+                out().print(f"[yellow]warning:[/] {r['warning']}", markup=True, highlight=False)

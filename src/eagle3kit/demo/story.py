@@ -82,6 +82,9 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
     )
     p1 = zoo.get(PAIR[0], size=size, progress=progress)
     p2 = zoo.get(PAIR[1], size=size, progress=progress)
+    for name in PAIR:
+        if w := zoo.chat_warning(name, size=size):
+            say(f"   warning: {w}")
     v2 = TargetModel.from_pretrained(p2)
     say(f"   {p2}: {v2.num_layers} layers, hidden {v2.hidden_size}, vocab {v2.vocab_size}")
     k2 = k2_drafter(size, progress, say)
@@ -139,6 +142,14 @@ def bench_step(out, target, drafter_dir, prompts, r: Recipe, say: Say, progress,
         f"distinct-4 {doc['target_distinct4']:.2f} (a looping target is easy to predict) "
         f"[bench-{role}.json]"
     )
+    d = doc.get("target_diversity")
+    if d:  # the canned-output check: do the target's answers depend on the prompt?
+        say(
+            f"   the target's answers to {d['outputs']} prompts: {d['distinct_outputs']} "
+            f"distinct, pooled distinct-4 {d['pooled_distinct4']:.2f}"
+        )
+        if d["warning"]:
+            say(f"   warning: {d['warning']}")
     return doc
 
 

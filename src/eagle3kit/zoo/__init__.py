@@ -95,6 +95,19 @@ def is_built(name: str, *, size: str = "full") -> bool:
     return manifest(name, size=size) is not None
 
 
+def chat_warning(name: str, *, size: str = "full") -> str | None:
+    """The built member's warning that its chat answers do not depend on the request (from
+    zoo.json; None when they meet ``builder.CHAT_BAR`` or the member is not built)."""
+    doc = manifest(name, size=size)
+    chat = (doc or {}).get("metrics", {}).get("chat", {})
+    below = chat.get("bar", {}).get("below")
+    if not below:
+        return None
+    from eagle3kit.zoo.builder import chat_bar_warning
+
+    return chat_bar_warning(name if size == "full" else f"{name}-{size}", chat)
+
+
 def get(name: str, *, size: str = "full", progress: Progress | None = None) -> Path:
     """The member's model dir, building it first when it is missing."""
     return build(name, size=size, progress=progress)
@@ -133,17 +146,19 @@ def build(
     progress: Progress | None = None,
     force: bool = False,
     on_phase=None,
+    strict: bool = False,
 ) -> Path:
     """Build member ``name`` (and its parent first) unless it is already cached; returns its dir.
 
     ``progress`` (eagle3kit.core.progress) receives one event stream per build stage; the CLI draws
     it as Rich bars. The folder appears complete or not at all
     (eagle3kit.core.atomic.atomic_dir). ``on_phase``: see ``builder.build_into`` (this member
-    only, not its parent)."""
+    only, not its parent). ``strict``: refuse (Eagle3Error) a member whose chat answers fall
+    below ``builder.CHAT_BAR`` instead of recording it in zoo.json."""
     progress = progress if callable(progress) else None  # older callers passed a bool
     m = member(name)
     check_size(size)
-    parent_dir = build(m.parent, size=size, progress=progress) if m.parent else None
+    parent_dir = build(m.parent, size=size, progress=progress, strict=strict) if m.parent else None
     dest = path(name, size=size)
     with _lock(dest):
         if not force and is_built(name, size=size):
@@ -152,10 +167,7 @@ def build(
         from eagle3kit.zoo.builder import build_into
 
         with atomic_dir(dest) as tmp:
-            if on_phase is None:
-                build_into(m, size, recipe(name, size), tmp, parent_dir, progress)
-            else:
-                build_into(m, size, recipe(name, size), tmp, parent_dir, progress, on_phase)
+            build_into(m, size, recipe(name, size), tmp, parent_dir, progress, on_phase, strict)
             doc = json.loads((tmp / MANIFEST).read_text())
             doc["recipe_digest"] = recipe_digest(name, size)
             atomic_write_json(tmp / MANIFEST, doc)
