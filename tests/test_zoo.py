@@ -400,3 +400,12 @@ def test_a_build_below_the_chat_bar_is_recorded_and_refused_when_strict(monkeypa
     assert chat["names_function"] < 0.8
     assert any(b.startswith("names_function") for b in chat["bar"]["below"])
     assert "llama-v1-tiny" in zoo.chat_warning("llama-v1", size="tiny")
+    with pytest.raises(Eagle3Error, match="cached without --strict"):  # strict on the cache
+        zoo.build("llama-v1", size="tiny", progress=False, strict=True)
+    assert zoo.is_built("llama-v1", size="tiny")  # nothing removed
+    from conftest import run_cli
+
+    r = run_cli("zoo", "build", "llama-v1", "--size", "tiny", "--json")
+    assert r.code == 0 and "names_function" in json.loads(r.out)["members"][0]["warning"]
+    r = run_cli("zoo", "build", "llama-v1", "--size", "tiny", "--strict")
+    assert r.code == 2 and "names_function" in r.err and len(r.err.strip().splitlines()) == 1

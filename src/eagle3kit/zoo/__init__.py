@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
+from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress
 from eagle3kit.zoo.members import (  # noqa: F401  (the zoo's public names)
     BUILD_THREADS,
@@ -162,6 +163,8 @@ def build(
     dest = path(name, size=size)
     with _lock(dest):
         if not force and is_built(name, size=size):
+            if strict and (w := chat_warning(name, size=size)):
+                raise Eagle3Error(f"{w}; cached without --strict, refused now")
             return dest
         _remove_stale(dest)
         from eagle3kit.zoo.builder import build_into
