@@ -106,8 +106,9 @@ def _close(a, b, tol):
 def test_probe_from_stores_matches_inprocess(cli_mod, pair, stores):
     """Tolerances (the stores round aux to fp8 and the teacher to fp16): accept lengths and
     per-position acceptance within 0.03, cosine/CKA/norm ratio within 0.01, the same verdict,
-    chosen reading and layers."""
-    from eagle3kit.measure.probe import probe
+    and the same chosen reading and layers unless the margin lies within the tolerance of the
+    rule's CLEAR_MARGIN (then either choice is right, and its own figures are compared)."""
+    from eagle3kit.measure.probe import CLEAR_MARGIN, probe
 
     new, old = stores
     ref = probe(
@@ -138,24 +139,38 @@ def test_probe_from_stores_matches_inprocess(cli_mod, pair, stores):
     assert got["verdict"] == ref["verdict"]
     assert got["data"]["sequences"] == ref["data"]["sequences"] == SAMPLES
     assert got["data"]["tokens"] == ref["data"]["tokens"]
-    for k in ("reading", "layers"):
-        assert got["aux"]["chosen"][k] == ref["aux"]["chosen"][k]
     # which reading wins on six samples of the drifted tiny v2 is not this test's question
     # (test_probe checks detection on the drafter's own target): only that both forms agree
+    # where the accept lengths' tolerance (0.03 each) cannot move the choice across the rule
+    margin = ref["aux"]["chosen"]["margin_accept_len"]
+    decided = margin is None or abs(margin - CLEAR_MARGIN) > 0.06
+    if margin is None or margin > 0.06:
+        assert got["aux"]["chosen"]["best_by_data"] == ref["aux"]["chosen"]["best_by_data"]
+    if decided:
+        for k in ("reading", "layers"):
+            assert got["aux"]["chosen"][k] == ref["aux"]["chosen"][k]
     assert got["aux"]["not_in_store"] == []
     for reading, a in ref["aux"]["acceptance"].items():
         b = got["aux"]["acceptance"][reading]
         _close(b["acc"], a["acc"], 0.03)
         _close(b["accept_len"], a["accept_len"], 0.03)
-    for who in ("target", "reference"):
-        _close(got["accept_len"][who], ref["accept_len"][who], 0.03)
-    for a, b in zip(ref["similarity"], got["similarity"], strict=True):
-        assert a["layer"] == b["layer"]
+    _close(got["accept_len"]["reference"], ref["accept_len"]["reference"], 0.03)
+    # on the new target: the in-process figure under the reading the stores chose
+    reading = got["aux"]["chosen"]["reading"]
+    _close(got["accept_len"]["target"], ref["aux"]["acceptance"][reading]["accept_len"], 0.03)
+    # similarity of the chosen layers: compared layer by layer where both measured the layer
+    assert [b["layer"] for b in got["similarity"]] == got["aux"]["chosen"]["layers"]
+    theirs = {a["layer"]: a for a in ref["similarity"]}
+    common = [b for b in got["similarity"] if b["layer"] in theirs]
+    assert common, "the two choices share no layer"
+    for b in common:
         for key in ("cosine_mean", "cosine_p10", "cka", "norm_ratio"):
-            _close(b[key], a[key], 0.01)
-    for key in ("cosine_mean", "cka", "norm_ratio"):
-        _close(got["fc_similarity"][key], ref["fc_similarity"][key], 0.01)
-    assert got["aux"]["engines"]["vllm"]["ok"] == ref["aux"]["engines"]["vllm"]["ok"]
+            _close(b[key], theirs[b["layer"]][key], 0.01)
+    if reading == ref["aux"]["chosen"]["reading"]:
+        for key in ("cosine_mean", "cka", "norm_ratio"):
+            _close(got["fc_similarity"][key], ref["fc_similarity"][key], 0.01)
+    if decided:
+        assert got["aux"]["engines"]["vllm"]["ok"] == ref["aux"]["engines"]["vllm"]["ok"]
     print("probe in-process vs stores:", ref["accept_len"], got["accept_len"])
 
 

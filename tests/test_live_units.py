@@ -160,6 +160,30 @@ def test_suite_errors_are_one_line(tmp_path):
         load_suite(f"gsm8k={tmp_path / 'none.jsonl'}")
 
 
+def test_offline_suite_reads_the_hub_cache_and_fails_fast_on_a_miss(tmp_path, monkeypatch):
+    """HF_HUB_OFFLINE: a suite already in the huggingface_hub cache loads; one that is not fails
+    in one line without touching the network (the test has none: a retry would take ~45 s)."""
+    import time
+
+    from huggingface_hub import constants
+
+    # The cache layout huggingface_hub documents: <cache>/datasets--org--name/refs/main holds
+    # the commit; snapshots/<commit>/<file> the file.
+    repo = tmp_path / "datasets--HuggingFaceH4--MATH-500"
+    commit = "0" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    _jsonl(repo / "snapshots" / commit / "test.jsonl", [{"problem": "1+1?"}, {"problem": "2+2?"}])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert [p.turns for p in load_suite("math-500")] == [("1+1?",), ("2+2?",)]
+    t = time.monotonic()
+    with pytest.raises(Eagle3Error, match=r"mt_bench_prompts .*HF_HUB_OFFLINE is set\); give"):
+        load_suite("mt-bench")
+    assert time.monotonic() - t < 5
+
+
 def test_conversations(tmp_path):
     f = _jsonl(
         tmp_path / "c.jsonl",
@@ -379,12 +403,14 @@ def test_hub_path_falls_back_to_the_listing(tmp_path, monkeypatch):
     local = _jsonl(tmp_path / "train.jsonl", [{"prompt": ["t1", "t2"], "prompt_id": 7}])
     asked = []
 
-    def download(repo, filename, repo_type=None):
+    def download(repo, filename, repo_type=None, local_files_only=False):
         asked.append((repo, filename, repo_type))
+        assert not local_files_only
         if filename != "data/train.jsonl":
             raise EntryNotFoundError("404")
         return str(local)
 
+    monkeypatch.delenv("HF_HUB_OFFLINE")  # online, as a user with network runs it
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     monkeypatch.setattr(
         huggingface_hub,

@@ -292,11 +292,13 @@ def check_decoded(shape: str) -> None:
         fits(counts[j], LAW_P[len(PROMPT) + j])
 
 
+@pytest.mark.slow  # ~3-4 s each: many decode loops; the rule itself is checked above, fast
 @pytest.mark.parametrize("shape", ["chain", "tree"])
 def test_decode_loop_emits_the_target_law_at_every_position(shape):
     check_decoded(shape)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrong", [skips_residual, bonus_from_q])
 def test_power_decode_loop_with_a_wrong_sampler_fails(monkeypatch, wrong):
     monkeypatch.setattr(S, "accept_sampled", wrong)

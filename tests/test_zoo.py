@@ -79,6 +79,7 @@ def test_hf_dir_and_chat_template():
     assert tok.bos_token == "<s>" and tok.eos_token == "</s>" and tok.pad_token == "<pad>"
 
 
+@pytest.mark.slow  # ~10 s: builds a member
 def test_cli_cached_then_bit_identical_rebuild(cli, monkeypatch, tmp_path):
     monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path))
     r = cli("zoo", "build", "llama-v1", "--size", "tiny", "--json")
@@ -195,6 +196,7 @@ def _fit(stream):
     return model.eval()
 
 
+@pytest.mark.slow  # ~10 s: trains a small model
 def test_unloop_breaks_greedy_loops(monkeypatch):
     """Sequence-level unlikelihood raises the distinct-4 ratio of the model's own greedy text;
     the same steps with no repeat candidates (likelihood only) do not."""
@@ -387,6 +389,7 @@ def test_chat_stream_marks_the_first_answer_line_and_windows_align():
     assert torch.equal(w, torch.stack([first[s + 1 : s + 9] for s in okstarts[:1]] * rows))
 
 
+@pytest.mark.slow  # ~10 s: builds a member
 def test_a_build_below_the_chat_bar_is_recorded_and_refused_when_strict(monkeypatch, tmp_path):
     """A tiny member's answers do not name the function: zoo.json records the shortfall and
     a warning names it; with strict the build raises Eagle3Error and nothing is cached."""

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from eagle3kit.core.environment import hub_offline
 from eagle3kit.core.errors import Eagle3Error, bad
 
 # Bytes per element of each safetensors dtype.
@@ -486,10 +487,6 @@ def load_hub(repo_id: str, revision: str | None = None) -> Checkpoint:
     )
 
 
-def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
-
-
 def looks_like_repo_id(p: str) -> bool:
     """`org/name` and not a relative or absolute path (`./x`, `/x`)."""
     return bool(_REPO_ID.match(p)) and not p.startswith((".", "/"))
@@ -512,7 +509,7 @@ def load_checkpoint(path_or_repo: str) -> Checkpoint:
             f"no such local path (folder {first}/ exists here, so it is not tried as a Hub repo "
             "id)",
         )
-    if _offline():
+    if hub_offline():
         raise bad(
             p,
             "no such local path; as a Hub repo id it cannot be read offline (HF_HUB_OFFLINE is "

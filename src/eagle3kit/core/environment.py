@@ -1,6 +1,7 @@
 """Where a measurement ran: Python, OS, CPU, load, and torch/transformers when imported.
 
-benchmarks/ print it beside every figure; `eagle3kit bench` writes it into its JSON.
+benchmarks/ print it beside every figure; `eagle3kit bench` writes it into its JSON. Also
+`hub_offline`: whether the user asked for no Hub network (HF_HUB_OFFLINE).
 """
 
 from __future__ import annotations
@@ -11,6 +12,11 @@ import platform
 import sys
 from collections.abc import Iterator
 from typing import Any
+
+
+def hub_offline() -> bool:
+    """HF_HUB_OFFLINE set to a true value, read now (huggingface_hub reads it once, at import)."""
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def environment_info() -> dict[str, Any]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.core.environment import hub_offline
 from eagle3kit.core.errors import Eagle3Error, bad
 
 
@@ -114,17 +115,23 @@ def pick_data_file(files: list[str], split: str) -> str | None:
 
 
 def hub_file(s: Suite) -> Path:
-    """The suite's file from the hub (cached by huggingface_hub; HF_HUB_OFFLINE honoured):
-    `s.filename`, or when the repo has no such file, the data file its listing offers."""
+    """The suite's file from the hub (cached by huggingface_hub): `s.filename`, or when the
+    repo has no such file, the data file its listing offers. With HF_HUB_OFFLINE set only the
+    cache is read, so an offline run fails at once instead of waiting out network retries."""
     try:
         from huggingface_hub import hf_hub_download, list_repo_files
         from huggingface_hub.errors import EntryNotFoundError
     except ImportError:
         raise Eagle3Error("--suite: loading from the hub needs huggingface_hub") from None
+    offline = hub_offline()
     try:
         try:
-            return Path(hf_hub_download(s.repo, s.filename, repo_type="dataset"))
+            return Path(
+                hf_hub_download(s.repo, s.filename, repo_type="dataset", local_files_only=offline)
+            )
         except EntryNotFoundError:
+            if offline:  # not in the cache; listing the repo would need the network
+                raise
             name = pick_data_file(list_repo_files(s.repo, repo_type="dataset"), s.split)
             if name is None:
                 raise
@@ -132,7 +139,8 @@ def hub_file(s: Suite) -> Path:
     except Exception as e:  # offline, missing repo or file: one line for the user
         raise Eagle3Error(
             f"--suite: cannot fetch {s.filename} of the hub dataset {s.repo} "
-            f"({type(e).__name__}); give a local file as NAME=PATH"
+            f"({type(e).__name__}{', HF_HUB_OFFLINE is set' if offline else ''}); "
+            "give a local file as NAME=PATH"
         ) from None
 
 

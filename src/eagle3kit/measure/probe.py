@@ -106,6 +106,24 @@ def aux_candidates(spec: Any, num_layers: int) -> list[dict[str, Any]]:
     return out
 
 
+def choose_reading(cands: list[dict[str, Any]], acc: dict[str, dict]) -> dict[str, Any]:
+    """The reading D was trained on, from its acceptance under each measured one (``acc``):
+    the data overrides the config's reading only by a clear margin (CLEAR_MARGIN in accept
+    length); otherwise the declared reading stands, and with none declared the best by data."""
+    order = sorted(acc, key=lambda r: (acc[r]["accept_len"], acc[r]["acc"][0]), reverse=True)
+    margin = acc[order[0]]["accept_len"] - acc[order[1]]["accept_len"] if len(order) > 1 else None
+    clear = margin is None or margin >= CLEAR_MARGIN
+    declared = [c["reading"] for c in cands if c["declared"] and c["reading"] in acc]
+    chosen = order[0] if clear or not declared else declared[0]
+    return {
+        "reading": chosen,
+        "layers": next(c["layers"] for c in cands if c["reading"] == chosen),
+        "best_by_data": order[0],
+        "margin_accept_len": None if margin is None else round(margin, 6),
+        "clear": clear,
+    }
+
+
 def detect_aux(drafter: Any, target: Any, batch: Batch, spec: Any, depth: int) -> dict[str, Any]:
     """D's offline acceptance on ``target`` under each reading; the winner and its margin."""
     cands = aux_candidates(spec, target.num_layers)
@@ -117,24 +135,12 @@ def detect_aux(drafter: Any, target: Any, batch: Batch, spec: Any, depth: int) -
         finally:
             t.close()
         acc[c["reading"]] = offline_acceptance(drafter, feats[c["reading"]], depth)
-    order = sorted(acc, key=lambda r: (acc[r]["accept_len"], acc[r]["acc"][0]), reverse=True)
-    margin = acc[order[0]]["accept_len"] - acc[order[1]]["accept_len"] if len(order) > 1 else None
-    clear = margin is None or margin >= CLEAR_MARGIN
-    declared = [c["reading"] for c in cands if c["declared"]]
-    # data overrides the config only by a clear margin; otherwise the config's reading stands
-    chosen = order[0] if clear or not declared else declared[0]
-    layers = next(c["layers"] for c in cands if c["reading"] == chosen)
+    chosen = choose_reading(cands, acc)
     return {
         "candidates": cands,
         "acceptance": acc,
-        "chosen": {
-            "reading": chosen,
-            "layers": layers,
-            "best_by_data": order[0],
-            "margin_accept_len": None if margin is None else round(margin, 6),
-            "clear": clear,
-        },
-        "target_features": feats[chosen],
+        "chosen": chosen,
+        "target_features": feats[chosen["reading"]],
     }
 
 

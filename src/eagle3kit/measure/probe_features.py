@@ -38,23 +38,6 @@ def _rows(store: Any, n: int, max_len: int) -> list[int]:
     return [i for i in rows if min(store.get([i]).input_ids.shape[1], max_len) >= 4]
 
 
-def _choose(cands: list[dict], acc: dict[str, dict]) -> dict[str, Any]:
-    """The reading D was trained on: the rule of `probe.detect_aux` (data decides by a clear
-    margin, else the config's reading stands)."""
-    order = sorted(acc, key=lambda r: (acc[r]["accept_len"], acc[r]["acc"][0]), reverse=True)
-    margin = acc[order[0]]["accept_len"] - acc[order[1]]["accept_len"] if len(order) > 1 else None
-    clear = margin is None or margin >= P.CLEAR_MARGIN
-    declared = [c["reading"] for c in cands if c["declared"] and c["reading"] in acc]
-    chosen = order[0] if clear or not declared else declared[0]
-    return {
-        "reading": chosen,
-        "layers": next(c["layers"] for c in cands if c["reading"] == chosen),
-        "best_by_data": order[0],
-        "margin_accept_len": None if margin is None else round(margin, 6),
-        "clear": clear,
-    }
-
-
 def detect_aux_store(d: Any, spec: Any, store: Any, rows: list[int], depth: int, max_len: int):
     """D's offline acceptance under each reading the store holds; the winner, its features."""
     held = set(S.store_layers(store))
@@ -73,7 +56,7 @@ def detect_aux_store(d: Any, spec: Any, store: Any, rows: list[int], depth: int,
             f"aux_layers: the store holds h{sorted(held)}, none of the readings "
             f"{[c['layers'] for c in cands]} of the drafter's ids",
         )
-    chosen = _choose(cands, acc)
+    chosen = P.choose_reading(cands, acc)
     aux = {"candidates": cands, "acceptance": acc, "chosen": chosen, "not_in_store": untested}
     return aux, feats[chosen["reading"]]
 
