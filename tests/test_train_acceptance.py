@@ -66,3 +66,37 @@ def test_best_is_chosen_by_tau_walk(tmp_path, monkeypatch):
     assert [r["tau_every_position"] for r in rows] == [2.0, 1.9, 2.5]
     st = json.loads((tmp_path / "run" / "state" / "state.json").read_text())
     assert st["best_step"] == 2 and st["best_tau_walk"] == 1.8
+
+
+@pytest.mark.parametrize("includes_start, best", [(False, 4), (True, 0)])
+def test_the_starting_weights_are_a_candidate_only_when_asked(
+    tmp_path, monkeypatch, includes_start, best
+):
+    """A warm start whose starting point scores highest: by default RUN/best is the best
+    trained step (step 4 here), so a run never reports its starting point as its result;
+    --best-includes-start lets step 0 win."""
+    from eagle3kit.train import loop
+    from eagle3kit.train.loop import TrainConfig, train
+
+    script = iter([_acc(2.5, 2.6), _acc(1.8, 1.9), _acc(2.0, 2.1)])  # steps 0, 2, 4
+    monkeypatch.setattr(loop, "acceptance", lambda *a, **k: next(script))
+    cfg = TrainConfig(
+        out=str(tmp_path / "run"),
+        target=str(tiny_target()),
+        data=str(tiny_data()),
+        draft_vocab_size=96,
+        ttt_steps=3,
+        batch_size=4,
+        max_len=64,
+        heldout=0.125,
+        eval_samples=6,
+        eval_batch=6,
+        steps=4,
+        eval_every=2,
+        best_includes_start=includes_start,
+    )
+    s = train(cfg)
+    assert s["best_step"] == best
+    assert s["tau_walk"] == {0: 2.5, 4: 2.0}[best]
+    st = json.loads((tmp_path / "run" / "state" / "state.json").read_text())
+    assert st["best_step"] == best  # what --resume continues from

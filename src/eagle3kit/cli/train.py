@@ -111,7 +111,16 @@ def register(app: typer.Typer) -> None:
         warmup: int = typer.Option(None, "--warmup", help="Warm-up steps (default 5% of steps)."),
         weight_decay: float = typer.Option(0.0, "--weight-decay"),
         grad_clip: float = typer.Option(1.0, "--grad-clip"),
-        heldout: float = typer.Option(0.05, "--heldout", help="Held-out fraction (by sample id)."),
+        heldout: float = typer.Option(
+            0.05,
+            "--heldout",
+            help="Validation fraction or count (by sample id): chooses RUN/best.",
+        ),
+        best_includes_start: bool = typer.Option(
+            False,
+            "--best-includes-start",
+            help="Let the starting weights (step 0) be RUN/best (default: trained steps only).",
+        ),
         eval_every: int = typer.Option(
             None, "--eval-every", help="Evaluate every N steps (default steps/10)."
         ),

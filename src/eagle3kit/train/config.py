@@ -39,7 +39,8 @@ class TrainConfig:
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    heldout: float = 0.05
+    heldout: float = 0.05  # the validation split: scored to choose RUN/best
+    best_includes_start: bool = False  # the starting weights (step 0) may be RUN/best
     eval_every: int | None = None  # default: steps // 10
     eval_samples: int = 64
     eval_batch: int = 8

@@ -9,9 +9,12 @@ One optimizer step (the loop reads top to bottom in `train`):
     clip to grad_clip; AdamW at lr(step)                  (config.lr_at)
 
 A step never waits on the device: the loss and the token count stay on it until a metric is
-due. Every `eval_every` steps (and at step 0 and N) the held-out split is scored
+due. Every `eval_every` steps (and at step 0 and N) the held-out split (the validation
+split: it chooses, so its figure for RUN/best reads high; report another set, `eval`) is scored
 (`acceptance.acceptance`); the checkpoint with the highest walked accept length `tau_walk`
-(not the lowest loss) is kept in RUN/best. Everything a step depends on (weights, AdamW
+(not the lowest loss) is kept in RUN/best. Step 0, the starting weights, is scored for the
+curve but is a candidate only with `best_includes_start` (else a warm start would report at
+least its starting point). Everything a step depends on (weights, AdamW
 moments, step, data position, RNG) is in RUN/state, so `--resume` after kill -9 gives the same
 final weights. The helpers take the one `Run` that holds a run's state between steps.
 """
@@ -215,7 +218,8 @@ def _evaluate(r: Run, loss: torch.Tensor, step_dir: bool) -> None:
 def _after_eval(r: Run, met: Acceptance, step_dir: bool) -> None:
     """Log one evaluation; keep RUN/best by tau_walk; save the state."""
     tensors = dist_.model_state(r.model)  # collective
-    if met.tau_walk > r.best_tau_walk:
+    candidate = r.step > 0 or r.cfg.best_includes_start
+    if candidate and met.tau_walk > r.best_tau_walk:
         r.best_step, r.best_tau_walk = r.step, met.tau_walk
         r.best_sim_accept_len = met.tau_every_position
         if r.d.main:
