@@ -1,7 +1,8 @@
 """Does training from the lossy feature store reach the τ of training on exact features?
 
     python benchmarks/bench_store_tau.py [--member dsv3-v1] [--size tiny|full]
-        [--seeds 0,1,2] [--steps 64] [--json benchmarks/results/store_tau-tiny.json]
+        [--seeds 0,1,2] [--steps 200] [--draft-vocab-size 256]
+        [--json benchmarks/results/store_tau-tiny.json]
 
 Three arms, each trained from scratch with the same settings and seeds, differing only in
 where the drafter's inputs and teacher come from:
@@ -11,7 +12,8 @@ where the drafter's inputs and teacher come from:
   the teacher's top-64 log-probs in fp16 (`train --features`);
 - store-full: the same fp8 aux with the whole draft vocabulary's teacher (topk=None): the
   top-K ablation.
-All three use the full target vocabulary as draft vocabulary, so nothing else differs. The
+All three use one draft vocabulary (the --draft-vocab-size most frequent answer tokens of
+DATA, `data.vocab_counts.draft_vocab`), so nothing else differs. The
 validation split (the same sample ids for DATA and its store) chooses RUN/best among trained
 steps; each RUN/best is then scored once on a test set of chat samples of the member's
 held-out files, with exact features (`measure.evaluate.evaluate_offline`). The table prints
@@ -36,7 +38,7 @@ from bench_warmstart import _test_score, zoo_data  # noqa: E402
 ARMS = ("exact", "store-top64", "store-full")
 
 
-def _stores(a, target: str, data: Path) -> dict[str, str]:
+def _stores(a, target: str, data: Path, vocab: Path) -> dict[str, str]:
     from eagle3kit.data.store import capture
     from eagle3kit.model.loading import load_target
 
@@ -45,14 +47,16 @@ def _stores(a, target: str, data: Path) -> dict[str, str]:
     try:
         for arm, topk in (("store-top64", 64), ("store-full", None)):
             p = Path(a.work) / f"{arm}-{a.size}"
-            capture(data, tm, p, topk=topk)  # resumable: a complete store is left as it is
+            capture(
+                data, tm, p, vocab=vocab, topk=topk
+            )  # resumable: a complete store is left as it is
             out[arm] = str(p)
     finally:
         tm.close()
     return out
 
 
-def _train(a, arm: str, seed: int, target: str, data: Path, stores: dict) -> dict:
+def _train(a, arm: str, seed: int, target: str, data: Path, stores: dict, vocab: Path) -> dict:
     from eagle3kit.train.loop import TrainConfig, train
 
     src = {"data": str(data)} if arm == "exact" else {"features": stores[arm]}
@@ -72,6 +76,7 @@ def _train(a, arm: str, seed: int, target: str, data: Path, stores: dict) -> dic
             lr=a.lr,
             eval_samples=a.eval_samples,
             heldout=a.heldout,
+            vocab=str(vocab),
             **src,
         )
     )
@@ -102,11 +107,15 @@ def run(a: argparse.Namespace) -> dict:
     test = load_eval_data(test_dir.parent / f"{test_dir.name}.jsonl", tm.tokenizer)
     tm.close()
     test.samples = test.samples[: a.test_samples]
-    stores = _stores(a, target, data)
+    from eagle3kit.data.vocab_counts import draft_vocab
+
+    vocab = Path(a.work) / f"vocab-{a.size}-{a.draft_vocab_size}.safetensors"
+    draft_vocab(data, a.draft_vocab_size, vocab)
+    stores = _stores(a, target, data, vocab)
     rows = []
     for seed in [int(x) for x in a.seeds.split(",")]:
         for arm in ARMS:
-            row = _train(a, arm, seed, target, data, stores)
+            row = _train(a, arm, seed, target, data, stores, vocab)
             row["test"] = _test_score(target, row.pop("best"), test, a.ttt_steps)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
@@ -140,10 +149,11 @@ def main() -> None:
     ap.add_argument("--work", default="/tmp/e3k_bench/store_tau")
     ap.add_argument("--files", type=int, default=400)
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--steps", type=int, default=64)
+    ap.add_argument("--steps", type=int, default=200)
+    ap.add_argument("--draft-vocab-size", type=int, default=256)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--max-len", type=int, default=256)
-    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--ttt-steps", type=int, default=4)
     ap.add_argument("--eval-samples", type=int, default=64, help="validation samples scored")
     ap.add_argument("--heldout", type=float, default=0.1, help="validation split of the data")

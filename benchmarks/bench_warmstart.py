@@ -1,7 +1,7 @@
 """Warm start vs from scratch on the v2 target (the K2 -> K2.5 hypothesis in miniature).
 
     python benchmarks/bench_warmstart.py run [--size tiny|full] [--sizes 64,128,256,512]
-        [--seeds 0,1,2] [--min-steps 32] [--json benchmarks/results/warmstart-tiny.json]
+        [--seeds 0,1,2] [--min-steps 200] [--json benchmarks/results/warmstart-tiny.json]
 
 For each data size n and seed, two runs on the v2 member that differ only in their start:
 (a) from scratch (the draft vocab built from the data, as large as the v1 drafter's) and
@@ -187,10 +187,10 @@ def main() -> None:
     r.add_argument("--sizes", default="64,128,256,512")
     r.add_argument("--seeds", default="0,1,2")
     r.add_argument("--epochs", type=float, default=2.0, help="passes over the n samples")
-    r.add_argument("--min-steps", type=int, default=32)
+    r.add_argument("--min-steps", type=int, default=200)
     r.add_argument("--batch", type=int, default=16)
     r.add_argument("--max-len", type=int, default=256)
-    r.add_argument("--lr", type=float, default=2e-3)
+    r.add_argument("--lr", type=float, default=3e-3)
     r.add_argument("--ttt-steps", type=int, default=4)
     r.add_argument("--eval-samples", type=int, default=64, help="validation samples scored")
     r.add_argument("--heldout", type=float, default=0.1, help="validation split of the data")
