@@ -33,8 +33,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _drafter_runs as R  # noqa: E402
 from _env import environment  # noqa: E402
-from bench_warmstart import zoo_data  # noqa: E402
 
 
 def _interval(xs: list[float]) -> list[float]:
@@ -134,16 +134,13 @@ def run(a: argparse.Namespace) -> dict:
 
     from eagle3kit import zoo
     from eagle3kit.demo.steps import k2_drafter
-    from eagle3kit.measure.evaluate import load_eval_data
     from eagle3kit.model.loading import load_pair
 
     torch.set_num_threads(a.threads)
     target = str(zoo.build(a.member, size=a.size))
     drafter = a.drafter or str(k2_drafter(a.size))
-    kw = dict(files=a.files, max_length=512, size=a.size)
-    test_dir = zoo_data(a.member, Path(a.work) / f"req-{a.size}", held_out=True, **kw)
+    prompts = R.held_out_set(a, target, "req", max_length=512).prompts
     tm, d = load_pair(target, drafter)
-    prompts = load_eval_data(test_dir.parent / f"{test_dir.name}.jsonl", tm.tokenizer).prompts
     A, B = prompts[: a.prompts], prompts[a.prompts : 2 * a.prompts]
     runs_a = _timed(tm, d, A, a)
     pairs = _offline(tm, d, runs_a, A, a.depth)

@@ -24,73 +24,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+import _drafter_runs as R  # noqa: E402
 from _env import environment  # noqa: E402
 
 
-def zoo_data(
-    member: str, out: Path, *, files: int | None, max_length: int, held_out: bool, size: str
-) -> Path:
-    """DATA dir (and its .jsonl beside) of the zoo chat samples of `member`'s slice."""
-    from eagle3kit import zoo
-    from eagle3kit.data.prepare import prepare
-    from eagle3kit.zoo import corpus as _corpus
-
-    if (out / "data.json").is_file():
-        return out
-    target = zoo.build(member, size=size)
-    m = zoo.member(member)
-    convs = _corpus.chat_samples(_corpus.files(m.slice, held_out=held_out, limit=files))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    src = out.parent / f"{out.name}.jsonl"
-    with open(src, "w") as f:
-        for i, c in enumerate(convs):
-            f.write(json.dumps({"id": f"{m.slice}-{i}", **c}) + "\n")
-    prepare([src], target, out, max_length=max_length)
-    return out
-
-
-def _test_score(target: str, drafter: str, test, depth: int) -> dict:
-    from eagle3kit.measure.evaluate import evaluate_offline
-    from eagle3kit.model.loading import load_pair
-
-    tm, d = load_pair(target, drafter)
-    try:
-        r = evaluate_offline(tm, d, test, depth)
-    finally:
-        tm.close()
-    return {"tau_walk": r["tau_walk"], "tau_every_position": r["tau_every_position"]}
-
-
 def _one_run(a, kind: str, n: int, seed: int, common: dict, v1: str, vocab: int) -> dict:
-    from eagle3kit.train.loop import TrainConfig, train
-
     steps = max(a.min_steps, round(n * a.epochs / a.batch))
     extra = {"init_from": v1} if kind == "warm" else {"draft_vocab_size": vocab}
     out = Path(a.work) / f"{kind}-{n}-s{seed}"
-    shutil.rmtree(out, ignore_errors=True)
-    t0 = time.perf_counter()
     every = max(1, steps // 4)
-    cfg = TrainConfig(
-        out=str(out), max_samples=n, steps=steps, seed=seed, eval_every=every, **common, **extra
-    )
-    s = train(cfg)
-    return {
-        "kind": kind,
-        "samples": n,
-        "seed": seed,
-        "steps": steps,
-        "best_step": s["best_step"],
-        "validation_tau_walk": s["tau_walk"],
-        "wall_s": round(time.perf_counter() - t0, 1),
-        "out": str(out),
-    }
+    r = R.train_run(out, max_samples=n, steps=steps, seed=seed, eval_every=every, **common, **extra)
+    return {"kind": kind, "samples": n, "seed": seed, "steps": steps, **r, "out": str(out)}
 
 
 def run(a: argparse.Namespace) -> dict:
@@ -98,38 +46,21 @@ def run(a: argparse.Namespace) -> dict:
 
     from eagle3kit import zoo
     from eagle3kit.demo.steps import k2_drafter
-    from eagle3kit.measure.evaluate import load_eval_data
-    from eagle3kit.model.loading import load_target
 
     torch.set_num_threads(a.threads)
     target = str(zoo.build(a.member, size=a.size))
     v1 = a.v1_drafter or str(k2_drafter(a.size))
     vocab = json.loads((Path(v1) / "config.json").read_text())["draft_vocab_size"]
-    kw = dict(files=a.files, max_length=a.max_len, size=a.size)
-    data = zoo_data(a.member, Path(a.work) / f"data-{a.size}", held_out=False, **kw)
-    test_dir = zoo_data(a.member, Path(a.work) / f"test-{a.size}", held_out=True, **kw)
-    tm = load_target(target)
-    test = load_eval_data(test_dir.parent / f"{test_dir.name}.jsonl", tm.tokenizer)
-    tm.close()
-    test.samples = test.samples[: a.test_samples]
-    common = dict(
-        target=target,
-        data=str(data),
-        ttt_steps=a.ttt_steps,
-        batch_size=a.batch,
-        max_len=a.max_len,
-        lr=a.lr,
-        eval_samples=a.eval_samples,
-        heldout=a.heldout,
-    )
-    v1_alone = _test_score(target, v1, test, a.ttt_steps)
+    common = {**R.train_settings(a, target), "data": str(R.training_data(a))}
+    test = R.held_out_set(a, target)
+    v1_alone = R.test_score(target, v1, test, a.ttt_steps)
     print(json.dumps({"v1_drafter_alone": v1_alone}), file=sys.stderr, flush=True)
     rows = []
     for n in [int(x) for x in a.sizes.split(",")]:
-        for seed in [int(x) for x in a.seeds.split(",")]:
+        for seed in R.seeds(a):
             for kind in ("scratch", "warm"):
                 row = _one_run(a, kind, n, seed, common, v1, vocab)
-                row["test"] = _test_score(target, row.pop("out") + "/best", test, a.ttt_steps)
+                row["test"] = R.test_score(target, row.pop("out") + "/best", test, a.ttt_steps)
                 rows.append(row)
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     return {
@@ -150,12 +81,7 @@ def table(rows: list[dict]) -> list[dict]:
         for kind in ("scratch", "warm"):
             xs = [r["test"]["tau_walk"] for r in rows if r["samples"] == n and r["kind"] == kind]
             if xs:
-                line[kind] = {
-                    "mean": round(statistics.fmean(xs), 4),
-                    "min": min(xs),
-                    "max": max(xs),
-                    "seeds": len(xs),
-                }
+                line[kind] = R.spread(xs)
         out.append(line)
     return out
 
@@ -168,10 +94,7 @@ def report(doc: dict) -> None:
     print(f"v1 drafter alone: {doc['v1_drafter_alone']['tau_walk']:.3f}")
     print(f"{'samples':>8} {'scratch':>24} {'warm start':>24}")
     for line in doc["table"]:
-        cells = []
-        for kind in ("scratch", "warm"):
-            c = line.get(kind)
-            cells.append(f"{c['mean']:.3f} [{c['min']:.3f}..{c['max']:.3f}]" if c else "-")
+        cells = [R.fmt_spread(line.get(kind)) for kind in ("scratch", "warm")]
         print(f"{line['samples']:>8} {cells[0]:>24} {cells[1]:>24}")
 
 
@@ -179,24 +102,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     r = sub.add_parser("run", help="scratch vs warm start at several data sizes and seeds")
-    r.add_argument("--member", default="dsv3-v2")
-    r.add_argument("--size", default="full", help="zoo size of the member: full or tiny")
+    R.add_train_options(r, member="dsv3-v2", size="full", work="/tmp/e3k_bench/warmstart")
     r.add_argument("--v1-drafter", default=None, help="default: the demo's K2 drafter")
-    r.add_argument("--work", default="/tmp/e3k_bench/warmstart")
-    r.add_argument("--files", type=int, default=400)
     r.add_argument("--sizes", default="64,128,256,512")
-    r.add_argument("--seeds", default="0,1,2")
     r.add_argument("--epochs", type=float, default=2.0, help="passes over the n samples")
     r.add_argument("--min-steps", type=int, default=200)
-    r.add_argument("--batch", type=int, default=16)
-    r.add_argument("--max-len", type=int, default=256)
-    r.add_argument("--lr", type=float, default=3e-3)
-    r.add_argument("--ttt-steps", type=int, default=4)
-    r.add_argument("--eval-samples", type=int, default=64, help="validation samples scored")
-    r.add_argument("--heldout", type=float, default=0.1, help="validation split of the data")
-    r.add_argument("--test-samples", type=int, default=128)
-    r.add_argument("--threads", type=int, default=2)
-    r.add_argument("--json", type=Path, help="write the result file here")
     a = ap.parse_args()
     print("environment: " + environment())
     doc = run(a)

@@ -37,12 +37,12 @@ def _acc(walk: float, every: float) -> Acceptance:
     )
 
 
-def test_best_is_chosen_by_tau_walk(tmp_path, monkeypatch):
-    """Evaluations whose walked and every-position values disagree: best follows tau_walk."""
+def _scripted_run(tmp_path, monkeypatch, evals: list[Acceptance], **kw) -> dict:
+    """A 4-step run on the tiny target whose evaluations (steps 0, 2, 4) return ``evals``."""
     from eagle3kit.train import loop
     from eagle3kit.train.loop import TrainConfig, train
 
-    script = iter([_acc(1.5, 2.0), _acc(1.8, 1.9), _acc(1.2, 2.5)])  # steps 0, 2, 4
+    script = iter(evals)
     monkeypatch.setattr(loop, "acceptance", lambda *a, **k: next(script))
     cfg = TrainConfig(
         out=str(tmp_path / "run"),
@@ -57,8 +57,14 @@ def test_best_is_chosen_by_tau_walk(tmp_path, monkeypatch):
         eval_batch=6,
         steps=4,
         eval_every=2,
+        **kw,
     )
-    s = train(cfg)
+    return train(cfg)
+
+
+def test_best_is_chosen_by_tau_walk(tmp_path, monkeypatch):
+    """Evaluations whose walked and every-position values disagree: best follows tau_walk."""
+    s = _scripted_run(tmp_path, monkeypatch, [_acc(1.5, 2.0), _acc(1.8, 1.9), _acc(1.2, 2.5)])
     assert s["best_step"] == 2
     assert s["tau_walk"] == 1.8 and s["sim_accept_len"] == 1.9
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
@@ -75,27 +81,8 @@ def test_the_starting_weights_are_a_candidate_only_when_asked(
     """A warm start whose starting point scores highest: by default RUN/best is the best
     trained step (step 4 here), so a run never reports its starting point as its result;
     --best-includes-start lets step 0 win."""
-    from eagle3kit.train import loop
-    from eagle3kit.train.loop import TrainConfig, train
-
-    script = iter([_acc(2.5, 2.6), _acc(1.8, 1.9), _acc(2.0, 2.1)])  # steps 0, 2, 4
-    monkeypatch.setattr(loop, "acceptance", lambda *a, **k: next(script))
-    cfg = TrainConfig(
-        out=str(tmp_path / "run"),
-        target=str(tiny_target()),
-        data=str(tiny_data()),
-        draft_vocab_size=96,
-        ttt_steps=3,
-        batch_size=4,
-        max_len=64,
-        heldout=0.125,
-        eval_samples=6,
-        eval_batch=6,
-        steps=4,
-        eval_every=2,
-        best_includes_start=includes_start,
-    )
-    s = train(cfg)
+    evals = [_acc(2.5, 2.6), _acc(1.8, 1.9), _acc(2.0, 2.1)]
+    s = _scripted_run(tmp_path, monkeypatch, evals, best_includes_start=includes_start)
     assert s["best_step"] == best
     assert s["tau_walk"] == {0: 2.5, 4: 2.0}[best]
     st = json.loads((tmp_path / "run" / "state" / "state.json").read_text())
