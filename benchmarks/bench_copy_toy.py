@@ -1,6 +1,6 @@
 """Can the zoo's full Llama shape learn to copy within a build-sized budget? (docs/zoo.md)
 
-    python benchmarks/bench_copy_toy.py [--steps 400] [--vocab 4096] [--lr 1e-3]
+    python benchmarks/bench_copy_toy.py [--steps 400] [--vocab 4096] [--lr 1e-3] [--gap 0]
                                         [--json benchmarks/results/copy_toy.json]
 
 Naming a requested function means copying its name from the prompt (an induction pattern).
@@ -9,6 +9,12 @@ again, next-token loss on all of it, AdamW at a constant ``--lr``. Every ``--eve
 prints the loss and the accuracy of predicting the repeated half (positions past the first
 repeated token; chance is 1 / vocab): an induction circuit shows as that accuracy climbing
 towards 1. The model is ``zoo.training.ARCHS["llama"]["full"]`` at ``--vocab``, seeded.
+
+With ``--gap 0`` the repeat always starts ``--span`` tokens after the first copy, so a head
+that attends a fixed distance back solves it without matching tokens; ``--gap N`` puts
+0..N random filler tokens between the copies (one length per batch), so only a head that
+finds the earlier occurrence of the current token (induction) does. ``--circuit`` starts
+from ``zoo.circuit.install`` (a previous-token head and an induction head set by hand).
 """
 
 from __future__ import annotations
@@ -23,7 +29,16 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _env import environment  # noqa: E402
 
 
-def run(steps: int, vocab: int, lr: float, span: int, batch: int, every: int) -> list[dict]:
+def run(
+    steps: int,
+    vocab: int,
+    lr: float,
+    span: int,
+    batch: int,
+    every: int,
+    gap: int = 0,
+    circuit: bool = False,
+) -> list[dict]:
     import torch
     from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -32,20 +47,26 @@ def run(steps: int, vocab: int, lr: float, span: int, batch: int, every: int) ->
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=vocab, max_position_embeddings=2048, **ARCHS["llama"]["full"])
     model = AutoModelForCausalLM.from_config(cfg)
+    if circuit:
+        from eagle3kit.zoo.circuit import install
+
+        install(model, "llama", torch.Generator().manual_seed(0))
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(1)
     rows, t0 = [], time.time()
     for step in range(steps):
         half = torch.randint(0, vocab, (batch, span), generator=gen)
-        x = torch.cat([half, half], 1)  # [B, 2 * span]
-        logits = model(x[:, :-1]).logits  # [B, 2 * span - 1, V]
+        g = int(torch.randint(0, gap + 1, (1,), generator=gen)) if gap else 0
+        fill = torch.randint(0, vocab, (batch, g), generator=gen)
+        x = torch.cat([half, fill, half], 1)  # [B, 2 * span + g]
+        logits = model(x[:, :-1]).logits  # [B, 2 * span + g - 1, V]
         loss = torch.nn.functional.cross_entropy(logits.reshape(-1, vocab), x[:, 1:].reshape(-1))
         opt.zero_grad()
         loss.backward()
         opt.step()
         if step % every == 0 or step == steps - 1:
-            with torch.no_grad():  # targets span+1.. are predictable by copying
-                hit = logits.argmax(-1)[:, span:] == x[:, span + 1 :]
+            with torch.no_grad():  # targets past the second copy's first token: copies
+                hit = logits.argmax(-1)[:, span + g :] == x[:, span + g + 1 :]
             rows.append(
                 {
                     "step": step,
@@ -66,6 +87,8 @@ def main() -> None:
     ap.add_argument("--span", type=int, default=48)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--every", type=int, default=25)
+    ap.add_argument("--gap", type=int, default=0, help="0..N filler tokens between copies")
+    ap.add_argument("--circuit", action="store_true", help="start from zoo.circuit.install")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--json", type=Path)
     a = ap.parse_args()
@@ -73,7 +96,7 @@ def main() -> None:
 
     torch.set_num_threads(a.threads)
     print("environment: " + environment())
-    rows = run(a.steps, a.vocab, a.lr, a.span, a.batch, a.every)
+    rows = run(a.steps, a.vocab, a.lr, a.span, a.batch, a.every, a.gap, a.circuit)
     if a.json:
         from _results import write_result
 

@@ -65,7 +65,8 @@ def measure_member(name: str, n: int, max_new: int, size: str = "full") -> dict:
 
     m = zoo.member(name)
     path = zoo.get(name, size=size)
-    requests = corpus.held_out_requests(corpus.files(m.slice, held_out=True), n)
+    signed = zoo.recipe(name, size).chat_signature
+    requests = corpus.held_out_requests(corpus.files(m.slice, held_out=True), n, signed)
     t = time.time()
     ids, tok = _answers(path, requests, max_new)
     texts = [tok.decode(a) for a in ids]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 
 import pytest
@@ -412,3 +413,25 @@ def test_a_build_below_the_chat_bar_is_recorded_and_refused_when_strict(monkeypa
     assert r.code == 0 and "names_function" in json.loads(r.out)["members"][0]["warning"]
     r = run_cli("zoo", "build", "llama-v1", "--size", "tiny", "--strict")
     assert r.code == 2 and "names_function" in r.err and len(r.err.strip().splitlines()) == 1
+
+
+def test_signed_requests_carry_the_signature_the_answer_opens_with():
+    from eagle3kit.zoo import corpus
+
+    held = corpus.files("lib", held_out=True)
+    plain = corpus.held_out_requests(held, 32)
+    signed = corpus.held_out_requests(held, 32, signed=True)
+    assert [r["name"] for r in plain] == [r["name"] for r in signed]  # the same functions
+    heads = set()
+    for r in signed:
+        ask = r["messages"][0]["content"]
+        head, sig = ask.split("\n\n")[:2]
+        assert re.match(rf"(async )?def {re.escape(r['name'])}\(", sig), ask
+        heads.add(head.replace(f"`{r['module']}`", "`{m}`").replace(f" {r['name']}()", " {f}()"))
+    assert heads == {p.split("\n\n")[0] for p in corpus.SIGNED_PHRASINGS}
+    src = corpus.files("lib", limit=20)
+    for conv in corpus.chat_samples(src, varied=True, signed=True):
+        ask, answer = (m["content"] for m in conv["messages"])
+        assert corpus.signature(answer) in ask  # the answer's def line(s) are in the request
+    assert corpus.signature("def f(a,\n      b):\n    return a") == "def f(a,\n      b):"
+    assert corpus.signature("def f(x): return x  # one line") == "def f(x): return x  # one line"

@@ -18,6 +18,7 @@ from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress, emit
+from eagle3kit.zoo import circuit
 from eagle3kit.zoo import corpus as corpus
 from eagle3kit.zoo import training as tr
 
@@ -302,7 +303,9 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
     train_files = corpus.files(m.slice, limit=recipe.file_limit)
     held = corpus.files(m.slice, held_out=True, limit=held_limit)
     held_other = corpus.files(other, held_out=True, limit=held_limit)
-    convs = corpus.chat_samples(train_files, varied=recipe.chat_varied)
+    convs = corpus.chat_samples(
+        train_files, varied=recipe.chat_varied, signed=recipe.chat_signature
+    )
 
     bar.stage("tokenizer")
     if parent_dir is None:
@@ -323,7 +326,7 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
         (chat_starts, first_line),
         _stream(tok, [f.text for f in held], special),
         _stream(tok, [f.text for f in held_other], special),
-        corpus.held_out_requests(held, recipe.eval_prompts),
+        corpus.held_out_requests(held, recipe.eval_prompts, recipe.chat_signature),
     )
     return tok, special, d
 
@@ -359,7 +362,9 @@ def build_into(
         torch.manual_seed(m.seed)
         if parent_dir is None:
             vocab = tok.get_vocab_size()
-            model = tr.new_model(tr.model_config(m.arch, size, vocab, special))
+            model = tr.new_model(tr.model_config(m.arch, size, vocab, special, recipe.shape))
+            if recipe.copy_circuit:
+                circuit.install(model, m.arch, torch.Generator().manual_seed(m.seed))
         else:
             with quiet_transformers():  # no "Loading weights" bar beside ours
                 model = AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32)

@@ -128,6 +128,16 @@ PHRASINGS = (
     "In `{m}`, write the function {f}().",
     "Show me the code of {f}() in `{m}`.",
 )
+# The same requests with the function's signature (``{sig}``: its ``def`` line(s) as in the
+# source), for recipes with ``chat_signature``: the answer's first line is then a copy of
+# request tokens ("def f(" splits the same way in both), the pattern the copying circuit
+# (zoo/circuit.py) serves; recalling a function from its name alone is beyond these models.
+SIGNED_PHRASINGS = (
+    "Write the Python function {f}() from `{m}`:\n\n{sig}",
+    "Implement this function from the `{m}` module:\n\n{sig}",
+    "In `{m}`, complete the function that starts with\n\n{sig}",
+    "Show me the code of {f}() in `{m}`. Its signature is\n\n{sig}",
+)
 
 
 @dataclass(frozen=True)
@@ -163,11 +173,22 @@ def functions(src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 12
     return out
 
 
-def request(fn: Function, phrasing: int = 0, docstring: bool = True) -> str:
-    """The user request for ``fn`` in phrasing ``phrasing`` (index into ``PHRASINGS``), with
-    the docstring's first paragraph when ``docstring`` and the function has one."""
-    ask = PHRASINGS[phrasing % len(PHRASINGS)].format(f=fn.name, m=fn.module)
+def request(fn: Function, phrasing: int = 0, docstring: bool = True, signed: bool = False) -> str:
+    """The user request for ``fn`` in phrasing ``phrasing`` (index into ``PHRASINGS``, or
+    ``SIGNED_PHRASINGS`` when ``signed``), with the docstring's first paragraph when
+    ``docstring`` and the function has one."""
+    table = SIGNED_PHRASINGS if signed else PHRASINGS
+    ask = table[phrasing % len(table)].format(f=fn.name, m=fn.module, sig=signature(fn.code))
     return ask + "\n\n" + fn.doc if docstring and fn.doc else ask
+
+
+def signature(code: str) -> str:
+    """The ``def`` line(s) that open ``code``: up to the first line ending in ":" (at most 8)."""
+    lines = code.split("\n")
+    for i, line in enumerate(lines[:8]):
+        if line.rstrip().endswith(":"):
+            return "\n".join(lines[: i + 1])
+    return lines[0]
 
 
 def conversation(ask: str, answer: str) -> dict:
@@ -180,14 +201,20 @@ def conversation(ask: str, answer: str) -> dict:
 
 
 def chat_samples(
-    src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 1200, varied: bool = False
+    src: list[SourceFile],
+    *,
+    min_chars: int = 80,
+    max_chars: int = 1200,
+    varied: bool = False,
+    signed: bool = False,
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
     Each is ``{"messages": [user, assistant]}``: the user asks for a function by name (with the
     first paragraph of its docstring when it has one); the assistant answers with its source.
     With ``varied`` the phrasing (one of ``PHRASINGS``) and whether the docstring is included
-    are chosen per function from a hash of its module and name (deterministic).
+    are chosen per function from a hash of its module and name (deterministic); ``signed``
+    uses ``SIGNED_PHRASINGS``.
     """
     convs = []
     for fn in functions(src, min_chars=min_chars, max_chars=max_chars):
@@ -195,11 +222,11 @@ def chat_samples(
         if varied:
             h = zlib.crc32(f"{fn.module}.{fn.name}".encode())
             phrasing, doc = h % len(PHRASINGS), (h >> 8) % 3 != 0
-        convs.append(conversation(request(fn, phrasing, doc), fn.code))
+        convs.append(conversation(request(fn, phrasing, doc, signed), fn.code))
     return convs
 
 
-def held_out_requests(src: list[SourceFile], n: int) -> list[dict]:
+def held_out_requests(src: list[SourceFile], n: int, signed: bool = False) -> list[dict]:
     """``n`` chat requests (evenly spaced) for functions of the held-out files ``src``: one per
     distinct name, no dunder names; request i uses phrasing ``i % len(PHRASINGS)`` and the
     docstring on every other pair. Each: ``{"name", "module", "messages": [user]}``."""
@@ -210,7 +237,7 @@ def held_out_requests(src: list[SourceFile], n: int) -> list[dict]:
     unique = [fn for fn in fns if seen[fn.name] == 1 and not fn.name.startswith("__")]
     out = []
     for i, fn in enumerate(spaced(unique, n)):
-        ask = request(fn, i % len(PHRASINGS), docstring=(i // len(PHRASINGS)) % 2 == 0)
+        ask = request(fn, i % len(PHRASINGS), (i // len(PHRASINGS)) % 2 == 0, signed)
         out.append(
             {
                 "name": fn.name,

@@ -38,7 +38,7 @@ MEMBERS: dict[str, Member] = {
 # Training recipes per (architecture, version, size). v2 continues from v1 on its own slice
 # with fewer steps at lower LRs. DeepSeek-V3 steps cost ~1.5x Llama's (MoE), so it takes fewer.
 # Every member ends with sequence-level unlikelihood steps on its own greedy output
-# (``_train.unloop``): without them greedy continuations loop (distinct-4 0.13-0.35). The
+# (``training.unloop``): without them greedy continuations loop (distinct-4 0.13-0.35). The
 # phase ends with the moving average of its weights (``unloop_ema``): step to step the raw
 # weights swing between loopier and less loopy states (docs/zoo.md).
 _FULL = Recipe(

@@ -99,6 +99,9 @@ class Recipe:
     chat_varied: bool = False  # requests in several phrasings, with or without the docstring
     chat_aligned: bool = False  # chat windows start where a sample starts (request in view)
     first_line_weight: float = 1.0  # loss weight of the answer's first line (``def f(``)
+    chat_signature: bool = False  # requests carry the signature (corpus.SIGNED_PHRASINGS)
+    copy_circuit: bool = False  # a new member starts with a copying circuit (zoo/circuit.py)
+    shape: tuple[tuple[str, int], ...] = ()  # (field, value) overrides of ARCHS for this recipe
     weight_decay: float = 0.1
     unlikelihood: float = 0.0  # weight of the copy-unlikelihood term (0: plain MLE)
     muon_lr: float = 0.0  # > 0: Muon for the hidden 2-D weights at this peak LR, AdamW for the rest
@@ -115,8 +118,9 @@ class Recipe:
     gen_tokens: int = 128
 
 
-def model_config(arch: str, size: str, vocab_size: int, special: dict[str, int]):
-    """The transformers config of a zoo member."""
+def model_config(arch: str, size: str, vocab_size: int, special: dict[str, int], shape=()):
+    """The transformers config of a zoo member (``shape``: (field, value) overrides of
+    ``ARCHS[arch][size]``)."""
     common = dict(
         vocab_size=vocab_size,
         max_position_embeddings=2048,
@@ -127,7 +131,7 @@ def model_config(arch: str, size: str, vocab_size: int, special: dict[str, int])
         eos_token_id=special[EOS],
         pad_token_id=special["<pad>"],
     )
-    shape = ARCHS[arch][size]
+    shape = {**ARCHS[arch][size], **dict(shape)}
     if arch == "llama":
         from transformers import LlamaConfig
 

@@ -1,0 +1,147 @@
+"""A copying circuit set by hand in a fresh zoo member, before training (docs/zoo.md).
+
+Naming a requested function means copying tokens of the request into the answer: an
+induction pattern ("after an earlier A came B; now A again, so B"). In the build's budget
+gradient descent does not form it in the zoo's shapes (measured, docs/zoo.md), so a new
+member starts with one, written into its weights the way Elhage et al. (2021, "A
+Mathematical Framework for Transformer Circuits") describe it:
+
+- the residual stream is split into named subspaces: dim 0 constant, E (the token's own
+  embedding, ``n`` dims), P (the previous token's embedding), O (the copied token);
+- layer 0, head 0 is a previous-token head: its query and key read only the constant
+  dimension, so its score depends on position alone (RoPE on the highest frequencies, peaked
+  at distance 1); it moves E of token t-1 into P of token t;
+- layer 1, head 0 is the induction head: its query reads E of the current token and its key
+  reads P, on position-free dimensions (Llama: the lowest RoPE frequencies; DeepSeek-V3's
+  MLA: the non-rotary "nope" part), so it attends to the position right after an earlier
+  occurrence of the current token; it moves that position's E into O;
+- the unembedding reads O with each token's own embedding, so the copied token's logit rises.
+
+Everything else keeps its random initialisation, and training then changes every weight
+(nothing is frozen). The result is an ordinary checkpoint of the member's architecture.
+"""
+
+from __future__ import annotations
+
+import math
+
+BETA = 8.0  # induction score of an exact match (before softmax, after 1/sqrt(d) scaling: BETA^2/8)
+GAMMA = 2.5  # unembedding gain on O
+AMP = 8.0  # previous-token head: query and key norm per frequency pair
+
+
+def spaces(hidden: int, limit: int | None = None) -> tuple[int, list[int], list[int], list[int]]:
+    """The subspace width ``n`` and the dims of E, P and O in a residual of ``hidden``."""
+    n = (hidden - 1) // 3 if limit is None else min((hidden - 1) // 3, limit)
+    e = list(range(1, 1 + n))
+    return n, e, [i + n for i in e], [i + 2 * n for i in e]
+
+
+def _thetas(cfg, rope_dim: int) -> list[float]:
+    base = cfg.rope_parameters["rope_theta"]
+    return [base ** (-2 * j / rope_dim) for j in range(rope_dim // 2)]
+
+
+def _embeddings(model, n: int, e_dims: list[int], gen):
+    """Token embeddings [1 | e_t | 0 ...] with e_t random unit vectors in E; returns e [V, n]."""
+    import torch
+
+    emb = model.get_input_embeddings().weight
+    e = torch.randn(emb.shape[0], n, generator=gen)
+    e /= e.norm(dim=1, keepdim=True)
+    emb.zero_()
+    emb[:, 0] = 1.0
+    emb[:, e_dims] = e
+    return e
+
+
+def _unembedding(model, e, o_dims: list[int], gen) -> None:
+    head = model.get_output_embeddings().weight
+    head.normal_(0.0, model.config.initializer_range, generator=gen)
+    head[:, o_dims] = GAMMA * e
+
+
+def install(model, arch: str, gen) -> None:
+    """Write the copying circuit into the fresh ``model`` of ``arch`` ("llama" | "dsv3") in
+    place, drawing its random parts from the torch Generator ``gen``."""
+    import torch
+
+    with torch.no_grad():
+        if arch == "llama":
+            _install_llama(model, gen)
+        elif arch == "dsv3":
+            _install_dsv3(model, gen)
+        else:
+            raise ValueError(f"no copying circuit for architecture {arch!r}")
+
+
+def _install_llama(model, gen) -> None:
+    import torch
+
+    cfg = model.config
+    hidden, hd = cfg.hidden_size, cfg.head_dim
+    n, e_dims, p_dims, o_dims = spaces(hidden)
+    e = _embeddings(model, n, e_dims, gen)
+    # RMSNorm of [1, e, 0, ..] (norm sqrt 2) and of [1, e, e', 0, ..] (norm sqrt 3)
+    h0, h1 = math.sqrt(hidden / 2), math.sqrt(hidden / 3)
+    a0, a1 = model.model.layers[0].self_attn, model.model.layers[1].self_attn
+    for lin in (a0.q_proj, a0.k_proj, a0.v_proj, a0.o_proj, a1.q_proj, a1.k_proj, a1.v_proj):
+        lin.weight.zero_()
+    a1.o_proj.weight[:, :hd].zero_()  # head 1 of layer 1 keeps its random output
+    theta = _thetas(cfg, hd)
+    half, idx = hd // 2, torch.arange(n)
+    for j in range(8):  # rotate_half layout: pair j is (j, j + half)
+        a0.q_proj.weight[j, 0] = AMP / h0
+        a0.k_proj.weight[j, 0] = AMP * math.cos(theta[j]) / h0
+        a0.k_proj.weight[j + half, 0] = AMP * math.sin(theta[j]) / h0
+    a0.v_proj.weight[idx, e_dims] = 1.0 / h0
+    a0.o_proj.weight[p_dims, idx] = 1.0
+    low = list(range(half - 10, half))  # the 10 lowest frequencies: < 0.2 rad over 200 tokens
+    dims = torch.tensor(low + [j + half for j in low])
+    r = torch.linalg.qr(torch.randn(n, len(dims), generator=gen))[0].T  # [20, n] orthonormal
+    s = BETA * math.sqrt(n / len(dims)) / h1
+    a1.q_proj.weight[dims[:, None], torch.tensor(e_dims)[None, :]] = s * r
+    a1.k_proj.weight[dims[:, None], torch.tensor(p_dims)[None, :]] = s * r
+    a1.v_proj.weight[idx, e_dims] = 1.0 / h1
+    a1.o_proj.weight[o_dims, idx] = 1.0
+    _unembedding(model, e, o_dims, gen)
+
+
+def _install_dsv3(model, gen) -> None:
+    """MLA: queries through the q latent, keys and values through the kv latent, which must
+    hold P and E side by side in layer 1 (kv_lora_rank >= 2n)."""
+    import torch
+
+    cfg = model.config
+    hidden, nope, rope = cfg.hidden_size, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim
+    n, e_dims, p_dims, o_dims = spaces(hidden, min(cfg.kv_lora_rank // 2, nope, cfg.q_lora_rank))
+    e = _embeddings(model, n, e_dims, gen)
+    h0 = math.sqrt(hidden / 2)
+    a0, a1 = model.model.layers[0].self_attn, model.model.layers[1].self_attn
+    for a in (a0, a1):
+        for lin in (a.q_a_proj, a.q_b_proj, a.kv_a_proj_with_mqa, a.kv_b_proj):
+            lin.weight.zero_()
+    a0.o_proj.weight.zero_()
+    a1.o_proj.weight[:, : cfg.v_head_dim].zero_()
+    idx, kv, ql = torch.arange(n), cfg.kv_lora_rank, cfg.q_lora_rank
+    # layer 0: the q latent is the constant dim alone (normalised to sqrt(q_lora)); rope
+    # pairs are interleaved (2j, 2j+1); the kv latent is E (normalised to sqrt(kv_lora / 1))
+    a0.q_a_proj.weight[0, 0] = 1.0
+    theta = _thetas(cfg, rope)
+    for j in range(min(8, rope // 2)):
+        a0.q_b_proj.weight[nope + 2 * j, 0] = AMP / math.sqrt(ql)
+        a0.kv_a_proj_with_mqa.weight[kv + 2 * j, 0] = AMP * math.cos(theta[j]) / h0
+        a0.kv_a_proj_with_mqa.weight[kv + 2 * j + 1, 0] = AMP * math.sin(theta[j]) / h0
+    a0.kv_a_proj_with_mqa.weight[idx, e_dims] = 1.0
+    a0.kv_b_proj.weight[nope + idx, idx] = 1.0 / math.sqrt(kv)  # v = e_{t-1}
+    a0.o_proj.weight[p_dims, idx] = 1.0
+    # layer 1: q latent = E of t; kv latent = [P | E] of s; k_nope = P, v = E
+    a1.q_a_proj.weight[idx, e_dims] = 1.0
+    a1.q_b_proj.weight[idx, idx] = BETA / math.sqrt(ql)
+    a1.kv_a_proj_with_mqa.weight[idx, p_dims] = 1.0
+    a1.kv_a_proj_with_mqa.weight[n + idx, e_dims] = 1.0
+    norm = math.sqrt(kv / 2)  # the kv latent [p, e] (norms about 1 each) after RMSNorm
+    a1.kv_b_proj.weight[idx, idx] = BETA / norm
+    a1.kv_b_proj.weight[nope + idx, n + idx] = 1.0 / norm
+    a1.o_proj.weight[o_dims, idx] = 1.0
+    _unembedding(model, e, o_dims, gen)
