@@ -11,22 +11,24 @@ from eagle3kit.zoo import circuit  # noqa: E402
 from eagle3kit.zoo import training as tr  # noqa: E402
 
 VOCAB = 1024
+KINDS = [("llama", 1), ("llama", 2), ("dsv3", 1)]
 
 
-def _model(arch: str, install: bool):
+def _model(arch: str, match: int, install: bool):
     torch.manual_seed(0)
-    cfg = tr.model_config(arch, "full", VOCAB, {"<s>": 0, "</s>": 1, "<pad>": 2})
+    shape = (("rope_theta", 1e6),) if match == 2 else ()
+    cfg = tr.model_config(arch, "full", VOCAB, {"<s>": 0, "</s>": 1, "<pad>": 2}, shape)
     cfg.num_hidden_layers = 3  # the circuit lives in layers 0 and 1; one more layer on top
     cfg._attn_implementation = "eager"  # attention weights are returned
     model = tr.new_model(cfg).eval()
     if install:
-        circuit.install(model, arch, torch.Generator().manual_seed(1))
+        circuit.install(model, arch, torch.Generator().manual_seed(1), match)
     return model
 
 
 def _copy_rows(n: int = 6):
     """Random tokens, a random span, random filler of random length, the span again: the
-    second copy (past its first token) is predictable only by copying."""
+    second copy (past its first two tokens) is predictable only by copying."""
     g = torch.Generator().manual_seed(2)
     rows = []
     for _ in range(n):
@@ -42,26 +44,33 @@ def _copy_accuracy(model) -> float:
     for x in _copy_rows():
         with torch.no_grad():
             pred = model(input_ids=x[None]).logits[0].argmax(-1)  # [T]
-        start = len(x) - 12  # the second copy
+        start = len(x) - 11  # the second copy's second token
         hits += int((pred[start : len(x) - 1] == x[start + 1 :]).sum())
-        total += 11
+        total += 10
     return hits / total
 
 
-@pytest.mark.parametrize("arch", ["llama", "dsv3"])
-def test_an_installed_circuit_copies_before_training(arch):
-    assert _copy_accuracy(_model(arch, install=True)) >= 0.9
-    assert _copy_accuracy(_model(arch, install=False)) <= 0.05  # chance is 1/1024
+@pytest.mark.parametrize(("arch", "match"), KINDS)
+def test_an_installed_circuit_copies_before_training(arch, match):
+    assert _copy_accuracy(_model(arch, match, install=True)) >= 0.9
+    assert _copy_accuracy(_model(arch, match, install=False)) <= 0.05  # chance is 1/1024
 
 
-@pytest.mark.parametrize("arch", ["llama", "dsv3"])
-def test_layer_0_head_0_attends_to_the_previous_token(arch):
+@pytest.mark.parametrize(("arch", "match"), KINDS)
+def test_layer_0_holds_the_previous_tokens(arch, match):
     x = _copy_rows(1)[0][None]
     with torch.no_grad():
-        att = _model(arch, install=True)(input_ids=x, output_attentions=True).attentions[0]
-    assert float(att[0, 0].diagonal(-1).mean()) >= 0.9  # [B, heads, T, T]: row t, column t-1
+        model = _model(arch, match, install=True)
+        att = model(input_ids=x, output_attentions=True).attentions[0][0]  # [heads, T, T]
+    assert float(att[0].diagonal(-1).mean()) >= 0.9  # head 0: row t on column t-1
+    if match == 2:
+        assert float(att[1].diagonal(-2).mean()) >= 0.9  # head 1: t-2
 
 
-def test_an_unknown_architecture_is_refused():
+def test_what_is_not_written_is_refused():
     with pytest.raises(ValueError, match="no copying circuit"):
         circuit.install(object(), "gpt2", torch.Generator())
+    with pytest.raises(ValueError, match="matching 2 tokens"):
+        circuit.install(object(), "dsv3", torch.Generator(), 2)
+    with pytest.raises(ValueError, match="rope_theta"):
+        circuit.install(_model("llama", 1, install=False), "llama", torch.Generator(), 2)

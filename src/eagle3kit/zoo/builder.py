@@ -364,7 +364,8 @@ def build_into(
             vocab = tok.get_vocab_size()
             model = tr.new_model(tr.model_config(m.arch, size, vocab, special, recipe.shape))
             if recipe.copy_circuit:
-                circuit.install(model, m.arch, torch.Generator().manual_seed(m.seed))
+                gen = torch.Generator().manual_seed(m.seed)
+                circuit.install(model, m.arch, gen, recipe.copy_circuit)
         else:
             with quiet_transformers():  # no "Loading weights" bar beside ours
                 model = AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32)

@@ -17,6 +17,11 @@ Mathematical Framework for Transformer Circuits") describe it:
   occurrence of the current token; it moves that position's E into O;
 - the unembedding reads O with each token's own embedding, so the copied token's logit rises.
 
+Matching one token copies after every earlier occurrence of the current token, so a repeated
+token feeds a loop. With ``match=2`` (Llama) layer 0's head 1 also moves token t-2 into a
+subspace Q and the induction head matches the pair (x_t, x_{t-1}) against (x_{s-1}, x_{s-2}):
+it copies where a two-token prefix recurs, which keeps a copied name on track.
+
 Everything else keeps its random initialisation, and training then changes every weight
 (nothing is frozen). The result is an ordinary checkpoint of the member's architecture.
 """
@@ -31,7 +36,8 @@ AMP = 8.0  # previous-token head: query and key norm per frequency pair
 
 
 def spaces(hidden: int, limit: int | None = None) -> tuple[int, list[int], list[int], list[int]]:
-    """The subspace width ``n`` and the dims of E, P and O in a residual of ``hidden``."""
+    """The subspace width ``n`` and the dims of E, P and O in a residual of ``hidden``
+    (one-token matching)."""
     n = (hidden - 1) // 3 if limit is None else min((hidden - 1) // 3, limit)
     e = list(range(1, 1 + n))
     return n, e, [i + n for i in e], [i + 2 * n for i in e]
@@ -61,18 +67,24 @@ def _unembedding(model, e, o_dims: list[int], gen) -> None:
     head[:, o_dims] = GAMMA * e
 
 
-def install(model, arch: str, gen) -> None:
+def install(model, arch: str, gen, match: int = 1) -> None:
     """Write the copying circuit into the fresh ``model`` of ``arch`` ("llama" | "dsv3") in
-    place, drawing its random parts from the torch Generator ``gen``."""
+    place, drawing its random parts from the torch Generator ``gen``. ``match``: how many
+    tokens the induction head matches, 1 (the current one) or 2 (it and the one before, Llama
+    only: it needs a second previous-token head and 32 position-free query dims, so
+    ``rope_theta`` 1e6)."""
     import torch
 
+    known = {("llama", 1), ("llama", 2), ("dsv3", 1)}
+    if (arch, match) not in known:
+        raise ValueError(f"no copying circuit for architecture {arch!r} matching {match} tokens")
     with torch.no_grad():
-        if arch == "llama":
-            _install_llama(model, gen)
-        elif arch == "dsv3":
+        if arch == "dsv3":
             _install_dsv3(model, gen)
+        elif match == 1:
+            _install_llama(model, gen)
         else:
-            raise ValueError(f"no copying circuit for architecture {arch!r}")
+            _install_llama2(model, gen)
 
 
 def _install_llama(model, gen) -> None:
@@ -143,5 +155,48 @@ def _install_dsv3(model, gen) -> None:
     norm = math.sqrt(kv / 2)  # the kv latent [p, e] (norms about 1 each) after RMSNorm
     a1.kv_b_proj.weight[idx, idx] = BETA / norm
     a1.kv_b_proj.weight[nope + idx, n + idx] = 1.0 / norm
+    a1.o_proj.weight[o_dims, idx] = 1.0
+    _unembedding(model, e, o_dims, gen)
+
+
+def _install_llama2(model, gen) -> None:
+    """Two-token matching: layer 0's head 1 moves E of t-2 into Q; layer 1's head 0 matches
+    (x_t, x_{t-1}) against (x_{s-1}, x_{s-2}), half of its position-free dims for each."""
+    import torch
+
+    cfg = model.config
+    hidden, hd = cfg.hidden_size, cfg.head_dim
+    n = (hidden - 1) // 4
+    e_dims = list(range(1, 1 + n))
+    p_dims, q_dims, o_dims = ([i + k * n for i in e_dims] for k in (1, 2, 3))
+    e = _embeddings(model, n, e_dims, gen)
+    h0, h1 = math.sqrt(hidden / 2), math.sqrt(hidden / 4)  # [1, e, ...] then [1, e, p, q]
+    a0, a1 = model.model.layers[0].self_attn, model.model.layers[1].self_attn
+    for lin in (a0.q_proj, a0.k_proj, a0.v_proj, a0.o_proj, a1.q_proj, a1.k_proj, a1.v_proj):
+        lin.weight.zero_()
+    a1.o_proj.weight[:, :hd].zero_()
+    theta = _thetas(cfg, hd)
+    half, idx = hd // 2, torch.arange(n)
+    for j in range(8):  # head 0 peaks at distance 1; head 1's query turned back by theta: 2
+        a0.q_proj.weight[j, 0] = AMP / h0
+        a0.q_proj.weight[hd + j, 0] = AMP * math.cos(theta[j]) / h0
+        a0.q_proj.weight[hd + j + half, 0] = -AMP * math.sin(theta[j]) / h0
+        a0.k_proj.weight[j, 0] = AMP * math.cos(theta[j]) / h0
+        a0.k_proj.weight[j + half, 0] = AMP * math.sin(theta[j]) / h0
+    a0.v_proj.weight[idx, e_dims] = 1.0 / h0
+    a0.o_proj.weight[p_dims, idx] = 1.0
+    a0.o_proj.weight[q_dims, hd + idx] = 1.0
+    low = [j for j in range(half) if theta[j] < 2e-3]  # < 0.4 rad over 200 tokens
+    if len(low) < 16:  # 16 pairs: two 16-dim matches
+        raise ValueError(f"two-token copying needs 16 slow RoPE pairs (rope_theta 1e6): {len(low)}")
+    dims = torch.tensor(low + [j + half for j in low])
+    k = len(dims) // 2
+    pairs = ((dims[:k], e_dims, p_dims), (dims[k:], p_dims, q_dims))  # (dims, query, key)
+    for d, q_from, k_from in pairs:
+        r = torch.linalg.qr(torch.randn(n, len(d), generator=gen))[0].T  # orthonormal rows
+        s = BETA * math.sqrt(n / len(d)) / h1
+        a1.q_proj.weight[d[:, None], torch.tensor(q_from)[None, :]] = s * r
+        a1.k_proj.weight[d[:, None], torch.tensor(k_from)[None, :]] = s * r
+    a1.v_proj.weight[idx, e_dims] = 1.0 / h1
     a1.o_proj.weight[o_dims, idx] = 1.0
     _unembedding(model, e, o_dims, gen)

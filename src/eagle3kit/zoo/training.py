@@ -100,7 +100,9 @@ class Recipe:
     chat_aligned: bool = False  # chat windows start where a sample starts (request in view)
     first_line_weight: float = 1.0  # loss weight of the answer's first line (``def f(``)
     chat_signature: bool = False  # requests carry the signature (corpus.SIGNED_PHRASINGS)
-    copy_circuit: bool = False  # a new member starts with a copying circuit (zoo/circuit.py)
+    copy_circuit: int = (
+        0  # > 0: start with a copying circuit matching this many tokens (circuit.py)
+    )
     shape: tuple[tuple[str, int], ...] = ()  # (field, value) overrides of ARCHS for this recipe
     weight_decay: float = 0.1
     unlikelihood: float = 0.0  # weight of the copy-unlikelihood term (0: plain MLE)
@@ -131,14 +133,14 @@ def model_config(arch: str, size: str, vocab_size: int, special: dict[str, int],
         eos_token_id=special[EOS],
         pad_token_id=special["<pad>"],
     )
-    shape = {**ARCHS[arch][size], **dict(shape)}
+    shape = {"rope_theta": 10000.0, **ARCHS[arch][size], **dict(shape)}
     if arch == "llama":
         from transformers import LlamaConfig
 
-        return LlamaConfig(**common, **shape, rope_theta=10000.0)
+        return LlamaConfig(**common, **shape)
     from transformers import DeepseekV3Config
 
-    cfg = DeepseekV3Config(**common, **shape, rope_theta=10000.0, num_nextn_predict_layers=0)
+    cfg = DeepseekV3Config(**common, **shape, num_nextn_predict_layers=0)
     cfg.architectures = ["DeepseekV3ForCausalLM"]
     return cfg
 
