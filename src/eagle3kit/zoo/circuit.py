@@ -35,10 +35,10 @@ GAMMA = 2.5  # unembedding gain on O
 AMP = 8.0  # previous-token head: query and key norm per frequency pair
 
 
-def spaces(hidden: int, limit: int | None = None) -> tuple[int, list[int], list[int], list[int]]:
+def spaces(hidden: int) -> tuple[int, list[int], list[int], list[int]]:
     """The subspace width ``n`` and the dims of E, P and O in a residual of ``hidden``
     (one-token matching)."""
-    n = (hidden - 1) // 3 if limit is None else min((hidden - 1) // 3, limit)
+    n = (hidden - 1) // 3
     e = list(range(1, 1 + n))
     return n, e, [i + n for i in e], [i + 2 * n for i in e]
 
@@ -70,17 +70,17 @@ def _unembedding(model, e, o_dims: list[int], gen) -> None:
 def install(model, arch: str, gen, match: int = 1) -> None:
     """Write the copying circuit into the fresh ``model`` of ``arch`` ("llama" | "dsv3") in
     place, drawing its random parts from the torch Generator ``gen``. ``match``: how many
-    tokens the induction head matches, 1 (the current one) or 2 (it and the one before, Llama
-    only: it needs a second previous-token head and 32 position-free query dims, so
-    ``rope_theta`` 1e6)."""
+    tokens the induction head matches, 1 (the current one) or 2 (it and the one before; Llama
+    needs ``rope_theta`` 1e6 for enough position-free query dims, DeepSeek-V3
+    ``kv_lora_rank`` 96 for three subspaces in the kv latent)."""
     import torch
 
-    known = {("llama", 1), ("llama", 2), ("dsv3", 1)}
+    known = {("llama", 1), ("llama", 2), ("dsv3", 1), ("dsv3", 2)}
     if (arch, match) not in known:
         raise ValueError(f"no copying circuit for architecture {arch!r} matching {match} tokens")
     with torch.no_grad():
         if arch == "dsv3":
-            _install_dsv3(model, gen)
+            _install_dsv3(model, gen, match)
         elif match == 1:
             _install_llama(model, gen)
         else:
@@ -119,44 +119,82 @@ def _install_llama(model, gen) -> None:
     _unembedding(model, e, o_dims, gen)
 
 
-def _install_dsv3(model, gen) -> None:
+def _install_dsv3(model, gen, match: int) -> None:
     """MLA: queries through the q latent, keys and values through the kv latent, which must
-    hold P and E side by side in layer 1 (kv_lora_rank >= 2n)."""
+    hold the key's subspaces and E side by side in layer 1 (kv_lora_rank >= (match + 1) n)."""
     import torch
 
     cfg = model.config
-    hidden, nope, rope = cfg.hidden_size, cfg.qk_nope_head_dim, cfg.qk_rope_head_dim
-    n, e_dims, p_dims, o_dims = spaces(hidden, min(cfg.kv_lora_rank // 2, nope, cfg.q_lora_rank))
+    hidden, nope = cfg.hidden_size, cfg.qk_nope_head_dim
+    kv, ql = cfg.kv_lora_rank, cfg.q_lora_rank
+    n = min((hidden - 1) // (match + 2), kv // (match + 1), ql // match, nope)
+    e_dims = list(range(1, 1 + n))
+    prev = [[i + k * n for i in e_dims] for k in range(1, match + 1)]  # P (t-1), Q (t-2)
+    o_dims = [i + (match + 1) * n for i in e_dims]
     e = _embeddings(model, n, e_dims, gen)
-    h0 = math.sqrt(hidden / 2)
     a0, a1 = model.model.layers[0].self_attn, model.model.layers[1].self_attn
     for a in (a0, a1):
         for lin in (a.q_a_proj, a.q_b_proj, a.kv_a_proj_with_mqa, a.kv_b_proj):
             lin.weight.zero_()
     a0.o_proj.weight.zero_()
     a1.o_proj.weight[:, : cfg.v_head_dim].zero_()
-    idx, kv, ql = torch.arange(n), cfg.kv_lora_rank, cfg.q_lora_rank
-    # layer 0: the q latent is the constant dim alone (normalised to sqrt(q_lora)); rope
-    # pairs are interleaved (2j, 2j+1); the kv latent is E (normalised to sqrt(kv_lora / 1))
+    _dsv3_previous_heads(a0, cfg, n, e_dims, prev)
+    # layer 1: q latent = [E, P..] of t; kv latent = [P, Q.., E] of s; the query part for
+    # each earlier token matches the key part one token further back; v = E of s
+    idx = torch.arange(n)
+    q_from = [e_dims, *prev[:-1]]
+    for k, dims in enumerate(q_from):
+        a1.q_a_proj.weight[k * n + idx, dims] = 1.0
+    for k, dims in enumerate([*prev, e_dims]):
+        a1.kv_a_proj_with_mqa.weight[k * n + idx, dims] = 1.0
+    q_norm, kv_norm = math.sqrt(ql / match), math.sqrt(kv / (match + 1))  # after RMSNorm
+    width = nope // match
+    for k in range(match):
+        r = (
+            torch.eye(n)
+            if match == 1
+            else torch.linalg.qr(torch.randn(n, width, generator=gen))[0].T
+        )
+        gain = BETA * math.sqrt(n / r.shape[0])
+        rows = k * width + torch.arange(r.shape[0])
+        a1.q_b_proj.weight[rows[:, None], (k * n + idx)[None, :]] = gain * r / q_norm
+        a1.kv_b_proj.weight[rows[:, None], (k * n + idx)[None, :]] = gain * r / kv_norm
+    a1.kv_b_proj.weight[nope + idx, match * n + idx] = 1.0 / kv_norm
+    a1.o_proj.weight[o_dims, idx] = 1.0
+    _unembedding(model, e, o_dims, gen)
+
+
+def _dsv3_previous_heads(a0, cfg, n: int, e_dims: list[int], prev: list[list[int]]) -> None:
+    """Layer 0: head h (h = 0, 1, ..) moves E of token t-1-h into ``prev[h]``. The q latent is
+    the constant dim alone (normalised to sqrt(q_lora)); rope pairs are interleaved (2j,
+    2j+1), head h's query turned back by h theta; the kv latent is E (normalised to
+    sqrt(kv_lora))."""
+    import torch
+
+    nope, rope, kv, ql = (
+        cfg.qk_nope_head_dim,
+        cfg.qk_rope_head_dim,
+        cfg.kv_lora_rank,
+        cfg.q_lora_rank,
+    )
+    head_q, head_kv = nope + rope, nope + cfg.v_head_dim
+    h0, idx = math.sqrt(cfg.hidden_size / 2), torch.arange(n)
     a0.q_a_proj.weight[0, 0] = 1.0
     theta = _thetas(cfg, rope)
     for j in range(min(8, rope // 2)):
-        a0.q_b_proj.weight[nope + 2 * j, 0] = AMP / math.sqrt(ql)
+        for h in range(len(prev)):
+            a0.q_b_proj.weight[h * head_q + nope + 2 * j, 0] = (
+                AMP * math.cos(h * theta[j]) / math.sqrt(ql)
+            )
+            a0.q_b_proj.weight[h * head_q + nope + 2 * j + 1, 0] = (
+                -AMP * math.sin(h * theta[j]) / math.sqrt(ql)
+            )
         a0.kv_a_proj_with_mqa.weight[kv + 2 * j, 0] = AMP * math.cos(theta[j]) / h0
         a0.kv_a_proj_with_mqa.weight[kv + 2 * j + 1, 0] = AMP * math.sin(theta[j]) / h0
     a0.kv_a_proj_with_mqa.weight[idx, e_dims] = 1.0
-    a0.kv_b_proj.weight[nope + idx, idx] = 1.0 / math.sqrt(kv)  # v = e_{t-1}
-    a0.o_proj.weight[p_dims, idx] = 1.0
-    # layer 1: q latent = E of t; kv latent = [P | E] of s; k_nope = P, v = E
-    a1.q_a_proj.weight[idx, e_dims] = 1.0
-    a1.q_b_proj.weight[idx, idx] = BETA / math.sqrt(ql)
-    a1.kv_a_proj_with_mqa.weight[idx, p_dims] = 1.0
-    a1.kv_a_proj_with_mqa.weight[n + idx, e_dims] = 1.0
-    norm = math.sqrt(kv / 2)  # the kv latent [p, e] (norms about 1 each) after RMSNorm
-    a1.kv_b_proj.weight[idx, idx] = BETA / norm
-    a1.kv_b_proj.weight[nope + idx, n + idx] = 1.0 / norm
-    a1.o_proj.weight[o_dims, idx] = 1.0
-    _unembedding(model, e, o_dims, gen)
+    for h, dims in enumerate(prev):
+        a0.kv_b_proj.weight[h * head_kv + nope + idx, idx] = 1.0 / math.sqrt(kv)  # v = e
+        a0.o_proj.weight[dims, h * cfg.v_head_dim + idx] = 1.0
 
 
 def _install_llama2(model, gen) -> None:
