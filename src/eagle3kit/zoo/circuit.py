@@ -35,14 +35,6 @@ GAMMA = 2.5  # unembedding gain on O
 AMP = 8.0  # previous-token head: query and key norm per frequency pair
 
 
-def spaces(hidden: int) -> tuple[int, list[int], list[int], list[int]]:
-    """The subspace width ``n`` and the dims of E, P and O in a residual of ``hidden``
-    (one-token matching)."""
-    n = (hidden - 1) // 3
-    e = list(range(1, 1 + n))
-    return n, e, [i + n for i in e], [i + 2 * n for i in e]
-
-
 def _thetas(cfg, rope_dim: int) -> list[float]:
     base = cfg.rope_parameters["rope_theta"]
     return [base ** (-2 * j / rope_dim) for j in range(rope_dim // 2)]
@@ -81,39 +73,56 @@ def install(model, arch: str, gen, match: int = 1) -> None:
     with torch.no_grad():
         if arch == "dsv3":
             _install_dsv3(model, gen, match)
-        elif match == 1:
-            _install_llama(model, gen)
         else:
-            _install_llama2(model, gen)
+            _install_llama(model, gen, match)
 
 
-def _install_llama(model, gen) -> None:
+def _install_llama(model, gen, match: int) -> None:
+    """Layer 0's head h moves E of token t-1-h into P (h = 0) or Q (h = 1); layer 1's head 0
+    matches (x_t, .., x_{t+1-match}) against (x_{s-1}, .., x_{s-match}) on the slowest RoPE
+    pairs, an equal share of them per token."""
     import torch
 
     cfg = model.config
     hidden, hd = cfg.hidden_size, cfg.head_dim
-    n, e_dims, p_dims, o_dims = spaces(hidden)
+    n = (hidden - 1) // (match + 2)
+    e_dims = list(range(1, 1 + n))
+    prev = [[i + k * n for i in e_dims] for k in range(1, match + 1)]  # P (t-1), Q (t-2)
+    o_dims = [i + (match + 1) * n for i in e_dims]
     e = _embeddings(model, n, e_dims, gen)
-    # RMSNorm of [1, e, 0, ..] (norm sqrt 2) and of [1, e, e', 0, ..] (norm sqrt 3)
-    h0, h1 = math.sqrt(hidden / 2), math.sqrt(hidden / 3)
+    # RMSNorm of [1, e, 0, ..] (norm sqrt 2) and of [1, e, p, (q,) 0, ..] (norm sqrt(match + 2))
+    h0, h1 = math.sqrt(hidden / 2), math.sqrt(hidden / (match + 2))
     a0, a1 = model.model.layers[0].self_attn, model.model.layers[1].self_attn
     for lin in (a0.q_proj, a0.k_proj, a0.v_proj, a0.o_proj, a1.q_proj, a1.k_proj, a1.v_proj):
         lin.weight.zero_()
     a1.o_proj.weight[:, :hd].zero_()  # head 1 of layer 1 keeps its random output
     theta = _thetas(cfg, hd)
     half, idx = hd // 2, torch.arange(n)
-    for j in range(8):  # rotate_half layout: pair j is (j, j + half)
-        a0.q_proj.weight[j, 0] = AMP / h0
+    for j in range(8):  # rotate_half layout: pair j is (j, j + half); head h turned back h theta
+        for h in range(match):
+            a0.q_proj.weight[h * hd + j, 0] = AMP * math.cos(h * theta[j]) / h0
+            a0.q_proj.weight[h * hd + j + half, 0] = -AMP * math.sin(h * theta[j]) / h0
         a0.k_proj.weight[j, 0] = AMP * math.cos(theta[j]) / h0
         a0.k_proj.weight[j + half, 0] = AMP * math.sin(theta[j]) / h0
     a0.v_proj.weight[idx, e_dims] = 1.0 / h0
-    a0.o_proj.weight[p_dims, idx] = 1.0
-    low = list(range(half - 10, half))  # the 10 lowest frequencies: < 0.2 rad over 200 tokens
+    for h, dims in enumerate(prev):
+        a0.o_proj.weight[dims, h * hd + idx] = 1.0
+    if match == 1:
+        low = list(range(half - 10, half))  # the 10 slowest pairs: < 0.2 rad over 200 tokens
+    else:
+        low = [j for j in range(half) if theta[j] < 2e-3]  # < 0.4 rad over 200 tokens
+        if len(low) < 16:  # 16 pairs: two 16-dim matches
+            raise ValueError(
+                f"two-token copying needs 16 slow RoPE pairs (rope_theta 1e6): {len(low)}"
+            )
     dims = torch.tensor(low + [j + half for j in low])
-    r = torch.linalg.qr(torch.randn(n, len(dims), generator=gen))[0].T  # [20, n] orthonormal
-    s = BETA * math.sqrt(n / len(dims)) / h1
-    a1.q_proj.weight[dims[:, None], torch.tensor(e_dims)[None, :]] = s * r
-    a1.k_proj.weight[dims[:, None], torch.tensor(p_dims)[None, :]] = s * r
+    k = len(dims) // match
+    for m, (q_from, k_from) in enumerate(zip([e_dims, *prev[:-1]], prev, strict=True)):
+        d = dims[m * k : (m + 1) * k]
+        r = torch.linalg.qr(torch.randn(n, len(d), generator=gen))[0].T  # orthonormal rows
+        s = BETA * math.sqrt(n / len(d)) / h1
+        a1.q_proj.weight[d[:, None], torch.tensor(q_from)[None, :]] = s * r
+        a1.k_proj.weight[d[:, None], torch.tensor(k_from)[None, :]] = s * r
     a1.v_proj.weight[idx, e_dims] = 1.0 / h1
     a1.o_proj.weight[o_dims, idx] = 1.0
     _unembedding(model, e, o_dims, gen)
@@ -195,46 +204,3 @@ def _dsv3_previous_heads(a0, cfg, n: int, e_dims: list[int], prev: list[list[int
     for h, dims in enumerate(prev):
         a0.kv_b_proj.weight[h * head_kv + nope + idx, idx] = 1.0 / math.sqrt(kv)  # v = e
         a0.o_proj.weight[dims, h * cfg.v_head_dim + idx] = 1.0
-
-
-def _install_llama2(model, gen) -> None:
-    """Two-token matching: layer 0's head 1 moves E of t-2 into Q; layer 1's head 0 matches
-    (x_t, x_{t-1}) against (x_{s-1}, x_{s-2}), half of its position-free dims for each."""
-    import torch
-
-    cfg = model.config
-    hidden, hd = cfg.hidden_size, cfg.head_dim
-    n = (hidden - 1) // 4
-    e_dims = list(range(1, 1 + n))
-    p_dims, q_dims, o_dims = ([i + k * n for i in e_dims] for k in (1, 2, 3))
-    e = _embeddings(model, n, e_dims, gen)
-    h0, h1 = math.sqrt(hidden / 2), math.sqrt(hidden / 4)  # [1, e, ...] then [1, e, p, q]
-    a0, a1 = model.model.layers[0].self_attn, model.model.layers[1].self_attn
-    for lin in (a0.q_proj, a0.k_proj, a0.v_proj, a0.o_proj, a1.q_proj, a1.k_proj, a1.v_proj):
-        lin.weight.zero_()
-    a1.o_proj.weight[:, :hd].zero_()
-    theta = _thetas(cfg, hd)
-    half, idx = hd // 2, torch.arange(n)
-    for j in range(8):  # head 0 peaks at distance 1; head 1's query turned back by theta: 2
-        a0.q_proj.weight[j, 0] = AMP / h0
-        a0.q_proj.weight[hd + j, 0] = AMP * math.cos(theta[j]) / h0
-        a0.q_proj.weight[hd + j + half, 0] = -AMP * math.sin(theta[j]) / h0
-        a0.k_proj.weight[j, 0] = AMP * math.cos(theta[j]) / h0
-        a0.k_proj.weight[j + half, 0] = AMP * math.sin(theta[j]) / h0
-    a0.v_proj.weight[idx, e_dims] = 1.0 / h0
-    a0.o_proj.weight[p_dims, idx] = 1.0
-    a0.o_proj.weight[q_dims, hd + idx] = 1.0
-    low = [j for j in range(half) if theta[j] < 2e-3]  # < 0.4 rad over 200 tokens
-    if len(low) < 16:  # 16 pairs: two 16-dim matches
-        raise ValueError(f"two-token copying needs 16 slow RoPE pairs (rope_theta 1e6): {len(low)}")
-    dims = torch.tensor(low + [j + half for j in low])
-    k = len(dims) // 2
-    pairs = ((dims[:k], e_dims, p_dims), (dims[k:], p_dims, q_dims))  # (dims, query, key)
-    for d, q_from, k_from in pairs:
-        r = torch.linalg.qr(torch.randn(n, len(d), generator=gen))[0].T  # orthonormal rows
-        s = BETA * math.sqrt(n / len(d)) / h1
-        a1.q_proj.weight[d[:, None], torch.tensor(q_from)[None, :]] = s * r
-        a1.k_proj.weight[d[:, None], torch.tensor(k_from)[None, :]] = s * r
-    a1.v_proj.weight[idx, e_dims] = 1.0 / h1
-    a1.o_proj.weight[o_dims, idx] = 1.0
-    _unembedding(model, e, o_dims, gen)
