@@ -100,16 +100,18 @@ def _parse_set(items: list[str]) -> dict:
     return out
 
 
-def phases(name: str, overrides: dict) -> dict:
+def phases(name: str, overrides: dict, keep: Path | None = None, parent: Path | None = None):
     """Without overrides the member is built into the cache (``zoo.build``, bar checked);
-    with them, into a temp dir (bar not checked)."""
+    with them, into ``keep`` (kept) or a temp dir (bar not checked), continuing from
+    ``parent`` (a v2 candidate's own v1 candidate) or the cached parent."""
     from eagle3kit import zoo
     from eagle3kit.core.errors import Eagle3Error
     from eagle3kit.zoo.builder import build_into, chat_eval
 
     m = zoo.member(name)
     recipe = replace(zoo.recipe(name), **overrides)
-    parent = zoo.get(m.parent) if m.parent else None
+    if m.parent and parent is None:
+        parent = zoo.get(m.parent)
     rows: dict = {}
 
     def on_phase(phase, model, tok, special, d):
@@ -127,8 +129,9 @@ def phases(name: str, overrides: dict) -> dict:
             return {"member": name, "phases": rows, "error": str(e)}
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            build_into(m, "full", recipe, Path(tmp) / name, parent, None, on_phase)
-            doc = json.loads((Path(tmp) / name / zoo.MANIFEST).read_text())
+            out = keep or Path(tmp) / name
+            build_into(m, "full", recipe, out, parent, None, on_phase)
+            doc = json.loads((out / zoo.MANIFEST).read_text())
     met = doc["metrics"]
     return {
         "member": name,
@@ -160,6 +163,8 @@ def main() -> None:
     ap.add_argument("--size", default="full", help="full, or tiny (a smoke test)")
     ap.add_argument("--phases", default=None, help="a member: measure after each build phase")
     ap.add_argument("--set", action="append", default=[], help="recipe override field=value")
+    ap.add_argument("--keep", type=Path, default=None, help="with --set: build into this dir")
+    ap.add_argument("--parent", type=Path, default=None, help="with --set: the v2's parent dir")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
@@ -168,7 +173,7 @@ def main() -> None:
     torch.set_num_threads(2)
     print("environment: " + environment())
     if args.phases:
-        rows = [phases(args.phases, _parse_set(args.set))]
+        rows = [phases(args.phases, _parse_set(args.set), args.keep, args.parent)]
     else:
         rows = [
             measure_member(n, args.requests, args.max_new, args.size)

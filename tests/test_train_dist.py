@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -14,6 +15,13 @@ from test_train_helpers import tiny_data, tiny_target, train_args
 
 
 @pytest.mark.slow
+def _free_port() -> int:
+    """A port nothing listens on (bound, then released): two runs never share one."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_two_gloo_ranks_match_one_process(tmp_path, cli):
     data, target = tiny_data(), tiny_target()
     extra = ("--steps", "6", "--eval-every", "2", "--lr", "3e-3")
@@ -26,7 +34,7 @@ def test_two_gloo_ranks_match_one_process(tmp_path, cli):
         "--nproc-per-node",
         "2",
         "--master-port",
-        "29613",
+        str(_free_port()),
         "-m",
         "eagle3kit",
         *train_args(two, data, target, *extra),

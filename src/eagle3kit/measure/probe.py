@@ -445,53 +445,24 @@ def probe(
     dtype: str = "float32",
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Run the Phase 0 probe; returns the `probe --json` document (module docstring)."""
-    from eagle3kit.checkpoint.compat import compat
-    from eagle3kit.measure.similarity import check_targets
-    from eagle3kit.model.loading import resolve_target
-
+    """Run the Phase 0 probe; returns the `probe --json` document (module docstring).
+    Stages: compat and loading, aux readings, similarity and acceptance against the
+    reference, verdict."""
     baseline_tps, cycle_ms = speed_inputs(bench, baseline_tps, cycle_ms)
-    stages = 5
-    emit(progress, "probe", 0, stages, "stage", doing="compat")
-    check_targets(target, reference)  # from the configs, before any weight is read
-    c = compat(drafter, resolve_target(target), "both")
-    layout, spec, d, new, ref = _load(drafter, target, reference, device, dtype)
-    if ref is not None:
-        check_targets(target, reference, new.hidden_size, ref.hidden_size)
-    own_embed = bool(d.embed_loaded)
-    doc: dict[str, Any] = {
-        "drafter": drafter,
-        "target": target,
-        "reference": reference,
-        "compat": c.to_json(),
-        "depth": depth,
-    }
+    emit(progress, "probe", 0, _STAGES, "stage", doing="compat")
+    doc, (layout, spec, d, new, ref) = _compat_and_load(
+        drafter, target, reference, depth, device, dtype
+    )
     if not _runs_on(spec, new):
-        v, why = decide(False, None, None, None, None)
-        return {
-            **doc,
-            "aux": None,
-            "similarity": [],
-            "fc_similarity": None,
-            "data": None,
-            "acceptance": None,
-            "accept_len": {"target": None, "reference": None},
-            "break_even": None,
-            "verdict": v,
-            "reasons": why,
-        }
+        return _not_runnable(doc)
     batch = (
         data_batch(data, samples, max_len, target=new)
         if data
         else builtin_batch(new.tokenizer, samples, max_len)
     )
-    doc["data"] = {
-        "source": batch.source,
-        "sequences": int(batch.input_ids.shape[0]),
-        "tokens": int(batch.attention_mask.sum()),
-        "scored": int(batch.loss_mask.sum()),
-    }
-    emit(progress, "probe", 1, stages, "stage", doing="aux readings")
+    doc["data"] = _data_figures(batch)
+    emit(progress, "probe", 1, _STAGES, "stage", doing="aux readings")
+    own_embed = bool(d.embed_loaded)
     aux = detect_aux(_on(d, new, own_embed), new, batch, spec, depth)
     layers = aux["chosen"]["layers"]
     aux["engines"] = engine_capture(spec, layout, new, layers, drafter)
@@ -513,13 +484,8 @@ def probe(
     be = None
     if baseline_tps is not None:
         be = break_even(baseline_tps, cycle_ms, {"target": tau, "reference": tau_ref}, depth)
-    verdict, reasons = decide(True, tau, tau_ref, fc_sim["cosine_mean"] if fc_sim else None, be)
-    if not aux["chosen"]["clear"]:
-        reasons.append(
-            f"aux reading uncertain: margin {aux['chosen']['margin_accept_len']} < {CLEAR_MARGIN} "
-            "in accept length; kept the config's reading"
-        )
-    emit(progress, "probe", stages, stages, "stage", doing="done")
+    verdict, reasons = _verdict(aux, tau, tau_ref, fc_sim, be)
+    emit(progress, "probe", _STAGES, _STAGES, "stage", doing="done")
     doc = {
         **doc,
         "aux": aux,
@@ -532,3 +498,66 @@ def probe(
         "reasons": reasons,
     }
     return stamp(doc, "probe")
+
+
+_STAGES = 5
+
+
+def _compat_and_load(drafter, target, reference, depth: int, device: str, dtype: str):
+    """Check the targets' configs, run compat, load everything: (the document's head,
+    (layout, spec, drafter, target, reference))."""
+    from eagle3kit.checkpoint.compat import compat
+    from eagle3kit.measure.similarity import check_targets
+    from eagle3kit.model.loading import resolve_target
+
+    check_targets(target, reference)  # from the configs, before any weight is read
+    c = compat(drafter, resolve_target(target), "both")
+    loaded = _load(drafter, target, reference, device, dtype)
+    new, ref = loaded[3], loaded[4]
+    if ref is not None:
+        check_targets(target, reference, new.hidden_size, ref.hidden_size)
+    doc = {
+        "drafter": drafter,
+        "target": target,
+        "reference": reference,
+        "compat": c.to_json(),
+        "depth": depth,
+    }
+    return doc, loaded
+
+
+def _not_runnable(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document of a drafter that cannot run on the target: compat only."""
+    v, why = decide(False, None, None, None, None)
+    return {
+        **doc,
+        "aux": None,
+        "similarity": [],
+        "fc_similarity": None,
+        "data": None,
+        "acceptance": None,
+        "accept_len": {"target": None, "reference": None},
+        "break_even": None,
+        "verdict": v,
+        "reasons": why,
+    }
+
+
+def _data_figures(batch: Batch) -> dict[str, Any]:
+    return {
+        "source": batch.source,
+        "sequences": int(batch.input_ids.shape[0]),
+        "tokens": int(batch.attention_mask.sum()),
+        "scored": int(batch.loss_mask.sum()),
+    }
+
+
+def _verdict(aux, tau, tau_ref, fc_sim, be) -> tuple[str, list[str]]:
+    """``decide``'s verdict and reasons, plus a reason when the aux reading was uncertain."""
+    verdict, reasons = decide(True, tau, tau_ref, fc_sim["cosine_mean"] if fc_sim else None, be)
+    if not aux["chosen"]["clear"]:
+        reasons.append(
+            f"aux reading uncertain: margin {aux['chosen']['margin_accept_len']} < {CLEAR_MARGIN} "
+            "in accept length; kept the config's reading"
+        )
+    return verdict, reasons

@@ -49,6 +49,16 @@ def setup(device: str) -> Dist:
     return Dist(dist.get_rank(), dist.get_world_size(), device)
 
 
+def barrier(d: Dist) -> None:
+    """Wait for every rank (no-op for one process). Called before a clean teardown: a gloo
+    rank that destroys the group while its peer still has work in flight can abort the peer
+    ("terminate called without an active exception")."""
+    if d.enabled:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
 def teardown(d: Dist) -> None:
     if d.enabled:
         import torch.distributed as dist

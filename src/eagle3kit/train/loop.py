@@ -99,7 +99,9 @@ def train(
                 r.t_mark = time.perf_counter()
             if last:
                 break
-        return _finish(r)
+        result = _finish(r)
+        dist_.barrier(d)
+        return result
     finally:
         dist_.teardown(d)
 
