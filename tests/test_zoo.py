@@ -435,3 +435,55 @@ def test_signed_requests_carry_the_signature_the_answer_opens_with():
         assert corpus.signature(answer) in ask  # the answer's def line(s) are in the request
     assert corpus.signature("def f(a,\n      b):\n    return a") == "def f(a,\n      b):"
     assert corpus.signature("def f(x): return x  # one line") == "def f(x): return x  # one line"
+
+
+def test_signed_requests_with_the_docstring_show_it_as_the_answer_opens():
+    """A signed request that includes the docstring shows the function's opening lines
+    through the docstring, as source: the answer opens with exactly those lines."""
+    from eagle3kit.zoo import corpus
+
+    src = corpus.files("lib", limit=20)
+    fns = {(f.module, f.name): f for f in corpus.functions(src)}
+    shown = 0
+    for conv in corpus.chat_samples(src, varied=True, signed=True):
+        ask, answer = (m["content"] for m in conv["messages"])
+        code = ask.split("\n\n", 1)[1]
+        if '"""' in code or "'''" in code:
+            assert answer.startswith(code), ask  # the request's code is the answer's head
+            assert len(code.split("\n")) <= corpus.HEAD_LINES
+            shown += 1
+    assert shown >= 50
+    # a long docstring stays out; the prose first paragraph follows the signature instead
+    text = 'def f(x):\n    """Doc.\n\n' + "    more\n" * 20 + '    """\n    return x\n'
+    (fn,) = corpus.functions([corpus.SourceFile("m.py", text)], min_chars=1)
+    assert fn.head == ""
+    assert corpus.request(fn, 0, True, signed=True).endswith("def f(x):\n\nDoc.")
+    (fn,) = corpus.functions([corpus.SourceFile("m.py", 'def g():\n    """One."""\n')], min_chars=1)
+    assert fn.head == 'def g():\n    """One."""'
+    assert corpus.request(fn, 0, False, signed=True).endswith("\n\ndef g():")  # no docstring
+
+
+def test_prompts_follow_the_zoo_members_request_style(tmp_path):
+    """bench's default prompts and probe's built-in batch carry the signature exactly when
+    the target's zoo.json says it was trained on signed requests."""
+    import json
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from eagle3kit import zoo
+    from eagle3kit.measure.bench import default_prompts
+
+    src = zoo.get("dsv3-v1", size="tiny")
+    for signed in (False, True):
+        d = tmp_path / f"signed-{signed}"
+        shutil.copytree(src, d)
+        doc = json.loads((d / "zoo.json").read_text())
+        doc["recipe"]["chat_signature"] = signed
+        (d / "zoo.json").write_text(json.dumps(doc))
+        assert zoo.signed_requests(d) is signed
+        tok = AutoTokenizer.from_pretrained(str(d))
+        text = [tok.decode(p) for p in default_prompts(tok, 4)]
+        assert all(bool(re.search(r"\n(async )?def ", t)) is signed for t in text), text
+    assert zoo.signed_requests(tmp_path / "nothing") is False
+    assert zoo.signed_requests(None) is False

@@ -77,13 +77,14 @@ def default_out() -> Path:
     return home() / "demo"
 
 
-def conversations(slice_name: str, n: int, path: Path) -> Path:
-    """``n`` stdlib conversations (evenly spaced over the slice's functions) as OpenAI JSONL."""
+def conversations(slice_name: str, n: int, path: Path, signed: bool = False) -> Path:
+    """``n`` stdlib conversations (evenly spaced over the slice's functions) as OpenAI JSONL;
+    ``signed``: requests that carry the signature (what the target was trained on)."""
     from eagle3kit.zoo import corpus
 
     # about 30 functions per file: read only as many files as the samples need
     files = corpus.files(slice_name, limit=max(8, n // 10))
-    convs = corpus.spaced(corpus.chat_samples(files), n)
+    convs = corpus.spaced(corpus.chat_samples(files, signed=signed), n)
     atomic_write_text(path, "".join(json.dumps(c) + "\n" for c in convs))
     return path
 
@@ -98,7 +99,9 @@ def prepare_data(
     if (data / "data.json").is_file():
         return data
     folder.mkdir(parents=True, exist_ok=True)
-    src = conversations(slice_name, n, folder / f"{slice_name}.jsonl")
+    from eagle3kit.zoo import signed_requests
+
+    src = conversations(slice_name, n, folder / f"{slice_name}.jsonl", signed_requests(target))
     prepare([src], target, data, max_length=r.max_len, progress=progress)
     return data
 
@@ -137,6 +140,7 @@ def k2_drafter(
     p1 = zoo.get(PAIR[0], size=size, progress=progress)
     fields = ("v1_samples", "max_len", "batch", "k2_steps", "draft_vocab", "ttt_steps", "lr")
     key = {"kind": "eagle3kit.demo_drafter", "schema": 1, "version": 1, "target": str(p1)}
+    key["target_recipe"] = zoo.recipe_digest(PAIR[0], size)  # a rebuilt zoo retrains it
     key["recipe"] = {f: getattr(r, f) for f in fields}
     final = zoo.home() / "drafters" / ("dsv3-v1-eagle3" + ("" if size == "full" else f"-{size}"))
     done = final / "demo-drafter.json"
@@ -149,6 +153,23 @@ def k2_drafter(
         train(train_config(tmp / "run", p1, data, r.k2_steps, None, r), progress=progress)
         atomic_write_json(tmp / "demo-drafter.json", key)
     return final / "run" / "best"
+
+
+def drop_stale(out: Path, size: str) -> None:
+    """Remove OUT's prepared data and training runs when they were made on zoo members of
+    another recipe (OUT/zoo-recipes.json records the digests they were made with)."""
+    from eagle3kit import zoo
+
+    want = {name: zoo.recipe_digest(name, size) for name in PAIR}
+    stamp_file = out / "zoo-recipes.json"
+    try:
+        have = json.loads(stamp_file.read_text())
+    except (OSError, ValueError):
+        have = None
+    if have != want:
+        for sub in ("data", "runs"):
+            shutil.rmtree(out / sub, ignore_errors=True)
+        atomic_write_json(stamp_file, want)
 
 
 def train_run(

@@ -20,6 +20,7 @@ from eagle3kit.demo.steps import (
     Recipe,
     bench_drafter,
     default_out,
+    drop_stale,
     headline_row,
     held_out_prompts,
     k2_drafter,
@@ -89,6 +90,7 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
     say(f"   {p2}: {v2.num_layers} layers, hidden {v2.hidden_size}, vocab {v2.vocab_size}")
     k2 = k2_drafter(size, progress, say)
     say(f"   the K2 drafter (trained on {PAIR[0]}): {k2}")
+    drop_stale(out, size)
     v2_data = prepare_data("test", r.v2_samples, out / "data", p2, r, progress)
     paths = {"v1": str(p1), "v2": str(p2), "k2_drafter": str(k2), "v2_data": str(v2_data)}
     steps.append({"step": "zoo", "result": paths})

@@ -51,11 +51,14 @@ def environment() -> dict[str, Any]:
 
 def default_prompts(tokenizer: Any, n: int = 8) -> list[list[int]]:
     """Chat prompts from the zoo's held-out stdlib files ("Write the Python function ..."),
-    rendered with the target's chat template up to the assistant turn."""
+    rendered with the target's chat template up to the assistant turn; with the function's
+    signature when the target is a zoo member trained on such requests."""
     from eagle3kit.data.regenerate import chat_prompt_ids
+    from eagle3kit.zoo import signed_requests
     from eagle3kit.zoo.corpus import chat_samples, files, spaced
 
-    convs = spaced(chat_samples(files("lib", held_out=True)), n)
+    signed = signed_requests(getattr(tokenizer, "name_or_path", None))
+    convs = spaced(chat_samples(files("lib", held_out=True), signed=signed), n)
     return [chat_prompt_ids(tokenizer, c["messages"][:1]) for c in convs]
 
 

@@ -46,8 +46,11 @@ def builtin_batch(tokenizer: Any, n: int = 16, max_len: int = 256) -> Batch:
 
     if tokenizer is None:
         raise Eagle3Error("probe: the target has no tokenizer; pass --data (a prepared data dir)")
+    from eagle3kit.zoo import signed_requests
+
     files = corpus.spaced(corpus.files("test", held_out=True), max(4, n // 4))
-    convs = corpus.spaced(corpus.chat_samples(files), n)
+    signed = signed_requests(getattr(tokenizer, "name_or_path", None))
+    convs = corpus.spaced(corpus.chat_samples(files, signed=signed), n)
     rows = []
     for c in convs:
         ids, n_prompt = _chat_ids(tokenizer, c["messages"])

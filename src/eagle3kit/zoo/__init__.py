@@ -92,6 +92,19 @@ def manifest(name: str, *, size: str = "full") -> dict[str, Any] | None:
     return doc if doc.get("recipe_digest") == recipe_digest(name, size) else None
 
 
+def signed_requests(model_dir: str | Path | None) -> bool:
+    """Whether the zoo member in ``model_dir`` was trained on requests that carry the
+    function's signature (its zoo.json recipe's ``chat_signature``): the chat prompts to use
+    on it. False for any other directory (not a zoo member, or no such file)."""
+    if not model_dir:
+        return False
+    try:
+        doc = json.loads((Path(model_dir) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(doc.get("recipe", {}).get("chat_signature")) if isinstance(doc, dict) else False
+
+
 def is_built(name: str, *, size: str = "full") -> bool:
     return manifest(name, size=size) is not None
 

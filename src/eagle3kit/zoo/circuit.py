@@ -31,7 +31,10 @@ from __future__ import annotations
 import math
 
 BETA = 8.0  # induction score of an exact match (before softmax, after 1/sqrt(d) scaling: BETA^2/8)
-GAMMA = 2.5  # unembedding gain on O
+# unembedding gain on O: the copied token's logit boost. 2.5 (recipe 6's candidates) gave
+# members that copy their own recent output into greedy loops; 1.0 still copies names
+# (0.97 of answers) with fewer loops; 0.4 no longer names reliably (docs/zoo.md)
+GAMMA = 1.0
 AMP = 8.0  # previous-token head: query and key norm per frequency pair
 
 

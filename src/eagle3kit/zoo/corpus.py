@@ -136,7 +136,7 @@ SIGNED_PHRASINGS = (
     "Write the Python function {f}() from `{m}`:\n\n{sig}",
     "Implement this function from the `{m}` module:\n\n{sig}",
     "In `{m}`, complete the function that starts with\n\n{sig}",
-    "Show me the code of {f}() in `{m}`. Its signature is\n\n{sig}",
+    "Show me the code of {f}() in `{m}`. It opens with\n\n{sig}",
 )
 
 
@@ -148,6 +148,7 @@ class Function:
     module: str
     doc: str | None
     code: str
+    head: str = ""  # the source's opening lines through the docstring ("" when none or long)
 
 
 def functions(src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 1200):
@@ -169,15 +170,37 @@ def functions(src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 12
                 continue
             doc = ast.get_docstring(node)
             doc = doc.strip().split("\n\n")[0] if doc else None
-            out.append(Function(node.name, module, doc, code))
+            out.append(Function(node.name, module, doc, code, _head(node, code)))
     return out
+
+
+HEAD_LINES = 12  # a docstring longer than this stays out of a signed request's code
+
+
+def _head(node, code: str) -> str:
+    """The lines of ``code`` through the docstring statement of the function ``node`` (an
+    ast node): what a "complete this function" request shows. "" when the function has no
+    docstring or its ``def`` and docstring span more than ``HEAD_LINES`` lines."""
+    first = node.body[0] if node.body else None
+    if not (
+        isinstance(first, ast.Expr)
+        and isinstance(first.value, ast.Constant)
+        and isinstance(first.value.value, str)
+    ):
+        return ""
+    n = first.end_lineno - node.lineno + 1
+    return "\n".join(code.split("\n")[:n]) if n <= HEAD_LINES else ""
 
 
 def request(fn: Function, phrasing: int = 0, docstring: bool = True, signed: bool = False) -> str:
     """The user request for ``fn`` in phrasing ``phrasing`` (index into ``PHRASINGS``, or
     ``SIGNED_PHRASINGS`` when ``signed``), with the docstring's first paragraph when
-    ``docstring`` and the function has one."""
+    ``docstring`` and the function has one. A signed request with the docstring shows it
+    as code, the function's opening lines through the docstring (``Function.head``), when
+    they are short enough; the answer then opens with a copy of them."""
     table = SIGNED_PHRASINGS if signed else PHRASINGS
+    if signed and docstring and fn.head:
+        return table[phrasing % len(table)].format(f=fn.name, m=fn.module, sig=fn.head)
     ask = table[phrasing % len(table)].format(f=fn.name, m=fn.module, sig=signature(fn.code))
     return ask + "\n\n" + fn.doc if docstring and fn.doc else ask
 

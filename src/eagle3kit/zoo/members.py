@@ -8,7 +8,7 @@ from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.zoo.training import Recipe
 
 SIZES = ("full", "tiny")
-RECIPE_VERSION = 6  # bump when a change to the code changes the weights
+RECIPE_VERSION = 7  # bump when a change to the code changes the weights
 BUILD_THREADS = {"full": 2, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
 MANIFEST = "zoo.json"
 
@@ -36,11 +36,15 @@ MEMBERS: dict[str, Member] = {
 }
 
 # Training recipes per (architecture, version, size). v2 continues from v1 on its own slice
-# with fewer steps at lower LRs. DeepSeek-V3 steps cost ~1.5x Llama's (MoE), so it takes fewer.
-# Every member ends with sequence-level unlikelihood steps on its own greedy output
-# (``training.unloop``): without them greedy continuations loop (distinct-4 0.13-0.35). The
-# phase ends with the moving average of its weights (``unloop_ema``): step to step the raw
-# weights swing between loopier and less loopy states (docs/zoo.md).
+# with fewer steps at a lower LR. DeepSeek-V3 steps cost ~1.5x Llama's (MoE), so it takes fewer.
+# A full member starts from a copying circuit that matches two tokens (``zoo/circuit.py``;
+# Llama needs slow RoPE pairs, DeepSeek-V3 room in the kv latent: ``shape``) and is trained on
+# requests that carry the function's opening lines, so its answers depend on the request
+# (issue 22, docs/zoo.md). AdamW only: Muon's equal-sized steps in every direction drowned
+# the circuit (docs/zoo.md). Every member ends with sequence-level unlikelihood steps on its
+# own greedy output (``training.unloop``): without them greedy continuations loop. The phase
+# ends with the moving average of its weights (``unloop_ema``): step to step the raw weights
+# swing between loopier and less loopy states (docs/zoo.md).
 _FULL = Recipe(
     vocab_size=4096,
     file_limit=None,
@@ -49,18 +53,21 @@ _FULL = Recipe(
     seq_len=128,
     lr=3e-3,
     warmup=30,
-    muon_lr=0.05,
-    unlikelihood=1.0,
-    unloop_steps=40,
+    unlikelihood=3.0,
+    unloop_steps=60,
     unloop_gen=96,
+    unloop_weight=4.0,
     unloop_ema=0.9,
     eval_prompts=32,
-    # chat that answers the request (issue 22): requests in several phrasings, chat windows
-    # that open at a sample (the request in view), the answer's first line weighted
+    # chat that answers the request (issue 22): requests in several phrasings with the
+    # function's opening lines, chat windows that open at a sample (the request in view),
+    # the answer's first line weighted, a copying circuit to start from
     chat_fraction=0.4,
     chat_varied=True,
     chat_aligned=True,
     first_line_weight=4.0,
+    chat_signature=True,
+    copy_circuit=2,
 )
 _TINY = Recipe(
     vocab_size=512,
@@ -82,19 +89,21 @@ _TINY = Recipe(
     prompt_len=16,
     gen_tokens=32,
 )
-_V2 = dict(file_limit=300, lr=1e-3, warmup=10, muon_lr=0.02)
-# DeepSeek-V3 decodes ~2x slower than Llama (MoE): more, smaller steps with a stronger
-# unlikelihood weight broke its loops better per second than Llama's setting (docs/zoo.md).
-_DSV3_UNLOOP = dict(unloop_batch=16, unloop_gen=80, unloop_weight=4.0)
+_LLAMA = dict(shape=(("rope_theta", 1e6),))  # 17 RoPE pairs slow enough to match on
+_DSV3 = dict(shape=(("kv_lora_rank", 96),))  # both earlier tokens and the value in the latent
+_V2 = dict(file_limit=300, lr=1e-3, warmup=10)
+# DeepSeek-V3 decodes ~2x slower than Llama (MoE): smaller unlikelihood batches of fewer tokens
+_DSV3_UNLOOP = dict(unloop_batch=16, unloop_gen=80)
+_TINY_V2 = dict(steps=15, lr=1e-3, warmup=2, muon_lr=0.02)
 RECIPES: dict[tuple[str, int, str], Recipe] = {
-    ("llama", 1, "full"): _FULL,
-    ("llama", 2, "full"): replace(_FULL, **_V2, steps=100, unloop_steps=90),
-    ("dsv3", 1, "full"): replace(_FULL, steps=150, **_DSV3_UNLOOP, unloop_steps=50),
-    ("dsv3", 2, "full"): replace(_FULL, **_V2, steps=60, **_DSV3_UNLOOP, unloop_steps=60),
+    ("llama", 1, "full"): replace(_FULL, **_LLAMA),
+    ("llama", 2, "full"): replace(_FULL, **_LLAMA, **_V2, steps=100, unloop_steps=90),
+    ("dsv3", 1, "full"): replace(_FULL, **_DSV3, steps=150, **_DSV3_UNLOOP),
+    ("dsv3", 2, "full"): replace(_FULL, **_DSV3, **_V2, steps=60, **_DSV3_UNLOOP),
     ("llama", 1, "tiny"): _TINY,
-    ("llama", 2, "tiny"): replace(_TINY, steps=15, lr=1e-3, warmup=2, muon_lr=0.02),
+    ("llama", 2, "tiny"): replace(_TINY, **_TINY_V2),
     ("dsv3", 1, "tiny"): _TINY,
-    ("dsv3", 2, "tiny"): replace(_TINY, steps=15, lr=1e-3, warmup=2, muon_lr=0.02),
+    ("dsv3", 2, "tiny"): replace(_TINY, **_TINY_V2),
 }
 
 
