@@ -2,7 +2,8 @@
 K2 drafter before the story. Wall time, peak RSS of the demo process, the zoo builds' own
 seconds and chat figures (from their zoo.json), the narration and the story's JSON summary.
 
-    python benchmarks/bench_demo_cold.py --home /tmp/demo-cold --json benchmarks/results/demo_cold.json
+    python benchmarks/bench_demo_cold.py --home /tmp/demo-cold \
+        --json benchmarks/results/demo_cold.json
 
 The budget it checks against (issue 22): 15 minutes on the project's 2-core machine kind.
 One run: a cold demo is too long to repeat here, and the builds' stage times in zoo.json show

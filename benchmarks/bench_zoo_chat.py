@@ -59,7 +59,7 @@ def _answers(path: Path, requests: list[dict], max_new: int) -> list[list[int]]:
 
 def measure_member(name: str, n: int, max_new: int, size: str = "full") -> dict:
     from eagle3kit import zoo
-    from eagle3kit.core.diversity import distinct_ngram_ratio
+    from eagle3kit.core.diversity import distinct_ngram_ratio, pooled_distinct
     from eagle3kit.zoo import corpus
     from eagle3kit.zoo.builder import chat_figures
 
@@ -73,6 +73,11 @@ def measure_member(name: str, n: int, max_new: int, size: str = "full") -> dict:
     fig = chat_figures(texts, [r["name"] for r in requests], ids)
     fig["distinct4_mean"] = round(sum(map(distinct_ngram_ratio, ids)) / len(ids), 4)
     fig["seconds"] = round(time.time() - t, 1)
+    true = [tok.encode(r["answer"], add_special_tokens=False)[:max_new] for r in requests]
+    reference = {  # the same figures of the requested functions' true sources
+        "pooled_distinct4": round(pooled_distinct(true, 4), 4),
+        "distinct4_mean": round(sum(map(distinct_ngram_ratio, true)) / len(true), 4),
+    }
     doc = json.loads((path / zoo.MANIFEST).read_text())
     keys = ("names_function", "distinct_openings", "distinct_answers", "pooled_distinct4")
     build = {k: doc["metrics"]["chat"].get(k) for k in keys}
@@ -83,6 +88,7 @@ def measure_member(name: str, n: int, max_new: int, size: str = "full") -> dict:
     return {
         "member": name,
         "measured": fig,
+        "reference": reference,
         "build": build,
         "build_seconds": doc.get("build_seconds"),
         "build_cpu_seconds": doc.get("build_cpu_seconds"),

@@ -443,7 +443,6 @@ def test_signed_requests_with_the_docstring_show_it_as_the_answer_opens():
     from eagle3kit.zoo import corpus
 
     src = corpus.files("lib", limit=20)
-    fns = {(f.module, f.name): f for f in corpus.functions(src)}
     shown = 0
     for conv in corpus.chat_samples(src, varied=True, signed=True):
         ask, answer = (m["content"] for m in conv["messages"])
@@ -487,3 +486,18 @@ def test_prompts_follow_the_zoo_members_request_style(tmp_path):
         assert all(bool(re.search(r"\n(async )?def ", t)) is signed for t in text), text
     assert zoo.signed_requests(tmp_path / "nothing") is False
     assert zoo.signed_requests(None) is False
+
+
+def test_the_chat_bar_warning_says_which_failure_it_is():
+    """Canned answers (names or openings below the bar) and repeats (only pooled distinct-4
+    below it) are different failures with different effects on a τ; the warning says which."""
+    from eagle3kit.zoo.builder import chat_bar_warning
+
+    fig = {"requests": 32, "names_function": 0.0, "distinct_openings": 0.2, "pooled_distinct4": 0.2}
+    canned = chat_bar_warning("m", fig)
+    assert "do not depend on the request" in canned and "names_function 0.00 < 0.8" in canned
+    loops = chat_bar_warning("m", {**fig, "names_function": 0.97, "distinct_openings": 1.0})
+    assert "answer the request but repeat" in loops and "names_function" not in loops
+    assert "pooled_distinct4 0.20 < 0.6" in loops
+    ok = {**fig, "names_function": 0.9, "distinct_openings": 0.9, "pooled_distinct4": 0.7}
+    assert chat_bar_warning("m", ok) is None

@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
         json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
     ) -> None:
         """Build members (v2 builds its v1 first); cached members return at once. A member
-        whose chat answers do not depend on the request is cached with a warning (in zoo.json
+        whose chat answers fall below the zoo's bar is cached with a warning (in zoo.json
         and here) unless --strict."""
         from eagle3kit import zoo
         from eagle3kit.cli._progress import bar

@@ -110,7 +110,7 @@ def is_built(name: str, *, size: str = "full") -> bool:
 
 
 def chat_warning(name: str, *, size: str = "full") -> str | None:
-    """The built member's warning that its chat answers do not depend on the request (from
+    """The built member's warning that its chat answers fall below the zoo's bar (from
     zoo.json; None when they meet ``builder.CHAT_BAR`` or the member is not built)."""
     doc = manifest(name, size=size)
     chat = (doc or {}).get("metrics", {}).get("chat", {})

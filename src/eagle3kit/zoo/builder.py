@@ -175,15 +175,21 @@ def below_chat_bar(figures: dict) -> list[str]:
 
 
 def chat_bar_warning(label: str, figures: dict) -> str | None:
-    """One line saying that member ``label``'s chat answers fall below ``CHAT_BAR`` (None:
-    they meet it)."""
+    """One line saying that member ``label``'s chat answers fall below ``CHAT_BAR`` and what
+    that does to a τ measured on them (None: they meet it)."""
     low = below_chat_bar(figures)
     if not low:
         return None
-    return (
-        f"zoo member {label}: chat answers do not depend on the request ({', '.join(low)} "
-        f"on {figures['requests']} held-out requests); acceptance measured on its answers "
-        "is partly memory of canned answers"
+    head = f"zoo member {label}: chat answers below the zoo's bar ({', '.join(low)} on "
+    head += f"{figures['requests']} held-out requests): "
+    if any(k.startswith(("names_function", "distinct_openings")) for k in low):
+        return head + (
+            "they do not depend on the request, so acceptance measured on them is partly "
+            "memory of canned answers"
+        )
+    return head + (
+        "they answer the request but repeat text within and across answers, which inflates "
+        "acceptance measured on them"
     )
 
 

@@ -252,7 +252,8 @@ def chat_samples(
 def held_out_requests(src: list[SourceFile], n: int, signed: bool = False) -> list[dict]:
     """``n`` chat requests (evenly spaced) for functions of the held-out files ``src``: one per
     distinct name, no dunder names; request i uses phrasing ``i % len(PHRASINGS)`` and the
-    docstring on every other pair. Each: ``{"name", "module", "messages": [user]}``."""
+    docstring on every other pair. Each: ``{"name", "module", "messages": [user], "answer"}``
+    (``answer``: the function's true source, for reference figures)."""
     seen: dict[str, int] = {}
     fns = functions(src)
     for fn in fns:
@@ -266,6 +267,7 @@ def held_out_requests(src: list[SourceFile], n: int, signed: bool = False) -> li
                 "name": fn.name,
                 "module": fn.module,
                 "messages": [conversation(ask, "")["messages"][0]],
+                "answer": fn.code,
             }
         )
     return out
