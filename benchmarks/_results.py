@@ -29,7 +29,16 @@ def git_commit() -> dict:
             return None
         return r.stdout.strip() if r.returncode == 0 else None
 
-    status = git("status", "--porcelain", "--untracked-files=no")
+    # result files are outputs, not code: one benchmark's result written before another
+    # runs does not make the second one's code state dirty
+    status = git(
+        "status",
+        "--porcelain",
+        "--untracked-files=no",
+        "--",
+        ":(top)",
+        ":(top,exclude)benchmarks/results",
+    )
     return {
         "commit": git("rev-parse", "HEAD"),
         "dirty": bool(status) if status is not None else None,
