@@ -90,24 +90,27 @@ def test_demo_killed_during_training_resumes(tmp_path):
 
 def test_demo_drops_data_and_runs_made_on_another_zoo_recipe(tmp_path):
     """A rebuilt zoo (new recipe digest) must not meet the previous demo's prepared data and
-    training runs: they are removed, and kept while the recipe is the same."""
+    training runs: they are removed (and nothing else in OUT), and kept while the recipe is
+    the same."""
     import json
 
     from eagle3kit import zoo
     from eagle3kit.demo.steps import PAIR, drop_stale
 
     out = tmp_path / "demo"
-    for sub in ("data", "runs"):
-        (out / sub).mkdir(parents=True)
-        (out / sub / "x.json").write_text("{}")
+    for run in ("runs/finetune", "runs/scratch", "data/test-prepared", "runs/mine"):
+        (out / run).mkdir(parents=True)
+        (out / run / "x.json").write_text("{}")
+    (out / "data" / "test.jsonl").write_text("{}\n")
     (out / "report.md").write_text("kept")
     old = {name: "an older digest" for name in PAIR}
     (out / "zoo-recipes.json").write_text(json.dumps(old))
     drop_stale(out, "tiny")
-    assert not (out / "data").exists() and not (out / "runs").exists()
-    assert (out / "report.md").read_text() == "kept"
+    left = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
+    kept = ["data", "report.md", "runs", "runs/mine", "runs/mine/x.json", "zoo-recipes.json"]
+    assert left == kept
     want = {name: zoo.recipe_digest(name, "tiny") for name in PAIR}
     assert json.loads((out / "zoo-recipes.json").read_text()) == want
-    (out / "runs").mkdir()
+    (out / "runs" / "finetune").mkdir()
     drop_stale(out, "tiny")  # same recipe: nothing removed
-    assert (out / "runs").is_dir()
+    assert (out / "runs" / "finetune").is_dir()

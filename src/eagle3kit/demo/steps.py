@@ -155,9 +155,14 @@ def k2_drafter(
     return final / "run" / "best"
 
 
+# what the demo writes under OUT from the zoo's members: dropped when the zoo changes
+DEMO_MADE = ("data/test-prepared", "data/test.jsonl", "runs/finetune", "runs/scratch")
+
+
 def drop_stale(out: Path, size: str) -> None:
-    """Remove OUT's prepared data and training runs when they were made on zoo members of
-    another recipe (OUT/zoo-recipes.json records the digests they were made with)."""
+    """Remove the prepared data and training runs the demo made under OUT (``DEMO_MADE``,
+    nothing else) unless OUT/zoo-recipes.json says they were made on the current zoo
+    recipes; then record those."""
     from eagle3kit import zoo
 
     want = {name: zoo.recipe_digest(name, size) for name in PAIR}
@@ -167,8 +172,12 @@ def drop_stale(out: Path, size: str) -> None:
     except (OSError, ValueError):
         have = None
     if have != want:
-        for sub in ("data", "runs"):
-            shutil.rmtree(out / sub, ignore_errors=True)
+        for rel in DEMO_MADE:
+            path = out / rel
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
         atomic_write_json(stamp_file, want)
 
 
