@@ -156,24 +156,7 @@ def register(app: typer.Typer) -> None:
         if features_new is not None or features_old is not None:
             if features_new is None or data is not None:
                 raise Eagle3Error("probe: --features-old goes with --features-new, not --data")
-            from eagle3kit.measure.probe_features import probe_features
-
-            with bar(not json_out) as progress:
-                r = probe_features(
-                    drafter,
-                    features_new,
-                    features_old,
-                    target=target,
-                    reference=reference,
-                    baseline_tps=baseline_tps,
-                    cycle_ms=cycle_ms,
-                    bench=bench,
-                    depth=depth,
-                    samples=samples,
-                    max_len=max_len,
-                    progress=progress,
-                )
-            return emit_json(r) if json_out else _render_probe(r)
+            return _probe_stores(dict(locals()))
         if target is None:
             raise Eagle3Error("probe: expected --target (or --features-new STORE)")
         with bar(not json_out) as progress:
@@ -224,3 +207,31 @@ def register(app: typer.Typer) -> None:
             )
             for why in r["skipped"]:
                 err().print(f"skipped {why}", markup=False, highlight=False)
+
+
+def _probe_stores(a: dict) -> None:
+    """`probe --features-new [--features-old]`: the probe from feature stores (``a``: the
+    command's arguments)."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json
+    from eagle3kit.measure.probe_features import probe_features
+
+    with bar(not a["json_out"]) as progress:
+        r = probe_features(
+            a["drafter"],
+            a["features_new"],
+            a["features_old"],
+            target=a["target"],
+            reference=a["reference"],
+            baseline_tps=a["baseline_tps"],
+            cycle_ms=a["cycle_ms"],
+            bench=a["bench"],
+            depth=a["depth"],
+            samples=a["samples"],
+            max_len=a["max_len"],
+            progress=progress,
+        )
+    if a["json_out"]:
+        emit_json(r)
+    else:
+        _render_probe(r)
