@@ -234,11 +234,9 @@ def _pct(p: float | None) -> str:
     return "—" if p is None else f"{p:.1%}"
 
 
-def _render(r: PlanResult, plot: Path | None) -> None:
-    """Rich tables: the plan at the given depth, then each target."""
+def _plan_table(r: PlanResult):
+    """The Rich table of the plan at its depth."""
     from rich.table import Table
-
-    from eagle3kit.cli._render import out
 
     k = r.depth
     t = Table(title=f"Speculation plan — {r.cycle_model}", show_header=False, title_justify="left")
@@ -278,32 +276,46 @@ def _render(r: PlanResult, plot: Path | None) -> None:
             f"(searched 1..{r.max_depth})"
         )
     t.add_row("best depth", best)
-    console = out()
-    console.print(t)
+    return t
 
-    if r.targets:
-        tt = Table(title="What would it take", title_justify="left")
-        tt.add_column("target tok/s", justify="right")
-        tt.add_column("τ needed", justify="right")
-        tt.add_column(f"p at depth {k}", justify="right")
-        tt.add_column("p as k→∞", justify="right")
+
+def _targets_table(r: PlanResult):
+    """The Rich table of what each target tok/s would take."""
+    from rich.table import Table
+
+    k = r.depth
+    tt = Table(title="What would it take", title_justify="left")
+    tt.add_column("target tok/s", justify="right")
+    tt.add_column("τ needed", justify="right")
+    tt.add_column(f"p at depth {k}", justify="right")
+    tt.add_column("p as k→∞", justify="right")
+    if r.depths:
+        tt.add_column("easiest depth (p)", justify="right")
+    for x in r.targets:
+        at_k = (
+            _pct(x.per_step_acceptance_at_depth)
+            if x.reachable_at_depth
+            else f"unreachable at depth {k}"
+        )
+        row = [f"{x.tps:g}", f"{x.accept_len:.3g}", at_k, _pct(x.per_step_acceptance)]
         if r.depths:
-            tt.add_column("easiest depth (p)", justify="right")
-        for x in r.targets:
-            at_k = (
-                _pct(x.per_step_acceptance_at_depth)
-                if x.reachable_at_depth
-                else f"unreachable at depth {k}"
+            row.append(
+                "—"
+                if x.easiest_depth is None
+                else f"{x.easiest_depth} ({_pct(x.easiest_per_step_acceptance)})"
             )
-            row = [f"{x.tps:g}", f"{x.accept_len:.3g}", at_k, _pct(x.per_step_acceptance)]
-            if r.depths:
-                row.append(
-                    "—"
-                    if x.easiest_depth is None
-                    else f"{x.easiest_depth} ({_pct(x.easiest_per_step_acceptance)})"
-                )
-            tt.add_row(*row)
-        console.print(tt)
+        tt.add_row(*row)
+    return tt
+
+
+def _render(r: PlanResult, plot: Path | None) -> None:
+    """Rich tables: the plan at the given depth, then each target."""
+    from eagle3kit.cli._render import out
+
+    console = out()
+    console.print(_plan_table(r))
+    if r.targets:
+        console.print(_targets_table(r))
     if plot is not None:
         console.print(f"plot: {plot}")
     if not r.pays:
