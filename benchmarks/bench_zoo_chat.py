@@ -13,6 +13,8 @@ all answers, mean per-answer distinct-4; next to the figures the build recorded 
 ``--phases NAME``: builds NAME's recipe (with ``--set field=value`` overrides) into a temp
 dir and measures the same requests after likelihood training and after the unloop phase,
 with the build's held-out loss and greedy distinct-4 at the end: where conditioning is lost.
+``--seed N`` builds it from another seed (the same recipe, another draw): how far one
+build's figures move by chance.
 """
 
 from __future__ import annotations
@@ -106,15 +108,18 @@ def _parse_set(items: list[str]) -> dict:
     return out
 
 
-def phases(name: str, overrides: dict, keep: Path | None = None, parent: Path | None = None):
+def phases(name: str, overrides: dict, keep=None, parent=None, seed: int | None = None):
     """Without overrides the member is built into the cache (``zoo.build``, bar checked);
-    with them, into ``keep`` (kept) or a temp dir (bar not checked), continuing from
-    ``parent`` (a v2 candidate's own v1 candidate) or the cached parent."""
+    with them (or another ``seed``: the same recipe from another draw), into ``keep`` (kept)
+    or a temp dir (bar not checked), continuing from ``parent`` (a v2 candidate's own v1
+    candidate) or the cached parent."""
     from eagle3kit import zoo
     from eagle3kit.core.errors import Eagle3Error
     from eagle3kit.zoo.builder import build_into, chat_eval
 
     m = zoo.member(name)
+    if seed is not None:
+        m = replace(m, seed=seed)
     recipe = replace(zoo.recipe(name), **overrides)
     if m.parent and parent is None:
         parent = zoo.get(m.parent)
@@ -128,7 +133,7 @@ def phases(name: str, overrides: dict, keep: Path | None = None, parent: Path | 
         print(f"{name} after {phase}: {fig}", flush=True)
 
     t0, c0 = time.time(), _cpu()
-    if not overrides:
+    if not overrides and seed is None:
         try:
             doc = json.loads((zoo.build(name, on_phase=on_phase) / zoo.MANIFEST).read_text())
         except Eagle3Error as e:
@@ -142,6 +147,7 @@ def phases(name: str, overrides: dict, keep: Path | None = None, parent: Path | 
     return {
         "member": name,
         "overrides": overrides,
+        "seed": m.seed,
         "recipe_digest": doc.get("recipe_digest"),
         "phases": rows,
         "final_chat": {k: v for k, v in met["chat"].items() if k != "sample"},
@@ -171,6 +177,7 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[], help="recipe override field=value")
     ap.add_argument("--keep", type=Path, default=None, help="with --set: build into this dir")
     ap.add_argument("--parent", type=Path, default=None, help="with --set: the v2's parent dir")
+    ap.add_argument("--seed", type=int, default=None, help="with --phases: another seed")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
@@ -179,7 +186,7 @@ def main() -> None:
     torch.set_num_threads(2)
     print("environment: " + environment())
     if args.phases:
-        rows = [phases(args.phases, _parse_set(args.set), args.keep, args.parent)]
+        rows = [phases(args.phases, _parse_set(args.set), args.keep, args.parent, args.seed)]
     else:
         rows = [
             measure_member(n, args.requests, args.max_new, args.size)
