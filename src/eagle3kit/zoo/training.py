@@ -394,25 +394,8 @@ def unloop(
         answer_starts = answer_starts[answer_starts >= recipe.unloop_prefix]
     ema = [p.detach().clone() for p in params] if recipe.unloop_ema > 0 else None
     for step in range(recipe.unloop_steps):
-        pre = sample_batch(
-            streams[:1], [1.0], recipe.unloop_batch - n_chat, recipe.unloop_prefix - 1, gen
-        )
-        if n_chat:
-            ends = answer_starts[torch.randint(0, len(answer_starts), (n_chat,), generator=gen)]
-            chat = [streams[1][e - recipe.unloop_prefix : e] for e in ends.tolist()]
-            pre = torch.cat([pre, torch.stack(chat).long()])  # [unloop_batch, prefix]
-        model.eval()
-        cont = greedy(model, pre.tolist(), recipe.unloop_gen, eos_id, pad_id, stop_at_eos=True)
-        n = recipe.unloop_gen
-        tail = [c + [eos_id] * (len(c) < n) + [pad_id] * (n - len(c) - 1) for c in cont]
-        seq = torch.cat([pre, torch.tensor(tail, dtype=pre.dtype)], dim=1)  # [B, prefix + gen]
-        model.train()
-        real = torch.tensor(
-            [[True] * min(n, len(c) + 1) + [False] * (n - len(c) - 1) for c in cont]
-        )
-        cand = repeat_mask(seq, recipe.unloop_prefix)  # [B, L]
-        cand[:, recipe.unloop_prefix :] &= real  # nothing after an answer's EOS
-        cand = cand[:, 1:]  # [B, L-1], per target position
+        pre = _unloop_prompts(streams, recipe, gen, n_chat, answer_starts)
+        seq, cand = _own_continuations(model, pre, recipe, eos_id, pad_id)
         logp = F.log_softmax(model(input_ids=seq[:, :-1]).logits.float(), dim=-1)
         p = logp.gather(2, seq[:, 1:, None])[..., 0].exp().clamp(max=1 - 1e-5)  # [B, L-1]
         loss = -recipe.unloop_weight * (torch.log1p(-p) * cand).sum() / cand.numel()
@@ -433,6 +416,40 @@ def unloop(
             torch._foreach_copy_([p.data for p in params], ema)
     model.eval()
     return loss_val
+
+
+def _unloop_prompts(streams, recipe: Recipe, gen, n_chat: int, answer_starts):
+    """One batch of ``unloop`` prompts [unloop_batch, unloop_prefix]: raw-stream windows, then
+    ``n_chat`` chat prompts ending where an answer begins (``answer_starts``)."""
+    import torch
+
+    pre = sample_batch(
+        streams[:1], [1.0], recipe.unloop_batch - n_chat, recipe.unloop_prefix - 1, gen
+    )
+    if n_chat:
+        ends = answer_starts[torch.randint(0, len(answer_starts), (n_chat,), generator=gen)]
+        chat = [streams[1][e - recipe.unloop_prefix : e] for e in ends.tolist()]
+        pre = torch.cat([pre, torch.stack(chat).long()])  # [unloop_batch, prefix]
+    return pre
+
+
+def _own_continuations(model, pre, recipe: Recipe, eos_id: int, pad_id: int):
+    """Greedy continuations of ``pre`` [B, prefix] (up to ``unloop_gen`` tokens or EOS), padded:
+    the sequences [B, prefix + gen] and their repeat candidates per target position [B, L-1]
+    (tokens of a repeated 4-gram, nothing in the prompt or after an EOS). Leaves the model in
+    train mode."""
+    import torch
+
+    model.eval()
+    cont = greedy(model, pre.tolist(), recipe.unloop_gen, eos_id, pad_id, stop_at_eos=True)
+    n = recipe.unloop_gen
+    tail = [c + [eos_id] * (len(c) < n) + [pad_id] * (n - len(c) - 1) for c in cont]
+    seq = torch.cat([pre, torch.tensor(tail, dtype=pre.dtype)], dim=1)  # [B, prefix + gen]
+    model.train()
+    real = torch.tensor([[True] * min(n, len(c) + 1) + [False] * (n - len(c) - 1) for c in cont])
+    cand = repeat_mask(seq, recipe.unloop_prefix)  # [B, L]
+    cand[:, recipe.unloop_prefix :] &= real  # nothing after an answer's EOS
+    return seq, cand[:, 1:]  # [B, L], [B, L-1]
 
 
 def eval_windows(stream, n: int, length: int):
