@@ -14,7 +14,6 @@ import pytest
 from test_train_helpers import tiny_data, tiny_target, train_args
 
 
-@pytest.mark.slow
 def _free_port() -> int:
     """A port nothing listens on (bound, then released): two runs never share one."""
     with socket.socket() as s:
@@ -22,6 +21,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # ~16 s: a training run here and one under torchrun with two ranks
 def test_two_gloo_ranks_match_one_process(tmp_path, cli):
     data, target = tiny_data(), tiny_target()
     extra = ("--steps", "6", "--eval-every", "2", "--lr", "3e-3")
