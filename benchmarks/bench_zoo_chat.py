@@ -108,7 +108,13 @@ def _parse_set(items: list[str]) -> dict:
     return out
 
 
-def phases(name: str, overrides: dict, keep=None, parent=None, seed: int | None = None):
+def phases(
+    name: str,
+    overrides: dict,
+    keep: Path | None = None,
+    parent: Path | None = None,
+    seed: int | None = None,
+):
     """Without overrides the member is built into the cache (``zoo.build``, bar checked);
     with them (or another ``seed``: the same recipe from another draw), into ``keep`` (kept)
     or a temp dir (bar not checked), continuing from ``parent`` (a v2 candidate's own v1
@@ -175,8 +181,12 @@ def main() -> None:
     ap.add_argument("--size", default="full", help="full, or tiny (a smoke test)")
     ap.add_argument("--phases", default=None, help="a member: measure after each build phase")
     ap.add_argument("--set", action="append", default=[], help="recipe override field=value")
-    ap.add_argument("--keep", type=Path, default=None, help="with --set: build into this dir")
-    ap.add_argument("--parent", type=Path, default=None, help="with --set: the v2's parent dir")
+    ap.add_argument(
+        "--keep", type=Path, default=None, help="with --set or --seed: build into this dir"
+    )
+    ap.add_argument(
+        "--parent", type=Path, default=None, help="with --set or --seed: the v2's parent dir"
+    )
     ap.add_argument("--seed", type=int, default=None, help="with --phases: another seed")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()

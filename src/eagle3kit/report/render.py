@@ -198,56 +198,10 @@ def probe_blocks(f: Found) -> list[tuple]:
             )
         )
         out.append(("list", [f"{r} [{cite}]" for r in p["reasons"]]))
-        aux = p.get("aux")
-        if aux:
-            rows = [
-                [
-                    c["reading"],
-                    str(c["layers"]),
-                    "yes" if c["declared"] else "",
-                    _n(aux["acceptance"][c["reading"]]["accept_len"]),
-                    "chosen" if c["reading"] == aux["chosen"]["reading"] else "",
-                    cite,
-                ]
-                for c in aux["candidates"]
-            ]
-            out.append(("h3", "Which hidden states was the drafter trained on?"))
-            out.append(
-                ("table", ["reading", "HF layers", "config says", "offline τ", "", "source"], rows)
-            )
-            out.append(
-                (
-                    "list",
-                    [
-                        f"{eng}: captures {e['captures']}: "
-                        + ("correct" if e["ok"] else f"wrong; {e['fix']}")
-                        + f" [{cite}]"
-                        for eng, e in aux.get("engines", {}).items()
-                    ],
-                )
-            )
+        if p.get("aux"):
+            out += _aux_blocks(p["aux"], cite)
         if p["similarity"]:
-            rows = [
-                [
-                    f"h[{s['layer']}]",
-                    _n(s["cosine_mean"], ".4f"),
-                    _n(s["cosine_p10"], ".4f"),
-                    _n(s["cka"], ".4f"),
-                    _n(s["norm_ratio"], ".3f"),
-                    cite,
-                ]
-                for s in p["similarity"]
-                + ([{"layer": "fc", **p["fc_similarity"]}] if p["fc_similarity"] else [])
-            ]
-            rows[-1][0] = "fc(aux)" if p["fc_similarity"] else rows[-1][0]
-            out.append(("h3", "Hidden-state similarity (reference vs new target, same tokens)"))
-            out.append(
-                (
-                    "table",
-                    ["layer", "cosine mean", "cosine p10", "CKA", "norm ratio", "source"],
-                    rows,
-                )
-            )
+            out += _similarity_blocks(p, cite)
         al = p["accept_len"]
         out.append(
             (
@@ -257,6 +211,55 @@ def probe_blocks(f: Found) -> list[tuple]:
             )
         )
     return out
+
+
+def _aux_blocks(aux: dict, cite: str) -> list[tuple]:
+    """A probe's aux-layer reading: the candidates' offline τ, and what each engine captures."""
+    rows = [
+        [
+            c["reading"],
+            str(c["layers"]),
+            "yes" if c["declared"] else "",
+            _n(aux["acceptance"][c["reading"]]["accept_len"]),
+            "chosen" if c["reading"] == aux["chosen"]["reading"] else "",
+            cite,
+        ]
+        for c in aux["candidates"]
+    ]
+    engines = [
+        f"{eng}: captures {e['captures']}: "
+        + ("correct" if e["ok"] else f"wrong; {e['fix']}")
+        + f" [{cite}]"
+        for eng, e in aux.get("engines", {}).items()
+    ]
+    head = ["reading", "HF layers", "config says", "offline τ", "", "source"]
+    return [
+        ("h3", "Which hidden states was the drafter trained on?"),
+        ("table", head, rows),
+        ("list", engines),
+    ]
+
+
+def _similarity_blocks(p: dict, cite: str) -> list[tuple]:
+    """A probe's hidden-state similarity table, reference vs new target (fc(aux) last)."""
+    rows = [
+        [
+            f"h[{s['layer']}]",
+            _n(s["cosine_mean"], ".4f"),
+            _n(s["cosine_p10"], ".4f"),
+            _n(s["cka"], ".4f"),
+            _n(s["norm_ratio"], ".3f"),
+            cite,
+        ]
+        for s in p["similarity"]
+        + ([{"layer": "fc", **p["fc_similarity"]}] if p["fc_similarity"] else [])
+    ]
+    rows[-1][0] = "fc(aux)" if p["fc_similarity"] else rows[-1][0]
+    head = ["layer", "cosine mean", "cosine p10", "CKA", "norm ratio", "source"]
+    return [
+        ("h3", "Hidden-state similarity (reference vs new target, same tokens)"),
+        ("table", head, rows),
+    ]
 
 
 def _samples_to(rows: list[dict], batch: int, tau: float) -> int | None:
