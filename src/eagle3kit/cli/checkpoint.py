@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
+from eagle3kit.cli._options import JsonFlag
 from eagle3kit.cli._render import emit_json, err, out
 
 
@@ -162,96 +165,116 @@ def _render_compat(r) -> None:
     con.print(f"[bold {'green' if r.compatible else 'red'}]verdict: {escape(r.verdict)}[/]")
 
 
+CheckpointPath = Annotated[
+    str,
+    typer.Argument(help="Drafter or target: a local dir, a .safetensors file, or a Hub repo id."),
+]
+
+
+def inspect(path: CheckpointPath, json_out: JsonFlag = False) -> None:
+    """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers.
+
+    Exit 1 when the drafter is broken (vocab map, shapes vs config, a required tensor
+    missing)."""
+    from eagle3kit.checkpoint.inspection import inspect_checkpoint
+
+    r = inspect_checkpoint(path)
+    if json_out:
+        emit_json(r)
+    elif r["role"] == "target":
+        _render_target(r)
+        return
+    else:
+        _render_drafter(r)
+    if _inspect_failures(r):
+        raise typer.Exit(1)
+
+
+Drafter = Annotated[str, typer.Argument(metavar="DRAFTER", help="A drafter (or a target).")]
+Other = Annotated[
+    str,
+    typer.Argument(
+        metavar="OTHER",
+        help="Another drafter (fine-tuning question) or the target (serving question).",
+    ),
+]
+Engine = Annotated[
+    str,
+    typer.Option(
+        help="sglang, vllm or both, each optionally @VERSION (sglang@0.5.12, vllm@0.21); "
+        "without a version, the latest rules plus a warning naming older releases that "
+        "differ.",
+    ),
+]
+
+
+def compat(a: Drafter, b: Other, engine: Engine = "both", json_out: JsonFlag = False) -> None:
+    """Drafter vs drafter: drop-in for fine-tuning? Drafter vs target: served right?
+
+    Exit 0 when no error is found, 1 when any is, 2 on bad input."""
+    from eagle3kit.checkpoint.compat import compat as run_compat
+
+    r = run_compat(a, b, engine)
+    if json_out:
+        emit_json(r.to_json())
+    else:
+        _render_compat(r)
+    if not r.compatible:
+        raise typer.Exit(1)
+
+
+Src = Annotated[str, typer.Argument(help="Drafter to convert (any layout).")]
+To = Annotated[str, typer.Option("--to", help="sglang, vllm or eagle.")]
+Output = Annotated[
+    str, typer.Option("-o", "--output", help="Output directory (must not exist or be empty).")
+]
+Verifier = Annotated[
+    str | None,
+    typer.Option(
+        metavar="TARGET",
+        help="Target model name/path, recorded in the config and the launch command "
+        "(default: the one the source names).",
+    ),
+]
+EmbedFrom = Annotated[
+    str | None,
+    typer.Option(
+        "--embed-from",
+        metavar="TARGET",
+        help="Copy this target's input embedding into the drafter file.",
+    ),
+]
+
+
+def convert(
+    src: Src,
+    to: To,
+    output: Output,
+    verifier: Verifier = None,
+    embed_from: EmbedFrom = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Rewrite a drafter in another layout with every flag explicit.
+
+    Refuses (exit 2, nothing written) a drafter with a broken config, shapes or vocab map, and
+    any conversion the destination cannot represent."""
+    from eagle3kit.checkpoint.convert import convert as run_convert
+    from eagle3kit.cli._checks import check_output
+
+    check_output(output, "-o", src, embed_from, verifier, kind="dir")
+    r = run_convert(src, to, output, verifier=verifier, embed_from=embed_from)
+    if json_out:
+        emit_json(r.to_json())
+        return
+    con = out()
+    con.print(f"converted {r.source} ({r.from_layout}) -> {r.out} ({r.to_layout})")
+    for n in r.notes:
+        err().print(f"note: {n}")
+    con.print("serve it with:")
+    con.print(r.launch, soft_wrap=True, markup=False, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def inspect(
-        path: str = typer.Argument(
-            ..., help="Drafter or target: a local dir, a .safetensors file, or a Hub repo id."
-        ),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    ) -> None:
-        """Format, DraftSpec and every tensor of a drafter (or a target's layers), from headers.
-
-        Exit 1 when the drafter is broken (vocab map, shapes vs config, a required tensor
-        missing)."""
-        from eagle3kit.checkpoint.inspection import inspect_checkpoint
-
-        r = inspect_checkpoint(path)
-        if json_out:
-            emit_json(r)
-        elif r["role"] == "target":
-            _render_target(r)
-            return
-        else:
-            _render_drafter(r)
-        if _inspect_failures(r):
-            raise typer.Exit(1)
-
-    @app.command()
-    def compat(
-        a: str = typer.Argument(..., metavar="DRAFTER", help="A drafter (or a target)."),
-        b: str = typer.Argument(
-            ...,
-            metavar="OTHER",
-            help="Another drafter (fine-tuning question) or the target (serving question).",
-        ),
-        engine: str = typer.Option(
-            "both",
-            help="sglang, vllm or both, each optionally @VERSION (sglang@0.5.12, vllm@0.21); "
-            "without a version, the latest rules plus a warning naming older releases that "
-            "differ.",
-        ),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    ) -> None:
-        """Drafter vs drafter: drop-in for fine-tuning? Drafter vs target: served right?
-
-        Exit 0 when no error is found, 1 when any is, 2 on bad input."""
-        from eagle3kit.checkpoint.compat import compat as run_compat
-
-        r = run_compat(a, b, engine)
-        if json_out:
-            emit_json(r.to_json())
-        else:
-            _render_compat(r)
-        if not r.compatible:
-            raise typer.Exit(1)
-
-    @app.command()
-    def convert(
-        src: str = typer.Argument(..., help="Drafter to convert (any layout)."),
-        to: str = typer.Option(..., "--to", help="sglang, vllm or eagle."),
-        output: str = typer.Option(
-            ..., "-o", "--output", help="Output directory (must not exist or be empty)."
-        ),
-        verifier: str | None = typer.Option(
-            None,
-            metavar="TARGET",
-            help="Target model name/path, recorded in the config and the launch command "
-            "(default: the one the source names).",
-        ),
-        embed_from: str | None = typer.Option(
-            None,
-            "--embed-from",
-            metavar="TARGET",
-            help="Copy this target's input embedding into the drafter file.",
-        ),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    ) -> None:
-        """Rewrite a drafter in another layout with every flag explicit.
-
-        Refuses (exit 2, nothing written) a drafter with a broken config, shapes or vocab map, and
-        any conversion the destination cannot represent."""
-        from eagle3kit.checkpoint.convert import convert as run_convert
-        from eagle3kit.cli._checks import check_output
-
-        check_output(output, "-o", src, embed_from, verifier, kind="dir")
-        r = run_convert(src, to, output, verifier=verifier, embed_from=embed_from)
-        if json_out:
-            emit_json(r.to_json())
-            return
-        con = out()
-        con.print(f"converted {r.source} ({r.from_layout}) -> {r.out} ({r.to_layout})")
-        for n in r.notes:
-            err().print(f"note: {n}")
-        con.print("serve it with:")
-        con.print(r.launch, soft_wrap=True, markup=False, highlight=False)
+    app.command()(inspect)
+    app.command()(compat)
+    app.command()(convert)

@@ -6,9 +6,11 @@ torch/transformers are imported inside the commands only (`eagle3kit --help` sta
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
-JSON_HELP = "Print one JSON document."
+from eagle3kit.cli._options import JsonFlag
 
 
 def _render_prepare(r: dict) -> None:
@@ -50,104 +52,130 @@ def _render_vocab(r: dict) -> None:
     out().print(t)
 
 
+Inputs = Annotated[
+    list[str],
+    typer.Argument(
+        help="JSONL files (ShareGPT or OpenAI form), saved `datasets` dirs or hub dataset ids."
+    ),
+]
+Target = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help="The target model (local dir or hub id): its tokenizer and chat template.",
+    ),
+]
+PrepareOutput = Annotated[str, typer.Option("-o", "--output", help="The DATA directory to write.")]
+MaxLength = Annotated[
+    int, typer.Option("--max-length", min=2, help="Truncate samples to this many tokens.")
+]
+Strict = Annotated[
+    bool, typer.Option("--strict", help="Stop at the first malformed record (exit 2).")
+]
+ChatTemplate = Annotated[
+    str | None,
+    typer.Option("--chat-template", help="A Jinja file replacing the tokenizer's chat template."),
+]
+TemplateKwargs = Annotated[
+    str | None,
+    typer.Option(
+        "--template-kwargs",
+        help="JSON passed to the template, e.g. '{\"enable_thinking\": false}'.",
+    ),
+]
+TrustRemoteCode = Annotated[
+    bool, typer.Option("--trust-remote-code", help="Allow the target's own tokenizer code.")
+]
+
+
+def prepare(
+    inputs: Inputs,
+    target: Target,
+    output: PrepareOutput,
+    max_length: MaxLength = 2048,
+    strict: Strict = False,
+    chat_template: ChatTemplate = None,
+    template_kwargs: TemplateKwargs = None,
+    trust_remote_code: TrustRemoteCode = False,
+    json_: JsonFlag = False,
+) -> None:
+    """Tokenise conversations with the target's chat template; loss mask = assistant tokens +
+    EOT."""
+    from pathlib import Path
+
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json
+    from eagle3kit.core.errors import Eagle3Error
+    from eagle3kit.data.prepare import parse_template_kwargs
+    from eagle3kit.data.prepare import prepare as run_prepare
+    from eagle3kit.model.loading import resolve_target
+
+    tpl = None
+    if chat_template is not None:
+        try:
+            tpl = Path(chat_template).read_text(encoding="utf-8")
+        except OSError as e:
+            raise Eagle3Error(
+                f"{chat_template}: cannot read the chat template ({e.strerror or e})"
+            ) from e
+    kwargs = parse_template_kwargs(template_kwargs)
+    with bar(not json_) as progress:
+        r = run_prepare(
+            inputs,
+            resolve_target(target),  # zoo names, local dirs, hub ids
+            output,
+            max_length=max_length,
+            strict=strict,
+            chat_template=tpl,
+            template_kwargs=kwargs,
+            trust_remote_code=trust_remote_code,
+            progress=progress,
+        )
+    if json_:
+        emit_json(r)
+    else:
+        _render_prepare(r)
+
+
+DataDir = Annotated[str, typer.Argument(help="A DATA directory written by `data prepare`.")]
+DraftVocabSize = Annotated[
+    int,
+    typer.Option("--draft-vocab-size", min=1, help="N: how many target ids the drafter predicts."),
+]
+VocabOutput = Annotated[
+    str,
+    typer.Option("-o", "--output", help="The vocab file to write (safetensors: d2t, t2d)."),
+]
+
+
+def vocab(
+    data: DataDir,
+    draft_vocab_size: DraftVocabSize,
+    output: VocabOutput,
+    json_: JsonFlag = False,
+) -> None:
+    """Draft vocab = the N most frequent loss tokens (ties: lower id); d2t/t2d + coverage
+    table."""
+    from eagle3kit.cli._checks import check_output
+    from eagle3kit.cli._render import emit_json
+    from eagle3kit.data.vocab_counts import draft_vocab
+
+    check_output(output, "-o", data, kind="file")
+    r = draft_vocab(data, draft_vocab_size, output)
+    if json_:
+        emit_json(r)
+    else:
+        _render_vocab(r)
+
+
 def register(app: typer.Typer) -> None:
     data_app = typer.Typer(
         help="Training data: prepare (chat template + loss masks), vocab, regenerate, capture.",
         no_args_is_help=True,
     )
     app.add_typer(data_app, name="data")
-
-    @data_app.command("prepare")
-    def prepare(
-        inputs: list[str] = typer.Argument(
-            ...,
-            help="JSONL files (ShareGPT or OpenAI form), saved `datasets` dirs or hub dataset ids.",
-        ),
-        target: str = typer.Option(
-            ...,
-            "--target",
-            help="The target model (local dir or hub id): its tokenizer and chat template.",
-        ),
-        output: str = typer.Option(..., "-o", "--output", help="The DATA directory to write."),
-        max_length: int = typer.Option(
-            2048, "--max-length", min=2, help="Truncate samples to this many tokens."
-        ),
-        strict: bool = typer.Option(
-            False, "--strict", help="Stop at the first malformed record (exit 2)."
-        ),
-        chat_template: str | None = typer.Option(
-            None, "--chat-template", help="A Jinja file replacing the tokenizer's chat template."
-        ),
-        template_kwargs: str | None = typer.Option(
-            None,
-            "--template-kwargs",
-            help="JSON passed to the template, e.g. '{\"enable_thinking\": false}'.",
-        ),
-        trust_remote_code: bool = typer.Option(
-            False, "--trust-remote-code", help="Allow the target's own tokenizer code."
-        ),
-        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
-    ) -> None:
-        """Tokenise conversations with the target's chat template; loss mask = assistant tokens +
-        EOT."""
-        from pathlib import Path
-
-        from eagle3kit.cli._progress import bar
-        from eagle3kit.cli._render import emit_json
-        from eagle3kit.core.errors import Eagle3Error
-        from eagle3kit.data.prepare import parse_template_kwargs
-        from eagle3kit.data.prepare import prepare as run_prepare
-        from eagle3kit.model.loading import resolve_target
-
-        tpl = None
-        if chat_template is not None:
-            try:
-                tpl = Path(chat_template).read_text(encoding="utf-8")
-            except OSError as e:
-                raise Eagle3Error(
-                    f"{chat_template}: cannot read the chat template ({e.strerror or e})"
-                ) from e
-        kwargs = parse_template_kwargs(template_kwargs)
-        with bar(not json_) as progress:
-            r = run_prepare(
-                inputs,
-                resolve_target(target),  # zoo names, local dirs, hub ids
-                output,
-                max_length=max_length,
-                strict=strict,
-                chat_template=tpl,
-                template_kwargs=kwargs,
-                trust_remote_code=trust_remote_code,
-                progress=progress,
-            )
-        if json_:
-            emit_json(r)
-        else:
-            _render_prepare(r)
-
-    @data_app.command("vocab")
-    def vocab(
-        data: str = typer.Argument(..., help="A DATA directory written by `data prepare`."),
-        draft_vocab_size: int = typer.Option(
-            ..., "--draft-vocab-size", min=1, help="N: how many target ids the drafter predicts."
-        ),
-        output: str = typer.Option(
-            ..., "-o", "--output", help="The vocab file to write (safetensors: d2t, t2d)."
-        ),
-        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
-    ) -> None:
-        """Draft vocab = the N most frequent loss tokens (ties: lower id); d2t/t2d + coverage
-        table."""
-        from eagle3kit.cli._checks import check_output
-        from eagle3kit.cli._render import emit_json
-        from eagle3kit.data.vocab_counts import draft_vocab
-
-        check_output(output, "-o", data, kind="file")
-        r = draft_vocab(data, draft_vocab_size, output)
-        if json_:
-            emit_json(r)
-        else:
-            _render_vocab(r)
+    data_app.command("prepare")(prepare)
+    data_app.command("vocab")(vocab)
 
     from eagle3kit.cli import data_jobs
 

@@ -6,10 +6,12 @@ torch/transformers are imported inside the commands only (`eagle3kit --help` sta
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from eagle3kit.cli._checks import check_device, check_output
+from eagle3kit.cli._checks import check_output
+from eagle3kit.cli._options import Device
 
 JSON_HELP = "Print one JSON document on stdout (progress stays on stderr)."
 
@@ -29,226 +31,313 @@ def _load_target(
     )
 
 
+Input = Annotated[Path, typer.Argument(help="Conversations JSONL (ShareGPT or OpenAI form).")]
+RegenOutput = Annotated[
+    Path, typer.Option("-o", "--output", help="Output JSONL (appended; a rerun resumes).")
+]
+RegenTarget = Annotated[
+    str, typer.Option("--target", help="Generate locally with this model dir / hub id.")
+]
+Server = Annotated[
+    list[str],
+    typer.Option("--server", help="OpenAI-compatible server base URL; repeat for a fleet."),
+]
+RegenModel = Annotated[
+    str, typer.Option("--model", help="Model name for the servers (default: what /v1/models says).")
+]
+MaxTokens = Annotated[int, typer.Option("--max-tokens", help="Most tokens per assistant turn.")]
+Temperature = Annotated[float, typer.Option("--temperature", help="0 = greedy.")]
+TopP = Annotated[float, typer.Option("--top-p", help="Nucleus sampling (with --temperature).")]
+Seed = Annotated[
+    int,
+    typer.Option("--seed", help="Sampling seed; each sample's draw is fixed by (seed, sample id)."),
+]
+RegenConcurrency = Annotated[
+    int, typer.Option("--concurrency", help="Requests in flight (servers only).")
+]
+Retries = Annotated[
+    int,
+    typer.Option("--retries", help="Retries per request (timeouts, connection errors, 429, 5xx)."),
+]
+RegenTimeout = Annotated[float, typer.Option("--timeout", help="Seconds per request.")]
+TemplateKwargs = Annotated[
+    str,
+    typer.Option(
+        "--template-kwargs",
+        help="JSON for the chat template, e.g. '{\"enable_thinking\": false}' (servers get "
+        "it as chat_template_kwargs).",
+    ),
+]
+Dtype = Annotated[str, typer.Option("--dtype")]
+TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code")]
+JsonOut = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
+
+
+def regenerate_cmd(
+    input: Input,
+    output: RegenOutput,
+    target: RegenTarget = None,
+    server: Server = None,
+    model: RegenModel = None,
+    max_tokens: MaxTokens = 512,
+    temperature: Temperature = 0.0,
+    top_p: TopP = 1.0,
+    seed: Seed = 0,
+    concurrency: RegenConcurrency = 8,
+    retries: Retries = 4,
+    timeout: RegenTimeout = 300.0,
+    template_kwargs: TemplateKwargs = None,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    trust_remote_code: TrustRemoteCode = False,
+    json_: JsonOut = False,
+) -> None:
+    """Replace every assistant turn with the target's own answer, turn by turn (resumable).
+
+    Exit 1 when some samples failed (listed; rerun the same command to retry them).
+    """
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json
+    from eagle3kit.core.errors import Eagle3Error
+    from eagle3kit.data.prepare import parse_template_kwargs
+    from eagle3kit.data.regenerate import regenerate
+
+    if (target is None) == (not server):
+        raise Eagle3Error("data regenerate: give exactly one of --target or --server")
+    check_output(output, "-o", input, kind="file")
+    kwargs = parse_template_kwargs(template_kwargs)
+    local = _local_generator(dict(locals()), kwargs) if target else None
+    with bar(not json_) as progress:
+        res = regenerate(
+            input,
+            output,
+            generate=local,
+            servers=server,
+            model=model,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=top_p,
+            seed=seed,
+            concurrency=concurrency,
+            retries=retries,
+            timeout=timeout,
+            template_kwargs=kwargs,
+            progress=progress,
+        )
+    if json_:
+        emit_json(res.to_json())
+    else:
+        _render_regenerate(res, output)
+    if res.failed:
+        raise typer.Exit(1)
+
+
+def _local_generator(o: dict, kwargs: dict):
+    """`data regenerate --target`: the target loaded here, answering turn by turn."""
+    from eagle3kit.decode.local import local_generator
+
+    tm = _load_target(o["target"], o["device"], o["dtype"], None, o["trust_remote_code"])
+    return local_generator(
+        tm, o["max_tokens"], o["temperature"], o["seed"], template_kwargs=kwargs, top_p=o["top_p"]
+    )
+
+
+def _render_regenerate(res, output: Path) -> None:
+    """`data regenerate`'s account: skipped lines and failures on stderr, the counts."""
+    from eagle3kit.cli._render import err, out
+
+    for s in res.skipped:
+        err().print(
+            f"skipped {s['file']}:{s['line']}: {s['reason']}", markup=False, highlight=False
+        )
+    for sid, why in res.errors.items():
+        err().print(f"failed {sid}: {why}", markup=False, highlight=False)
+    out().print(
+        f"{output}: {res.done} regenerated, {res.already_done} already done, "
+        f"{len(res.failed)} failed, {len(res.skipped)} input lines skipped"
+        + (
+            f"; {res.answered} of them ended with a user turn (or an empty answer) "
+            "and were answered"
+            if res.answered
+            else ""
+        )
+    )
+
+
+DataArg = Annotated[Path, typer.Argument(help="A DATA directory written by `data prepare`.")]
+CaptureTarget = Annotated[
+    str, typer.Option("--target", help="The target model (local dir or hub id).")
+]
+CaptureOutput = Annotated[
+    Path, typer.Option("-o", "--output", help="The feature store directory (a rerun resumes).")
+]
+AuxLayers = Annotated[
+    tuple[int, int, int],
+    typer.Option("--aux-layers", help="Three HF hidden-state ids (default: the target's default)."),
+]
+Vocab = Annotated[
+    Path,
+    typer.Option(
+        "--vocab",
+        help="Draft vocab (d2t/t2d safetensors from `data vocab`); default: the full vocab.",
+    ),
+]
+Topk = Annotated[
+    int,
+    typer.Option(
+        "--topk", min=0, help="Teacher log-probs kept per token (0 = the whole draft vocab)."
+    ),
+]
+ShardTokens = Annotated[int, typer.Option("--shard-tokens", min=1, help="Tokens per shard.")]
+BatchTokens = Annotated[
+    int, typer.Option("--batch-tokens", min=1, help="Padded tokens per target forward.")
+]
+Engine = Annotated[
+    str,
+    typer.Option(
+        "--engine",
+        help="Take the hidden states from a running engine (vllm, or vllm@RELEASE) instead "
+        "of loading the target; only its final norm and lm_head are read.",
+    ),
+]
+Url = Annotated[str, typer.Option("--url", help="Engine: the server's base URL.")]
+StatesDir = Annotated[
+    Path,
+    typer.Option("--states-dir", help="Engine: the connector's shared_storage_path, as seen here."),
+]
+LaunchCommand = Annotated[
+    bool,
+    typer.Option("--launch-command", help="Engine: print the `vllm serve` line and exit."),
+]
+Drafter = Annotated[
+    str, typer.Option("--drafter", help="Engine: the drafter whose aux layers to capture.")
+]
+LayerIds = Annotated[
+    str,
+    typer.Option("--layer-ids", help="Engine: the vLLM layer ids the server was launched with."),
+]
+ExtraLayers = Annotated[
+    str,
+    typer.Option(
+        "--extra-layers",
+        help="Engine: more h-indices to hold (e.g. 3,5,6: both readings for `probe`).",
+    ),
+]
+EngineModel = Annotated[str, typer.Option("--model", help="Engine: model name for the server.")]
+EngineConcurrency = Annotated[
+    int, typer.Option("--concurrency", help="Engine: requests in flight.")
+]
+EngineTimeout = Annotated[float, typer.Option("--timeout", help="Engine: seconds per request.")]
+LockTimeout = Annotated[
+    float, typer.Option("--lock-timeout", help="Engine: seconds to wait for a states file.")
+]
+
+
+def capture_cmd(
+    data: DataArg = None,
+    target: CaptureTarget = ...,
+    output: CaptureOutput = None,
+    aux_layers: AuxLayers = None,
+    vocab: Vocab = None,
+    topk: Topk = 64,
+    shard_tokens: ShardTokens = 32768,
+    batch_tokens: BatchTokens = 4096,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    trust_remote_code: TrustRemoteCode = False,
+    engine: Engine = None,
+    url: Url = None,
+    states_dir: StatesDir = None,
+    launch_command: LaunchCommand = False,
+    drafter: Drafter = None,
+    layer_ids: LayerIds = None,
+    extra_layers: ExtraLayers = None,
+    model: EngineModel = None,
+    concurrency: EngineConcurrency = 8,
+    timeout: EngineTimeout = 300.0,
+    lock_timeout: LockTimeout = 60.0,
+    json_: JsonOut = False,
+) -> None:
+    """Offline feature store: fp8 aux states + top-K teacher log-probs, sharded, resumable."""
+    from eagle3kit.cli._render import emit_json
+
+    if engine is not None or launch_command:
+        if output is not None:
+            check_output(output, "-o", data, vocab, kind="dir")
+        eng = dict(
+            engine=engine,
+            url=url,
+            states_dir=states_dir,
+            launch_command=launch_command,
+            drafter=drafter,
+            layer_ids=layer_ids,
+            extra_layers=extra_layers,
+            model=model,
+            concurrency=concurrency,
+            timeout=timeout,
+            lock_timeout=lock_timeout,
+            device=device,
+        )
+        common = dict(vocab=vocab, topk=topk, shard_tokens=shard_tokens)
+        aux = list(aux_layers) if aux_layers else None
+        res = _engine_capture(data, target, output, aux, eng, common, batch_tokens, json_)
+        if res is None:
+            return
+    else:
+        res = _local_capture(dict(locals()))
+    if json_:
+        emit_json(res)
+        return
+    _render_capture(res, output)
+
+
+def _local_capture(o: dict) -> dict:
+    """`data capture` with the target loaded here (``o``: the command's arguments)."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.data.store import capture
+
+    data, output, vocab, aux_layers = o["data"], o["output"], o["vocab"], o["aux_layers"]
+    if data is None or output is None:
+        from eagle3kit.core.errors import Eagle3Error
+
+        raise Eagle3Error("data capture: expected DATA and -o STORE")
+    check_output(output, "-o", data, vocab, kind="dir")
+    tm = _load_target(
+        o["target"],
+        o["device"],
+        o["dtype"],
+        list(aux_layers) if aux_layers else None,
+        o["trust_remote_code"],
+    )
+    with bar(not o["json_"]) as progress:
+        return capture(
+            data,
+            tm,
+            output,
+            vocab=vocab,
+            topk=o["topk"] or None,
+            shard_tokens=o["shard_tokens"],
+            batch_tokens=o["batch_tokens"],
+            progress=progress,
+        )
+
+
+def _render_capture(res: dict, output: Path) -> None:
+    from eagle3kit.cli._render import out
+
+    out().print(
+        f"{output}: {res['samples']} samples, {res['tokens']} tokens in {len(res['shards'])} "
+        "shards, "
+        f"{res['bytes_per_token']:.0f} bytes/token (aux layers {res['aux_layers']}, "
+        f"top-{res['quantisation']['topk']})"
+        + (f"; resumed after {res['resumed_from']} samples" if res["resumed_from"] else "")
+    )
+
+
 def register(data_app: typer.Typer) -> None:
     """Add `regenerate` and `capture` to the `data` group (created by cli/data.py)."""
-
-    @data_app.command("regenerate")
-    def regenerate_cmd(
-        input: Path = typer.Argument(..., help="Conversations JSONL (ShareGPT or OpenAI form)."),
-        output: Path = typer.Option(
-            ..., "-o", "--output", help="Output JSONL (appended; a rerun resumes)."
-        ),
-        target: str = typer.Option(
-            None, "--target", help="Generate locally with this model dir / hub id."
-        ),
-        server: list[str] = typer.Option(
-            None, "--server", help="OpenAI-compatible server base URL; repeat for a fleet."
-        ),
-        model: str = typer.Option(
-            None, "--model", help="Model name for the servers (default: what /v1/models says)."
-        ),
-        max_tokens: int = typer.Option(512, "--max-tokens", help="Most tokens per assistant turn."),
-        temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy."),
-        top_p: float = typer.Option(1.0, "--top-p", help="Nucleus sampling (with --temperature)."),
-        seed: int = typer.Option(
-            0, "--seed", help="Sampling seed; each sample's draw is fixed by (seed, sample id)."
-        ),
-        concurrency: int = typer.Option(
-            8, "--concurrency", help="Requests in flight (servers only)."
-        ),
-        retries: int = typer.Option(
-            4, "--retries", help="Retries per request (timeouts, connection errors, 429, 5xx)."
-        ),
-        timeout: float = typer.Option(300.0, "--timeout", help="Seconds per request."),
-        template_kwargs: str = typer.Option(
-            None,
-            "--template-kwargs",
-            help="JSON for the chat template, e.g. '{\"enable_thinking\": false}' (servers get "
-            "it as chat_template_kwargs).",
-        ),
-        device: str = typer.Option("cpu", "--device", callback=check_device),
-        dtype: str = typer.Option("float32", "--dtype"),
-        trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
-        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
-    ) -> None:
-        """Replace every assistant turn with the target's own answer, turn by turn (resumable).
-
-        Exit 1 when some samples failed (listed; rerun the same command to retry them).
-        """
-        from eagle3kit.cli._progress import bar
-        from eagle3kit.cli._render import emit_json, err, out
-        from eagle3kit.core.errors import Eagle3Error
-        from eagle3kit.data.prepare import parse_template_kwargs
-        from eagle3kit.data.regenerate import regenerate
-
-        if (target is None) == (not server):
-            raise Eagle3Error("data regenerate: give exactly one of --target or --server")
-        check_output(output, "-o", input, kind="file")
-        kwargs = parse_template_kwargs(template_kwargs)
-        local = None
-        if target:
-            from eagle3kit.decode.local import local_generator
-
-            tm = _load_target(target, device, dtype, None, trust_remote_code)
-            local = local_generator(
-                tm, max_tokens, temperature, seed, template_kwargs=kwargs, top_p=top_p
-            )
-        with bar(not json_) as progress:
-            res = regenerate(
-                input,
-                output,
-                generate=local,
-                servers=server,
-                model=model,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                top_p=top_p,
-                seed=seed,
-                concurrency=concurrency,
-                retries=retries,
-                timeout=timeout,
-                template_kwargs=kwargs,
-                progress=progress,
-            )
-        if json_:
-            emit_json(res.to_json())
-        else:
-            for s in res.skipped:
-                err().print(
-                    f"skipped {s['file']}:{s['line']}: {s['reason']}", markup=False, highlight=False
-                )
-            for sid, why in res.errors.items():
-                err().print(f"failed {sid}: {why}", markup=False, highlight=False)
-            out().print(
-                f"{output}: {res.done} regenerated, {res.already_done} already done, "
-                f"{len(res.failed)} failed, {len(res.skipped)} input lines skipped"
-                + (
-                    f"; {res.answered} of them ended with a user turn (or an empty answer) "
-                    "and were answered"
-                    if res.answered
-                    else ""
-                )
-            )
-        if res.failed:
-            raise typer.Exit(1)
-
-    @data_app.command("capture")
-    def capture_cmd(
-        data: Path = typer.Argument(None, help="A DATA directory written by `data prepare`."),
-        target: str = typer.Option(..., "--target", help="The target model (local dir or hub id)."),
-        output: Path = typer.Option(
-            None, "-o", "--output", help="The feature store directory (a rerun resumes)."
-        ),
-        aux_layers: tuple[int, int, int] = typer.Option(
-            None, "--aux-layers", help="Three HF hidden-state ids (default: the target's default)."
-        ),
-        vocab: Path = typer.Option(
-            None,
-            "--vocab",
-            help="Draft vocab (d2t/t2d safetensors from `data vocab`); default: the full vocab.",
-        ),
-        topk: int = typer.Option(
-            64,
-            "--topk",
-            min=0,
-            help="Teacher log-probs kept per token (0 = the whole draft vocab).",
-        ),
-        shard_tokens: int = typer.Option(32768, "--shard-tokens", min=1, help="Tokens per shard."),
-        batch_tokens: int = typer.Option(
-            4096, "--batch-tokens", min=1, help="Padded tokens per target forward."
-        ),
-        device: str = typer.Option("cpu", "--device", callback=check_device),
-        dtype: str = typer.Option("float32", "--dtype"),
-        trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
-        engine: str = typer.Option(
-            None,
-            "--engine",
-            help="Take the hidden states from a running engine (vllm, or vllm@RELEASE) instead "
-            "of loading the target; only its final norm and lm_head are read.",
-        ),
-        url: str = typer.Option(None, "--url", help="Engine: the server's base URL."),
-        states_dir: Path = typer.Option(
-            None, "--states-dir", help="Engine: the connector's shared_storage_path, as seen here."
-        ),
-        launch_command: bool = typer.Option(
-            False, "--launch-command", help="Engine: print the `vllm serve` line and exit."
-        ),
-        drafter: str = typer.Option(
-            None, "--drafter", help="Engine: the drafter whose aux layers to capture."
-        ),
-        layer_ids: str = typer.Option(
-            None, "--layer-ids", help="Engine: the vLLM layer ids the server was launched with."
-        ),
-        extra_layers: str = typer.Option(
-            None,
-            "--extra-layers",
-            help="Engine: more h-indices to hold (e.g. 3,5,6: both readings for `probe`).",
-        ),
-        model: str = typer.Option(None, "--model", help="Engine: model name for the server."),
-        concurrency: int = typer.Option(8, "--concurrency", help="Engine: requests in flight."),
-        timeout: float = typer.Option(300.0, "--timeout", help="Engine: seconds per request."),
-        lock_timeout: float = typer.Option(
-            60.0, "--lock-timeout", help="Engine: seconds to wait for a states file."
-        ),
-        json_: bool = typer.Option(False, "--json", help=JSON_HELP),
-    ) -> None:
-        """Offline feature store: fp8 aux states + top-K teacher log-probs, sharded, resumable."""
-        from eagle3kit.cli._progress import bar
-        from eagle3kit.cli._render import emit_json, out
-        from eagle3kit.data.store import capture
-
-        if engine is not None or launch_command:
-            if output is not None:
-                check_output(output, "-o", data, vocab, kind="dir")
-            eng = dict(
-                engine=engine,
-                url=url,
-                states_dir=states_dir,
-                launch_command=launch_command,
-                drafter=drafter,
-                layer_ids=layer_ids,
-                extra_layers=extra_layers,
-                model=model,
-                concurrency=concurrency,
-                timeout=timeout,
-                lock_timeout=lock_timeout,
-                device=device,
-            )
-            common = dict(vocab=vocab, topk=topk, shard_tokens=shard_tokens)
-            aux = list(aux_layers) if aux_layers else None
-            res = _engine_capture(data, target, output, aux, eng, common, batch_tokens, json_)
-            if res is None:
-                return
-        else:
-            if data is None or output is None:
-                from eagle3kit.core.errors import Eagle3Error
-
-                raise Eagle3Error("data capture: expected DATA and -o STORE")
-            check_output(output, "-o", data, vocab, kind="dir")
-            tm = _load_target(
-                target, device, dtype, list(aux_layers) if aux_layers else None, trust_remote_code
-            )
-            with bar(not json_) as progress:
-                res = capture(
-                    data,
-                    tm,
-                    output,
-                    vocab=vocab,
-                    topk=topk or None,
-                    shard_tokens=shard_tokens,
-                    batch_tokens=batch_tokens,
-                    progress=progress,
-                )
-        if json_:
-            emit_json(res)
-            return
-        out().print(
-            f"{output}: {res['samples']} samples, {res['tokens']} tokens in {len(res['shards'])} "
-            "shards, "
-            f"{res['bytes_per_token']:.0f} bytes/token (aux layers {res['aux_layers']}, "
-            f"top-{res['quantisation']['topk']})"
-            + (f"; resumed after {res['resumed_from']} samples" if res["resumed_from"] else "")
-        )
+    data_app.command("regenerate")(regenerate_cmd)
+    data_app.command("capture")(capture_cmd)
 
 
 def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_tokens, json_):

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from eagle3kit.cli._checks import check_device, top_p
+from eagle3kit.cli._checks import top_p
+from eagle3kit.cli._options import Device, JsonFlag
 from eagle3kit.core.errors import bad
 
 TARGET_HELP = "Target: a model dir, a hub id, or a zoo member (dsv3-v2, llama-v1-tiny)."
@@ -54,215 +56,272 @@ def _tree(tree: bool, topk: int, budget: int):
     return TreeShape(topk, budget) if tree else None
 
 
-def register(app: typer.Typer) -> None:
-    @app.command("generate")
-    def generate(
-        target: str = typer.Option(..., "--target", help=TARGET_HELP),
-        drafter: str = typer.Option(..., "--drafter", help=DRAFTER_HELP),
-        prompt: str = typer.Option(..., "--prompt", help="Raw text (see --chat)."),
-        chat: bool = typer.Option(False, "--chat", help="Wrap the prompt in the chat template."),
-        max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
-        depth: int = typer.Option(
-            4, "--depth", min=1, help="Draft tokens per cycle (tree: depth)."
-        ),
-        tree: bool = typer.Option(False, "--tree", help="Draft a tree instead of a chain."),
-        topk: int = typer.Option(4, "--topk", min=1, help="Tree: children per expanded node."),
-        budget: int = typer.Option(
-            16, "--budget", min=1, help="Tree: draft tokens sent to the target."
-        ),
-        temperature: float = typer.Option(0.0, "--temperature", min=0.0, help="0 = greedy."),
-        top_p: float = typer.Option(1.0, "--top-p", callback=top_p),
-        seed: int = typer.Option(0, "--seed"),
-        device: str = typer.Option("cpu", "--device", callback=check_device),
-        threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
-        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    ) -> None:
-        """Generate with speculative decoding; streams the text, ends with tau and tok/s."""
+Target = Annotated[str, typer.Option("--target", help=TARGET_HELP)]
+LocalTarget = Annotated[str, typer.Option("--target", help=TARGET_HELP + " (not with --url)")]
+Drafter = Annotated[str, typer.Option("--drafter", help=DRAFTER_HELP)]
+Threads = Annotated[int, typer.Option("--threads", min=1, help="torch CPU threads.")]
+MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", min=1)]
+LiveTemperature = Annotated[float, typer.Option("--temperature", help="Live: 0 = greedy.")]
+Endpoint = Annotated[str, typer.Option("--endpoint", help=LIVE_ENDPOINT_HELP)]
+Timeout = Annotated[float, typer.Option("--timeout", help="Live: bound on the whole run, s.")]
+
+Prompt = Annotated[str, typer.Option("--prompt", help="Raw text (see --chat).")]
+Chat = Annotated[bool, typer.Option("--chat", help="Wrap the prompt in the chat template.")]
+GenDepth = Annotated[
+    int, typer.Option("--depth", min=1, help="Draft tokens per cycle (tree: depth).")
+]
+Tree = Annotated[bool, typer.Option("--tree", help="Draft a tree instead of a chain.")]
+GenTopk = Annotated[int, typer.Option("--topk", min=1, help="Tree: children per expanded node.")]
+GenBudget = Annotated[
+    int, typer.Option("--budget", min=1, help="Tree: draft tokens sent to the target.")
+]
+Temperature = Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")]
+TopP = Annotated[float, typer.Option("--top-p", callback=top_p)]
+Seed = Annotated[int, typer.Option("--seed")]
+
+
+def generate(
+    target: Target,
+    drafter: Drafter,
+    prompt: Prompt,
+    chat: Chat = False,
+    max_new_tokens: MaxNewTokens = 128,
+    depth: GenDepth = 4,
+    tree: Tree = False,
+    topk: GenTopk = 4,
+    budget: GenBudget = 16,
+    temperature: Temperature = 0.0,
+    top_p: TopP = 1.0,
+    seed: Seed = 0,
+    device: Device = "cpu",
+    threads: Threads = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Generate with speculative decoding; streams the text, ends with tau and tok/s."""
+    from eagle3kit.data.regenerate import chat_prompt_ids
+    from eagle3kit.decode import Sampling, speculative_generate
+
+    if not prompt:
+        raise bad("--prompt", "expected some text, found an empty prompt")
+    _check_depth(depth)
+    tm, d = _load(target, drafter, device, threads)
+    tok = tm.tokenizer
+    if tok is None:
+        raise typer.BadParameter("the target has no tokenizer", param_hint="--target")
+    user = [{"role": "user", "content": prompt}]
+    ids = chat_prompt_ids(tok, user) if chat else tok(prompt)["input_ids"]
+    if not ids:
+        raise bad("--prompt", f"expected text that makes at least one token, found {prompt!r}")
+    stream = None if json_ else _Streamer(tok)
+    g = speculative_generate(
+        tm,
+        d,
+        ids,
+        max_new_tokens=max_new_tokens,
+        depth=depth,
+        tree=_tree(tree, topk, budget),
+        sampling=Sampling(temperature, top_p),
+        eos_token_id=tok.eos_token_id,
+        seed=seed,
+        on_tokens=stream,
+    )
+    _show_generation(g, tok.decode(g.tokens), json_)
+
+
+def _show_generation(g, text: str, json_: bool) -> None:
+    """generate's ending: the JSON document, or tau and tok/s on stderr after the stream."""
+    if json_:
         from eagle3kit.cli._render import emit_json
         from eagle3kit.core.artifacts import stamp
-        from eagle3kit.data.regenerate import chat_prompt_ids
-        from eagle3kit.decode import Sampling, speculative_generate
 
-        if not prompt:
-            raise bad("--prompt", "expected some text, found an empty prompt")
-        _check_depth(depth)
-        tm, d = _load(target, drafter, device, threads)
-        tok = tm.tokenizer
-        if tok is None:
-            raise typer.BadParameter("the target has no tokenizer", param_hint="--target")
-        user = [{"role": "user", "content": prompt}]
-        ids = chat_prompt_ids(tok, user) if chat else tok(prompt)["input_ids"]
-        if not ids:
-            raise bad("--prompt", f"expected text that makes at least one token, found {prompt!r}")
-        stream = None if json_ else _Streamer(tok)
-        g = speculative_generate(
+        doc = {
+            "prompt_ids": g.prompt_ids,
+            "tokens": g.tokens,
+            "text": text,
+            "accept_len": g.stats.accept_len,
+            "tokens_per_s": g.stats.tokens_per_s,
+            "stats": g.stats.summary(),
+        }
+        emit_json(stamp(doc, "generate"))
+        return
+    s = g.stats
+    print(
+        f"\n\ntau {s.accept_len:.2f}  {s.tokens_per_s:.1f} tok/s  ({s.new_tokens} tokens, "
+        f"{len(s.cycles)} cycles, draft {s.mean_ms('draft_s'):.2f} ms + verify "
+        f"{s.mean_ms('verify_s'):.2f} ms per cycle)",
+        file=sys.stderr,
+    )
+
+
+EvalData = Annotated[Path, typer.Option("--data", help=DATA_HELP)]
+Features = Annotated[
+    Path,
+    typer.Option(
+        "--features",
+        help="Offline from a feature store (`data capture`, in-process or --engine) "
+        "instead of --data: no target loaded (--target: where its embedding is read).",
+    ),
+]
+Online = Annotated[bool, typer.Option("--online", help="Also decode for real: tau, tok/s.")]
+EvalDepth = Annotated[int, typer.Option("--depth", help="Draft steps (chain depth).")]
+OnlineMaxNewTokens = Annotated[
+    int, typer.Option("--max-new-tokens", min=1, help="Online: per prompt.")
+]
+EvalRepeats = Annotated[
+    int, typer.Option("--repeats", min=1, help="Online: repeats (median/min/max).")
+]
+Limit = Annotated[int, typer.Option("--limit", min=1, help="Online: at most this many prompts.")]
+EvalUrl = Annotated[list[str], typer.Option("--url", help=LIVE_URL_HELP + " With --online.")]
+EvalSuite = Annotated[
+    str, typer.Option("--suite", help=LIVE_SUITE_HELP.replace("--prompts", "--limit"))
+]
+
+
+def eval_(
+    target: LocalTarget = None,
+    drafter: Drafter = None,
+    data: EvalData = None,
+    features: Features = None,
+    online: Online = False,
+    depth: EvalDepth = 3,
+    max_new_tokens: OnlineMaxNewTokens = 128,
+    repeats: EvalRepeats = 3,
+    limit: Limit = 20,
+    device: Device = "cpu",
+    threads: Threads = None,
+    json_: JsonFlag = False,
+    url: EvalUrl = None,
+    suite: EvalSuite = None,
+    temperature: LiveTemperature = 0.0,
+    endpoint: Endpoint = "chat",
+    timeout: Timeout = 600.0,
+) -> None:
+    """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding;
+    with --online --url, on running SGLang/vLLM servers (docs/live.md)."""
+    if url:
+        from eagle3kit.cli import live
+
+        return live.run_eval(dict(locals()))
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.core.errors import Eagle3Error
+    from eagle3kit.measure.evaluate import evaluate, evaluate_store, load_eval_data
+
+    _check_depth(depth)
+    if drafter is None:
+        raise typer.BadParameter("expected --drafter (or --online --url)")
+    if features is not None:
+        if data is not None or online:
+            raise Eagle3Error("eval --features: offline only, and without --data")
+        with bar(not json_) as progress:
+            r = evaluate_store(
+                drafter, features, depth, target=target, device=device, progress=progress
+            )
+        return _output(r, json_, _render_eval)
+    if target is None or data is None:
+        raise Eagle3Error("eval: expected --target and --data (or --features STORE)")
+    tm, d = _load(target, drafter, device, threads)
+    ev = load_eval_data(data, tm.tokenizer, vocab_size=tm.vocab_size)
+    with bar(not json_) as progress:
+        r = evaluate(
             tm,
             d,
-            ids,
+            ev,
+            depth,
+            online=online,
+            max_new_tokens=max_new_tokens,
+            repeats=repeats,
+            limit=limit,
+            progress=progress,
+        )
+    _output(r, json_, _render_eval)
+
+
+BenchData = Annotated[
+    Path, typer.Option("--data", help=DATA_HELP + " Default: built-in chat prompts.")
+]
+Prompts = Annotated[int, typer.Option("--prompts", min=1, help="At most this many prompts.")]
+BenchRepeats = Annotated[int, typer.Option("--repeats", min=1)]
+BenchDepth = Annotated[int, typer.Option("--depth", min=1, help="Chain depth.")]
+TreeDepth = Annotated[int, typer.Option("--tree-depth", min=1)]
+BenchTopk = Annotated[int, typer.Option("--topk", min=1)]
+BenchBudget = Annotated[int, typer.Option("--budget", min=1)]
+Lookup = Annotated[
+    int,
+    typer.Option(
+        "--lookup", min=1, help="Prompt lookup's drafts per cycle (prompt_lookup_num_tokens)."
+    ),
+]
+BenchUrl = Annotated[list[str], typer.Option("--url", help=LIVE_URL_HELP)]
+BaselineUrl = Annotated[str, typer.Option("--baseline-url", help=LIVE_BASE_HELP)]
+BenchSuite = Annotated[str, typer.Option("--suite", help=LIVE_SUITE_HELP)]
+Concurrency = Annotated[str, typer.Option("--concurrency", help="Live: levels, e.g. 1,4,16.")]
+DrafterDepth = Annotated[int, typer.Option("--drafter-depth", help=LIVE_DEPTH_HELP)]
+
+
+def bench_(
+    target: LocalTarget = None,
+    drafter: Drafter = None,
+    data: BenchData = None,
+    prompts: Prompts = 8,
+    repeats: BenchRepeats = 5,
+    max_new_tokens: MaxNewTokens = 128,
+    depth: BenchDepth = 4,
+    tree_depth: TreeDepth = 5,
+    topk: BenchTopk = 4,
+    budget: BenchBudget = 16,
+    lookup: Lookup = 10,
+    device: Device = "cpu",
+    threads: Threads = None,
+    json_: JsonFlag = False,
+    url: BenchUrl = None,
+    baseline_url: BaselineUrl = None,
+    suite: BenchSuite = None,
+    concurrency: Concurrency = "1",
+    temperature: LiveTemperature = 0.0,
+    endpoint: Endpoint = "chat",
+    timeout: Timeout = 600.0,
+    drafter_depth: DrafterDepth = None,
+) -> None:
+    """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order);
+    with --url, an interleaved A/B of running SGLang/vLLM servers (docs/live.md)."""
+    if url:
+        from eagle3kit.cli import live
+
+        return live.run(dict(locals()))
+    if target is None:
+        raise typer.BadParameter("expected --target (in-process) or --url (live servers)")
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.decode import TreeShape
+    from eagle3kit.measure.bench import bench, default_prompts
+    from eagle3kit.measure.evaluate import load_eval_data
+
+    _check_depth(depth)
+    _check_depth(tree_depth, "--tree-depth")
+    tm, d = _load(target, drafter, device, threads)
+    if data is not None:
+        ps = load_eval_data(data, tm.tokenizer).prompts[:prompts]
+    else:
+        ps = default_prompts(tm.tokenizer, prompts)
+    with bar(not json_) as progress:
+        r = bench(
+            tm,
+            d,
+            ps,
+            repeats=repeats,
             max_new_tokens=max_new_tokens,
             depth=depth,
-            tree=_tree(tree, topk, budget),
-            sampling=Sampling(temperature, top_p),
-            eos_token_id=tok.eos_token_id,
-            seed=seed,
-            on_tokens=stream,
+            tree=TreeShape(topk, budget),
+            tree_depth=tree_depth,
+            lookup=lookup,
+            progress=progress,
         )
-        text = tok.decode(g.tokens)
-        if json_:
-            doc = {
-                "prompt_ids": g.prompt_ids,
-                "tokens": g.tokens,
-                "text": text,
-                "accept_len": g.stats.accept_len,
-                "tokens_per_s": g.stats.tokens_per_s,
-                "stats": g.stats.summary(),
-            }
-            emit_json(stamp(doc, "generate"))
-            return
-        s = g.stats
-        print(
-            f"\n\ntau {s.accept_len:.2f}  {s.tokens_per_s:.1f} tok/s  ({s.new_tokens} tokens, "
-            f"{len(s.cycles)} cycles, draft {s.mean_ms('draft_s'):.2f} ms + verify "
-            f"{s.mean_ms('verify_s'):.2f} ms per cycle)",
-            file=sys.stderr,
-        )
+    _output(r, json_, _render_bench)
 
-    @app.command("eval")
-    def eval_(
-        target: str = typer.Option(None, "--target", help=TARGET_HELP + " (not with --url)"),
-        drafter: str = typer.Option(None, "--drafter", help=DRAFTER_HELP),
-        data: Path = typer.Option(None, "--data", help=DATA_HELP),
-        features: Path = typer.Option(
-            None,
-            "--features",
-            help="Offline from a feature store (`data capture`, in-process or --engine) "
-            "instead of --data: no target loaded (--target: where its embedding is read).",
-        ),
-        online: bool = typer.Option(False, "--online", help="Also decode for real: tau, tok/s."),
-        depth: int = typer.Option(3, "--depth", help="Draft steps (chain depth)."),
-        max_new_tokens: int = typer.Option(
-            128, "--max-new-tokens", min=1, help="Online: per prompt."
-        ),
-        repeats: int = typer.Option(
-            3, "--repeats", min=1, help="Online: repeats (median/min/max)."
-        ),
-        limit: int = typer.Option(20, "--limit", min=1, help="Online: at most this many prompts."),
-        device: str = typer.Option("cpu", "--device", callback=check_device),
-        threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
-        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
-        url: list[str] = typer.Option(None, "--url", help=LIVE_URL_HELP + " With --online."),
-        suite: str = typer.Option(
-            None, "--suite", help=LIVE_SUITE_HELP.replace("--prompts", "--limit")
-        ),
-        temperature: float = typer.Option(0.0, "--temperature", help="Live: 0 = greedy."),
-        endpoint: str = typer.Option("chat", "--endpoint", help=LIVE_ENDPOINT_HELP),
-        timeout: float = typer.Option(600.0, "--timeout", help="Live: bound on the whole run, s."),
-    ) -> None:
-        """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding;
-        with --online --url, on running SGLang/vLLM servers (docs/live.md)."""
-        if url:
-            from eagle3kit.cli import live
 
-            return live.run_eval(dict(locals()))
-        from eagle3kit.cli._progress import bar
-        from eagle3kit.core.errors import Eagle3Error
-        from eagle3kit.measure.evaluate import evaluate, evaluate_store, load_eval_data
-
-        _check_depth(depth)
-        if drafter is None:
-            raise typer.BadParameter("expected --drafter (or --online --url)")
-        if features is not None:
-            if data is not None or online:
-                raise Eagle3Error("eval --features: offline only, and without --data")
-            with bar(not json_) as progress:
-                r = evaluate_store(
-                    drafter, features, depth, target=target, device=device, progress=progress
-                )
-            return _output(r, json_, _render_eval)
-        if target is None or data is None:
-            raise Eagle3Error("eval: expected --target and --data (or --features STORE)")
-        tm, d = _load(target, drafter, device, threads)
-        ev = load_eval_data(data, tm.tokenizer, vocab_size=tm.vocab_size)
-        with bar(not json_) as progress:
-            r = evaluate(
-                tm,
-                d,
-                ev,
-                depth,
-                online=online,
-                max_new_tokens=max_new_tokens,
-                repeats=repeats,
-                limit=limit,
-                progress=progress,
-            )
-        _output(r, json_, _render_eval)
-
-    @app.command("bench")
-    def bench_(
-        target: str = typer.Option(None, "--target", help=TARGET_HELP + " (not with --url)"),
-        drafter: str = typer.Option(None, "--drafter", help=DRAFTER_HELP),
-        data: Path = typer.Option(
-            None, "--data", help=DATA_HELP + " Default: built-in chat prompts."
-        ),
-        prompts: int = typer.Option(8, "--prompts", min=1, help="At most this many prompts."),
-        repeats: int = typer.Option(5, "--repeats", min=1),
-        max_new_tokens: int = typer.Option(128, "--max-new-tokens", min=1),
-        depth: int = typer.Option(4, "--depth", min=1, help="Chain depth."),
-        tree_depth: int = typer.Option(5, "--tree-depth", min=1),
-        topk: int = typer.Option(4, "--topk", min=1),
-        budget: int = typer.Option(16, "--budget", min=1),
-        lookup: int = typer.Option(
-            10,
-            "--lookup",
-            min=1,
-            help="Prompt lookup's drafts per cycle (prompt_lookup_num_tokens).",
-        ),
-        device: str = typer.Option("cpu", "--device", callback=check_device),
-        threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads."),
-        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
-        url: list[str] = typer.Option(None, "--url", help=LIVE_URL_HELP),
-        baseline_url: str = typer.Option(None, "--baseline-url", help=LIVE_BASE_HELP),
-        suite: str = typer.Option(None, "--suite", help=LIVE_SUITE_HELP),
-        concurrency: str = typer.Option("1", "--concurrency", help="Live: levels, e.g. 1,4,16."),
-        temperature: float = typer.Option(0.0, "--temperature", help="Live: 0 = greedy."),
-        endpoint: str = typer.Option("chat", "--endpoint", help=LIVE_ENDPOINT_HELP),
-        timeout: float = typer.Option(600.0, "--timeout", help="Live: bound on the whole run, s."),
-        drafter_depth: int = typer.Option(None, "--drafter-depth", help=LIVE_DEPTH_HELP),
-    ) -> None:
-        """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order);
-        with --url, an interleaved A/B of running SGLang/vLLM servers (docs/live.md)."""
-        if url:
-            from eagle3kit.cli import live
-
-            return live.run(dict(locals()))
-        if target is None:
-            raise typer.BadParameter("expected --target (in-process) or --url (live servers)")
-        from eagle3kit.cli._progress import bar
-        from eagle3kit.decode import TreeShape
-        from eagle3kit.measure.bench import bench, default_prompts
-        from eagle3kit.measure.evaluate import load_eval_data
-
-        _check_depth(depth)
-        _check_depth(tree_depth, "--tree-depth")
-        tm, d = _load(target, drafter, device, threads)
-        if data is not None:
-            ps = load_eval_data(data, tm.tokenizer).prompts[:prompts]
-        else:
-            ps = default_prompts(tm.tokenizer, prompts)
-        with bar(not json_) as progress:
-            r = bench(
-                tm,
-                d,
-                ps,
-                repeats=repeats,
-                max_new_tokens=max_new_tokens,
-                depth=depth,
-                tree=TreeShape(topk, budget),
-                tree_depth=tree_depth,
-                lookup=lookup,
-                progress=progress,
-            )
-        _output(r, json_, _render_bench)
+def register(app: typer.Typer) -> None:
+    app.command("generate")(generate)
+    app.command("eval")(eval_)
+    app.command("bench")(bench_)
 
 
 class _Streamer:

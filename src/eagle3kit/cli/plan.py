@@ -6,10 +6,12 @@ The arithmetic lives in `eagle3kit.plan`; this module parses, calls `plan()`, an
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from typer.core import TyperCommand
+
+from eagle3kit.cli._options import JsonFlag
 
 if TYPE_CHECKING:
     from eagle3kit.plan import PlanResult
@@ -67,125 +69,170 @@ class _PlanCommand(TyperCommand):
 
 _BASE, _CYCLE, _ACC = "Baseline (one of)", "Cycle (one of)", "Acceptance (one of)"
 
+BaselineTps = Annotated[
+    float | None,
+    typer.Option(
+        "--baseline-tps", help="Plain-decode throughput, tok/s (e.g. 82).", rich_help_panel=_BASE
+    ),
+]
+DecodeMs = Annotated[
+    float | None,
+    typer.Option(
+        "--decode-ms", help="Plain decode step, ms (tok/s = 1000 / ms).", rich_help_panel=_BASE
+    ),
+]
+CycleMs = Annotated[
+    float | None,
+    typer.Option(
+        "--cycle-ms",
+        help="Whole speculative cycle (draft + verify), ms; depth then costs nothing.",
+        rich_help_panel=_CYCLE,
+    ),
+]
+DraftMs = Annotated[
+    float | None,
+    typer.Option(
+        "--draft-ms",
+        help="One draft step, ms; cycle(k) = k*draft + verify(k+1).",
+        rich_help_panel=_CYCLE,
+    ),
+]
+VerifyMs = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--verify-ms",
+        help="Measured verify time of N tokens (repeat). Linear between points, along the last "
+        "segment beyond; refused below the smallest N.",
+        metavar="N:MS",
+        rich_help_panel=_CYCLE,
+    ),
+]
+VerifyFit = Annotated[
+    str | None,
+    typer.Option(
+        "--verify-fit",
+        help="Verify time = INTERCEPT + PER_TOKEN * n, ms.",
+        metavar="INTERCEPT,PER_TOKEN",
+        rich_help_panel=_CYCLE,
+    ),
+]
+Acceptance = Annotated[
+    float | None,
+    typer.Option(
+        "--acceptance",
+        help="Constant per-step conditional acceptance, in [0, 1).",
+        metavar="P",
+        rich_help_panel=_ACC,
+    ),
+]
+AcceptanceFile = Annotated[
+    Path | None,
+    typer.Option(
+        "--acceptance-file",
+        help='Per-position rates: {"per_position_acceptance": \\[p1, p2, ...]} or \\[p1, ...].',
+        metavar="FILE.json",
+        rich_help_panel=_ACC,
+    ),
+]
+AcceptLen = Annotated[
+    float | None,
+    typer.Option(
+        "--accept-len",
+        help="Measured accept length (tokens per verify), >= 1.",
+        metavar="TAU",
+        rich_help_panel=_ACC,
+    ),
+]
+Depth = Annotated[
+    int | None,
+    typer.Option(
+        "--depth",
+        help="Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 "
+        "(SGLang's usual --speculative-num-steps).",
+        metavar="K",
+    ),
+]
+MaxDepth = Annotated[
+    int | None,
+    typer.Option(
+        "--max-depth",
+        help="Best-depth search over 1..N (composed cycle only). Default max(10, depth).",
+    ),
+]
+TargetTps = Annotated[
+    list[float] | None,
+    typer.Option(
+        "--target-tps",
+        help="Target tok/s; several: --target-tps 150 200 (or repeat the option).",
+        metavar="TPS...",
+    ),
+]
+Plot = Annotated[
+    Path | None,
+    typer.Option(
+        "--plot", help="Write a PNG: throughput against accept length.", metavar="FILE.png"
+    ),
+]
+NewTokens = Annotated[
+    float | None,
+    typer.Option(
+        "--new-tokens",
+        help="Request: tokens generated per request (with --prefill-ms: end-to-end tok/s).",
+        metavar="N",
+    ),
+]
+PrefillMs = Annotated[
+    float | None,
+    typer.Option(
+        "--prefill-ms",
+        help="Request: prefill time, ms (the prompt's forward; it emits the first token).",
+        metavar="MS",
+    ),
+]
+From = Annotated[
+    Path | None,
+    typer.Option(
+        "--from",
+        help="`eagle3kit eval --json` output: its accept length, depth, cycle and decode "
+        "times, new tokens and prefill (options given here win).",
+        metavar="EVAL.json",
+    ),
+]
+
+
+def plan(
+    baseline_tps: BaselineTps = None,
+    decode_ms: DecodeMs = None,
+    cycle_ms: CycleMs = None,
+    draft_ms: DraftMs = None,
+    verify_ms: VerifyMs = None,
+    verify_fit: VerifyFit = None,
+    acceptance: Acceptance = None,
+    acceptance_file: AcceptanceFile = None,
+    accept_len: AcceptLen = None,
+    depth: Depth = None,
+    max_depth: MaxDepth = None,
+    target_tps: TargetTps = None,
+    plot: Plot = None,
+    new_tokens: NewTokens = None,
+    prefill_ms: PrefillMs = None,
+    from_: From = None,
+    json_: JsonFlag = False,
+) -> None:
+    """Will speculation pay, and what would it take? (cycle model -> speedup, break-even)
+
+    tau = 1 + sum_i prod_{j<=i} p_j; throughput = tau / cycle; break-even tau =
+    baseline_tps * cycle. Exit 0 when speculation at least matches the baseline, 1 when it
+    is below break-even (throughput < baseline), 2 on bad input.
+    """
+    result = _plan(dict(locals()))
+    _show(result, plot, json_)
+    if not result.pays:
+        raise typer.Exit(1)
+
 
 def register(app: typer.Typer) -> None:
-    @app.command(cls=_PlanCommand)
-    def plan(
-        baseline_tps: float | None = typer.Option(
-            None,
-            "--baseline-tps",
-            help="Plain-decode throughput, tok/s (e.g. 82).",
-            rich_help_panel=_BASE,
-        ),
-        decode_ms: float | None = typer.Option(
-            None,
-            "--decode-ms",
-            help="Plain decode step, ms (tok/s = 1000 / ms).",
-            rich_help_panel=_BASE,
-        ),
-        cycle_ms: float | None = typer.Option(
-            None,
-            "--cycle-ms",
-            help="Whole speculative cycle (draft + verify), ms; depth then costs nothing.",
-            rich_help_panel=_CYCLE,
-        ),
-        draft_ms: float | None = typer.Option(
-            None,
-            "--draft-ms",
-            help="One draft step, ms; cycle(k) = k*draft + verify(k+1).",
-            rich_help_panel=_CYCLE,
-        ),
-        verify_ms: list[str] | None = typer.Option(
-            None,
-            "--verify-ms",
-            help="Measured verify time of N tokens (repeat). Linear between points, along the last "
-            "segment beyond; refused below the smallest N.",
-            metavar="N:MS",
-            rich_help_panel=_CYCLE,
-        ),
-        verify_fit: str | None = typer.Option(
-            None,
-            "--verify-fit",
-            help="Verify time = INTERCEPT + PER_TOKEN * n, ms.",
-            metavar="INTERCEPT,PER_TOKEN",
-            rich_help_panel=_CYCLE,
-        ),
-        acceptance: float | None = typer.Option(
-            None,
-            "--acceptance",
-            help="Constant per-step conditional acceptance, in [0, 1).",
-            metavar="P",
-            rich_help_panel=_ACC,
-        ),
-        acceptance_file: Path | None = typer.Option(
-            None,
-            "--acceptance-file",
-            help='Per-position rates: {"per_position_acceptance": \\[p1, p2, ...]} or \\[p1, ...].',
-            metavar="FILE.json",
-            rich_help_panel=_ACC,
-        ),
-        accept_len: float | None = typer.Option(
-            None,
-            "--accept-len",
-            help="Measured accept length (tokens per verify), >= 1.",
-            metavar="TAU",
-            rich_help_panel=_ACC,
-        ),
-        depth: int | None = typer.Option(
-            None,
-            "--depth",
-            help="Draft steps per cycle. Default: the file's length with --acceptance-file, else 3 "
-            "(SGLang's usual --speculative-num-steps).",
-            metavar="K",
-        ),
-        max_depth: int | None = typer.Option(
-            None,
-            "--max-depth",
-            help="Best-depth search over 1..N (composed cycle only). Default max(10, depth).",
-        ),
-        target_tps: list[float] | None = typer.Option(
-            None,
-            "--target-tps",
-            help="Target tok/s; several: --target-tps 150 200 (or repeat the option).",
-            metavar="TPS...",
-        ),
-        plot: Path | None = typer.Option(
-            None,
-            "--plot",
-            help="Write a PNG: throughput against accept length.",
-            metavar="FILE.png",
-        ),
-        new_tokens: float | None = typer.Option(
-            None,
-            "--new-tokens",
-            help="Request: tokens generated per request (with --prefill-ms: end-to-end tok/s).",
-            metavar="N",
-        ),
-        prefill_ms: float | None = typer.Option(
-            None,
-            "--prefill-ms",
-            help="Request: prefill time, ms (the prompt's forward; it emits the first token).",
-            metavar="MS",
-        ),
-        from_: Path | None = typer.Option(
-            None,
-            "--from",
-            help="`eagle3kit eval --json` output: its accept length, depth, cycle and decode "
-            "times, new tokens and prefill (options given here win).",
-            metavar="EVAL.json",
-        ),
-        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    ) -> None:
-        """Will speculation pay, and what would it take? (cycle model -> speedup, break-even)
-
-        tau = 1 + sum_i prod_{j<=i} p_j; throughput = tau / cycle; break-even tau =
-        baseline_tps * cycle. Exit 0 when speculation at least matches the baseline, 1 when it
-        is below break-even (throughput < baseline), 2 on bad input.
-        """
-        result = _plan(dict(locals()))
-        _show(result, plot, json_)
-        if not result.pays:
-            raise typer.Exit(1)
+    app.command(cls=_PlanCommand)(plan)
 
 
 def _plan(o: dict[str, Any]) -> PlanResult:

@@ -3,11 +3,12 @@ plan)."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from eagle3kit.cli._checks import above_zero, check_device
+from eagle3kit.cli._options import JsonFlag
 
 
 def _render_probe(r: dict[str, Any]) -> None:
@@ -81,132 +82,180 @@ LIVE_BASE = "Live: the NEW target's plain server (the speedup then counts in the
 LIVE_SUITE = "Live: mt-bench,gsm8k,humaneval,math-500,chat or NAME=FILE; --samples caps each."
 
 
+Drafter = Annotated[
+    str | None, typer.Option("--drafter", help="The drafter to reuse (any layout).")
+]
+Target = Annotated[
+    str | None,
+    typer.Option("--target", help="The new target: a model dir, a hub id or a zoo member name."),
+]
+Reference = Annotated[
+    str | None,
+    typer.Option(
+        "--reference-target",
+        help="The target the drafter was trained for (dir, hub id or zoo name).",
+    ),
+]
+Data = Annotated[
+    str | None,
+    typer.Option("--data", help="Prepared data dir (default: built-in stdlib conversations)."),
+]
+BaselineTps = Annotated[
+    float | None, typer.Option(callback=above_zero, help="Plain decoding tok/s.")
+]
+CycleMs = Annotated[
+    float | None, typer.Option(callback=above_zero, help="One speculative cycle, ms.")
+]
+Bench = Annotated[str | None, typer.Option(help="bench JSON with baseline_tps and cycle_ms.")]
+Depth = Annotated[int, typer.Option(min=1, help="Draft steps scored.")]
+Samples = Annotated[int, typer.Option(min=1, help="Sequences to probe on.")]
+OnlinePrompts = Annotated[
+    int, typer.Option(min=0, help="Prompts decoded for the online accept length (0: none).")
+]
+Device = Annotated[str, typer.Option(callback=check_device, help="cpu, cuda, cuda:1 ...")]
+Dtype = Annotated[str, typer.Option(help="float32 or bfloat16.")]
+Url = Annotated[str | None, typer.Option("--url", help=LIVE_NEW)]
+ReferenceUrl = Annotated[str | None, typer.Option("--reference-url", help=LIVE_OLD)]
+BaselineUrl = Annotated[str | None, typer.Option("--baseline-url", help=LIVE_BASE)]
+Suite = Annotated[str | None, typer.Option("--suite", help=LIVE_SUITE)]
+MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", help="Live.")]
+Repeats = Annotated[int, typer.Option("--repeats", help="Live: rounds.")]
+Endpoint = Annotated[str, typer.Option("--endpoint", help="Live: chat|completions|generate.")]
+Timeout = Annotated[float, typer.Option("--timeout", help="Live: bound on the run, s.")]
+FeaturesNew = Annotated[
+    str | None,
+    typer.Option(
+        "--features-new",
+        help="A feature store of the new target (`data capture`, e.g. --engine vllm): "
+        "probe without loading it (--target, --reference-target: where embeddings and "
+        "config are read by header; default: the stores' own record).",
+    ),
+]
+FeaturesOld = Annotated[
+    str | None,
+    typer.Option("--features-old", help="The reference target's store of the same DATA."),
+]
+MaxLen = Annotated[int, typer.Option(help="Tokens per sequence.")]
+
+
+def probe(
+    drafter: Drafter = None,
+    target: Target = None,
+    reference: Reference = None,
+    data: Data = None,
+    baseline_tps: BaselineTps = None,
+    cycle_ms: CycleMs = None,
+    bench: Bench = None,
+    depth: Depth = 3,
+    samples: Samples = 16,
+    online_prompts: OnlinePrompts = 4,
+    device: Device = "cpu",
+    dtype: Dtype = "float32",
+    json_out: JsonFlag = False,
+    url: Url = None,
+    reference_url: ReferenceUrl = None,
+    baseline_url: BaselineUrl = None,
+    suite: Suite = None,
+    max_new_tokens: MaxNewTokens = 128,
+    repeats: Repeats = 3,
+    endpoint: Endpoint = "chat",
+    timeout: Timeout = 600.0,
+    features_new: FeaturesNew = None,
+    features_old: FeaturesOld = None,
+    max_len: MaxLen = 256,
+) -> None:
+    """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance,
+    verdict.
+
+    Exit 0 with a verdict (plug-in, fine-tune, from-scratch); 2 on bad input. With --url and
+    --reference-url: the online half against two running servers (docs/live.md)."""
+    if url or reference_url:
+        from eagle3kit.cli import live
+
+        return live.run_probe(dict(locals()))
+    if drafter is None or (target is None and features_new is None):
+        raise typer.BadParameter(
+            "expected --drafter and --target (or --features-new STORE, or --url and "
+            "--reference-url)"
+        )
+    from eagle3kit.core.errors import Eagle3Error
+
+    if features_new is not None or features_old is not None:
+        if features_new is None or data is not None:
+            raise Eagle3Error("probe: --features-old goes with --features-new, not --data")
+        return _probe_stores(dict(locals()))
+    if target is None:
+        raise Eagle3Error("probe: expected --target (or --features-new STORE)")
+    _probe_models(dict(locals()))
+
+
+RunDirs = Annotated[
+    list[str], typer.Argument(help="Run directories (probe, bench, train, plan JSON).")
+]
+Out = Annotated[str, typer.Option("-o", "--out", help="Output directory.")]
+Title = Annotated[str, typer.Option(help="Report title.")]
+
+
+def report(
+    run_dirs: RunDirs,
+    out: Out,
+    title: Title = "eagle3kit report",
+    json_out: JsonFlag = False,
+) -> None:
+    """Write report.md and a self-contained report.html (plots inline) from the runs' JSON
+    artefacts."""
+    from eagle3kit.cli._checks import check_output
+    from eagle3kit.cli._render import emit_json, err
+    from eagle3kit.cli._render import out as stdout
+    from eagle3kit.report import report as run_report
+
+    check_output(out, "-o", *run_dirs, kind="dir")
+    r = run_report(run_dirs, out, title=title)
+    if json_out:
+        emit_json(r)
+    else:
+        stdout().print(
+            f"wrote {r['report_md']} and {r['report_html']} ({len(r['figures'])} figures)"
+        )
+        for why in r["skipped"]:
+            err().print(f"skipped {why}", markup=False, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
-    @app.command()
-    def probe(
-        drafter: str | None = typer.Option(
-            None, "--drafter", help="The drafter to reuse (any layout)."
-        ),
-        target: str | None = typer.Option(
-            None, "--target", help="The new target: a model dir, a hub id or a zoo member name."
-        ),
-        reference: str | None = typer.Option(
-            None,
-            "--reference-target",
-            help="The target the drafter was trained for (dir, hub id or zoo name).",
-        ),
-        data: str | None = typer.Option(
-            None, "--data", help="Prepared data dir (default: built-in stdlib conversations)."
-        ),
-        baseline_tps: float | None = typer.Option(
-            None, callback=above_zero, help="Plain decoding tok/s."
-        ),
-        cycle_ms: float | None = typer.Option(
-            None, callback=above_zero, help="One speculative cycle, ms."
-        ),
-        bench: str | None = typer.Option(None, help="bench JSON with baseline_tps and cycle_ms."),
-        depth: int = typer.Option(3, min=1, help="Draft steps scored."),
-        samples: int = typer.Option(16, min=1, help="Sequences to probe on."),
-        online_prompts: int = typer.Option(
-            4, min=0, help="Prompts decoded for the online accept length (0: none)."
-        ),
-        device: str = typer.Option("cpu", callback=check_device, help="cpu, cuda, cuda:1 ..."),
-        dtype: str = typer.Option("float32", help="float32 or bfloat16."),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
-        url: str | None = typer.Option(None, "--url", help=LIVE_NEW),
-        reference_url: str | None = typer.Option(None, "--reference-url", help=LIVE_OLD),
-        baseline_url: str | None = typer.Option(None, "--baseline-url", help=LIVE_BASE),
-        suite: str | None = typer.Option(None, "--suite", help=LIVE_SUITE),
-        max_new_tokens: int = typer.Option(128, "--max-new-tokens", help="Live."),
-        repeats: int = typer.Option(3, "--repeats", help="Live: rounds."),
-        endpoint: str = typer.Option("chat", "--endpoint", help="Live: chat|completions|generate."),
-        timeout: float = typer.Option(600.0, "--timeout", help="Live: bound on the run, s."),
-        features_new: str | None = typer.Option(
-            None,
-            "--features-new",
-            help="A feature store of the new target (`data capture`, e.g. --engine vllm): "
-            "probe without loading it (--target, --reference-target: where embeddings and "
-            "config are read by header; default: the stores' own record).",
-        ),
-        features_old: str | None = typer.Option(
-            None, "--features-old", help="The reference target's store of the same DATA."
-        ),
-        max_len: int = typer.Option(256, help="Tokens per sequence."),
-    ) -> None:
-        """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance,
-        verdict.
+    app.command()(probe)
+    app.command()(report)
 
-        Exit 0 with a verdict (plug-in, fine-tune, from-scratch); 2 on bad input. With --url and
-        --reference-url: the online half against two running servers (docs/live.md)."""
-        if url or reference_url:
-            from eagle3kit.cli import live
 
-            return live.run_probe(dict(locals()))
-        if drafter is None or (target is None and features_new is None):
-            raise typer.BadParameter(
-                "expected --drafter and --target (or --features-new STORE, or --url and "
-                "--reference-url)"
-            )
-        from eagle3kit.cli._progress import bar
-        from eagle3kit.cli._render import emit_json
-        from eagle3kit.core.errors import Eagle3Error
-        from eagle3kit.measure.probe import probe as run_probe
-        from eagle3kit.model.loading import resolve_target
+def _probe_models(a: dict) -> None:
+    """`probe --drafter --target`: the probe with the models loaded here (``a``: the command's
+    arguments)."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json
+    from eagle3kit.measure.probe import probe as run_probe
+    from eagle3kit.model.loading import resolve_target
 
-        if features_new is not None or features_old is not None:
-            if features_new is None or data is not None:
-                raise Eagle3Error("probe: --features-old goes with --features-new, not --data")
-            return _probe_stores(dict(locals()))
-        if target is None:
-            raise Eagle3Error("probe: expected --target (or --features-new STORE)")
-        with bar(not json_out) as progress:
-            r = run_probe(
-                drafter,
-                resolve_target(target),  # zoo names, local dirs, hub ids
-                resolve_target(reference) if reference else None,
-                data,
-                baseline_tps=baseline_tps,
-                cycle_ms=cycle_ms,
-                bench=bench,
-                depth=depth,
-                samples=samples,
-                max_len=max_len,
-                online_prompts=online_prompts,
-                device=device,
-                dtype=dtype,
-                progress=progress,
-            )
-        if json_out:
-            emit_json(r)
-        else:
-            _render_probe(r)
-
-    @app.command()
-    def report(
-        run_dirs: list[str] = typer.Argument(
-            ..., help="Run directories (probe, bench, train, plan JSON)."
-        ),
-        out: str = typer.Option(..., "-o", "--out", help="Output directory."),
-        title: str = typer.Option("eagle3kit report", help="Report title."),
-        json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    ) -> None:
-        """Write report.md and a self-contained report.html (plots inline) from the runs' JSON
-        artefacts."""
-        from eagle3kit.cli._checks import check_output
-        from eagle3kit.cli._render import emit_json, err
-        from eagle3kit.cli._render import out as stdout
-        from eagle3kit.report import report as run_report
-
-        check_output(out, "-o", *run_dirs, kind="dir")
-        r = run_report(run_dirs, out, title=title)
-        if json_out:
-            emit_json(r)
-        else:
-            stdout().print(
-                f"wrote {r['report_md']} and {r['report_html']} ({len(r['figures'])} figures)"
-            )
-            for why in r["skipped"]:
-                err().print(f"skipped {why}", markup=False, highlight=False)
+    reference = a["reference"]
+    with bar(not a["json_out"]) as progress:
+        r = run_probe(
+            a["drafter"],
+            resolve_target(a["target"]),  # zoo names, local dirs, hub ids
+            resolve_target(reference) if reference else None,
+            a["data"],
+            baseline_tps=a["baseline_tps"],
+            cycle_ms=a["cycle_ms"],
+            bench=a["bench"],
+            depth=a["depth"],
+            samples=a["samples"],
+            max_len=a["max_len"],
+            online_prompts=a["online_prompts"],
+            device=a["device"],
+            dtype=a["dtype"],
+            progress=progress,
+        )
+    if a["json_out"]:
+        emit_json(r)
+    else:
+        _render_probe(r)
 
 
 def _probe_stores(a: dict) -> None:

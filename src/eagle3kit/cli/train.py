@@ -5,6 +5,8 @@ Also runs under torchrun: `torchrun --nproc-per-node N -m eagle3kit train ...` (
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import typer
 
 
@@ -55,106 +57,150 @@ def _warnings(progress, main_rank: bool):
     return on_event
 
 
+Target = Annotated[
+    str,
+    typer.Option("--target", help="Target: zoo name (dsv3-v1, dsv3-v1-tiny), dir or hub id."),
+]
+OutDir = Annotated[str, typer.Option("-o", "--out", help="Run directory RUN.")]
+Data = Annotated[
+    str,
+    typer.Option(
+        "--data", help="DATA dir from `data prepare` (online: the target runs on each batch)."
+    ),
+]
+Features = Annotated[
+    str, typer.Option("--features", help="Feature STORE from `data capture` (offline).")
+]
+InitFrom = Annotated[
+    str,
+    typer.Option("--init-from", help="Warm start from this drafter (any layout, dir or hub id)."),
+]
+Attention = Annotated[
+    str, typer.Option("--attention", help="Fresh drafter's attention: mha or mla.")
+]
+Vocab = Annotated[str, typer.Option("--vocab", help="VOCAB file (d2t/t2d) from `data vocab`.")]
+DraftVocabSize = Annotated[
+    int,
+    typer.Option("--draft-vocab-size", help="Build the vocab from DATA's assistant-token counts."),
+]
+RebuildVocab = Annotated[
+    bool,
+    typer.Option(
+        "--rebuild-vocab",
+        help="Warm start: replace the checkpoint's d2t/t2d (lm_head rows follow their ids).",
+    ),
+]
+L2sp = Annotated[
+    float, typer.Option("--l2sp", help="Warm start: L2-SP weight toward the starting weights.")
+]
+ReferenceTarget = Annotated[
+    str,
+    typer.Option(
+        "--reference-target", help="Old target: report accept length before/after on it too."
+    ),
+]
+TttSteps = Annotated[int, typer.Option("--ttt-steps", help="Unrolled draft steps (weights 0.8^i).")]
+Steps = Annotated[int, typer.Option("--steps", help="Exactly this many optimizer steps.")]
+Epochs = Annotated[
+    float, typer.Option("--epochs", help="Or: passes over the training split (default 1).")
+]
+BatchSize = Annotated[
+    int, typer.Option("--batch-size", help="Samples per optimizer step (global).")
+]
+MaxLen = Annotated[int, typer.Option("--max-len", help="Truncate samples to this many tokens.")]
+MaxSamples = Annotated[
+    int, typer.Option("--max-samples", help="Train on the first N training samples only.")
+]
+Lr = Annotated[float, typer.Option("--lr", help="Peak learning rate (AdamW).")]
+Warmup = Annotated[int, typer.Option("--warmup", help="Warm-up steps (default 5% of steps).")]
+WeightDecay = Annotated[float, typer.Option("--weight-decay")]
+GradClip = Annotated[float, typer.Option("--grad-clip")]
+Heldout = Annotated[
+    float,
+    typer.Option(
+        "--heldout", help="Validation fraction or count (by sample id): chooses RUN/best."
+    ),
+]
+BestIncludesStart = Annotated[
+    bool,
+    typer.Option(
+        "--best-includes-start",
+        help="Let the starting weights (step 0) be RUN/best (default: trained steps only).",
+    ),
+]
+EvalEvery = Annotated[
+    int, typer.Option("--eval-every", help="Evaluate every N steps (default steps/10).")
+]
+EvalSamples = Annotated[
+    int, typer.Option("--eval-samples", help="Held-out samples scored per evaluation.")
+]
+EvalBatch = Annotated[int, typer.Option("--eval-batch", help="Held-out samples per forward.")]
+SaveEvery = Annotated[int, typer.Option("--save-every", help="Write RUN/step-N every N steps.")]
+Seed = Annotated[int, typer.Option("--seed")]
+Device = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:1 ...")]
+TargetDtype = Annotated[str, typer.Option("--target-dtype", help="float32, bfloat16, float16.")]
+Topk = Annotated[
+    int, typer.Option("--topk", help="Online: keep the teacher's top-K draft ids only.")
+]
+TimeLimit = Annotated[
+    float,
+    typer.Option(
+        "--time-limit",
+        help="Stop after this many seconds of training (evaluate and save first).",
+    ),
+]
+Resume = Annotated[
+    bool, typer.Option("--resume", help="Continue RUN exactly (its saved settings).")
+]
+Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads.")]
+TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code")]
+Json = Annotated[bool, typer.Option("--json", help="Print RUN/summary.json as one JSON document.")]
+
+
+def train(
+    target: Target = None,
+    out_dir: OutDir = ...,
+    data: Data = None,
+    features: Features = None,
+    init_from: InitFrom = None,
+    attention: Attention = "mha",
+    vocab: Vocab = None,
+    draft_vocab_size: DraftVocabSize = None,
+    rebuild_vocab: RebuildVocab = False,
+    l2sp: L2sp = 0.0,
+    reference_target: ReferenceTarget = None,
+    ttt_steps: TttSteps = 7,
+    steps: Steps = None,
+    epochs: Epochs = None,
+    batch_size: BatchSize = 8,
+    max_len: MaxLen = 512,
+    max_samples: MaxSamples = None,
+    lr: Lr = 1e-3,
+    warmup: Warmup = None,
+    weight_decay: WeightDecay = 0.0,
+    grad_clip: GradClip = 1.0,
+    heldout: Heldout = 0.05,
+    best_includes_start: BestIncludesStart = False,
+    eval_every: EvalEvery = None,
+    eval_samples: EvalSamples = 64,
+    eval_batch: EvalBatch = 8,
+    save_every: SaveEvery = None,
+    seed: Seed = 0,
+    device: Device = "cpu",
+    target_dtype: TargetDtype = "float32",
+    topk: Topk = None,
+    time_limit: TimeLimit = None,
+    resume: Resume = False,
+    threads: Threads = None,
+    trust_remote_code: TrustRemoteCode = False,
+    json_: Json = False,
+) -> None:
+    """Train a drafter (training-time test); keeps RUN/best by simulated accept length."""
+    _run(dict(locals()))
+
+
 def register(app: typer.Typer) -> None:
-    @app.command("train")
-    def train(
-        target: str = typer.Option(
-            None, "--target", help="Target: zoo name (dsv3-v1, dsv3-v1-tiny), dir or hub id."
-        ),
-        out_dir: str = typer.Option(..., "-o", "--out", help="Run directory RUN."),
-        data: str = typer.Option(
-            None,
-            "--data",
-            help="DATA dir from `data prepare` (online: the target runs on each batch).",
-        ),
-        features: str = typer.Option(
-            None, "--features", help="Feature STORE from `data capture` (offline)."
-        ),
-        init_from: str = typer.Option(
-            None, "--init-from", help="Warm start from this drafter (any layout, dir or hub id)."
-        ),
-        attention: str = typer.Option(
-            "mha", "--attention", help="Fresh drafter's attention: mha or mla."
-        ),
-        vocab: str = typer.Option(None, "--vocab", help="VOCAB file (d2t/t2d) from `data vocab`."),
-        draft_vocab_size: int = typer.Option(
-            None, "--draft-vocab-size", help="Build the vocab from DATA's assistant-token counts."
-        ),
-        rebuild_vocab: bool = typer.Option(
-            False,
-            "--rebuild-vocab",
-            help="Warm start: replace the checkpoint's d2t/t2d (lm_head rows follow their ids).",
-        ),
-        l2sp: float = typer.Option(
-            0.0, "--l2sp", help="Warm start: L2-SP weight toward the starting weights."
-        ),
-        reference_target: str = typer.Option(
-            None,
-            "--reference-target",
-            help="Old target: report accept length before/after on it too.",
-        ),
-        ttt_steps: int = typer.Option(
-            7, "--ttt-steps", help="Unrolled draft steps (weights 0.8^i)."
-        ),
-        steps: int = typer.Option(None, "--steps", help="Exactly this many optimizer steps."),
-        epochs: float = typer.Option(
-            None, "--epochs", help="Or: passes over the training split (default 1)."
-        ),
-        batch_size: int = typer.Option(
-            8, "--batch-size", help="Samples per optimizer step (global)."
-        ),
-        max_len: int = typer.Option(512, "--max-len", help="Truncate samples to this many tokens."),
-        max_samples: int = typer.Option(
-            None, "--max-samples", help="Train on the first N training samples only."
-        ),
-        lr: float = typer.Option(1e-3, "--lr", help="Peak learning rate (AdamW)."),
-        warmup: int = typer.Option(None, "--warmup", help="Warm-up steps (default 5% of steps)."),
-        weight_decay: float = typer.Option(0.0, "--weight-decay"),
-        grad_clip: float = typer.Option(1.0, "--grad-clip"),
-        heldout: float = typer.Option(
-            0.05,
-            "--heldout",
-            help="Validation fraction or count (by sample id): chooses RUN/best.",
-        ),
-        best_includes_start: bool = typer.Option(
-            False,
-            "--best-includes-start",
-            help="Let the starting weights (step 0) be RUN/best (default: trained steps only).",
-        ),
-        eval_every: int = typer.Option(
-            None, "--eval-every", help="Evaluate every N steps (default steps/10)."
-        ),
-        eval_samples: int = typer.Option(
-            64, "--eval-samples", help="Held-out samples scored per evaluation."
-        ),
-        eval_batch: int = typer.Option(8, "--eval-batch", help="Held-out samples per forward."),
-        save_every: int = typer.Option(
-            None, "--save-every", help="Write RUN/step-N every N steps."
-        ),
-        seed: int = typer.Option(0, "--seed"),
-        device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:1 ..."),
-        target_dtype: str = typer.Option(
-            "float32", "--target-dtype", help="float32, bfloat16, float16."
-        ),
-        topk: int = typer.Option(
-            None, "--topk", help="Online: keep the teacher's top-K draft ids only."
-        ),
-        time_limit: float = typer.Option(
-            None,
-            "--time-limit",
-            help="Stop after this many seconds of training (evaluate and save first).",
-        ),
-        resume: bool = typer.Option(
-            False, "--resume", help="Continue RUN exactly (its saved settings)."
-        ),
-        threads: int = typer.Option(None, "--threads", help="torch CPU threads."),
-        trust_remote_code: bool = typer.Option(False, "--trust-remote-code"),
-        json_: bool = typer.Option(
-            False, "--json", help="Print RUN/summary.json as one JSON document."
-        ),
-    ) -> None:
-        """Train a drafter (training-time test); keeps RUN/best by simulated accept length."""
-        _run(dict(locals()))
+    app.command("train")(train)
 
 
 def _run(o: dict) -> None:

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import time
+from typing import Annotated
 
 import typer
+
+from eagle3kit.cli._options import JsonFlag
 
 SIZE_HELP = "full (demo, benchmarks) or tiny (seconds to build; tests)."
 
@@ -42,90 +45,99 @@ def _check_size(size: str) -> str:
     return size
 
 
+Size = Annotated[str, typer.Option(help=SIZE_HELP, callback=_check_size)]
+
+
+def list_(size: Size = "full", json_: JsonFlag = False) -> None:
+    """List the zoo's members, where they live and whether they are built."""
+    from eagle3kit import zoo
+    from eagle3kit.cli._render import emit_json, out
+    from eagle3kit.core.artifacts import stamp
+
+    rows = [zoo.describe(n, size=size) for n in zoo.names()]
+    if json_:
+        emit_json(stamp({"home": str(zoo.home()), "size": size, "members": rows}, "zoo"))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"eagle3kit zoo ({size}) in {zoo.home() / 'zoo'}")
+    for col in (
+        "name",
+        "architecture",
+        "parent",
+        "data",
+        "params",
+        "layers x hidden",
+        "held-out / unigram loss / greedy distinct-4",
+        "built",
+    ):
+        t.add_column(col)
+    for d in rows:
+        t.add_row(*_row(d))
+    out().print(t)
+
+
+Name = Annotated[str, typer.Argument(help="Member to build (default: all).")]
+Force = Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")]
+Strict = Annotated[
+    bool,
+    typer.Option(
+        "--strict",
+        help="Refuse (exit 2) a member whose chat answers fall below the zoo's bar.",
+    ),
+]
+
+
+def build(
+    name: Name = None,
+    size: Size = "full",
+    force: Force = False,
+    strict: Strict = False,
+    json_: JsonFlag = False,
+) -> None:
+    """Build members (v2 builds its v1 first); cached members return at once. A member
+    whose chat answers fall below the zoo's bar is cached with a warning (in zoo.json
+    and here) unless --strict."""
+    from eagle3kit import zoo
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json, out
+    from eagle3kit.core.artifacts import stamp
+
+    targets = [name] if name is not None else zoo.names()
+    for n in targets:
+        zoo.member(n)  # bad names fail before any work
+    results = []
+    for n in targets:
+        cached = not force and zoo.is_built(n, size=size)
+        t0 = time.time()
+        with bar(True) as progress:  # stderr, so --json stays one document on stdout
+            p = zoo.build(n, size=size, force=force, progress=progress, strict=strict)
+        results.append(
+            {
+                "name": n,
+                "size": size,
+                "path": str(p),
+                "cached": cached,
+                "seconds": round(time.time() - t0, 2),
+                "manifest": zoo.manifest(n, size=size),
+                "warning": zoo.chat_warning(n, size=size),
+            }
+        )
+    if json_:
+        emit_json(stamp({"members": results}, "zoo_build"))
+        return
+    for r in results:
+        how = "cached" if r["cached"] else f"built in {r['seconds']:.0f} s"
+        out().print(f"{r['name']} ({size}): {r['path']} [{how}]")
+        if r["warning"]:
+            out().print(f"[yellow]warning:[/] {r['warning']}", markup=True, highlight=False)
+
+
 def register(app: typer.Typer) -> None:
     zoo_app = typer.Typer(
         help="The built-in tiny targets (Llama and DeepSeek-V3, v1/v2), built from the stdlib.",
         no_args_is_help=True,
     )
     app.add_typer(zoo_app, name="zoo")
-
-    @zoo_app.command("list")
-    def list_(
-        size: str = typer.Option("full", help=SIZE_HELP, callback=_check_size),
-        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    ) -> None:
-        """List the zoo's members, where they live and whether they are built."""
-        from eagle3kit import zoo
-        from eagle3kit.cli._render import emit_json, out
-        from eagle3kit.core.artifacts import stamp
-
-        rows = [zoo.describe(n, size=size) for n in zoo.names()]
-        if json_:
-            emit_json(stamp({"home": str(zoo.home()), "size": size, "members": rows}, "zoo"))
-            return
-        from rich.table import Table
-
-        t = Table(title=f"eagle3kit zoo ({size}) in {zoo.home() / 'zoo'}")
-        for col in (
-            "name",
-            "architecture",
-            "parent",
-            "data",
-            "params",
-            "layers x hidden",
-            "held-out / unigram loss / greedy distinct-4",
-            "built",
-        ):
-            t.add_column(col)
-        for d in rows:
-            t.add_row(*_row(d))
-        out().print(t)
-
-    @zoo_app.command("build")
-    def build(
-        name: str = typer.Argument(None, help="Member to build (default: all)."),
-        size: str = typer.Option("full", help=SIZE_HELP, callback=_check_size),
-        force: bool = typer.Option(False, "--force", help="Rebuild even when cached."),
-        strict: bool = typer.Option(
-            False,
-            "--strict",
-            help="Refuse (exit 2) a member whose chat answers fall below the zoo's bar.",
-        ),
-        json_: bool = typer.Option(False, "--json", help="Print one JSON document."),
-    ) -> None:
-        """Build members (v2 builds its v1 first); cached members return at once. A member
-        whose chat answers fall below the zoo's bar is cached with a warning (in zoo.json
-        and here) unless --strict."""
-        from eagle3kit import zoo
-        from eagle3kit.cli._progress import bar
-        from eagle3kit.cli._render import emit_json, out
-        from eagle3kit.core.artifacts import stamp
-
-        targets = [name] if name is not None else zoo.names()
-        for n in targets:
-            zoo.member(n)  # bad names fail before any work
-        results = []
-        for n in targets:
-            cached = not force and zoo.is_built(n, size=size)
-            t0 = time.time()
-            with bar(True) as progress:  # stderr, so --json stays one document on stdout
-                p = zoo.build(n, size=size, force=force, progress=progress, strict=strict)
-            results.append(
-                {
-                    "name": n,
-                    "size": size,
-                    "path": str(p),
-                    "cached": cached,
-                    "seconds": round(time.time() - t0, 2),
-                    "manifest": zoo.manifest(n, size=size),
-                    "warning": zoo.chat_warning(n, size=size),
-                }
-            )
-        if json_:
-            emit_json(stamp({"members": results}, "zoo_build"))
-            return
-        for r in results:
-            how = "cached" if r["cached"] else f"built in {r['seconds']:.0f} s"
-            out().print(f"{r['name']} ({size}): {r['path']} [{how}]")
-            if r["warning"]:
-                out().print(f"[yellow]warning:[/] {r['warning']}", markup=True, highlight=False)
+    zoo_app.command("list")(list_)
+    zoo_app.command("build")(build)

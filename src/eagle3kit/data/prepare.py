@@ -182,31 +182,10 @@ def prepare(
     bases, total = _line_bases(inputs)
     with atomic_dir(out) as tmp:
         w = PreparedWriter(tmp)
-        n = 0
-        for n, (file, line, item) in enumerate(read_conversations(inputs), 1):
-            if isinstance(item, Problem):
-                run.skip(item)
-            else:
-                got = _encode_one(enc, item, max_length, run, file, line)
-                if got is not None:
-                    _check_ids(got[0], ident["vocab_size"], str(target), file, line)
-                    w.add(item.id, *got)
-            if n % 256 == 0:
-                done = bases[file] + line if total else n
-                emit(progress, "prepare", done, total, "lines", samples=w.samples)
+        n = _add_all(w, enc, inputs, ident, str(target), max_length, run, bases, total, progress)
         if not w.samples:
             raise _nothing_usable(inputs, run.skipped)
-        meta = {
-            "target": ident,
-            "template_sha256": template_sha256(enc.template),
-            "template_kwargs": enc.kwargs,
-            "mask_method": enc.mode,
-            "max_length": max_length,
-            "inputs": inputs,
-            "truncated": run.truncated,
-            "skipped": [p.to_json() for p in run.skipped],
-        }
-        doc = w.finish(meta)
+        doc = w.finish(_meta(ident, enc, max_length, inputs, run))
         emit(
             progress,
             "prepare",
@@ -218,6 +197,50 @@ def prepare(
     keys = ("samples", "tokens", "loss_tokens", "truncated", "skipped")
     res = {**{k: doc[k] for k in keys}, "out": str(out), "mask_method": enc.mode}
     return stamp(res, "prepare")
+
+
+def _add_all(
+    w: PreparedWriter,
+    enc: ChatEncoder,
+    inputs: list[str],
+    ident: dict[str, Any],
+    target: str,
+    max_length: int,
+    run: _Run,
+    bases: dict[str, int],
+    total: int | None,
+    progress: Progress | None,
+) -> int:
+    """Encode every record of the inputs into `w` (skips go to `run`); the records read."""
+    n = 0
+    for n, (file, line, item) in enumerate(read_conversations(inputs), 1):
+        if isinstance(item, Problem):
+            run.skip(item)
+        else:
+            got = _encode_one(enc, item, max_length, run, file, line)
+            if got is not None:
+                _check_ids(got[0], ident["vocab_size"], target, file, line)
+                w.add(item.id, *got)
+        if n % 256 == 0:
+            done = bases[file] + line if total else n
+            emit(progress, "prepare", done, total, "lines", samples=w.samples)
+    return n
+
+
+def _meta(
+    ident: dict[str, Any], enc: ChatEncoder, max_length: int, inputs: list[str], run: _Run
+) -> dict[str, Any]:
+    """What data.json records of the run besides the writer's own counts."""
+    return {
+        "target": ident,
+        "template_sha256": template_sha256(enc.template),
+        "template_kwargs": enc.kwargs,
+        "mask_method": enc.mode,
+        "max_length": max_length,
+        "inputs": inputs,
+        "truncated": run.truncated,
+        "skipped": [p.to_json() for p in run.skipped],
+    }
 
 
 def _nothing_usable(inputs: list[str], skipped: list[Problem]) -> Eagle3Error:

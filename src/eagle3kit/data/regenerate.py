@@ -286,28 +286,9 @@ def regenerate(
     before any sample; ``MAX_UNREACHABLE`` samples in a row that cannot connect stop the run
     with an Eagle3Error (what was written stays; a rerun resumes).
     """
-    if (generate is None) == (not servers):
-        raise Eagle3Error("regenerate: give exactly one of a local generator or --server URLs")
-    if max_tokens < 1:
-        raise bad("--max-tokens", f"expected a positive int, found {max_tokens}")
-    if concurrency < 1:
-        raise bad("--concurrency", f"expected a positive int, found {concurrency}")
-    if retries < 0:
-        raise bad("--retries", f"expected an int >= 0, found {retries}")
-    if not timeout > 0:
-        raise bad("--timeout", f"expected seconds > 0, found {timeout}")
-    if not temperature >= 0:
-        raise bad("--temperature", f"expected a number >= 0, found {temperature}")
-    if not 0 < top_p <= 1:
-        raise bad("--top-p", f"expected a number in (0, 1], found {top_p}")
+    _check_options(generate, servers, max_tokens, concurrency, retries, timeout, temperature, top_p)
     inp, outp = Path(input_path), Path(output_path)
-    _check_paths(inp, outp)
-    samples, skipped = read_input(inp)
-    if not samples:
-        raise bad(str(inp), f"no usable conversation ({_why(skipped)})")
-    finished = resume_output(outp)
-    pending = [s for s in samples if s[0] not in finished]
-    res = RegenResult(already_done=len(samples) - len(pending), skipped=skipped, output=str(outp))
+    pending, res = _resume(inp, outp)
     if generate is not None:
         concurrency = 1
     else:
@@ -326,6 +307,45 @@ def regenerate(
         )
     _write(outp, pending, generate, concurrency, res, progress)
     return res
+
+
+def _check_options(
+    generate: Generate | None,
+    servers: list[str] | None,
+    max_tokens: int,
+    concurrency: int,
+    retries: int,
+    timeout: float,
+    temperature: float,
+    top_p: float,
+) -> None:
+    """Refuse a bad option (Eagle3Error naming it) before any file is read."""
+    if (generate is None) == (not servers):
+        raise Eagle3Error("regenerate: give exactly one of a local generator or --server URLs")
+    if max_tokens < 1:
+        raise bad("--max-tokens", f"expected a positive int, found {max_tokens}")
+    if concurrency < 1:
+        raise bad("--concurrency", f"expected a positive int, found {concurrency}")
+    if retries < 0:
+        raise bad("--retries", f"expected an int >= 0, found {retries}")
+    if not timeout > 0:
+        raise bad("--timeout", f"expected seconds > 0, found {timeout}")
+    if not temperature >= 0:
+        raise bad("--temperature", f"expected a number >= 0, found {temperature}")
+    if not 0 < top_p <= 1:
+        raise bad("--top-p", f"expected a number in (0, 1], found {top_p}")
+
+
+def _resume(inp: Path, outp: Path) -> tuple[list, RegenResult]:
+    """The samples OUTPUT does not hold yet, and the result so far (those it holds, skips)."""
+    _check_paths(inp, outp)
+    samples, skipped = read_input(inp)
+    if not samples:
+        raise bad(str(inp), f"no usable conversation ({_why(skipped)})")
+    finished = resume_output(outp)
+    pending = [s for s in samples if s[0] not in finished]
+    res = RegenResult(already_done=len(samples) - len(pending), skipped=skipped, output=str(outp))
+    return pending, res
 
 
 def _why(skipped: list[dict[str, Any]]) -> str:

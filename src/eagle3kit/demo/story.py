@@ -62,9 +62,6 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
     """The prologue, then the zoo story's eight steps; writes OUT/story.json."""
     from transformers.utils import logging as hf_logging
 
-    from eagle3kit import zoo
-    from eagle3kit.model.target import TargetModel
-
     t0, r = time.perf_counter(), RECIPES[size]
     out.mkdir(parents=True, exist_ok=True)
     hf_logging.disable_progress_bar()
@@ -81,17 +78,7 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
         "architecture, MLA + MoE; built from the Python standard library on first use, "
         "then cached)"
     )
-    p1 = zoo.get(PAIR[0], size=size, progress=progress)
-    p2 = zoo.get(PAIR[1], size=size, progress=progress)
-    for name in PAIR:
-        if w := zoo.chat_warning(name, size=size):
-            say(f"   warning: {w}")
-    v2 = TargetModel.from_pretrained(p2)
-    say(f"   {p2}: {v2.num_layers} layers, hidden {v2.hidden_size}, vocab {v2.vocab_size}")
-    k2 = k2_drafter(size, progress, say)
-    say(f"   the K2 drafter (trained on {PAIR[0]}): {k2}")
-    drop_stale(out, size)
-    v2_data = prepare_data("test", r.v2_samples, out / "data", p2, r, progress)
+    p1, p2, v2, k2, v2_data = _zoo_step(out, size, r, say, progress)
     paths = {"v1": str(p1), "v2": str(p2), "k2_drafter": str(k2), "v2_data": str(v2_data)}
     steps.append({"step": "zoo", "result": paths})
     prompts = held_out_prompts(v2_data, r.bench_prompts)
@@ -121,6 +108,30 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
     report = report_step(out, headline, say)
     steps.append({"step": "report", "result": {"headline": headline, **report}})
     what_next(out, k2, p2, v2, prompts, say)
+    return _summary(out, size, steps, headline, report, t0)
+
+
+def _zoo_step(out: Path, size: str, r: Recipe, say: Say, progress):
+    """The zoo pair, NEW loaded, the K2 drafter, NEW's DATA: (p1, p2, v2, k2, v2_data)."""
+    from eagle3kit import zoo
+    from eagle3kit.model.target import TargetModel
+
+    p1 = zoo.get(PAIR[0], size=size, progress=progress)
+    p2 = zoo.get(PAIR[1], size=size, progress=progress)
+    for name in PAIR:
+        if w := zoo.chat_warning(name, size=size):
+            say(f"   warning: {w}")
+    v2 = TargetModel.from_pretrained(p2)
+    say(f"   {p2}: {v2.num_layers} layers, hidden {v2.hidden_size}, vocab {v2.vocab_size}")
+    k2 = k2_drafter(size, progress, say)
+    say(f"   the K2 drafter (trained on {PAIR[0]}): {k2}")
+    drop_stale(out, size)
+    v2_data = prepare_data("test", r.v2_samples, out / "data", p2, r, progress)
+    return p1, p2, v2, k2, v2_data
+
+
+def _summary(out: Path, size: str, steps, headline, report, t0: float) -> dict[str, Any]:
+    """The stamped summary of the story, also written to OUT/story.json."""
     summary = {"out": str(out), "size": size, "steps": steps, "headline": headline}
     summary["seconds"] = round(time.perf_counter() - t0, 1)
     summary["report"] = report

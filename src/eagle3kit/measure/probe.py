@@ -454,7 +454,7 @@ def probe(
         drafter, target, reference, depth, device, dtype
     )
     if not _runs_on(spec, new):
-        return _not_runnable(doc)
+        return not_runnable(doc)
     batch = (
         data_batch(data, samples, max_len, target=new)
         if data
@@ -463,10 +463,8 @@ def probe(
     doc["data"] = _data_figures(batch)
     emit(progress, "probe", 1, _STAGES, "stage", doing="aux readings")
     own_embed = bool(d.embed_loaded)
-    aux = detect_aux(_on(d, new, own_embed), new, batch, spec, depth)
+    aux, new_feats = _aux_reading(d, new, batch, spec, layout, depth, drafter, own_embed)
     layers = aux["chosen"]["layers"]
-    aux["engines"] = engine_capture(spec, layout, new, layers, drafter)
-    new_feats = aux.pop("target_features")  # the chosen reading's features, for the similarity
     acc_new = aux["acceptance"][aux["chosen"]["reading"]]
     sim, fc_sim, acc_ref, online = _against_reference(
         d,
@@ -480,10 +478,28 @@ def probe(
         progress,
         new_feats,
     )
+    acc = {"target": acc_new, "reference": acc_ref}
+    return _result(doc, aux, sim, fc_sim, acc, online, (baseline_tps, cycle_ms), depth, progress)
+
+
+_STAGES = 5
+
+
+def _aux_reading(d, new, batch: Batch, spec, layout, depth: int, drafter: str, own_embed: bool):
+    """The aux readings tried on NEW, the engines' capture of the chosen one, and its features."""
+    aux = detect_aux(_on(d, new, own_embed), new, batch, spec, depth)
+    aux["engines"] = engine_capture(spec, layout, new, aux["chosen"]["layers"], drafter)
+    new_feats = aux.pop("target_features")  # the chosen reading's features, for the similarity
+    return aux, new_feats
+
+
+def _result(doc, aux, sim, fc_sim, acc, online, speeds, depth: int, progress) -> dict[str, Any]:
+    """Break-even and verdict from the figures; the stamped `probe --json` document."""
+    acc_new, acc_ref = acc["target"], acc["reference"]  # D's offline acceptance on NEW, OLD
     tau, tau_ref = acc_new["accept_len"], acc_ref["accept_len"] if acc_ref else None
     be = None
-    if baseline_tps is not None:
-        be = break_even(baseline_tps, cycle_ms, {"target": tau, "reference": tau_ref}, depth)
+    if speeds[0] is not None:
+        be = break_even(speeds[0], speeds[1], {"target": tau, "reference": tau_ref}, depth)
     verdict, reasons = _verdict(aux, tau, tau_ref, fc_sim, be)
     emit(progress, "probe", _STAGES, _STAGES, "stage", doing="done")
     doc = {
@@ -491,16 +507,13 @@ def probe(
         "aux": aux,
         "similarity": sim,
         "fc_similarity": fc_sim,
-        "acceptance": {"target": acc_new, "reference": acc_ref},
+        "acceptance": acc,
         "accept_len": {"target": tau, "reference": tau_ref, "online": online},
         "break_even": be,
         "verdict": verdict,
         "reasons": reasons,
     }
     return stamp(doc, "probe")
-
-
-_STAGES = 5
 
 
 def _compat_and_load(drafter, target, reference, depth: int, device: str, dtype: str):
@@ -526,8 +539,9 @@ def _compat_and_load(drafter, target, reference, depth: int, device: str, dtype:
     return doc, loaded
 
 
-def _not_runnable(doc: dict[str, Any]) -> dict[str, Any]:
-    """The document of a drafter that cannot run on the target: compat only."""
+def not_runnable(doc: dict[str, Any]) -> dict[str, Any]:
+    """The document of a drafter that cannot run on the target (shapes, or NEW's store):
+    compat only."""
     v, why = decide(False, None, None, None, None)
     return {
         **doc,

@@ -140,21 +140,13 @@ def probe_features(
     if spec.target_hidden_size != tgt.get("hidden_size") or spec.vocab_size != tgt.get(
         "vocab_size"
     ):
-        v, why = P.decide(False, None, None, None, None)
-        none = dict(aux=None, similarity=[], fc_similarity=None, data=None, acceptance=None)
-        acc = {"target": None, "reference": None}
-        return {**doc, **none, "accept_len": acc, "break_even": None, "verdict": v, "reasons": why}
+        return P.not_runnable(doc)
     rows = _rows(new, samples, max_len)
     emit(progress, "probe", 1, 4, "stage", doing="aux readings")
     aux, new_feats = detect_aux_store(d, spec, new, rows, depth, max_len)
     layers = aux["chosen"]["layers"]
     aux["engines"] = P.engine_capture(spec, layout, _shim(new, tpath), layers, drafter)
-    doc["data"] = {
-        "source": f"{features_new} (held-out split)",
-        "sequences": len(rows),
-        "tokens": int(sum(int(f.attention_mask.sum()) for f in new_feats)),
-        "scored": int(sum(int(f.loss_mask.sum()) for f in new_feats)),
-    }
+    doc["data"] = _data_figures(features_new, rows, new_feats)
     return _finish(
         doc,
         d,
@@ -170,6 +162,16 @@ def probe_features(
         (baseline_tps, cycle_ms),
         progress,
     )
+
+
+def _data_figures(features_new: str, rows: list[int], new_feats: list[Any]) -> dict[str, Any]:
+    """The document's "data": NEW's held-out rows probed, their tokens and scored tokens."""
+    return {
+        "source": f"{features_new} (held-out split)",
+        "sequences": len(rows),
+        "tokens": int(sum(int(f.attention_mask.sum()) for f in new_feats)),
+        "scored": int(sum(int(f.loss_mask.sum()) for f in new_feats)),
+    }
 
 
 def _finish(
