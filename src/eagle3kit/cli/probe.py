@@ -12,8 +12,6 @@ from eagle3kit.cli._options import JsonFlag
 
 
 def _render_probe(r: dict[str, Any]) -> None:
-    from rich.table import Table
-
     from eagle3kit.cli._render import out
 
     con = out()
@@ -28,39 +26,10 @@ def _render_probe(r: dict[str, Any]) -> None:
             f"  data: {d['source']}: {d['sequences']} sequences, {d['tokens']} tokens, "
             f"{d['scored']} scored"
         )
-    aux = r.get("aux")
-    if aux:
-        for c in aux["candidates"]:
-            a = aux["acceptance"][c["reading"]]
-            mark = "  <- chosen" if c["reading"] == aux["chosen"]["reading"] else ""
-            decl = " (the config's reading)" if c["declared"] else ""
-            con.print(
-                f"  aux {c['reading']} = h{c['layers']}{decl}: acc "
-                f"{[round(x, 3) for x in a['acc']]}, tau {a['accept_len']:.3f}{mark}"
-            )
-        ch = aux["chosen"]
-        con.print(
-            f"  trained on h{ch['layers']} (margin {ch['margin_accept_len']}, "
-            f"{'clear' if ch['clear'] else 'uncertain'})"
-        )
-        for eng, e in aux["engines"].items():
-            con.print(
-                f"  {eng}: captures h{e['captures']}: {'ok' if e['ok'] else 'WRONG: ' + e['fix']}"
-            )
+    if r.get("aux"):
+        _render_aux(con, r["aux"])
     if r["similarity"]:
-        t = Table(title="hidden-state similarity, reference vs target")
-        for col in ("layer", "cosine mean", "cosine p10", "CKA", "norm ratio"):
-            t.add_column(col)
-        rows = [*r["similarity"], {"layer": "fc(aux)", **r["fc_similarity"]}]
-        for s in rows:
-            t.add_row(
-                str(s["layer"]),
-                f"{s['cosine_mean']:.4f}",
-                f"{s['cosine_p10']:.4f}",
-                f"{s['cka']:.4f}",
-                f"{s['norm_ratio']:.3f}",
-            )
-        con.print(t)
+        con.print(_similarity_table(r))
     al = r["accept_len"]
     if al["target"] is not None:
         ref = f", reference {al['reference']:.3f}" if al["reference"] is not None else ""
@@ -74,6 +43,44 @@ def _render_probe(r: dict[str, Any]) -> None:
         con.print(f"  - {why}")
     colour = {"plug-in": "green", "fine-tune": "yellow", "from-scratch": "red"}[r["verdict"]]
     con.print(f"[bold {colour}]verdict: {r['verdict']}[/]")
+
+
+def _render_aux(con: Any, aux: dict[str, Any]) -> None:
+    """The aux readings tried, the one chosen, and what each engine captures."""
+    for c in aux["candidates"]:
+        a = aux["acceptance"][c["reading"]]
+        mark = "  <- chosen" if c["reading"] == aux["chosen"]["reading"] else ""
+        decl = " (the config's reading)" if c["declared"] else ""
+        con.print(
+            f"  aux {c['reading']} = h{c['layers']}{decl}: acc "
+            f"{[round(x, 3) for x in a['acc']]}, tau {a['accept_len']:.3f}{mark}"
+        )
+    ch = aux["chosen"]
+    con.print(
+        f"  trained on h{ch['layers']} (margin {ch['margin_accept_len']}, "
+        f"{'clear' if ch['clear'] else 'uncertain'})"
+    )
+    for eng, e in aux["engines"].items():
+        verdict = "ok" if e["ok"] else "WRONG: " + e["fix"]
+        con.print(f"  {eng}: captures h{e['captures']}: {verdict}")
+
+
+def _similarity_table(r: dict[str, Any]) -> Any:
+    """The hidden-state similarity table, reference vs target, with the fc(aux) row."""
+    from rich.table import Table
+
+    t = Table(title="hidden-state similarity, reference vs target")
+    for col in ("layer", "cosine mean", "cosine p10", "CKA", "norm ratio"):
+        t.add_column(col)
+    for s in [*r["similarity"], {"layer": "fc(aux)", **r["fc_similarity"]}]:
+        t.add_row(
+            str(s["layer"]),
+            f"{s['cosine_mean']:.4f}",
+            f"{s['cosine_p10']:.4f}",
+            f"{s['cka']:.4f}",
+            f"{s['norm_ratio']:.3f}",
+        )
+    return t
 
 
 LIVE_NEW = "Live: the server of the NEW target running the drafter (SGLang or vLLM)."
