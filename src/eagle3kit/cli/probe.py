@@ -187,13 +187,21 @@ def probe(
         )
     from eagle3kit.core.errors import Eagle3Error
 
-    if features_new is not None or features_old is not None:
-        if features_new is None or data is not None:
-            raise Eagle3Error("probe: --features-old goes with --features-new, not --data")
-        return _probe_stores(dict(locals()))
-    if target is None:
+    stores = features_new is not None or features_old is not None
+    if stores and (features_new is None or data is not None):
+        raise Eagle3Error("probe: --features-old goes with --features-new, not --data")
+    if not stores and target is None:
         raise Eagle3Error("probe: expected --target (or --features-new STORE)")
-    _probe_models(dict(locals()))
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json
+
+    a = dict(locals())
+    with bar(not json_out) as progress:
+        r = (_probe_stores if stores else _probe_models)(a, progress)
+    if json_out:
+        emit_json(r)
+    else:
+        _render_probe(r)
 
 
 RunDirs = Annotated[
@@ -233,61 +241,47 @@ def register(app: typer.Typer) -> None:
     app.command()(report)
 
 
-def _probe_models(a: dict) -> None:
+def _probe_models(a: dict, progress: Any) -> dict[str, Any]:
     """`probe --drafter --target`: the probe with the models loaded here (``a``: the command's
     arguments)."""
-    from eagle3kit.cli._progress import bar
-    from eagle3kit.cli._render import emit_json
     from eagle3kit.measure.probe import probe as run_probe
     from eagle3kit.model.loading import resolve_target
 
     reference = a["reference"]
-    with bar(not a["json_out"]) as progress:
-        r = run_probe(
-            a["drafter"],
-            resolve_target(a["target"]),  # zoo names, local dirs, hub ids
-            resolve_target(reference) if reference else None,
-            a["data"],
-            baseline_tps=a["baseline_tps"],
-            cycle_ms=a["cycle_ms"],
-            bench=a["bench"],
-            depth=a["depth"],
-            samples=a["samples"],
-            max_len=a["max_len"],
-            online_prompts=a["online_prompts"],
-            device=a["device"],
-            dtype=a["dtype"],
-            progress=progress,
-        )
-    if a["json_out"]:
-        emit_json(r)
-    else:
-        _render_probe(r)
+    return run_probe(
+        a["drafter"],
+        resolve_target(a["target"]),  # zoo names, local dirs, hub ids
+        resolve_target(reference) if reference else None,
+        a["data"],
+        baseline_tps=a["baseline_tps"],
+        cycle_ms=a["cycle_ms"],
+        bench=a["bench"],
+        depth=a["depth"],
+        samples=a["samples"],
+        max_len=a["max_len"],
+        online_prompts=a["online_prompts"],
+        device=a["device"],
+        dtype=a["dtype"],
+        progress=progress,
+    )
 
 
-def _probe_stores(a: dict) -> None:
+def _probe_stores(a: dict, progress: Any) -> dict[str, Any]:
     """`probe --features-new [--features-old]`: the probe from feature stores (``a``: the
     command's arguments)."""
-    from eagle3kit.cli._progress import bar
-    from eagle3kit.cli._render import emit_json
     from eagle3kit.measure.probe_features import probe_features
 
-    with bar(not a["json_out"]) as progress:
-        r = probe_features(
-            a["drafter"],
-            a["features_new"],
-            a["features_old"],
-            target=a["target"],
-            reference=a["reference"],
-            baseline_tps=a["baseline_tps"],
-            cycle_ms=a["cycle_ms"],
-            bench=a["bench"],
-            depth=a["depth"],
-            samples=a["samples"],
-            max_len=a["max_len"],
-            progress=progress,
-        )
-    if a["json_out"]:
-        emit_json(r)
-    else:
-        _render_probe(r)
+    return probe_features(
+        a["drafter"],
+        a["features_new"],
+        a["features_old"],
+        target=a["target"],
+        reference=a["reference"],
+        baseline_tps=a["baseline_tps"],
+        cycle_ms=a["cycle_ms"],
+        bench=a["bench"],
+        depth=a["depth"],
+        samples=a["samples"],
+        max_len=a["max_len"],
+        progress=progress,
+    )
