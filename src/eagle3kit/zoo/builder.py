@@ -353,9 +353,6 @@ def build_into(
     and after "unloop" (benchmarks measure the model between phases). zoo.json records the
     chat figures against ``CHAT_BAR``; with ``strict``, a member below it raises Eagle3Error
     instead (nothing is cached)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
     from eagle3kit.zoo.members import BUILD_THREADS
 
     t0, cpu0 = time.time(), _cpu_seconds()
@@ -365,16 +362,7 @@ def build_into(
     with _Stages(progress, f"building {label}") as bar, _deterministic(BUILD_THREADS[size]):
         tok, special, d = _prepare(m, size, recipe, out, parent_dir, bar)
         bar.stage("training")
-        torch.manual_seed(m.seed)
-        if parent_dir is None:
-            vocab = tok.get_vocab_size()
-            model = tr.new_model(tr.model_config(m.arch, size, vocab, special, recipe.shape))
-            if recipe.copy_circuit:
-                gen = torch.Generator().manual_seed(m.seed)
-                circuit.install(model, m.arch, gen, recipe.copy_circuit)
-        else:
-            with quiet_transformers():  # no "Loading weights" bar beside ours
-                model = AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32)
+        model = _initial_model(m, size, recipe, tok, special, parent_dir)
         streams = (d.raw, d.chat)
         last_loss = tr.train(model, streams, recipe, m.seed, bar.step, d.chat_info)
         if on_phase is not None:
@@ -402,3 +390,21 @@ def build_into(
     doc["stage_seconds"] = bar.seconds
     doc["built_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     atomic_write_json(out / "zoo.json", doc)
+
+
+def _initial_model(m: Member, size: str, recipe: tr.Recipe, tok, special, parent_dir):
+    """The model training starts from: a fresh one seeded with ``m.seed`` (and the copying
+    circuit where the recipe asks for it) for a v1, the parent's weights for a v2."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(m.seed)
+    if parent_dir is not None:
+        with quiet_transformers():  # no "Loading weights" bar beside ours
+            return AutoModelForCausalLM.from_pretrained(str(parent_dir), dtype=torch.float32)
+    vocab = tok.get_vocab_size()
+    model = tr.new_model(tr.model_config(m.arch, size, vocab, special, recipe.shape))
+    if recipe.copy_circuit:
+        gen = torch.Generator().manual_seed(m.seed)
+        circuit.install(model, m.arch, gen, recipe.copy_circuit)
+    return model
