@@ -253,12 +253,7 @@ def _probe_models(a: dict, progress: Any) -> dict[str, Any]:
         resolve_target(a["target"]),  # zoo names, local dirs, hub ids
         resolve_target(reference) if reference else None,
         a["data"],
-        baseline_tps=a["baseline_tps"],
-        cycle_ms=a["cycle_ms"],
-        bench=a["bench"],
-        depth=a["depth"],
-        samples=a["samples"],
-        max_len=a["max_len"],
+        **_shared(a),
         online_prompts=a["online_prompts"],
         device=a["device"],
         dtype=a["dtype"],
@@ -277,11 +272,12 @@ def _probe_stores(a: dict, progress: Any) -> dict[str, Any]:
         a["features_old"],
         target=a["target"],
         reference=a["reference"],
-        baseline_tps=a["baseline_tps"],
-        cycle_ms=a["cycle_ms"],
-        bench=a["bench"],
-        depth=a["depth"],
-        samples=a["samples"],
-        max_len=a["max_len"],
+        **_shared(a),
         progress=progress,
     )
+
+
+def _shared(a: dict) -> dict[str, Any]:
+    """The options both probes take: the speeds behind break-even, depth and the sample."""
+    keys = ("baseline_tps", "cycle_ms", "bench", "depth", "samples", "max_len")
+    return {k: a[k] for k in keys}
