@@ -425,31 +425,7 @@ def config_for(
         return _mla_config(spec, layout, verifier)
     flags = {k: getattr(spec, k) for k in NORM_FLAGS}
     if layout == "vllm":
-        return {
-            "architectures": [VLLM_ARCH],
-            "speculators_model_type": "eagle3",
-            "transformer_layer_config": _llama_block(spec),
-            "draft_vocab_size": spec.draft_vocab_size,
-            "target_hidden_size": spec.target_hidden_size,
-            "eagle_aux_hidden_state_layer_ids": list(spec.aux_layers) if spec.aux_layers else None,
-            **flags,
-            "embed_requires_grad": False,
-            "speculators_config": {
-                "algorithm": "eagle3",
-                "proposal_methods": [
-                    {
-                        "proposal_type": "greedy",
-                        "speculative_tokens": speculative_tokens,
-                        "verifier_accept_k": 1,
-                        "accept_tolerance": 0.0,
-                    }
-                ],
-                "default_proposal_method": "greedy",
-                "verifier": {"name_or_path": verifier, "architectures": []},
-            },
-            "torch_dtype": spec.dtype,
-            **({"eagle3kit": {"aux_layers_hf": list(spec.aux_layers)}} if spec.aux_layers else {}),
-        }
+        return _vllm_config(spec, verifier, speculative_tokens, flags)
     cfg = {
         "architectures": [SGLANG_ARCH if layout == "sglang" else EAGLE_ARCH],
         **_llama_block(spec),
@@ -473,3 +449,34 @@ def config_for(
         if verifier:
             cfg["eagle3kit_verifier"] = verifier
     return cfg
+
+
+def _vllm_config(
+    spec: DraftSpec, verifier: str | None, speculative_tokens: int, flags: dict[str, Any]
+) -> dict[str, Any]:
+    """config_for's speculators-format config (vLLM) of a dense drafter."""
+    return {
+        "architectures": [VLLM_ARCH],
+        "speculators_model_type": "eagle3",
+        "transformer_layer_config": _llama_block(spec),
+        "draft_vocab_size": spec.draft_vocab_size,
+        "target_hidden_size": spec.target_hidden_size,
+        "eagle_aux_hidden_state_layer_ids": list(spec.aux_layers) if spec.aux_layers else None,
+        **flags,
+        "embed_requires_grad": False,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [
+                {
+                    "proposal_type": "greedy",
+                    "speculative_tokens": speculative_tokens,
+                    "verifier_accept_k": 1,
+                    "accept_tolerance": 0.0,
+                }
+            ],
+            "default_proposal_method": "greedy",
+            "verifier": {"name_or_path": verifier, "architectures": []},
+        },
+        "torch_dtype": spec.dtype,
+        **({"eagle3kit": {"aux_layers_hf": list(spec.aux_layers)}} if spec.aux_layers else {}),
+    }

@@ -51,16 +51,7 @@ def plot_plan(result: PlanResult, path: str | os.PathLike[str]) -> Path:
             ax.annotate(f"k={d.depth}", xy, xytext=(0, -11), color="C4", ha="center", **off)
     now = f"now: τ {r.accept_len:.3g} → {r.throughput_tps:.4g} tok/s ({r.speedup:.2f}× baseline)"
     ax.plot([r.accept_len], [r.throughput_tps], "C1o", ms=10, zorder=5, label=now)
-    for i, t in enumerate(r.targets):
-        star = "target: τ it needs at this cycle time" if i == 0 else None
-        ax.plot([t.accept_len], [t.tps], "C2*", ms=14, zorder=5, label=star)
-        p_k = t.per_step_acceptance_at_depth
-        at_k = f"unreachable at depth {k}" if p_k is None else f"{p_k:.1%} at depth {k}"
-        text = (
-            f"{t.tps:g} tok/s needs τ {t.accept_len:.3g}\nper-step p {at_k}\n"
-            f"p {t.per_step_acceptance:.1%} as depth → ∞"
-        )
-        ax.annotate(text, (t.accept_len, t.tps), xytext=(10, -6), va="top", color="C2", **off)
+    _plot_targets(ax, r, off)
     ax.set_xlim(1.0, top)
     ax.set_ylim(0, ymax)
     ax.set_xlabel("accept length τ (tokens emitted per verify cycle)")
@@ -73,3 +64,18 @@ def plot_plan(result: PlanResult, path: str | os.PathLike[str]) -> Path:
 
     atomic_write_with(out, lambda tmp: fig.savefig(tmp, format="png"))
     return out
+
+
+def _plot_targets(ax, r: PlanResult, off: dict) -> None:
+    """A star per target throughput at the tau it needs, with the per-step rates it implies."""
+    k = r.depth
+    for i, t in enumerate(r.targets):
+        star = "target: τ it needs at this cycle time" if i == 0 else None
+        ax.plot([t.accept_len], [t.tps], "C2*", ms=14, zorder=5, label=star)
+        p_k = t.per_step_acceptance_at_depth
+        at_k = f"unreachable at depth {k}" if p_k is None else f"{p_k:.1%} at depth {k}"
+        text = (
+            f"{t.tps:g} tok/s needs τ {t.accept_len:.3g}\nper-step p {at_k}\n"
+            f"p {t.per_step_acceptance:.1%} as depth → ∞"
+        )
+        ax.annotate(text, (t.accept_len, t.tps), xytext=(10, -6), va="top", color="C2", **off)

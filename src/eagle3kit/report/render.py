@@ -327,6 +327,30 @@ def _tokens_per_sample(cfg: dict) -> tuple[float, str] | None:
     return per, str(Path(data) / "data.json")
 
 
+def _run_path(f: Found, name: str, cite: str, s: dict, m: list, cfg: dict) -> str:
+    """One training path of the game plan: the run's best held-out τ, the samples (and time)
+    it took, and its bench where one was measured."""
+    batch = int(cfg.get("batch_size") or 0)
+    n = _samples_to(m, batch, s["sim_accept_len"]) if batch else None
+    b = next(((bc, bb) for bc, bb in f.benches if bb.get("run") == _run_name(cite)), None)
+    t = f"{name} ({_run_name(cite)}): best held-out τ {s['sim_accept_len']:.3f} after {n} "
+    t += "samples seen"
+    state = Path(cite).parent / "state" / "state.json"
+    t += f" ({s.get('best_step')} steps x batch {batch}) [{cite}, {state}]"
+    per = _tokens_per_sample(cfg)
+    if s.get("tokens_per_s") and n is not None and per:
+        secs = n * per[0] / s["tokens_per_s"]
+        t += (
+            f"; ≈ {secs:.0f} s of training at {s['tokens_per_s']:.0f} tokens/s and "
+            f"{per[0]:.0f} tokens/sample [{cite}, {per[1]}]"
+        )
+    if b:
+        bm = b[1]
+        t += f"; measured {bm['spec_tps']:.1f} tok/s, {bm['speedup']:.2f}x, "
+        t += f"τ {bm['accept_len']:.2f} [{b[0]}]"
+    return t
+
+
 def game_plan(f: Found) -> list[tuple]:
     """Each path with its measured result and its cost in samples (and time when known)."""
     items = []
@@ -342,26 +366,7 @@ def game_plan(f: Found) -> list[tuple]:
     warm = [r for r in f.runs if r[1].get("init_from")]
     cold = [r for r in f.runs if not r[1].get("init_from")]
     for name, group in (("Fine-tune the old drafter", warm), ("Train from scratch", cold)):
-        for cite, s, m, cfg in group:
-            batch = int(cfg.get("batch_size") or 0)
-            n = _samples_to(m, batch, s["sim_accept_len"]) if batch else None
-            b = next(((bc, bb) for bc, bb in f.benches if bb.get("run") == _run_name(cite)), None)
-            t = f"{name} ({_run_name(cite)}): best held-out τ {s['sim_accept_len']:.3f} after {n} "
-            t += "samples seen"
-            state = Path(cite).parent / "state" / "state.json"
-            t += f" ({s.get('best_step')} steps x batch {batch}) [{cite}, {state}]"
-            per = _tokens_per_sample(cfg)
-            if s.get("tokens_per_s") and n is not None and per:
-                secs = n * per[0] / s["tokens_per_s"]
-                t += (
-                    f"; ≈ {secs:.0f} s of training at {s['tokens_per_s']:.0f} tokens/s and "
-                    f"{per[0]:.0f} tokens/sample [{cite}, {per[1]}]"
-                )
-            if b:
-                bm = b[1]
-                t += f"; measured {bm['spec_tps']:.1f} tok/s, {bm['speedup']:.2f}x, "
-                t += f"τ {bm['accept_len']:.2f} [{b[0]}]"
-            items.append(t)
+        items += [_run_path(f, name, *run) for run in group]
     if warm and cold:
         (wc, _, wm, wcfg), (cc, cs, cm, ccfg) = warm[0], cold[0]
         target = cs["sim_accept_len"]
