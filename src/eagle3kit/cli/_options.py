@@ -15,3 +15,5 @@ from eagle3kit.cli._checks import check_device
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print one JSON document.")]
 Device = Annotated[str, typer.Option("--device", callback=check_device)]
+Seed = Annotated[int, typer.Option("--seed")]
+TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code")]

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 
 from eagle3kit.cli._checks import check_output
-from eagle3kit.cli._options import Device
+from eagle3kit.cli._options import Device, TrustRemoteCode
 
 JSON_HELP = "Print one JSON document on stdout (progress stays on stderr)."
 
@@ -69,7 +69,6 @@ TemplateKwargs = Annotated[
     ),
 ]
 Dtype = Annotated[str, typer.Option("--dtype")]
-TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code")]
 JsonOut = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from eagle3kit.cli._checks import top_p
-from eagle3kit.cli._options import Device, JsonFlag
+from eagle3kit.cli._options import Device, JsonFlag, Seed
 from eagle3kit.core.errors import bad
 
 TARGET_HELP = "Target: a model dir, a hub id, or a zoo member (dsv3-v2, llama-v1-tiny)."
@@ -77,7 +77,6 @@ GenBudget = Annotated[
 ]
 Temperature = Annotated[float, typer.Option("--temperature", min=0.0, help="0 = greedy.")]
 TopP = Annotated[float, typer.Option("--top-p", callback=top_p)]
-Seed = Annotated[int, typer.Option("--seed")]
 
 
 def generate(

@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from eagle3kit.cli._options import Seed, TrustRemoteCode
+
 
 def _render(s: dict) -> None:
     from eagle3kit.cli._render import out
@@ -136,7 +138,6 @@ EvalSamples = Annotated[
 ]
 EvalBatch = Annotated[int, typer.Option("--eval-batch", help="Held-out samples per forward.")]
 SaveEvery = Annotated[int, typer.Option("--save-every", help="Write RUN/step-N every N steps.")]
-Seed = Annotated[int, typer.Option("--seed")]
 Device = Annotated[str, typer.Option("--device", help="cpu, cuda, cuda:1 ...")]
 TargetDtype = Annotated[str, typer.Option("--target-dtype", help="float32, bfloat16, float16.")]
 Topk = Annotated[
@@ -153,7 +154,6 @@ Resume = Annotated[
     bool, typer.Option("--resume", help="Continue RUN exactly (its saved settings).")
 ]
 Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads.")]
-TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code")]
 Json = Annotated[bool, typer.Option("--json", help="Print RUN/summary.json as one JSON document.")]
 
 

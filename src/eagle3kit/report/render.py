@@ -242,19 +242,19 @@ def _aux_blocks(aux: dict, cite: str) -> list[tuple]:
 
 def _similarity_blocks(p: dict, cite: str) -> list[tuple]:
     """A probe's hidden-state similarity table, reference vs new target (fc(aux) last)."""
+    named = [(f"h[{s['layer']}]", s) for s in p["similarity"]]
+    named += [("fc(aux)", p["fc_similarity"])] if p["fc_similarity"] else []
     rows = [
         [
-            f"h[{s['layer']}]",
+            label,
             _n(s["cosine_mean"], ".4f"),
             _n(s["cosine_p10"], ".4f"),
             _n(s["cka"], ".4f"),
             _n(s["norm_ratio"], ".3f"),
             cite,
         ]
-        for s in p["similarity"]
-        + ([{"layer": "fc", **p["fc_similarity"]}] if p["fc_similarity"] else [])
+        for label, s in named
     ]
-    rows[-1][0] = "fc(aux)" if p["fc_similarity"] else rows[-1][0]
     head = ["layer", "cosine mean", "cosine p10", "CKA", "norm ratio", "source"]
     return [
         ("h3", "Hidden-state similarity (reference vs new target, same tokens)"),
