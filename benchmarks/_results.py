@@ -1,4 +1,4 @@
-"""Result files under benchmarks/results/: what a README or docs figure quotes.
+"""Result files under benchmarks/results/ (what a README or docs figure quotes) and lab/results/.
 
 Every file carries the command that produced it, the commit it ran at (with a flag when the
 work tree had uncommitted changes) and the environment, beside "kind" and "schema".
@@ -38,6 +38,7 @@ def git_commit() -> dict:
         "--",
         ":(top)",
         ":(top,exclude)benchmarks/results",
+        ":(top,exclude)lab/results",
     )
     return {
         "commit": git("rev-parse", "HEAD"),

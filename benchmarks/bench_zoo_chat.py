@@ -1,33 +1,25 @@
 """Do the zoo's chat answers depend on the request? Figures on held-out requests.
 
     python benchmarks/bench_zoo_chat.py [--members llama-v1,...] [--json out.json]
-    python benchmarks/bench_zoo_chat.py --phases llama-v1 [--set chat_aligned=True ...]
 
-Default: for each member (built first if missing, in ``$EAGLE3KIT_HOME``), greedy answers
+For each member (built first if missing, in ``$EAGLE3KIT_HOME``), greedy answers
 through the tokenizer's own chat template and ``generate`` (not the build's code path) to
 ``--requests`` held-out requests (functions of held-out files, ``corpus.PHRASINGS`` in turn,
 with and without the docstring): the share whose first line names the requested function
 (``def f(``), the share of distinct first lines, distinct answers, pooled distinct-4 over
 all answers, mean per-answer distinct-4; next to the figures the build recorded in zoo.json.
 
-``--phases NAME``: builds NAME's recipe (with ``--set field=value`` overrides) into a temp
-dir and measures the same requests after likelihood training and after the unloop phase,
-with the build's held-out loss and greedy distinct-4 at the end: where conditioning is lost.
-``--seed N`` builds it from another seed (the same recipe, another draw): how far one
-build's figures move by chance.
+Recipe trials (a member built with overrides, measured after each phase) are
+``lab/zoo_phases.py``.
 """
 
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
-import resource
 import sys
-import tempfile
 import time
-from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -100,94 +92,12 @@ def measure_member(name: str, n: int, max_new: int, size: str = "full") -> dict:
     }
 
 
-def _parse_set(items: list[str]) -> dict:
-    out = {}
-    for it in items:
-        k, v = it.split("=", 1)
-        out[k] = ast.literal_eval(v)
-    return out
-
-
-def phases(
-    name: str,
-    overrides: dict,
-    keep: Path | None = None,
-    parent: Path | None = None,
-    seed: int | None = None,
-):
-    """Without overrides the member is built into the cache (``zoo.build``, bar checked);
-    with them (or another ``seed``: the same recipe from another draw), into ``keep`` (kept)
-    or a temp dir (bar not checked), continuing from ``parent`` (a v2 candidate's own v1
-    candidate) or the cached parent."""
-    from eagle3kit import zoo
-    from eagle3kit.core.errors import Eagle3Error
-    from eagle3kit.zoo.builder import build_into, chat_eval
-
-    m = zoo.member(name)
-    if seed is not None:
-        m = replace(m, seed=seed)
-    recipe = replace(zoo.recipe(name), **overrides)
-    if m.parent and parent is None:
-        parent = zoo.get(m.parent)
-    rows: dict = {}
-
-    def on_phase(phase, model, tok, special, d):
-        t = time.time()
-        fig, _ = chat_eval(model, tok, special, d.requests, recipe.gen_tokens)
-        fig["seconds"] = round(time.time() - t, 1)
-        rows[phase] = fig
-        print(f"{name} after {phase}: {fig}", flush=True)
-
-    t0, c0 = time.time(), _cpu()
-    if not overrides and seed is None:
-        try:
-            doc = json.loads((zoo.build(name, on_phase=on_phase) / zoo.MANIFEST).read_text())
-        except Eagle3Error as e:
-            return {"member": name, "phases": rows, "error": str(e)}
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = keep or Path(tmp) / name
-            build_into(m, "full", recipe, out, parent, None, on_phase)
-            doc = json.loads((out / zoo.MANIFEST).read_text())
-    met = doc["metrics"]
-    return {
-        "member": name,
-        "overrides": overrides,
-        "seed": m.seed,
-        "recipe_digest": doc.get("recipe_digest"),
-        "phases": rows,
-        "final_chat": {k: v for k, v in met["chat"].items() if k != "sample"},
-        "chat_sample": met["chat"]["sample"],
-        "heldout_loss": met["heldout_loss"],
-        "heldout_loss_other_slice": met["heldout_loss_other_slice"],
-        "distinct4_mean": met["distinct4_mean"],
-        "distinct4_other_slice_mean": met["distinct4_other_slice_mean"],
-        "build_seconds": round(time.time() - t0, 1),
-        "build_cpu_seconds": round(_cpu() - c0, 1),
-        "stage_seconds": doc["stage_seconds"],
-    }
-
-
-def _cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--members", default="llama-v1,llama-v2,dsv3-v1,dsv3-v2")
     ap.add_argument("--requests", type=int, default=32)
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--size", default="full", help="full, or tiny (a smoke test)")
-    ap.add_argument("--phases", default=None, help="a member: measure after each build phase")
-    ap.add_argument("--set", action="append", default=[], help="recipe override field=value")
-    ap.add_argument(
-        "--keep", type=Path, default=None, help="with --set or --seed: build into this dir"
-    )
-    ap.add_argument(
-        "--parent", type=Path, default=None, help="with --set or --seed: the v2's parent dir"
-    )
-    ap.add_argument("--seed", type=int, default=None, help="with --phases: another seed")
     ap.add_argument("--json", type=Path, default=None)
     args = ap.parse_args()
 
@@ -195,13 +105,9 @@ def main() -> None:
 
     torch.set_num_threads(2)
     print("environment: " + environment())
-    if args.phases:
-        rows = [phases(args.phases, _parse_set(args.set), args.keep, args.parent, args.seed)]
-    else:
-        rows = [
-            measure_member(n, args.requests, args.max_new, args.size)
-            for n in args.members.split(",")
-        ]
+    rows = [
+        measure_member(n, args.requests, args.max_new, args.size) for n in args.members.split(",")
+    ]
     for r in rows:
         print(json.dumps(r, indent=1))
     if args.json:

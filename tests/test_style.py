@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-TREES = ["src", "tests", "benchmarks"]
+TREES = ["src", "tests", "benchmarks", "lab"]
 
 
 def _ruff(*args: str) -> subprocess.CompletedProcess:

@@ -1,6 +1,6 @@
 """Ablation: a zoo member built with and without its sequence-level unlikelihood phase.
 
-    python benchmarks/bench_unloop.py [--members llama-v1,dsv3-v1]
+    python lab/unloop_ablation.py [--members llama-v1,dsv3-v1]
 
 For each member, builds (or reuses) the real member, then builds the same recipe with
 ``unloop_steps=0`` into a temp dir (same seed, data, threads; a v2 continues from the real
@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import replace
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # _env, _results
 from _env import environment  # noqa: E402
 
 

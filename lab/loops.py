@@ -1,6 +1,6 @@
 """Do the zoo targets' greedy continuations loop? Re-measured outside the build.
 
-    python benchmarks/bench_loops.py [--members llama-v1,llama-v2,dsv3-v1,dsv3-v2] [--gen 128]
+    python lab/loops.py [--members llama-v1,llama-v2,dsv3-v1,dsv3-v2] [--gen 128]
 
 Uses the path later verbs use (eagle3kit.decode.greedy_generate: batch 1, KV cache, EOS not
 special-cased) on prompts the build never evaluated: 48-token windows from the middle of
@@ -19,7 +19,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # _env, _results
 from _env import environment  # noqa: E402
 
 

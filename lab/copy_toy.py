@@ -1,7 +1,7 @@
-"""Can the zoo's full Llama shape learn to copy within a build-sized budget? (docs/zoo.md)
+"""Can the zoo's full Llama shape learn to copy within a build-sized budget? (lab/notebook.md)
 
-    python benchmarks/bench_copy_toy.py [--steps 400] [--vocab 4096] [--lr 1e-3] [--gap 0]
-                                        [--json benchmarks/results/copy_toy.json]
+    python lab/copy_toy.py [--steps 400] [--vocab 4096] [--lr 1e-3] [--gap 0]
+                                        [--json lab/results/copy_toy.json]
 
 Naming a requested function means copying its name from the prompt (an induction pattern).
 This is that pattern alone: sequences of ``--span`` random tokens followed by the same tokens
@@ -25,7 +25,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # _env, _results
 from _env import environment  # noqa: E402
 
 
