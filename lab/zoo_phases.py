@@ -10,10 +10,11 @@ held-out chat requests after likelihood training and after the unloop phase (the
 ``on_phase`` hook), with the build's held-out loss and greedy distinct-4 at the end: where
 conditioning is lost. ``--seed N`` builds from another seed (the same recipe, another draw):
 how far one build's figures move by chance. A v2 continues from ``--parent DIR`` (a v2
-trial's own v1 trial) or the cached v1. Without overrides or seed the member is built into
-the cache by ``zoo.build`` (bar checked). Trials that needed code changes ran with that code
-uncommitted; each result file's ``trial`` field or ``dirty`` flag says so (lab/README.md).
-Formerly ``benchmarks/bench_zoo_chat.py --phases``; the result kind is unchanged.
+trial's own v1 trial) or the cached v1. The zoo's cache is never written (the old
+``--phases`` without overrides built into it through ``zoo.build``). Trials that needed
+code changes ran with that code uncommitted; each result file's ``trial`` field or ``dirty``
+flag says so (lab/README.md). Formerly ``benchmarks/bench_zoo_chat.py --phases``; the result
+kind is unchanged.
 """
 
 from __future__ import annotations
@@ -48,12 +49,10 @@ def phases(
     parent: Path | None = None,
     seed: int | None = None,
 ):
-    """Without overrides the member is built into the cache (``zoo.build``, bar checked);
-    with them (or another ``seed``: the same recipe from another draw), into ``keep`` (kept)
-    or a temp dir (bar not checked), continuing from ``parent`` (a v2 candidate's own v1
-    candidate) or the cached parent."""
+    """Build ``name``'s recipe with ``overrides`` (and another ``seed``, if given: the same
+    recipe from another draw) into ``keep`` (kept) or a temp dir, continuing from ``parent``
+    (a v2 candidate's own v1 candidate) or the cached parent; the figures after each phase."""
     from eagle3kit import zoo
-    from eagle3kit.core.errors import Eagle3Error
     from eagle3kit.zoo.builder import build_into, chat_eval
 
     m = zoo.member(name)
@@ -72,16 +71,10 @@ def phases(
         print(f"{name} after {phase}: {fig}", flush=True)
 
     t0, c0 = time.time(), _cpu()
-    if not overrides and seed is None:
-        try:
-            doc = json.loads((zoo.build(name, on_phase=on_phase) / zoo.MANIFEST).read_text())
-        except Eagle3Error as e:
-            return {"member": name, "phases": rows, "error": str(e)}
-    else:
-        with tempfile.TemporaryDirectory() as tmp:
-            out = keep or Path(tmp) / name
-            build_into(m, "full", recipe, out, parent, None, on_phase)
-            doc = json.loads((out / zoo.MANIFEST).read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        out = keep or Path(tmp) / name
+        build_into(m, "full", recipe, out, parent, None, on_phase)
+        doc = json.loads((out / zoo.MANIFEST).read_text())
     met = doc["metrics"]
     return {
         "member": name,

@@ -159,16 +159,14 @@ def build(
     size: str = "full",
     progress: Progress | None = None,
     force: bool = False,
-    on_phase=None,
     strict: bool = False,
 ) -> Path:
     """Build member ``name`` (and its parent first) unless it is already cached; returns its dir.
 
     ``progress`` (eagle3kit.core.progress) receives one event stream per build stage; the CLI draws
     it as Rich bars. The folder appears complete or not at all
-    (eagle3kit.core.atomic.atomic_dir). ``on_phase``: see ``builder.build_into`` (this member
-    only, not its parent). ``strict``: refuse (Eagle3Error) a member whose chat answers fall
-    below ``builder.CHAT_BAR`` instead of recording it in zoo.json."""
+    (eagle3kit.core.atomic.atomic_dir). ``strict``: refuse (Eagle3Error) a member whose chat
+    answers fall below ``builder.CHAT_BAR`` instead of recording it in zoo.json."""
     progress = progress if callable(progress) else None  # older callers passed a bool
     m = member(name)
     check_size(size)
@@ -183,7 +181,7 @@ def build(
         from eagle3kit.zoo.builder import build_into
 
         with atomic_dir(dest) as tmp:
-            build_into(m, size, recipe(name, size), tmp, parent_dir, progress, on_phase, strict)
+            build_into(m, size, recipe(name, size), tmp, parent_dir, progress, strict=strict)
             doc = json.loads((tmp / MANIFEST).read_text())
             doc["recipe_digest"] = recipe_digest(name, size)
             atomic_write_json(tmp / MANIFEST, doc)
