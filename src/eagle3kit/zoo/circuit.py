@@ -2,7 +2,7 @@
 
 Naming a requested function means copying tokens of the request into the answer: an
 induction pattern ("after an earlier A came B; now A again, so B"). In the build's budget
-gradient descent does not form it in the zoo's shapes (measured, docs/zoo.md), so a new
+gradient descent does not form it in the zoo's shapes (measured, lab/notebook.md), so a new
 member starts with one, written into its weights the way Elhage et al. (2021, "A
 Mathematical Framework for Transformer Circuits") describe it:
 
@@ -33,7 +33,7 @@ import math
 BETA = 8.0  # induction score of an exact match (before softmax, after 1/sqrt(d) scaling: BETA^2/8)
 # unembedding gain on O: the copied token's logit boost. 2.5 (recipe 6's candidates) gave
 # members that copy their own recent output into greedy loops; 1.0 still copies names
-# (0.97 of answers) with fewer loops; 0.4 no longer names reliably (docs/zoo.md)
+# (0.97 of answers) with fewer loops; 0.4 no longer names reliably (lab/notebook.md)
 GAMMA = 1.0
 AMP = 8.0  # previous-token head: query and key norm per frequency pair
 

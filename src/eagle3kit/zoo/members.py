@@ -41,12 +41,12 @@ MEMBERS: dict[str, Member] = {
 # Llama needs slow RoPE pairs, DeepSeek-V3 room in the kv latent: ``shape``) and is trained on
 # requests that carry the function's opening lines, so its answers depend on the request
 # (issue 22, docs/zoo.md). AdamW only: Muon's equal-sized steps in every direction drowned
-# the circuit (docs/zoo.md). Every member ends with sequence-level unlikelihood steps on its
+# the circuit (lab/notebook.md). Every member ends with sequence-level unlikelihood steps on its
 # own greedy output (``training.unloop``): without them greedy continuations loop. The phase
 # ends with the moving average of its weights (``unloop_ema``): step to step the raw weights
-# swing between loopier and less loopy states (docs/zoo.md). Recipe 8 moved budget from that
+# swing between loopier and less loopy states (lab/notebook.md). Recipe 8 moved budget from that
 # phase to likelihood steps and doubled its weight: a better language model loops less, and
-# its chat answers end instead of repeating (docs/zoo.md, issue 22).
+# its chat answers end instead of repeating (lab/notebook.md, issue 22).
 _FULL = Recipe(
     vocab_size=4096,
     file_limit=None,

@@ -380,7 +380,7 @@ def unloop(
     are served; the rest are windows of the raw stream. With ``unloop_ema`` > 0 the model
     ends with the exponential moving average of its weights over the phase's steps rather
     than the last step's: the raw weights swing between more and less loopy states from one
-    step to the next, and their average loops less (docs/zoo.md). Returns the last total loss.
+    step to the next, and their average loops less (lab/notebook.md). Returns the last total loss.
     """
     import torch
     import torch.nn.functional as F
