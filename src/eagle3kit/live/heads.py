@@ -48,7 +48,8 @@ def _int(cfg: dict[str, Any], key: str, where: str) -> int:
 
 
 def _first(ckpt: Any, names: tuple[str, ...]) -> str | None:
-    return next((n for n in names if n in ckpt.tensors), None)
+    listed = set(ckpt.names())  # present, or in a shard a partial checkpoint lacks
+    return next((n for n in names if n in listed), None)
 
 
 @dataclass
