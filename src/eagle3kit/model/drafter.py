@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from eagle3kit.checkpoint.convert import TRAINING_ONLY
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import DraftSpec, spec_for_target
 from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter's public API)
@@ -35,6 +36,9 @@ from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter
     causal_mask,
     make_attention,
 )
+from eagle3kit.model.completeness import tensor_problems
+
+DRAFTER_FIX = "`eagle3kit inspect` lists its tensors; eagle3kit never runs a random weight"
 
 
 class MLP(nn.Module):
@@ -252,8 +256,9 @@ class Eagle3Drafter(nn.Module):
         """Load canonical-named tensors; embed_tokens may be absent (set it from the target)."""
         own = self.state_dict()
         missing = [n for n in self.spec.required_tensors() if n not in tensors]
-        if missing:
-            raise bad("checkpoint", f"missing tensors: {', '.join(missing)}")
+        extra = [n for n in tensors if n not in own and n not in TRAINING_ONLY]
+        if missing or extra:  # never a random weight, never a weight silently dropped
+            raise bad("drafter checkpoint", f"{tensor_problems(missing, extra)}; {DRAFTER_FIX}")
         for name, t in tensors.items():
             if name not in own:
                 continue
