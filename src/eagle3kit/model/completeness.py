@@ -26,6 +26,7 @@ ENGINE_ROUTE = (
     "docs/engine-capture.md)"
 )
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks)\.(\d+)\.")
+_EXPERT = re.compile(r"^(.*\.experts\.)(\d+)(\..+)$")
 _SHOWN = 3
 
 
@@ -64,6 +65,21 @@ def _num_layers(config: dict[str, Any]) -> int | None:
     return n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else None
 
 
+def missing_experts(names: list[str]) -> list[str]:
+    """MoE tensors one expert lacks that its siblings have (`...experts.2.up_proj.weight`
+    when experts 0, 1, 3 of the same layer have one): transformers fuses the experts of a
+    layer and can only fail, not say which, when one is missing."""
+    have: dict[str, dict[str, set[str]]] = {}  # prefix -> expert id -> suffixes
+    for n in names:
+        if m := _EXPERT.match(n):
+            have.setdefault(m.group(1), {}).setdefault(m.group(2), set()).add(m.group(3))
+    out = []
+    for prefix, experts in have.items():
+        every = set().union(*experts.values())
+        out += [f"{prefix}{e}{s}" for e, got in experts.items() for s in sorted(every - got)]
+    return sorted(out)
+
+
 def check_target_files(path: str | Path) -> None:
     """Refuse a local target whose safetensors cannot hold the whole model: shards its index
     lists that are not here, or decoder layers without a single tensor (a slim directory)."""
@@ -88,6 +104,9 @@ def check_target_files(path: str | Path) -> None:
             f"no tensors for {len(empty)} of its {n} decoder layers ({_ranges(empty)}): its "
             f"safetensors hold {len(names)} tensor(s) ({name_list(names)}); {ENGINE_ROUTE}",
         )
+    lost = missing_experts(names)
+    if lost:
+        raise bad(str(path), f"{tensor_problems(lost, [])}; {ENGINE_ROUTE}")
 
 
 def check_loading_info(src: str, info: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ import torch
 from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import default_aux_layers
-from eagle3kit.model.completeness import check_loading_info, check_target_files
+from eagle3kit.model.completeness import ENGINE_ROUTE, check_loading_info, check_target_files
 
 _DTYPES = {
     "float32": torch.float32,
@@ -157,6 +157,11 @@ class TargetModel:
                 )
         except OSError as e:
             raise Eagle3Error(f"{src}: cannot load the target model ({e})") from e
+        except RuntimeError as e:  # its weight conversion failed (a fused tensor's part lost)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise bad(
+                src, f"transformers cannot assemble its weights ({first}); {ENGINE_ROUTE}"
+            ) from e
         except ValueError as e:  # e.g. a model_type this transformers does not know
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise bad(
