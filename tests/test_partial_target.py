@@ -186,6 +186,26 @@ def test_train_features_reads_only_the_embedding(cli, env, arch, kind, reads, tm
     assert (tmp_path / "run" / "best" / "model.safetensors").is_file()
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_eval_features_and_convert_read_only_the_embedding(cli, env, arch, reads, tmp_path):
+    """The drafter carries no embedding: eval --features and convert --embed-from read the
+    partial target's, and nothing else of it."""
+    d, t = env[arch]["dir"], _target(env, arch, "partial")
+    r = cli("eval", "--features", d / "store", "--target", t, "--drafter", d / "drafter", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["kind"] == "eagle3kit.eval"
+    assert set(reads) == {"model.embed_tokens.weight"}, reads
+    reads.clear()
+    out = tmp_path / "conv"
+    r = cli("convert", d / "drafter", "--to", "vllm", "--embed-from", t, "-o", out, "--json")
+    assert r.code == 0, r.err
+    assert set(reads) == {"model.embed_tokens.weight"}
+    from safetensors.torch import load_file
+
+    emb = load_file(str(env[arch]["full"] / "model.safetensors"))["model.embed_tokens.weight"]
+    assert torch.equal(load_file(str(out / "model.safetensors"))["embed_tokens.weight"], emb)
+
+
 def test_a_needed_tensor_in_an_absent_shard_names_it(env):
     from eagle3kit.checkpoint.hub_files import open_target
     from eagle3kit.checkpoint.tensor_read import read_tensor
@@ -292,3 +312,108 @@ def test_a_drafter_with_an_extra_tensor_is_refused(env, tmp_path):
     with pytest.raises(Eagle3Error) as e:
         load_drafter(str(d))
     assert "1 unexpected tensor(s) (midlayer.extra.weight)" in str(e.value)
+
+
+# ---------------------------------------------------------------- a Hub id, offline, local cache
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def hub(env, tmp_path, monkeypatch):
+    """A local Hub cache (huggingface_hub's layout: refs/main -> snapshots/COMMIT) holding
+    org/k25: the DeepSeek tiny member's config, tokenizer, index and the heads' shard only;
+    org/k25-all holds every shard. HF_HUB_OFFLINE=1: hf_hub_download reads the cache only."""
+    import huggingface_hub.constants as C
+
+    root = tmp_path / "hub"
+    for repo, keep_all in (("k25", False), ("k25-all", True)):
+        folder = root / f"models--org--{repo}"
+        make_partial(env["dsv3-v1"]["full"], folder / "snapshots" / COMMIT, keep_all=keep_all)
+        (folder / "refs").mkdir()
+        (folder / "refs" / "main").write_text(COMMIT)
+    monkeypatch.setattr(C, "HF_HUB_CACHE", str(root))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.chdir(tmp_path)  # no local folder named org/
+    return root
+
+
+def test_hub_id_reads_only_the_shards_it_needs(env, hub, reads):
+    """A shard in the cache is read by header; one that is not is fetched (hf_hub_download)
+    only when a tensor in it is read, and named in one line when it cannot be."""
+    from safetensors.torch import load_file
+
+    from eagle3kit.checkpoint.hub_files import open_target
+    from eagle3kit.checkpoint.tensor_read import read_tensor
+    from eagle3kit.core.errors import Eagle3Error
+
+    wmap = env["dsv3-v1"]["wmap"]
+    layer = next(n for n, s in wmap.items() if s == SHARDS[2])
+    full = load_file(str(env["dsv3-v1"]["full"] / "model.safetensors"))
+    ckpt = open_target("org/k25")
+    assert set(ckpt.tensors) == set(HEADS) and ckpt.missing_shards() == SHARDS[1:]
+    assert torch.equal(read_tensor(ckpt, "lm_head.weight"), full["lm_head.weight"])
+    with pytest.raises(Eagle3Error) as e:
+        read_tensor(ckpt, layer)
+    msg = str(e.value)
+    assert f"org/k25/{SHARDS[2]}: not in the local Hub cache" in msg
+    assert f"hf download org/k25 {SHARDS[2]}" in msg
+    # the shard arrives in the cache (as a download would put it): read on first use
+    snap = hub / "models--org--k25-all" / "snapshots" / COMMIT
+    shutil.copy(snap / SHARDS[2], hub / "models--org--k25" / "snapshots" / COMMIT / SHARDS[2])
+    assert torch.equal(read_tensor(ckpt, layer), full[layer])
+    assert [Path(f).name for f in ckpt.files] == [SHARDS[0], SHARDS[2]]
+    assert SHARDS[1] in ckpt.missing_shards()  # never fetched: nothing read from it
+    every = open_target("org/k25-all")
+    assert not every.absent and set(every.tensors) == set(wmap)
+
+
+def test_hub_id_through_the_commands(cli, env, hub, reads, tmp_path):
+    r = cli("inspect", "org/k25", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["partial"]["shards"] == SHARDS[1:] and doc["has_tokenizer"] is True
+    r = cli("data", "capture", "--target", "org/k25", "--launch-command", "--states-dir", tmp_path)
+    assert r.code == 0 and shlex.split(r.out)[:3] == ["vllm", "serve", "org/k25"], r.err
+    r = cli("target", "slim", "org/k25", "-o", tmp_path / "slim", "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["shards_read"] == [SHARDS[0]]
+    local = env["dsv3-v1"]["dir"] / "slim"
+    for f in ("model.safetensors", "config.json", "tokenizer.json"):
+        assert (tmp_path / "slim" / f).read_bytes() == (local / f).read_bytes(), f
+    reads.clear()
+    r = cli(
+        "train", "--target", "org/k25", "--features", env["dsv3-v1"]["dir"] / "store",
+        "-o", tmp_path / "run", "--steps", "1", "--ttt-steps", "1", "--batch-size", "2",
+        "--max-len", "24", "--heldout", "0.25", "--eval-samples", "2", "--eval-batch", "2",
+        "--threads", "1", "--json",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    assert set(reads) == {"model.embed_tokens.weight"}
+    r = cli("inspect", "org/missing")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1
+    assert "org/missing: no such local path; as a Hub repo id (offline)" in r.err
+
+
+# ---------------------------------------------------------------- target slim
+
+
+def test_target_slim_writes_only_the_heads_and_refuses_a_full_dir(cli, env, tmp_path):
+    from safetensors.torch import load_file
+
+    full = env["llama-v1"]["full"]
+    r = cli("target", "slim", env["llama-v1"]["dir"] / "partial", "-o", tmp_path / "s", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["kind"] == "eagle3kit.target_slim" and doc["shards_read"] == [SHARDS[0]]
+    got = load_file(str(tmp_path / "s" / "model.safetensors"))
+    want = load_file(str(full / "model.safetensors"))
+    assert set(got) == set(HEADS) and all(torch.equal(got[k], want[k]) for k in HEADS)
+    for f in ("config.json", "tokenizer.json", "tokenizer_config.json"):
+        assert (tmp_path / "s" / f).read_bytes() == (full / f).read_bytes()
+    r = cli("target", "slim", full, "-o", tmp_path / "s")
+    assert r.code == 2 and "not empty" in r.err and "--overwrite" in r.err
+    assert load_file(str(tmp_path / "s" / "model.safetensors")).keys() == got.keys()
+    r = cli("target", "slim", full, "-o", tmp_path / "s", "--overwrite")
+    assert r.code == 0 and "lm_head" in r.out, r.err
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temp left

@@ -80,6 +80,18 @@ class _HubFiles:
             first = str(e).strip().splitlines()[0] if str(e).strip() else ""
             raise bad(where, f"cannot fetch from the Hub: {type(e).__name__}: {first}") from e
 
+    def cached(self, rel: str) -> str | None:
+        """The local path of `rel` when the local Hub cache holds it (never a download)."""
+        from huggingface_hub import hf_hub_download
+        from huggingface_hub.errors import EntryNotFoundError
+
+        try:
+            return hf_hub_download(self.repo_id, rel, revision=self.revision, local_files_only=True)
+        except EntryNotFoundError:
+            return None
+        except Exception:  # not a cached repo at all: nothing to read from the cache
+            return None
+
 
 def _read_json(path: str) -> Any:
     try:
@@ -102,7 +114,8 @@ def _remote_code_files(*configs: Any) -> list[str]:
 
 def load_hub_files(repo_id: str, revision: str | None = None) -> Checkpoint:
     """A Hub repo through hf_hub_download: config, tokenizer files, remote-code modules named
-    by `auto_map`, and the index (or the single weights file); each shard later, on first use."""
+    by `auto_map`, and the index (or the single weights file); the headers of the shards the
+    local Hub cache holds; any other shard later, downloaded when a tensor in it is read."""
     hub = _HubFiles(repo_id, revision)
     cfg_path = hub.get("config.json")
     config = _read_json(cfg_path)
@@ -125,7 +138,10 @@ def load_hub_files(repo_id: str, revision: str | None = None) -> Checkpoint:
     if index is not None:
         ckpt.index_file = index
         ckpt.absent = dict(_index_files(_read_json(index), index, None))
-        ckpt.fetch = hub.get  # a shard is fetched when a tensor in it is read
+        ckpt.fetch = hub.get  # a shard not in the cache is fetched when a tensor in it is read
+        for shard in ckpt.missing_shards():
+            if (path := hub.cached(shard)) is not None:
+                ckpt._add_shard(shard, path)
     else:
         single = hub.get(SINGLE)
         ckpt.tensors, ckpt.files = read_header_file(single), [single]
