@@ -6,8 +6,9 @@ numpy (no torch import, so `inspect` and `compat` start fast).
 `read_tensor` (torch, imported on call) reads one
 named tensor by its span, for engine capture's final norm and lm_head.
 
-Every header goes through `headers.parse_header` (docs/formats.md "Reading safetensors
-safely"); sharded index file names must stay inside the checkpoint directory. A sharded
+Every header goes through `headers.parse_header`
+(docs/formats.md "Reading safetensors safely"); sharded index file names must stay inside the
+checkpoint directory. A sharded
 checkpoint may be partial (a download of only some shards): the tensors of absent shards are
 recorded as `Checkpoint.absent`, and only a reader that needs one of them is refused, with the
 shard named (a drafter is always read whole: `Checkpoint.require_complete`).
