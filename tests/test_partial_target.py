@@ -206,6 +206,32 @@ def test_eval_features_and_convert_read_only_the_embedding(cli, env, arch, reads
     assert torch.equal(load_file(str(out / "model.safetensors"))["embed_tokens.weight"], emb)
 
 
+@pytest.mark.parametrize("arch", ARCHS)
+def test_engine_capture_from_a_partial_target(cli, env, arch, reads, tmp_path):
+    """`data capture --engine vllm` through the fake vLLM (which runs the whole member) with
+    `--target` the partial directory: the store equals the in-process one, and of the target
+    only the final norm and lm_head were read."""
+    from fake_vllm_capture import FakeVllmCapture
+    from test_engine_capture import compare_stores
+
+    d, t, states = env[arch]["dir"], _target(env, arch, "partial"), tmp_path / "hs"
+    states.mkdir()
+    r = cli("data", "capture", "--target", t, "--launch-command", "--states-dir", states)
+    argv = shlex.split(r.out)
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    kv = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    reads.clear()
+    with FakeVllmCapture(str(env[arch]["full"]), spec, kv) as fake:
+        r = cli(
+            "data", "capture", d / "data", "--target", t, "--engine", "vllm", "--url", fake.url,
+            "--states-dir", states, "-o", tmp_path / "store", "--topk", "8",
+            "--shard-tokens", "64", "--timeout", "10", "--lock-timeout", "5",
+        )  # fmt: skip
+    assert r.code == 0, r.err
+    assert set(reads) == {"model.norm.weight", "lm_head.weight"}, reads
+    compare_stores(d / "store", tmp_path / "store")
+
+
 def test_a_needed_tensor_in_an_absent_shard_names_it(env):
     from eagle3kit.checkpoint.hub_files import open_target
     from eagle3kit.checkpoint.tensor_read import read_tensor
