@@ -83,13 +83,10 @@ class _HubFiles:
     def cached(self, rel: str) -> str | None:
         """The local path of `rel` when the local Hub cache holds it (never a download)."""
         from huggingface_hub import hf_hub_download
-        from huggingface_hub.errors import EntryNotFoundError
 
         try:
             return hf_hub_download(self.repo_id, rel, revision=self.revision, local_files_only=True)
-        except EntryNotFoundError:
-            return None
-        except Exception:  # not a cached repo at all: nothing to read from the cache
+        except Exception:  # not in the cache (or no cached repo at all): nothing to read
             return None
 
 
