@@ -337,7 +337,7 @@ def test_a_drafter_with_an_extra_tensor_is_refused(env, tmp_path):
     save_file(w, str(d / "model.safetensors"))
     with pytest.raises(Eagle3Error) as e:
         load_drafter(str(d))
-    assert "1 unexpected tensor(s) (midlayer.extra.weight)" in str(e.value)
+    assert f"{d}: 1 unexpected tensor(s) (midlayer.extra.weight)" in str(e.value)
 
 
 # ---------------------------------------------------------------- a Hub id, offline, local cache

@@ -236,7 +236,7 @@ class Eagle3Drafter(nn.Module):
         from eagle3kit.checkpoint.reader import read_drafter
 
         spec, tensors, _ = read_drafter(str(path))
-        return cls.from_tensors(spec, tensors, device=device, dtype=dtype)
+        return cls.from_tensors(spec, tensors, device=device, dtype=dtype, where=str(path))
 
     @classmethod
     def from_tensors(
@@ -246,19 +246,24 @@ class Eagle3Drafter(nn.Module):
         *,
         device: torch.device | str = "cpu",
         dtype: torch.dtype | None = None,
+        where: str = "drafter checkpoint",
     ) -> Eagle3Drafter:
-        """A drafter of `spec` holding canonical-named `tensors` (dtype default: the spec's)."""
+        """A drafter of `spec` holding canonical-named `tensors` (dtype default: the spec's);
+        `where` names the checkpoint in a refusal."""
         model = cls(spec, device=device, dtype=dtype or getattr(torch, spec.dtype, torch.float32))
-        model.load_canonical(tensors)
+        model.load_canonical(tensors, where=where)
         return model
 
-    def load_canonical(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Load canonical-named tensors; embed_tokens may be absent (set it from the target)."""
+    def load_canonical(
+        self, tensors: dict[str, torch.Tensor], *, where: str = "drafter checkpoint"
+    ) -> None:
+        """Load canonical-named tensors; embed_tokens may be absent (set it from the target).
+        A required tensor missing, or one the drafter has no place for, is refused."""
         own = self.state_dict()
         missing = [n for n in self.spec.required_tensors() if n not in tensors]
         extra = [n for n in tensors if n not in own and n not in TRAINING_ONLY]
         if missing or extra:  # never a random weight, never a weight silently dropped
-            raise bad("drafter checkpoint", f"{tensor_problems(missing, extra)}; {DRAFTER_FIX}")
+            raise bad(where, f"{tensor_problems(missing, extra)}; {DRAFTER_FIX}")
         for name, t in tensors.items():
             if name not in own:
                 continue
