@@ -8,10 +8,10 @@ named tensor by its span, for engine capture's final norm and lm_head.
 
 Every header goes through `headers.parse_header`
 (docs/formats.md "Reading safetensors safely"); sharded index file names must stay inside the
-checkpoint directory. A sharded
-checkpoint may be partial (a download of only some shards): the tensors of absent shards are
-recorded as `Checkpoint.absent`, and only a reader that needs one of them is refused, with the
-shard named (a drafter is always read whole: `Checkpoint.require_complete`).
+checkpoint directory. A sharded checkpoint may be partial (a download of only some shards):
+the tensors of absent shards are recorded as `Checkpoint.absent`, and only a reader that needs
+one of them is refused, with the shard named (`Checkpoint.info`; a drafter is always read
+whole: `Checkpoint.require_complete`).
 """
 
 from __future__ import annotations
