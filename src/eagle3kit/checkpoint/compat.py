@@ -10,8 +10,8 @@ from eagle3kit.checkpoint.checker import Finding
 from eagle3kit.checkpoint.compat_drafters import compare_drafters
 from eagle3kit.checkpoint.compat_target import MEANS, check_against_target
 from eagle3kit.checkpoint.findings import CompatResult
+from eagle3kit.checkpoint.hub_files import open_checkpoint
 from eagle3kit.checkpoint.inspection import is_drafter
-from eagle3kit.checkpoint.safetensors_io import load_checkpoint
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.spec import DraftSpec
 
@@ -41,7 +41,7 @@ def compat(a: str, b: str, engine: str = "both") -> CompatResult:
 
     `engine`: sglang | vllm | both, each optionally @VERSION (`sglang@0.5.12`), or a comma list."""
     engines = E.parse_engines(engine)
-    ca, cb = load_checkpoint(a), load_checkpoint(b)
+    ca, cb = open_checkpoint(a), open_checkpoint(b)  # a target may be partial
     da, db = is_drafter(ca), is_drafter(cb)
     if da and db:
         return compare_drafters(ca, cb)

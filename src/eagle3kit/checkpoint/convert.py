@@ -16,14 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.checkpoint.checker import check_drafter
+from eagle3kit.checkpoint.hub_files import open_target
 from eagle3kit.checkpoint.layouts import LAYOUTS, LossyConversion, canonical_to_file, config_for
-from eagle3kit.checkpoint.reader import DrafterHeader, read_drafter, read_tensors
-from eagle3kit.checkpoint.safetensors_io import (
-    load_checkpoint,
-    load_local,
-    looks_like_repo_id,
-)
+from eagle3kit.checkpoint.reader import DrafterHeader, read_drafter
+from eagle3kit.checkpoint.safetensors_io import looks_like_repo_id
 from eagle3kit.checkpoint.safetensors_write import write_safetensors_sparse
+from eagle3kit.checkpoint.tensor_read import read_tensor
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import Eagle3Error, bad
@@ -157,15 +155,15 @@ class ConvertResult:
 
 def target_embedding(target: str, spec: DraftSpec) -> Any:
     """The target's input embedding [V, H] (safetensors only), checked against the drafter."""
-    ckpt = load_checkpoint(target)
-    names = [n for n in ckpt.tensors if n.endswith("embed_tokens.weight")]
+    ckpt = open_target(target)  # partial: only the embedding's shard is read
+    names = [n for n in ckpt.names() if n.endswith("embed_tokens.weight")]
     if not names:
         raise bad(
             ckpt.source,
             "embed_tokens.weight: expected the target's input embedding, found no such tensor",
         )
     name = min(names, key=len)  # model.embed_tokens.weight over e.g. mtp copies
-    info = ckpt.tensors[name]
+    info = ckpt.info(name)
     want = (spec.vocab_size, spec.hidden_size)
     if tuple(info.shape) != want:
         raise bad(
@@ -173,13 +171,7 @@ def target_embedding(target: str, spec: DraftSpec) -> Any:
             f"{name}: expected shape {list(want)} (the drafter's vocab_size, hidden_size), found "
             f"{list(info.shape)}",
         )
-    if ckpt.repo_id is not None:  # pragma: no cover - needs network
-        from huggingface_hub import hf_hub_download
-
-        path = hf_hub_download(ckpt.repo_id, info.file, revision=ckpt.revision)
-        local = load_local(path)
-        return read_tensors(local, {"e": name})["e"]
-    return read_tensors(ckpt, {"e": name})["e"]
+    return read_tensor(ckpt, name)
 
 
 def _refuse(src: str, head: DrafterHeader, to: str, embed: bool) -> None:

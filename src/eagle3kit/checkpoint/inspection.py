@@ -6,9 +6,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.checkpoint.hub_files import open_checkpoint
 from eagle3kit.checkpoint.layouts import is_drafter_config
 from eagle3kit.checkpoint.reader import drafter_header
-from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
+from eagle3kit.checkpoint.safetensors_io import Checkpoint
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, default_aux_layers
@@ -70,7 +71,7 @@ def target_info(ckpt: Checkpoint) -> TargetInfo:
 
 
 def is_drafter(ckpt: Checkpoint) -> bool:
-    return is_drafter_config(ckpt.config, set(ckpt.tensors))
+    return is_drafter_config(ckpt.config, set(ckpt.names()))
 
 
 def _attention_roles(spec: DraftSpec) -> dict[str, str]:
@@ -202,6 +203,7 @@ class InspectResult:
     shape_mismatches: list[dict[str, Any]] = field(default_factory=list)
     vocab_map: dict[str, Any] = field(default_factory=dict)
     variant: str | None = None  # EAGLE-3 / EAGLE 3.1 naming, from the norm flags
+    absent: dict[str, Any] | None = None  # a partial target: shards its index lists, not here
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -216,6 +218,8 @@ class InspectResult:
             "unexpected": self.unexpected,
             "has_tokenizer": self.has_tokenizer,
         }
+        if self.kind == "target":
+            doc["partial"] = self.absent
         if self.kind == "drafter":
             doc.update(
                 shape_mismatches=self.shape_mismatches,
@@ -257,12 +261,20 @@ def _inspect_target(ckpt: Checkpoint) -> InspectResult:
         rows,
         sum(r["bytes"] for r in rows),
         ckpt.has_tokenizer,
+        absent=_absent(ckpt),
     )
+
+
+def _absent(ckpt: Checkpoint) -> dict[str, Any] | None:
+    """A partial target: how many tensors are in shards that are not here, and which shards."""
+    if not ckpt.absent:
+        return None
+    return {"tensors": len(ckpt.absent), "shards": ckpt.missing_shards()}
 
 
 def inspect_checkpoint(path_or_repo: str) -> InspectResult:
     """Describe a drafter (format, spec, tensors with roles, missing/unexpected) or a target."""
-    ckpt = load_checkpoint(path_or_repo)
+    ckpt = open_checkpoint(path_or_repo)  # a partial target is read from its present shards
     _require_config(ckpt)
     if not is_drafter(ckpt):
         return _inspect_target(ckpt)

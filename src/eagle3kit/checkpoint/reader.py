@@ -45,6 +45,7 @@ class DrafterHeader:
 def drafter_header(where: str | Checkpoint) -> DrafterHeader:
     """Layout, DraftSpec and canonical names of a drafter, from config.json and headers."""
     ckpt = where if isinstance(where, Checkpoint) else load_checkpoint(where)
+    ckpt.require_complete()  # a drafter is read whole: every shard its index lists
     layout, spec, names = read_spec(ckpt)
     return DrafterHeader(ckpt, layout, spec, names)
 

@@ -1,4 +1,4 @@
-"""Bounds-checked safetensors headers, for single files, sharded checkpoints and Hub repos.
+"""Checkpoints described by their safetensors headers: single files, sharded folders, Hub repos.
 
 Nothing here reads weight bytes: a checkpoint is described by its headers alone. The only
 tensors ever read are small index tensors (d2t, t2d), through `read_small_tensor`, which uses
@@ -6,69 +6,39 @@ numpy (no torch import, so `inspect` and `compat` start fast).
 `read_tensor` (torch, imported on call) reads one
 named tensor by its span, for engine capture's final norm and lm_head.
 
-Checks made on every header (docs/formats.md "Reading safetensors safely"): the header length
-fits in the file; the header is a JSON object; every dtype is known; shapes are lists of
-non-negative ints; dtype x shape equals the byte span; spans lie inside the file and do not
-overlap; sharded index file names stay inside the checkpoint directory.
+Every header goes through `headers.parse_header`
+(docs/formats.md "Reading safetensors safely"); sharded index file names must stay inside the
+checkpoint directory. A sharded checkpoint may be partial (a download of only some shards):
+the tensors of absent shards are recorded as `Checkpoint.absent`, and only a reader that needs
+one of them is refused, with the shard named (`Checkpoint.info`; a drafter is always read
+whole: `Checkpoint.require_complete`).
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import struct
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from eagle3kit.checkpoint.headers import (  # re-exported: the one header reader
+    DTYPE_SIZES,
+    MAX_HEADER_BYTES,
+    TensorInfo,
+    parse_header,
+    read_header_file,
+)
 from eagle3kit.core.environment import hub_offline
 from eagle3kit.core.errors import Eagle3Error, bad
 
-# Bytes per element of each safetensors dtype.
-DTYPE_SIZES = {
-    "F64": 8,
-    "F32": 4,
-    "F16": 2,
-    "BF16": 2,
-    "I64": 8,
-    "I32": 4,
-    "I16": 2,
-    "I8": 1,
-    "U64": 8,
-    "U32": 4,
-    "U16": 2,
-    "U8": 1,
-    "BOOL": 1,
-    "F8_E4M3": 1,
-    "F8_E5M2": 1,
-    "F8_E8M0": 1,
-    "C64": 8,
-}
-MAX_HEADER_BYTES = 100 * 1024 * 1024  # the safetensors library's own limit
+__all__ = ["DTYPE_SIZES", "Checkpoint", "TensorInfo", "parse_header", "read_header_file"]
+
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
-
-
-@dataclass(frozen=True)
-class TensorInfo:
-    """Where one tensor lives: its file, dtype, shape and absolute byte span in that file."""
-
-    name: str
-    dtype: str
-    shape: tuple[int, ...]
-    file: str  # local path, or the file name inside a Hub repo
-    start: int  # absolute offset in the file
-    end: int
-
-    @property
-    def nbytes(self) -> int:
-        return self.end - self.start
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
 
 
 @dataclass
@@ -84,117 +54,59 @@ class Checkpoint:
     revision: str | None = None
     has_tokenizer: bool = False
     tokenizer_file: str | None = None
+    # A partial checkpoint: tensors the index lists in shards that are not here (name -> shard
+    # file name), the index that lists them, and how to fetch a shard (a Hub cache), if any.
+    absent: dict[str, str] = field(default_factory=dict)
+    index_file: str | None = None
+    fetch: Callable[[str], str] | None = None
 
     def read_small_tensor(self, name: str, max_bytes: int = 64 * 1024 * 1024):
         return read_small_tensor(self, name, max_bytes)
 
+    def names(self) -> list[str]:
+        """Every tensor name the checkpoint lists, in present shards or absent ones."""
+        return sorted({*self.tensors, *self.absent})
 
-def parse_header(
-    raw: bytes, file_size: int, where: str, file: str | None = None
-) -> dict[str, TensorInfo]:
-    """Validate one safetensors header (`raw` = the file's first bytes) against the file size.
+    def missing_shards(self) -> list[str]:
+        return sorted(set(self.absent.values()))
 
-    Local files and Hub files both come through here (Hub: the same bytes by range requests),
-    so both get every check. Offsets in the result are absolute; `file` (default `where`) is
-    what TensorInfo.file records: a local path, or the file name inside a Hub repo."""
-    header, data_start = _header_json(raw, file_size, where)
-    out = {
-        name: _tensor_info(name, entry, where, file or where, data_start, file_size - data_start)
-        for name, entry in header.items()
-        if name != "__metadata__"
-    }
-    spans = sorted((t.start, t.end, t.name) for t in out.values() if t.end > t.start)
-    for (_s0, e0, n0), (s1, _e1, n1) in zip(spans, spans[1:], strict=False):
-        if s1 < e0:
-            raise bad(where, f"tensors {n0!r} and {n1!r} overlap in the file (byte {s1} < {e0})")
-    return out
+    def require_complete(self) -> None:
+        """Fetch every absent shard (a Hub cache), or refuse a partial checkpoint (a drafter is
+        always read whole)."""
+        if self.absent and self.fetch is not None:
+            for shard in self.missing_shards():
+                self._add_shard(shard, self.fetch(shard))
+        if self.absent:
+            shard = self.missing_shards()[0]
+            where = self.index_file or self.source
+            raise bad(where, f"shard {shard!r} listed in weight_map is missing")
 
+    def info(self, name: str) -> TensorInfo:
+        """Where tensor `name` lives; a tensor in an absent shard is fetched when the checkpoint
+        can fetch (a Hub cache), else refused naming the shard that holds it."""
+        if name in self.tensors:
+            return self.tensors[name]
+        shard = self.absent.get(name)
+        if shard is None:
+            raise bad(self.source, f"tensor {name!r}: not in the checkpoint")
+        if self.fetch is None:
+            raise bad(
+                self.index_file or self.source,
+                f"tensor {name!r} is in shard {shard!r}, which is not here (a partial "
+                "download: add that shard)",
+            )
+        self._add_shard(shard, self.fetch(shard))
+        return self.tensors[name]
 
-def _header_json(raw: bytes, file_size: int, where: str) -> tuple[dict, int]:
-    """(the header's JSON object, where the data section starts), the length checked."""
-    if file_size < 8 or len(raw) < 8:
-        raise bad(
-            where,
-            f"truncated safetensors file: {file_size} bytes, the 8-byte header length is missing",
-        )
-    (n,) = struct.unpack("<Q", raw[:8])
-    if n > MAX_HEADER_BYTES:
-        raise bad(where, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
-    if 8 + n > file_size:
-        raise bad(where, f"header length {n} runs past the end of the file ({file_size} bytes)")
-    if len(raw) < 8 + n:
-        raise bad(where, f"truncated safetensors file: header needs {8 + n} bytes, read {len(raw)}")
-    try:
-        header = json.loads(raw[8 : 8 + n].decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise bad(where, f"header is not valid JSON ({e})") from e
-    if not isinstance(header, dict):
-        raise bad(where, f"header: expected a JSON object, found {type(header).__name__}")
-    return header, 8 + n
-
-
-def _tensor_info(
-    name: str, entry: Any, where: str, file: str, data_start: int, data_len: int
-) -> TensorInfo:
-    """One header entry, checked: dtype, shape, offsets, and its span against the file."""
-    if not isinstance(entry, dict):
-        raise bad(where, f"tensor {name!r}: expected an object, found {entry!r}")
-    dtype = entry.get("dtype")
-    if dtype not in DTYPE_SIZES:
-        raise bad(
-            where, f"tensor {name!r}: unknown dtype {dtype!r} (known: {', '.join(DTYPE_SIZES)})"
-        )
-    shape = entry.get("shape")
-    if not isinstance(shape, list) or not all(
-        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
-    ):
-        raise bad(
-            where,
-            f"tensor {name!r}: shape must be a list of non-negative ints, found {shape!r}",
-        )
-    offs = entry.get("data_offsets")
-    if (
-        not isinstance(offs, list)
-        or len(offs) != 2
-        or not all(isinstance(o, int) and not isinstance(o, bool) for o in offs)
-        or not 0 <= offs[0] <= offs[1]
-    ):
-        raise bad(
-            where,
-            f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, found "
-            f"{offs!r}",
-        )
-    span = offs[1] - offs[0]
-    expected = math.prod(shape) * DTYPE_SIZES[dtype]
-    if span != expected:
-        raise bad(
-            where,
-            f"tensor {name!r}: {dtype} x {shape} needs {expected} bytes, data_offsets span {span}",
-        )
-    if offs[1] > data_len:
-        raise bad(
-            where,
-            f"tensor {name!r}: data_offsets {offs} end outside the file (data section is "
-            f"{data_len} bytes)",
-        )
-    return TensorInfo(name, dtype, tuple(shape), file, data_start + offs[0], data_start + offs[1])
-
-
-def read_header_file(path: str | Path) -> dict[str, TensorInfo]:
-    """Read and validate one local .safetensors file's header; never reads tensor data."""
-    path = Path(path)
-    where = str(path)
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            head = f.read(8)
-            if len(head) == 8:
-                (n,) = struct.unpack("<Q", head)
-                if n <= MAX_HEADER_BYTES and 8 + n <= size:
-                    head += f.read(n)
-    except OSError as e:
-        raise bad(where, f"cannot read: {e.strerror or e}") from e
-    return parse_header(head, size, where)
+    def _add_shard(self, shard: str, path: str) -> None:
+        """Merge a fetched shard's checked header (the tensors the index puts in it)."""
+        header = read_header_file(path)
+        for n in [n for n, f in self.absent.items() if f == shard]:
+            if n not in header:
+                raise bad(path, f"tensor {n!r} is listed in the index but absent from the shard")
+            self.tensors[n] = header[n]
+            del self.absent[n]
+        self.files.append(path)
 
 
 def _load_json(path: Path) -> Any:
@@ -264,49 +176,69 @@ class _Folder:
         return read_header_file(self.root / rel)
 
 
-def _read_tensors(src: _Files) -> tuple[dict[str, TensorInfo], list[str]]:
+@dataclass
+class _Found:
+    """What a folder or repo holds: present tensors, their files, and (partial) absent ones."""
+
+    tensors: dict[str, TensorInfo]
+    files: list[str]
+    absent: dict[str, str] = field(default_factory=dict)  # tensor -> shard not present
+    index_file: str | None = None
+
+
+def _read_tensors(src: _Files) -> _Found:
     """Every tensor of a folder or repo (sharded index or plain *.safetensors), all headers
-    checked by parse_header; a tensor in two shards, or listed and absent, is an error."""
+    checked by parse_header; a tensor in two shards, or listed and absent from a present shard,
+    is an error. Shards the index lists that are not present make the checkpoint partial:
+    their tensors are recorded as absent (a reader that needs one names the shard)."""
     names = src.names()
     indexes = [n for n in names if n.endswith(".safetensors.index.json")]
-    tensors: dict[str, TensorInfo] = {}
-    files: list[str] = []
-    if indexes:
-        iwhere = src.label(indexes[0])
-        wmap = _index_files(src.read_json(indexes[0]), iwhere, getattr(src, "root", None))
-        for fname in sorted(set(wmap.values())):
-            if not src.exists(fname):
-                raise bad(iwhere, f"shard {fname!r} listed in weight_map is missing")
-            files.append(src.label(fname))
-            for name, info in src.header(fname).items():
-                if wmap.get(name) == fname:
-                    tensors[name] = info
-        for name, fname in wmap.items():
-            if name not in tensors:
-                raise bad(
-                    src.label(fname),
-                    f"tensor {name!r} is listed in {indexes[0]} but absent from the shard",
-                )
-    else:
-        first: dict[str, str] = {}  # tensor name -> the file that holds it
-        for fname in (n for n in names if n.endswith(".safetensors")):
-            for name, info in src.header(fname).items():
-                if name in first:
-                    raise bad(
-                        src.label(fname),
-                        f"tensor {name!r} also appears in {src.label(first[name])}",
-                    )
-                first[name] = fname
-                tensors[name] = info
-            files.append(src.label(fname))
+    found = _read_indexed(src, indexes[0]) if indexes else _read_plain(src, names)
     pickles = [n for n in names if Path(n).suffix in PICKLE_SUFFIXES]
-    if not files and pickles:
+    if not found.files and not found.absent and pickles:
         raise bad(
             src.where,
             f"only pickle weights found ({', '.join(pickles)}); eagle3kit reads only safetensors, "
             "because loading a pickle can run arbitrary code (convert it to safetensors first)",
         )
-    return tensors, files
+    return found
+
+
+def _read_indexed(src: _Files, index: str) -> _Found:
+    iwhere = src.label(index)
+    wmap = _index_files(src.read_json(index), iwhere, getattr(src, "root", None))
+    found = _Found({}, [], index_file=iwhere)
+    for fname in sorted(set(wmap.values())):
+        if not src.exists(fname):
+            found.absent.update({n: f for n, f in wmap.items() if f == fname})
+            continue
+        found.files.append(src.label(fname))
+        for name, info in src.header(fname).items():
+            if wmap.get(name) == fname:
+                found.tensors[name] = info
+    for name, fname in wmap.items():
+        if name not in found.tensors and name not in found.absent:
+            raise bad(
+                src.label(fname),
+                f"tensor {name!r} is listed in {index} but absent from the shard",
+            )
+    return found
+
+
+def _read_plain(src: _Files, names: list[str]) -> _Found:
+    found = _Found({}, [])
+    first: dict[str, str] = {}  # tensor name -> the file that holds it
+    for fname in (n for n in names if n.endswith(".safetensors")):
+        for name, info in src.header(fname).items():
+            if name in first:
+                raise bad(
+                    src.label(fname),
+                    f"tensor {name!r} also appears in {src.label(first[name])}",
+                )
+            first[name] = fname
+            found.tensors[name] = info
+        found.files.append(src.label(fname))
+    return found
 
 
 def _config(src: _Files) -> dict[str, Any]:
@@ -340,17 +272,19 @@ def load_local(path: str | Path) -> Checkpoint:
             str(p), "no config.json in the directory (expected a Hugging Face-style checkpoint)"
         )
     config = _config(src)
-    tensors, files = _read_tensors(src)
+    found = _read_tensors(src)
     tok = p / "tokenizer.json"
     has_tok = tok.exists() or (p / "tokenizer_config.json").exists()
     return Checkpoint(
         str(p),
         config,
         str(p / "config.json"),
-        tensors,
-        files,
+        found.tensors,
+        found.files,
         has_tokenizer=has_tok,
         tokenizer_file=str(tok) if tok.exists() else None,
+        absent=found.absent,
+        index_file=found.index_file,
     )
 
 
@@ -464,7 +398,7 @@ def load_hub(repo_id: str, revision: str | None = None) -> Checkpoint:
             src.where, "no config.json in the repo (expected a Hugging Face-style checkpoint)"
         )
     config = _config(src)
-    tensors, files = _read_tensors(src)
+    found = _read_tensors(src)
     tok_file = None
     if src.exists("tokenizer.json"):
         from huggingface_hub import hf_hub_download
@@ -478,12 +412,14 @@ def load_hub(repo_id: str, revision: str | None = None) -> Checkpoint:
         src.where,
         config,
         src.label("config.json"),
-        tensors,
-        [f.removeprefix(src.where + "/") for f in files],
+        found.tensors,
+        [f.removeprefix(src.where + "/") for f in found.files],
         repo_id=repo_id,
         revision=revision,
         has_tokenizer=has_tok,
         tokenizer_file=tok_file,
+        absent=found.absent,
+        index_file=found.index_file,
     )
 
 

@@ -37,9 +37,7 @@ def read_tensor(ckpt: Checkpoint, name: str):
     target's final norm and lm_head this way."""
     import torch
 
-    info = ckpt.tensors.get(name)
-    if info is None:
-        raise bad(ckpt.source, f"tensor {name!r}: not in the checkpoint")
+    info = ckpt.info(name)  # a tensor of an absent shard: fetched (Hub cache) or refused
     dtypes = torch_dtypes()
     if info.dtype not in dtypes:
         raise bad(

@@ -69,10 +69,11 @@ from eagle3kit.cli import decode as _decode  # noqa: E402
 from eagle3kit.cli import demo as _demo  # noqa: E402
 from eagle3kit.cli import plan as _plan  # noqa: E402
 from eagle3kit.cli import probe as _probe  # noqa: E402
+from eagle3kit.cli import target as _target  # noqa: E402
 from eagle3kit.cli import train as _train  # noqa: E402
 from eagle3kit.cli import zoo as _zoo  # noqa: E402
 
-for _mod in (_checkpoint, _plan, _zoo, _data, _train, _decode, _probe, _demo):
+for _mod in (_checkpoint, _plan, _zoo, _target, _data, _train, _decode, _probe, _demo):
     _mod.register(app)
 
 

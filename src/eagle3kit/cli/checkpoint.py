@@ -47,6 +47,14 @@ def _render_target(r: dict) -> None:
         f"  {len(r['tensors'])} tensors, {_fmt_bytes(r['total_bytes'])}; tokenizer: "
         f"{'yes' if r['has_tokenizer'] else 'no'}"
     )
+    part = r.get("partial")
+    if part:
+        sh = part["shards"]
+        con.print(
+            f"  partial: {part['tensors']} more tensors are in {len(sh)} shard(s) not here "
+            f"({', '.join(sh[:3])}{', ...' if len(sh) > 3 else ''}); commands that read only "
+            "the embedding, final norm and lm_head use it as is"
+        )
 
 
 def _render_spec(con, r: dict) -> None:

@@ -49,22 +49,26 @@ def environment_info() -> dict[str, Any]:
 
 @contextlib.contextmanager
 def quiet_transformers() -> Iterator[None]:
-    """Silence transformers' own tqdm bars ("Loading weights ...") for the block.
+    """Silence transformers' own tqdm bars ("Loading weights ...") and its logging (the
+    "LOAD REPORT" table of missing weights) for the block.
 
-    Our progress goes through core/progress.py callbacks; a bar transformers draws on stderr
-    would interleave with ours and break one-line output. Its warnings (missing weights,
-    ...) are kept. The previous state is restored after the block. Note that transformers'
-    switch also covers huggingface_hub's download bars while the block runs.
+    Our progress goes through core/progress.py callbacks; a bar or table transformers draws on
+    stderr would interleave with ours and break one-line output. Missing or unexpected weights
+    are not left to its warning: the loader refuses them in one line
+    (model/completeness.py). The previous state is restored after the block. Note that
+    transformers' switch also covers huggingface_hub's download bars while the block runs.
     """
     try:
         from transformers.utils import logging as hf_logging
     except ImportError:  # transformers absent: nothing to silence
         yield
         return
-    was_on = hf_logging.is_progress_bar_enabled()
+    was_on, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     try:
         yield
     finally:
+        hf_logging.set_verbosity(level)
         if was_on:
             hf_logging.enable_progress_bar()

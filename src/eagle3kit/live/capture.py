@@ -278,9 +278,9 @@ def _torch_dtype(name: str | None) -> torch.dtype | None:
 
 def open_target(target: str) -> tuple[Any, TargetShape]:
     """The target's checkpoint description (config + headers; no weight read) and shape."""
-    from eagle3kit.checkpoint.safetensors_io import load_checkpoint
+    from eagle3kit.checkpoint.hub_files import open_target as open_checkpoint
 
-    ckpt = load_checkpoint(target)
+    ckpt = open_checkpoint(target)  # partial: only the norm's and lm_head's shards are read
     return ckpt, target_shape(ckpt)
 
 

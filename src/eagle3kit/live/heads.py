@@ -18,19 +18,10 @@ from typing import Any
 
 import torch
 
+from eagle3kit.checkpoint.target_slim import EMBED_NAMES, HEAD_NAMES, NORM_NAMES
+from eagle3kit.checkpoint.target_slim import first_listed as _first
 from eagle3kit.core.errors import bad
 
-NORM_NAMES = (
-    "model.norm.weight",
-    "language_model.model.norm.weight",
-    "model.language_model.norm.weight",
-)
-HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight")
-EMBED_NAMES = (
-    "model.embed_tokens.weight",
-    "language_model.model.embed_tokens.weight",
-    "model.language_model.embed_tokens.weight",
-)
 _REFUSED = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
@@ -45,10 +36,6 @@ def _int(cfg: dict[str, Any], key: str, where: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or v <= 0:
         raise bad(where, f"{key}: expected a positive int, found {v!r}")
     return v
-
-
-def _first(ckpt: Any, names: tuple[str, ...]) -> str | None:
-    return next((n for n in names if n in ckpt.tensors), None)
 
 
 @dataclass

@@ -105,7 +105,7 @@ def drafter_for(
 
     spec, tensors, head = read_drafter(path)
     layout = head.layout
-    d = Eagle3Drafter.from_tensors(spec, tensors, device=device, dtype=dtype)
+    d = Eagle3Drafter.from_tensors(spec, tensors, device=device, dtype=dtype, where=path)
     own = bool(d.embed_loaded)
     if not own:
         set_target_embedding(d, spec, target, store)

@@ -25,6 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from eagle3kit.checkpoint.convert import TRAINING_ONLY
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import DraftSpec, spec_for_target
 from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter's public API)
@@ -35,6 +36,9 @@ from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter
     causal_mask,
     make_attention,
 )
+from eagle3kit.model.completeness import tensor_problems
+
+DRAFTER_FIX = "`eagle3kit inspect` lists its tensors; eagle3kit never runs a random weight"
 
 
 class MLP(nn.Module):
@@ -232,7 +236,7 @@ class Eagle3Drafter(nn.Module):
         from eagle3kit.checkpoint.reader import read_drafter
 
         spec, tensors, _ = read_drafter(str(path))
-        return cls.from_tensors(spec, tensors, device=device, dtype=dtype)
+        return cls.from_tensors(spec, tensors, device=device, dtype=dtype, where=str(path))
 
     @classmethod
     def from_tensors(
@@ -242,18 +246,24 @@ class Eagle3Drafter(nn.Module):
         *,
         device: torch.device | str = "cpu",
         dtype: torch.dtype | None = None,
+        where: str = "drafter checkpoint",
     ) -> Eagle3Drafter:
-        """A drafter of `spec` holding canonical-named `tensors` (dtype default: the spec's)."""
+        """A drafter of `spec` holding canonical-named `tensors` (dtype default: the spec's);
+        `where` names the checkpoint in a refusal."""
         model = cls(spec, device=device, dtype=dtype or getattr(torch, spec.dtype, torch.float32))
-        model.load_canonical(tensors)
+        model.load_canonical(tensors, where=where)
         return model
 
-    def load_canonical(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Load canonical-named tensors; embed_tokens may be absent (set it from the target)."""
+    def load_canonical(
+        self, tensors: dict[str, torch.Tensor], *, where: str = "drafter checkpoint"
+    ) -> None:
+        """Load canonical-named tensors; embed_tokens may be absent (set it from the target).
+        A required tensor missing, or one the drafter has no place for, is refused."""
         own = self.state_dict()
         missing = [n for n in self.spec.required_tensors() if n not in tensors]
-        if missing:
-            raise bad("checkpoint", f"missing tensors: {', '.join(missing)}")
+        extra = [n for n in tensors if n not in own and n not in TRAINING_ONLY]
+        if missing or extra:  # never a random weight, never a weight silently dropped
+            raise bad(where, f"{tensor_problems(missing, extra)}; {DRAFTER_FIX}")
         for name, t in tensors.items():
             if name not in own:
                 continue

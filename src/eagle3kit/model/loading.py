@@ -50,7 +50,9 @@ def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> L
     from eagle3kit.model.drafter import Eagle3Drafter
 
     spec, tensors, head = read_drafter(str(path))
-    d = Eagle3Drafter.from_tensors(spec, tensors, device=device, dtype=parse_dtype(dtype))
+    d = Eagle3Drafter.from_tensors(
+        spec, tensors, device=device, dtype=parse_dtype(dtype), where=str(path)
+    )
     return LoadedDrafter(d.eval().requires_grad_(False), spec, head.layout)
 
 

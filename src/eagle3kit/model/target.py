@@ -26,6 +26,7 @@ import torch
 from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import default_aux_layers
+from eagle3kit.model.completeness import ENGINE_ROUTE, check_loading_info, check_target_files
 
 _DTYPES = {
     "float32": torch.float32,
@@ -85,6 +86,11 @@ def parse_dtype(dtype: torch.dtype | str) -> torch.dtype | str:
     return _DTYPES[dtype]
 
 
+# transformers' account of the load, refused below on any problem (not raised by it, not
+# logged by it): missing, unexpected and wrong-shape keys (model/completeness.py).
+_ACCOUNT = {"output_loading_info": True, "ignore_mismatched_sizes": True}
+
+
 class TargetModel:
     """A frozen causal LM plus aux hidden-state capture and a rollback-able KV cache."""
 
@@ -140,21 +146,28 @@ class TargetModel:
                     "never loads (unpickling runs code); convert them to safetensors"
                 )
             src = str(local)
+            check_target_files(local)  # a partial or slim target: refused before loading
         elif isinstance(path_or_id, Path) or src.startswith((".", "/", "~")):
             raise Eagle3Error(f"{src}: no such directory")
         kw = dict(trust_remote_code=trust_remote_code, revision=revision)
         try:
             with quiet_transformers():  # its "Loading weights" bar would leak into our output
-                model = AutoModelForCausalLM.from_pretrained(
-                    src, dtype=torch_dtype, use_safetensors=True, **kw
+                model, info = AutoModelForCausalLM.from_pretrained(  # info checked below
+                    src, dtype=torch_dtype, use_safetensors=True, **_ACCOUNT, **kw
                 )
         except OSError as e:
             raise Eagle3Error(f"{src}: cannot load the target model ({e})") from e
+        except RuntimeError as e:  # its weight conversion failed (a fused tensor's part lost)
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise bad(
+                src, f"transformers cannot assemble its weights ({first}); {ENGINE_ROUTE}"
+            ) from e
         except ValueError as e:  # e.g. a model_type this transformers does not know
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise bad(
                 f"{src}/config.json", f"expected a model transformers loads, found: {first}"
             ) from e
+        check_loading_info(src, info)  # no weight initialised at random
         tokenizer = None
         if not local.is_dir() or any(
             (local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")

@@ -130,14 +130,14 @@ def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> Any:
     one process). Has the TargetModel attributes `prepare` uses."""
     from types import SimpleNamespace
 
-    from eagle3kit.checkpoint.safetensors_io import load_checkpoint
+    from eagle3kit.checkpoint.hub_files import open_target
     from eagle3kit.checkpoint.tensor_read import read_tensor
     from eagle3kit.core.spec import default_aux_layers
 
-    ckpt = load_checkpoint(path)
+    ckpt = open_target(path)  # partial: only the embedding's shard is read
     conf = ckpt.config
     text = conf.get("text_config") if isinstance(conf.get("text_config"), dict) else conf
-    names = sorted((n for n in ckpt.tensors if n.endswith("embed_tokens.weight")), key=len)
+    names = sorted((n for n in ckpt.names() if n.endswith("embed_tokens.weight")), key=len)
     if not names:
         raise bad(ckpt.source, "embed_tokens.weight: expected the target's input embedding")
     dt = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16}
