@@ -50,7 +50,10 @@ def _render_probe(r: dict[str, Any]) -> None:
 def _render_aux(con: Any, aux: dict[str, Any]) -> None:
     """The aux readings tried, the one chosen, and what each engine captures."""
     for c in aux["candidates"]:
-        a = aux["acceptance"][c["reading"]]
+        a = aux["acceptance"].get(c["reading"])
+        if a is None:  # a store without this reading's layers
+            con.print(f"  aux {c['reading']} = h{c['layers']}: not in the store, not tested")
+            continue
         mark = "  <- chosen" if c["reading"] == aux["chosen"]["reading"] else ""
         decl = " (the config's reading)" if c["declared"] else ""
         con.print(
