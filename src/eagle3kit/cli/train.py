@@ -38,7 +38,9 @@ def _render(s: dict) -> None:
     ref = s.get("reference")
     if ref:
         o.print(
-            f"accept length on the old target {ref['target']}: {ref['before']['old']:.3f} -> "
+            f"accept length on the old target {ref['target']}"
+            + (f" (store {ref['features']})" if ref.get("features") else "")
+            + f": {ref['before']['old']:.3f} -> "
             f"{ref['after']['old']:.3f}; on the new target: {ref['before']['new']:.3f} -> "
             f"{ref['after']['new']:.3f}"
         )

@@ -217,12 +217,24 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         emit(progress, "held-out features", j + 1, -(-len(held) // cfg.eval_batch), "batches")
     ctx = Context(m, m.spec, src, train_idx, len(held), eval_batches, info)
     ctx.vocab_coverage = coverage
-    ctx.warnings = few_sequences(len(held), "choosing RUN/best (held-out accept length)")
-    for w in ctx.warnings:
-        emit(progress, "warning", 0, None, "", message=w)
+    ctx.warnings = _warnings(cfg, src, len(held), progress)
     if cfg.reference_target or cfg.reference_features:
         ctx.reference = _reference_before(cfg, ctx, data, held, d.device)
     return ctx
+
+
+def _warnings(cfg: Any, src: Any, n_held: int, progress: Progress | None) -> list[str]:
+    """What the summary's ``warnings`` say (each also a "warning" progress event): a best
+    chosen on few sequences, a store of held-out data trained on."""
+    out = few_sequences(n_held, "choosing RUN/best (held-out accept length)")
+    if cfg.features and src.store.heldout_data:
+        out.append(
+            f"{cfg.features} was captured from held-out data (--heldout-data): training on "
+            "it leaves no held-out figure for `eval`"
+        )
+    for w in out:
+        emit(progress, "warning", 0, None, "", message=w)
+    return out
 
 
 def _drafter(cfg: Any, init: Any, target: Any, data: Any) -> tuple[Any, dict | None]:
