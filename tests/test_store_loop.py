@@ -220,6 +220,10 @@ def test_eval_heldout_counts_on_data(cli, env, drafter):
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["samples"] == 3 and "rests on 3 sequences" in doc["warnings"][0]
+    for amount, n in (("1", 1), ("1.0", N), (str(N), N)):  # a count of 1; all; all
+        r = cli("eval", "--target", env["model"], "--drafter", drafter / "best",
+                "--data", env["tmp"] / "data", "--heldout", amount, "--json")  # fmt: skip
+        assert r.code == 0 and json.loads(r.out)["samples"] == n, (amount, r.err)
 
 
 def test_probe_from_one_store_with_reference_features(cli, env, drafter, superset):

@@ -64,8 +64,9 @@ def load_eval_data(
     heldout: float | int = 0.05,
     vocab_size: int | None = None,
 ) -> EvalData:
-    """A DATA dir (`data prepare`; its held-out split, the one training leaves out) or a JSONL
-    of conversations (all of them; encoded with the target's chat template). A DATA dir is
+    """A DATA dir (`data prepare`; its held-out split, the one training leaves out, or
+    ``heldout``: a fraction, 1.0 = all, or a count) or a JSONL of conversations (all of them;
+    encoded with the target's chat template). A DATA dir is
     first checked against the target's tokenizer (and vocab_size, when given)."""
     p = Path(path)
     if p.is_dir():
@@ -75,7 +76,12 @@ def load_eval_data(
         check_data_matches_target(
             data.meta, str(p / META), vocab_size=vocab_size, tokenizer=tokenizer
         )
-        _, held = data.split(heldout) if len(data) > 1 else ([], list(range(len(data))))
+        whole = (
+            len(data) <= 1
+            or (isinstance(heldout, float) and heldout == 1.0)
+            or (type(heldout) is int and heldout == len(data))
+        )
+        _, held = ([], list(range(len(data)))) if whole else data.split(heldout)
         samples, skipped = [(data[i].input_ids, data[i].loss_mask) for i in held], []
     elif p.is_file():
         samples, skipped = _encode_jsonl(p, tokenizer)
