@@ -472,7 +472,7 @@ class FeatureStore:
                 str(self.path / MANIFEST),
                 f"aux_layers: {why} h{[int(i) for i in layers]}, the store holds h{have} "
                 f"(missing h{missing}); capture them into one store (data capture --drafter D "
-                "--extra-layers ..., docs/engine-capture.md)",
+                "--probe-layers or --extra-layers)",
             )
         return [have.index(int(i)) for i in layers]
 
