@@ -251,3 +251,37 @@ def test_sglang_points_to_vllm(cli, env, tmp_path):
         tmp_path / "s",
     )
     assert r.code == 2 and "Use --engine vllm" in r.err and "return_hidden_states" in r.err
+
+
+def test_one_engine_capture_holds_the_probe_layers(cli, env, tmp_path):
+    """`--probe-layers` without a drafter: the default ids (2, 4, 5) under both readings, h[X]
+    = h[2, 4, 5] and h[X+1] = h[3, 5, 6]; so the server captures ids [2, 3, 4, 5, 6, 8] and
+    the store holds h[2, 4, 5, 3, 6], the drafter's first. It equals the in-process capture
+    with the same options, and the drafter's columns are picked from it by h-index."""
+    states = tmp_path / "hs"
+    states.mkdir()
+    r = cli("data", "capture", "--target", env["model"], "--launch-command", "--states-dir",
+            states, "--probe-layers", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["layer_ids"] == [2, 3, 4, 5, 6, 8] and doc["h_indices"] == [2, 4, 5, 3, 6]
+    assert doc["drafter_h_indices"] == [2, 4, 5]
+    argv = shlex.split(doc["launch_command"])
+    spec = json.loads(argv[argv.index("--speculative-config") + 1])
+    kv = json.loads(argv[argv.index("--kv-transfer-config") + 1])
+    with FakeVllmCapture(env["model"], spec, kv) as fake:
+        r = engine_capture(cli, env, fake.url, states, tmp_path / "eng", "--probe-layers")
+        assert r.code == 0, r.err
+    r = cli("data", "capture", env["tmp"] / "data", "--target", env["model"], "-o",
+            tmp_path / "inproc", "--topk", str(TOPK), "--shard-tokens", str(SHARD),
+            "--probe-layers")  # fmt: skip
+    assert r.code == 0, r.err
+    compare_stores(tmp_path / "inproc", tmp_path / "eng")
+    man = json.loads((tmp_path / "eng" / "manifest.json").read_text())
+    assert man["aux_layers"] == [2, 4, 5, 3, 6] and man["drafter_layers"] == [2, 4, 5]
+    assert man["target"]["capture"]["drafter_h_indices"] == [2, 4, 5]
+    rows = list(range(len(env["ids"])))
+    picked = FeatureStore(tmp_path / "eng").get(rows, [2, 4, 5]).aux
+    plain = FeatureStore(env["tmp"] / "inproc").get(rows).aux  # the drafter's layers only
+    tol = 2**-3 * torch.maximum(picked.abs(), plain.abs()) + 1e-6 * float(plain.abs().max())
+    assert picked.shape == plain.shape and ((picked - plain).abs() <= tol).all()

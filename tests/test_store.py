@@ -157,6 +157,28 @@ def test_full_vocab_teacher_and_rerun_is_a_noop(tmp_path, target):
     assert json.loads(before)["shards"] == r2["shards"] and ids == FeatureStore(tmp_path / "S").ids
 
 
+def test_heldout_data_from_the_data_split_and_resume_checks_it(tmp_path, target):
+    """DATA that says it is a held-out split marks the store `heldout_data`; capture's option
+    wins over it; a rerun with another answer is not the same capture."""
+    from eagle3kit.data.prepared import PreparedWriter
+    from eagle3kit.data.store import capture, data_is_heldout
+
+    assert data_is_heldout({"split": "test"}, None) and data_is_heldout({}, True)
+    assert not data_is_heldout({"split": "train"}, None) and not data_is_heldout({}, None)
+    assert not data_is_heldout({"split": "test"}, False)
+    w = PreparedWriter(tmp_path / "D")
+    for i in range(3):
+        w.add(f"t{i}", [5, 6, 7, 8, 9 + i], [False, False, True, True, True])
+    w.finish({"target": {"vocab_size": target.vocab_size}, "template_sha256": "t", "split": "test"})
+    assert capture(tmp_path / "D", target, tmp_path / "S", topk=4)["heldout_data"] is True
+    with pytest.raises(Eagle3Error, match=r"manifest\.json: heldout_data"):
+        capture(tmp_path / "D", target, tmp_path / "S", topk=4, heldout_data=False)
+    assert (
+        capture(tmp_path / "D", target, tmp_path / "S2", topk=4, heldout_data=False)["heldout_data"]
+        is False
+    )
+
+
 def test_refusals_leave_things_as_they_were(tmp_path, target, monkeypatch):
     import shutil
 

@@ -68,3 +68,28 @@ def top_p(param: typer.CallbackParam, value: float) -> float:
     if not 0 < value <= 1:
         raise bad(max(param.opts, key=len), f"expected 0 < p <= 1, found {value}")
     return value
+
+
+def heldout_amount(value: str | None) -> float | int | None:
+    """A typer callback for ``--heldout``: a count of samples ("2": int) or a fraction of them
+    ("0.05", "1.0": float), as `data.prepared.split_ids` takes them."""
+    if value is None:
+        return None
+    text = str(value).strip()
+    try:
+        n = int(text)
+    except ValueError:
+        n = None
+    if n is not None:
+        if n < 1:
+            raise bad("--heldout", f"expected a count >= 1 or a fraction in (0, 1], found {text}")
+        return n
+    try:
+        x = float(text)
+    except ValueError:
+        x = float("nan")
+    if not 0.0 < x <= 1.0:
+        raise bad(
+            "--heldout", f"expected a count (8) or a fraction in (0, 1] (0.05), found {text!r}"
+        )
+    return x

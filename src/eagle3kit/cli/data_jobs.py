@@ -209,7 +209,7 @@ LaunchCommand = Annotated[
     typer.Option("--launch-command", help="Engine: print the `vllm serve` line and exit."),
 ]
 Drafter = Annotated[
-    str, typer.Option("--drafter", help="Engine: the drafter whose aux layers to capture.")
+    str, typer.Option("--drafter", help="The drafter whose aux layers to capture (headers read).")
 ]
 LayerIds = Annotated[
     str,
@@ -219,7 +219,24 @@ ExtraLayers = Annotated[
     str,
     typer.Option(
         "--extra-layers",
-        help="Engine: more h-indices to hold (e.g. 3,5,6: both readings for `probe`).",
+        help="More h-indices to hold beside the drafter's (e.g. 3,5,6); train, eval and probe "
+        "pick theirs.",
+    ),
+]
+ProbeLayers = Annotated[
+    bool,
+    typer.Option(
+        "--probe-layers",
+        help="Also hold the probe's candidate layers (both readings of the drafter's ids): "
+        "one store for probe, train and eval.",
+    ),
+]
+HeldoutData = Annotated[
+    bool,
+    typer.Option(
+        "--heldout-data",
+        help="DATA is held-out data (not trained on): `eval --features` scores all of it by "
+        'default (also when DATA\'s data.json says "split": "test").',
     ),
 ]
 EngineModel = Annotated[str, typer.Option("--model", help="Engine: model name for the server.")]
@@ -251,6 +268,8 @@ def capture_cmd(
     drafter: Drafter = None,
     layer_ids: LayerIds = None,
     extra_layers: ExtraLayers = None,
+    probe_layers: ProbeLayers = False,
+    heldout_data: HeldoutData = False,
     model: EngineModel = None,
     concurrency: EngineConcurrency = 8,
     timeout: EngineTimeout = 300.0,
@@ -271,13 +290,16 @@ def capture_cmd(
             drafter=drafter,
             layer_ids=layer_ids,
             extra_layers=extra_layers,
+            probe_layers=probe_layers,
             model=model,
             concurrency=concurrency,
             timeout=timeout,
             lock_timeout=lock_timeout,
             device=device,
         )
-        common = dict(vocab=vocab, topk=topk, shard_tokens=shard_tokens)
+        common = dict(
+            vocab=vocab, topk=topk, shard_tokens=shard_tokens, heldout=heldout_data or None
+        )
         aux = list(aux_layers) if aux_layers else None
         res = _engine_capture(data, target, output, aux, eng, common, batch_tokens, json_)
         if res is None:
@@ -291,9 +313,12 @@ def capture_cmd(
 
 
 def _local_capture(o: dict) -> dict:
-    """`data capture` with the target loaded here (``o``: the command's arguments)."""
+    """`data capture` with the target loaded here (``o``: the command's arguments): the
+    drafter's layers first, then the extra and probe layers (`live.capture.capture_layers`)."""
     from eagle3kit.cli._progress import bar
     from eagle3kit.data.store import capture
+    from eagle3kit.live.capture import capture_layers
+    from eagle3kit.model.target import TargetModel
 
     data, output, vocab, aux_layers = o["data"], o["output"], o["vocab"], o["aux_layers"]
     if data is None or output is None:
@@ -301,13 +326,17 @@ def _local_capture(o: dict) -> dict:
 
         raise Eagle3Error("data capture: expected DATA and -o STORE")
     check_output(output, "-o", data, vocab, kind="dir")
-    tm = _load_target(
-        o["target"],
-        o["device"],
-        o["dtype"],
+    extra = _int_list(o["extra_layers"], "--extra-layers")
+    tm = _load_target(o["target"], o["device"], o["dtype"], None, o["trust_remote_code"])
+    own, every = capture_layers(
+        o["drafter"],
         list(aux_layers) if aux_layers else None,
-        o["trust_remote_code"],
+        extra,
+        o["probe_layers"],
+        tm.num_layers,
     )
+    tm.close()  # the same weights, hooked at every layer the store holds
+    tm = TargetModel(tm.model, tm.tokenizer, aux_layers=every, name_or_path=tm.name_or_path)
     with bar(not o["json_"]) as progress:
         return capture(
             data,
@@ -317,6 +346,8 @@ def _local_capture(o: dict) -> dict:
             topk=o["topk"] or None,
             shard_tokens=o["shard_tokens"],
             batch_tokens=o["batch_tokens"],
+            heldout_data=o["heldout_data"] or None,
+            drafter_layers=own,
             progress=progress,
         )
 
@@ -327,8 +358,10 @@ def _render_capture(res: dict, output: Path) -> None:
     out().print(
         f"{output}: {res['samples']} samples, {res['tokens']} tokens in {len(res['shards'])} "
         "shards, "
-        f"{res['bytes_per_token']:.0f} bytes/token (aux layers {res['aux_layers']}, "
-        f"top-{res['quantisation']['topk']})"
+        f"{res['bytes_per_token']:.0f} bytes/token (aux layers {res['aux_layers']}, the "
+        f"drafter's {res['drafter_layers']}; top-{res['quantisation']['topk']}"
+        + ("; held-out data" if res.get("heldout_data") else "")
+        + ")"
         + (f"; resumed after {res['resumed_from']} samples" if res["resumed_from"] else "")
     )
 
@@ -354,10 +387,11 @@ def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_to
     version = sel[0].version
     ids = _int_list(eng["layer_ids"], "--layer-ids")
     extra = _int_list(eng["extra_layers"], "--extra-layers")
+    probe = eng["probe_layers"]
     if eng["launch_command"]:
         if eng["states_dir"] is None:
             raise Eagle3Error("--launch-command: expected --states-dir (the shared directory)")
-        ckpt, plan = L.plan_for(target, eng["drafter"], aux, ids, extra, version)
+        ckpt, plan = L.plan_for(target, eng["drafter"], aux, ids, extra, version, probe)
         line = L.launch_command(target, plan, str(eng["states_dir"]), L.target_shape(ckpt).dtype)
         if json_:
             doc = {"kind": "eagle3kit.launch_command", "schema": 1, "launch_command": line}
@@ -380,6 +414,8 @@ def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_to
             aux_layers=aux,
             layer_ids=ids,
             extra_layers=extra,
+            probe_layers=probe,
+            heldout_data=common["heldout"],
             version=version,
             model=eng["model"],
             vocab=common["vocab"],

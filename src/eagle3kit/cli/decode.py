@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from eagle3kit.cli._checks import top_p
+from eagle3kit.cli._checks import heldout_amount, top_p
 from eagle3kit.cli._options import Device, JsonFlag, Seed
 from eagle3kit.core.errors import bad
 
@@ -161,6 +161,15 @@ Features = Annotated[
         "instead of --data: no target loaded (--target: where its embedding is read).",
     ),
 ]
+EvalHeldout = Annotated[
+    str,
+    typer.Option(
+        "--heldout",
+        callback=heldout_amount,
+        help="Samples scored: a count (32) or fraction (0.05) of the split by sample id; "
+        "default: DATA's 5% split, or the whole store when it was captured from held-out data.",
+    ),
+]
 Online = Annotated[bool, typer.Option("--online", help="Also decode for real: tau, tok/s.")]
 EvalDepth = Annotated[int, typer.Option("--depth", help="Draft steps (chain depth).")]
 OnlineMaxNewTokens = Annotated[
@@ -181,6 +190,7 @@ def eval_(
     drafter: Drafter = None,
     data: EvalData = None,
     features: Features = None,
+    heldout: EvalHeldout = None,
     online: Online = False,
     depth: EvalDepth = 3,
     max_new_tokens: OnlineMaxNewTokens = 128,
@@ -213,13 +223,20 @@ def eval_(
             raise Eagle3Error("eval --features: offline only, and without --data")
         with bar(not json_) as progress:
             r = evaluate_store(
-                drafter, features, depth, target=target, device=device, progress=progress
+                drafter,
+                features,
+                depth,
+                target=target,
+                heldout=heldout,
+                device=device,
+                progress=progress,
             )
         return _output(r, json_, _render_eval)
     if target is None or data is None:
         raise Eagle3Error("eval: expected --target and --data (or --features STORE)")
     tm, d = _load(target, drafter, device, threads)
-    ev = load_eval_data(data, tm.tokenizer, vocab_size=tm.vocab_size)
+    kw = {} if heldout is None else {"heldout": heldout}
+    ev = load_eval_data(data, tm.tokenizer, vocab_size=tm.vocab_size, **kw)
     with bar(not json_) as progress:
         r = evaluate(
             tm,
@@ -368,6 +385,13 @@ def _render_eval(r: dict) -> None:
             f"  {r['cycles']} chain cycles walked on {r['samples']} held-out answers; with "
             f"every position as a cycle start (training's metric) tau {u['accept_len']:.2f}"
         )
+        if r.get("heldout"):
+            c.print(
+                f"  samples: {r['heldout']['rule']} ({r['samples']} of "
+                f"{r['heldout']['store_samples']})"
+            )
+    for w in r.get("warnings") or []:
+        c.print(f"  [yellow]warning[/]: {w}")
     if r["mode"] == "online":
         s, b = r["tokens_per_s_spread"], r["baseline_tokens_per_s_spread"]
         c.print(

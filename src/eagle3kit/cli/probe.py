@@ -24,7 +24,7 @@ def _render_probe(r: dict[str, Any]) -> None:
         d = r["data"]
         con.print(
             f"  data: {d['source']}: {d['sequences']} sequences, {d['tokens']} tokens, "
-            f"{d['scored']} scored"
+            f"{d['scored']} scored" + (f" ({d['heldout']['rule']})" if d.get("heldout") else "")
         )
     if r.get("aux"):
         _render_aux(con, r["aux"])
@@ -41,6 +41,8 @@ def _render_probe(r: dict[str, Any]) -> None:
                 )
     for why in r["reasons"]:
         con.print(f"  - {why}")
+    for w in r.get("warnings") or []:
+        con.print(f"  [yellow]warning[/]: {w}", highlight=False)
     colour = {"plug-in": "green", "fine-tune": "yellow", "from-scratch": "red"}[r["verdict"]]
     con.print(f"[bold {colour}]verdict: {r['verdict']}[/]")
 
@@ -48,7 +50,10 @@ def _render_probe(r: dict[str, Any]) -> None:
 def _render_aux(con: Any, aux: dict[str, Any]) -> None:
     """The aux readings tried, the one chosen, and what each engine captures."""
     for c in aux["candidates"]:
-        a = aux["acceptance"][c["reading"]]
+        a = aux["acceptance"].get(c["reading"])
+        if a is None:  # a store without this reading's layers
+            con.print(f"  aux {c['reading']} = h{c['layers']}: not in the store, not tested")
+            continue
         mark = "  <- chosen" if c["reading"] == aux["chosen"]["reading"] else ""
         decl = " (the config's reading)" if c["declared"] else ""
         con.print(
@@ -140,7 +145,11 @@ FeaturesNew = Annotated[
 ]
 FeaturesOld = Annotated[
     str | None,
-    typer.Option("--features-old", help="The reference target's store of the same DATA."),
+    typer.Option(
+        "--features-old",
+        "--reference-features",
+        help="The reference target's store of the same DATA (no target loaded).",
+    ),
 ]
 MaxLen = Annotated[int, typer.Option(help="Tokens per sequence.")]
 
@@ -189,7 +198,9 @@ def probe(
 
     stores = features_new is not None or features_old is not None
     if stores and (features_new is None or data is not None):
-        raise Eagle3Error("probe: --features-old goes with --features-new, not --data")
+        raise Eagle3Error(
+            "probe: --features-old (--reference-features) goes with --features-new, not --data"
+        )
     if not stores and target is None:
         raise Eagle3Error("probe: expected --target (or --features-new STORE)")
     from eagle3kit.cli._progress import bar

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from eagle3kit.cli._checks import heldout_amount
 from eagle3kit.cli._options import Seed, TrustRemoteCode
 
 
@@ -37,7 +38,9 @@ def _render(s: dict) -> None:
     ref = s.get("reference")
     if ref:
         o.print(
-            f"accept length on the old target {ref['target']}: {ref['before']['old']:.3f} -> "
+            f"accept length on the old target {ref['target']}"
+            + (f" (store {ref['features']})" if ref.get("features") else "")
+            + f": {ref['before']['old']:.3f} -> "
             f"{ref['after']['old']:.3f}; on the new target: {ref['before']['new']:.3f} -> "
             f"{ref['after']['new']:.3f}"
         )
@@ -98,7 +101,16 @@ L2sp = Annotated[
 ReferenceTarget = Annotated[
     str,
     typer.Option(
-        "--reference-target", help="Old target: report accept length before/after on it too."
+        "--reference-target",
+        help="Old target (with --data): report accept length before/after on it too.",
+    ),
+]
+ReferenceFeatures = Annotated[
+    str,
+    typer.Option(
+        "--reference-features",
+        help="Old target's feature STORE of the same DATA (with --features): the same "
+        "before/after, no target loaded.",
     ),
 ]
 TttSteps = Annotated[int, typer.Option("--ttt-steps", help="Unrolled draft steps (weights 0.8^i).")]
@@ -118,9 +130,11 @@ Warmup = Annotated[int, typer.Option("--warmup", help="Warm-up steps (default 5%
 WeightDecay = Annotated[float, typer.Option("--weight-decay")]
 GradClip = Annotated[float, typer.Option("--grad-clip")]
 Heldout = Annotated[
-    float,
+    str,
     typer.Option(
-        "--heldout", help="Validation fraction or count (by sample id): chooses RUN/best."
+        "--heldout",
+        callback=heldout_amount,
+        help="Validation fraction (0.05) or count (8) of samples, by sample id: chooses RUN/best.",
     ),
 ]
 BestIncludesStart = Annotated[
@@ -169,6 +183,7 @@ def train(
     rebuild_vocab: RebuildVocab = False,
     l2sp: L2sp = 0.0,
     reference_target: ReferenceTarget = None,
+    reference_features: ReferenceFeatures = None,
     ttt_steps: TttSteps = 7,
     steps: Steps = None,
     epochs: Epochs = None,
@@ -179,7 +194,7 @@ def train(
     warmup: Warmup = None,
     weight_decay: WeightDecay = 0.0,
     grad_clip: GradClip = 1.0,
-    heldout: Heldout = 0.05,
+    heldout: Heldout = "0.05",
     best_includes_start: BestIncludesStart = False,
     eval_every: EvalEvery = None,
     eval_samples: EvalSamples = 64,

@@ -23,3 +23,17 @@ def kind_of(doc: Any) -> str | None:
         if isinstance(k, str) and k.startswith(PREFIX):
             return k[len(PREFIX) :]
     return None
+
+
+FEW_SEQUENCES = 8  # a figure or verdict resting on fewer sequences says so
+
+
+def few_sequences(n: int, what: str) -> list[str]:
+    """``[warning]`` when ``what`` rests on fewer than FEW_SEQUENCES sequences, else ``[]``:
+    the ``"warnings"`` entries of eval, probe and train documents."""
+    if n >= FEW_SEQUENCES:
+        return []
+    return [
+        f"{what} rests on {n} sequence{'s' if n != 1 else ''} (fewer than {FEW_SEQUENCES}): "
+        "too few to trust; score more held-out samples"
+    ]

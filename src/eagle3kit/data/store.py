@@ -17,9 +17,18 @@ case.
 
 STORE/manifest.json: {"format", "target", "aux_layers", "tokens", "samples", "shards": [{"file",
 "sha256", "tokens", "samples", "bytes"}], "data": {...}, "vocab": {...}, "quantisation": {...},
-"shard_tokens", "complete"}. Shards are written whole (temp, fsync, rename) and then listed in the
-manifest (rewritten atomically), so a kill at any point leaves a valid prefix: the same command
-resumes after the last listed shard (samples go to shards in data order, deterministically).
+"shard_tokens", "heldout_data", "drafter_layers", "complete"}. ``aux_layers`` are every h-index
+the store holds, in column order (a superset of a drafter's, e.g. also the probe's other
+reading): readers pick the ones they need by h-index (``FeatureStore.get(indices, layers)``);
+``drafter_layers`` are the ones captured as the drafter's (the first ones; a fresh `train
+--features` takes them). ``target.name_or_path`` is an absolute path for a local target (a hub
+id as given). ``heldout_data`` is true when DATA is held-out data (``capture(heldout_data=True)``,
+or DATA's data.json ``"split"`` names a held-out split): `eval --features` then scores the whole
+store by default. Stores written before these keys are read as before (no ``drafter_layers``:
+all ``aux_layers``; no ``heldout_data``: false). Shards are written whole (temp, fsync,
+rename) and then listed in the manifest (rewritten atomically), so a kill at any point leaves a
+valid prefix: the same command resumes after the last listed shard (samples go to shards in
+data order, deterministically).
 """
 
 from __future__ import annotations
@@ -107,7 +116,36 @@ def _data_identity(data: Any) -> dict[str, Any]:
     }
 
 
-def _fresh_manifest(target: Any, data: Any, vocab_id: dict, topk: int, shard_tokens: int) -> dict:
+HELDOUT_SPLITS = ("heldout", "held-out", "test", "validation", "eval")
+
+
+def data_is_heldout(meta: dict[str, Any], declared: bool | None) -> bool:
+    """Is DATA held-out data? ``declared`` (capture's option) when given, else what DATA's
+    data.json says (``"split"``: one of HELDOUT_SPLITS), else False."""
+    if declared is not None:
+        return bool(declared)
+    return str(meta.get("split") or "").lower() in HELDOUT_SPLITS
+
+
+def target_identity(target: Any) -> dict[str, Any]:
+    """The target's identity with a local path made absolute (a hub id stays as given), so a
+    store read from another working directory still finds its target."""
+    ident = dict(target.identity())
+    src = ident.get("name_or_path")
+    if src and Path(str(src)).expanduser().exists():
+        ident["name_or_path"] = str(Path(str(src)).expanduser().resolve())
+    return ident
+
+
+def _fresh_manifest(
+    target: Any,
+    data: Any,
+    vocab_id: dict,
+    topk: int,
+    shard_tokens: int,
+    heldout: bool = False,
+    drafter_layers: Any = None,
+) -> dict:
     vd = vocab_id["draft_vocab_size"]
     quant = {
         "aux": "float8_e4m3fn",
@@ -120,8 +158,9 @@ def _fresh_manifest(target: Any, data: Any, vocab_id: dict, topk: int, shard_tok
         "kind": "eagle3kit.feature_store",
         "schema": 1,
         "format": FORMAT,
-        "target": target.identity(),
+        "target": target_identity(target),
         "aux_layers": list(target.aux_layers),
+        "drafter_layers": [int(i) for i in drafter_layers or target.aux_layers],
         "hidden_size": target.hidden_size,
         "tokens": 0,
         "samples": 0,
@@ -130,16 +169,25 @@ def _fresh_manifest(target: Any, data: Any, vocab_id: dict, topk: int, shard_tok
         "vocab": vocab_id,
         "quantisation": quant,
         "shard_tokens": shard_tokens,
+        "heldout_data": heldout,
         "complete": False,
     }
 
 
 _SAME = ("format", "target", "aux_layers", "data", "vocab", "quantisation", "shard_tokens")
+_SAME_NEW = ("heldout_data", "drafter_layers")  # keys older stores lack: compared as _old()
 _WHERE = ("name_or_path", "path", "file")  # where things live may change between runs; not what
 
 
 def _what(value: Any) -> Any:
     return {k: v for k, v in value.items() if k not in _WHERE} if isinstance(value, dict) else value
+
+
+def _old(man: dict[str, Any], key: str) -> Any:
+    """A manifest's value, with what a store written before the key existed meant by it."""
+    if key in man:
+        return man[key]
+    return {"heldout_data": False, "drafter_layers": man.get("aux_layers")}.get(key)
 
 
 def read_manifest(path: Path) -> dict[str, Any]:
@@ -166,8 +214,8 @@ def _resume(out: Path, fresh: dict[str, Any]) -> dict[str, Any]:
             )
         return fresh
     old = read_manifest(out)
-    for key in _SAME:
-        if _what(old.get(key)) != _what(fresh[key]):
+    for key in (*_SAME, *_SAME_NEW):
+        if _what(_old(old, key)) != _what(fresh[key]):
             raise bad(
                 str(out / MANIFEST),
                 f"{key}: this run has {json.dumps(fresh[key])}, the store "
@@ -267,12 +315,17 @@ def capture(
     topk: int | None = DEFAULT_TOPK,
     shard_tokens: int = SHARD_TOKENS,
     batch_tokens: int = 4096,
+    heldout_data: bool | None = None,
+    drafter_layers: Any = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Capture features of every sample of DATA into the store ``out`` (resumable; module doc).
 
-    ``topk=None`` keeps the whole draft vocab. Returns the manifest plus ``bytes_per_token``
-    (shard bytes / tokens) and ``resumed_from`` (samples already there).
+    ``topk=None`` keeps the whole draft vocab; ``heldout_data`` declares DATA held-out data
+    (None: what DATA's data.json says); ``drafter_layers``: which of the target's aux layers
+    are the drafter's (default: all; the rest are extras, e.g. the probe's). Returns the
+    manifest plus ``bytes_per_token`` (shard bytes / tokens) and ``resumed_from`` (samples
+    already there).
     """
     out = Path(out)
     prepared = load_prepared(data)
@@ -289,7 +342,9 @@ def capture(
         raise Eagle3Error(
             f"capture: topk and shard_tokens must be positive, found {topk}, {shard_tokens}"
         )
-    man = _resume(out, _fresh_manifest(target, prepared, vocab_id, k_top, shard_tokens))
+    held = data_is_heldout(prepared.meta, heldout_data)
+    fresh = _fresh_manifest(target, prepared, vocab_id, k_top, shard_tokens, held, drafter_layers)
+    man = _resume(out, fresh)
     lengths = [int(x) for x in prepared.lengths()]
     start = man["samples"]
     k, H = len(target.aux_layers), target.hidden_size
@@ -379,6 +434,11 @@ class FeatureStore:
     def __len__(self) -> int:
         return len(self.ids)
 
+    def length(self, i: int) -> int:
+        """Sample i's token count (from the offsets; no tensor read)."""
+        _, a, b = self._where[i]
+        return b - a
+
     def split(self, heldout: float | int = 0.05, seed: int = 0) -> tuple[list[int], list[int]]:
         """(train, held-out) indices: the same ids split as in the prepared DATA (``split_ids``)."""
         return split_ids(self.ids, heldout, seed)
@@ -390,13 +450,44 @@ class FeatureStore:
         with safe_open(str(self.path / self.manifest["shards"][si]["file"]), framework="pt") as st:
             return {key: st.get_slice(key)[a:b] for key in st.keys() if key != "offsets"}
 
-    def get(self, indices: list[int]) -> Features:
-        """A right-padded batch of these samples (aux dequantised to float32; zeros at padding)."""
+    @property
+    def layers(self) -> list[int]:
+        """Every h-index the store holds, in its column order."""
+        return [int(i) for i in self.manifest.get("aux_layers") or []]
+
+    @property
+    def heldout_data(self) -> bool:
+        """Captured from held-out data (module doc); False for stores that do not say."""
+        return self.manifest.get("heldout_data") is True
+
+    def slots(
+        self, layers: list[int] | tuple[int, ...], why: str = "the drafter reads"
+    ) -> list[int]:
+        """Positions of these h-indices among the store's layers; a missing one is refused
+        (exit 2) naming the store and the layer."""
+        have = self.layers
+        missing = [int(i) for i in layers if int(i) not in have]
+        if missing:
+            raise bad(
+                str(self.path / MANIFEST),
+                f"aux_layers: {why} h{[int(i) for i in layers]}, the store holds h{have} "
+                f"(missing h{missing}); capture them into one store (data capture --drafter D "
+                "--probe-layers or --extra-layers)",
+            )
+        return [have.index(int(i)) for i in layers]
+
+    def get(self, indices: list[int], layers: list[int] | None = None) -> Features:
+        """A right-padded batch of these samples (aux dequantised to float32; zeros at padding);
+        ``layers``: only these h-indices' columns, in this order (default: all the store
+        holds)."""
         if not indices:
             raise Eagle3Error("FeatureStore.get: expected at least one index, found none")
+        sel = None if layers is None else self.slots(layers)
         rows = [self._read(i) for i in indices]
         B, T, K = len(rows), max(r["input_ids"].numel() for r in rows), self.topk
-        width = rows[0]["aux"].shape[1]
+        k_all = rows[0]["aux_scale"].shape[1]
+        hidden = rows[0]["aux"].shape[1] // max(1, k_all)
+        width = hidden * (k_all if sel is None else len(sel))
         f = Features(
             input_ids=torch.zeros(B, T, dtype=torch.long),  # [B, T]
             attention_mask=torch.zeros(B, T, dtype=torch.bool),  # [B, T]
@@ -411,10 +502,19 @@ class FeatureStore:
             f.input_ids[r, :n] = t["input_ids"].long()
             f.attention_mask[r, :n] = True
             f.loss_mask[r, :n] = t["loss_mask"].bool()
-            f.aux[r, :n] = dequantise_aux(t["aux"], t["aux_scale"])
+            f.aux[r, :n] = _dequantise_slots(t["aux"], t["aux_scale"], sel)
             f.target_argmax[r, :n] = t["target_argmax"].long()
             f.teacher_logp[r, :n] = t["teacher_logp"].float()
             f.teacher_ids[r, :n] = (
                 t["teacher_ids"].long() if "teacher_ids" in t else torch.arange(K)
             )
         return f
+
+
+def _dequantise_slots(q: torch.Tensor, scale: torch.Tensor, sel: list[int] | None) -> torch.Tensor:
+    """``dequantise_aux`` of the layers at positions ``sel`` only (all with None): [n, len*H]."""
+    if sel is None:
+        return dequantise_aux(q, scale)
+    n, k = scale.shape
+    idx = torch.tensor(sel, dtype=torch.long)
+    return dequantise_aux(q.reshape(n, k, -1)[:, idx].reshape(n, -1), scale[:, idx])

@@ -56,8 +56,9 @@ class LayerPlan:
     """The vLLM layer ids to launch with and which file slot holds which h-index."""
 
     num_layers: int
-    aux: tuple[int, ...]  # the drafter's h-indices, in its order
+    aux: tuple[int, ...]  # the h-indices the store holds: the drafter's, in its order, then extras
     layer_ids: tuple[int, ...]  # vLLM ids, ascending, the last one = num_layers
+    drafter: tuple[int, ...] = ()  # the drafter's own h-indices (a prefix of aux; () = all)
 
     def aux_slots(self) -> list[int]:
         return [self.layer_ids.index(a) for a in self.aux]
@@ -68,6 +69,7 @@ class LayerPlan:
             "route": "extract_hidden_states + " + CONNECTOR,
             "layer_ids": list(self.layer_ids),
             "h_indices": list(self.aux),
+            "drafter_h_indices": list(self.drafter or self.aux),
             "teacher": f"id {self.num_layers} (pre-norm last layer) through final norm + lm_head",
         }
 
@@ -79,6 +81,7 @@ def layer_plan(
     *,
     family: str = "llama",
     version: tuple[int, ...] | None = None,
+    drafter: Any = None,
 ) -> LayerPlan:
     """vLLM ids for these aux h-indices (under the rule of the engine table,
     `checkpoint/engines.py`, for this vLLM release and target family) plus L; ``layer_ids``
@@ -89,6 +92,7 @@ def layer_plan(
     aux = validate_aux_layers(aux, num_layers)
     rule = E.capture_rule("vllm", version, family).capture
     ids = sorted(set(aux))  # as_is: id x captures h[x]
+    drafter = tuple(int(i) for i in drafter) if drafter else aux
     if E.apply_rule(rule, ids) != ids:  # pragma: no cover - the table says as_is for vLLM
         raise Eagle3Error(f"vLLM's capture rule is {rule!r}; engine capture expects 'as_is'")
     want = (*ids, num_layers)
@@ -97,12 +101,17 @@ def layer_plan(
         if sorted(got) != list(want):
             held = [i for i in sorted(got) if i != num_layers]
             last = "and the last layer" if num_layers in got else "without the last layer"
+            reads = f"the drafter reads h{list(drafter)}" + (
+                f", the store also holds h{[i for i in aux if i not in drafter]}"
+                if set(aux) != set(drafter)
+                else ""
+            )
             raise bad(
                 "--layer-ids",
-                f"the server captures h{held} {last}; the drafter reads h{list(aux)} and the "
-                f"teacher needs id {num_layers}: expected layer ids {list(want)}",
+                f"the server captures h{held} {last}; {reads} and the teacher needs id "
+                f"{num_layers}: expected layer ids {list(want)}",
             )
-    return LayerPlan(num_layers, aux, want)
+    return LayerPlan(num_layers, aux, want, drafter)
 
 
 def drafter_aux(drafter: str | None, aux_layers: Any, num_layers: int) -> tuple[int, ...]:
@@ -284,6 +293,30 @@ def open_target(target: str) -> tuple[Any, TargetShape]:
     return ckpt, target_shape(ckpt)
 
 
+def capture_layers(
+    drafter: str | None, aux_layers: Any, extra: Any, probe: bool, num_layers: int
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(the drafter's h-indices, every h-index to capture): the drafter's first, then
+    ``extra`` ones, then with ``probe`` the probe's candidate readings of the drafter's ids
+    (h[X] and h[X+1], `measure.probe.aux_candidates`), each once: one store then serves
+    `probe`, `train` and `eval`, each picking the layers it needs."""
+    from types import SimpleNamespace
+
+    aux = drafter_aux(drafter, aux_layers, num_layers)
+    more = [int(x) for x in extra or ()]
+    if probe:
+        from eagle3kit.measure.probe import aux_candidates
+
+        if drafter is not None:
+            from eagle3kit.checkpoint.reader import drafter_header
+
+            spec = drafter_header(drafter).spec
+        else:
+            spec = SimpleNamespace(aux_layers_raw=None, aux_layers=tuple(aux))
+        more += [int(i) for c in aux_candidates(spec, num_layers) for i in c["layers"]]
+    return aux, (*aux, *dict.fromkeys(i for i in more if i not in aux))
+
+
 def plan_for(
     target: str,
     drafter: str | None,
@@ -291,16 +324,17 @@ def plan_for(
     layer_ids: Any,
     extra: Any = None,
     version: tuple[int, ...] | None = None,
+    probe: bool = False,
 ) -> tuple[Any, LayerPlan]:
     """The target's checkpoint and the layer plan: the drafter's aux h-indices, then
-    ``extra`` ones (a probe store holds both readings of the drafter's ids)."""
+    ``extra`` ones and (``probe``) the probe's candidates (`capture_layers`)."""
     from eagle3kit.checkpoint.engines import target_family
 
     ckpt, shape = open_target(target)
-    aux = drafter_aux(drafter, aux_layers, shape.num_layers)
-    aux = (*aux, *(int(x) for x in extra or () if int(x) not in aux))
+    own, aux = capture_layers(drafter, aux_layers, extra, probe, shape.num_layers)
     fam = target_family(shape.config)
-    return ckpt, layer_plan(aux, shape.num_layers, layer_ids, family=fam, version=version)
+    plan = layer_plan(aux, shape.num_layers, layer_ids, family=fam, version=version, drafter=own)
+    return ckpt, plan
 
 
 def capture_from_engine(
@@ -314,6 +348,8 @@ def capture_from_engine(
     aux_layers: Any = None,
     layer_ids: Any = None,
     extra_layers: Any = None,
+    probe_layers: bool = False,
+    heldout_data: bool | None = None,
     version: tuple[int, ...] | None = None,
     model: str | None = None,
     vocab: str | Path | None = None,
@@ -333,7 +369,9 @@ def capture_from_engine(
     from eagle3kit.data.prepared import load_prepared
     from eagle3kit.data.store import capture
 
-    ckpt, plan = plan_for(target, drafter, aux_layers, layer_ids, extra_layers, version)
+    ckpt, plan = plan_for(
+        target, drafter, aux_layers, layer_ids, extra_layers, version, probe_layers
+    )
     if not Path(states_dir).is_dir():
         raise bad(str(states_dir), "--states-dir: expected the connector's shared_storage_path")
     head = OutputHead(ckpt, device=device)
@@ -356,6 +394,8 @@ def capture_from_engine(
             topk=topk,
             shard_tokens=shard_tokens,
             batch_tokens=batch_tokens,
+            heldout_data=heldout_data,
+            drafter_layers=plan.drafter,
             progress=progress,
         )
     finally:

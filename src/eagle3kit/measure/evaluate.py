@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from eagle3kit.core.artifacts import stamp
+from eagle3kit.core.artifacts import few_sequences, stamp
 from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
@@ -58,10 +58,15 @@ def _prompt_of(ids: torch.Tensor, mask: torch.Tensor) -> list[int] | None:
 
 
 def load_eval_data(
-    path: str | Path, tokenizer: Any = None, *, heldout: float = 0.05, vocab_size: int | None = None
+    path: str | Path,
+    tokenizer: Any = None,
+    *,
+    heldout: float | int = 0.05,
+    vocab_size: int | None = None,
 ) -> EvalData:
-    """A DATA dir (`data prepare`; its held-out split, the one training leaves out) or a JSONL
-    of conversations (all of them; encoded with the target's chat template). A DATA dir is
+    """A DATA dir (`data prepare`; its held-out split, the one training leaves out, or
+    ``heldout``: a fraction, 1.0 = all, or a count) or a JSONL of conversations (all of them;
+    encoded with the target's chat template). A DATA dir is
     first checked against the target's tokenizer (and vocab_size, when given)."""
     p = Path(path)
     if p.is_dir():
@@ -71,7 +76,12 @@ def load_eval_data(
         check_data_matches_target(
             data.meta, str(p / META), vocab_size=vocab_size, tokenizer=tokenizer
         )
-        _, held = data.split(heldout) if len(data) > 1 else ([], list(range(len(data))))
+        whole = (
+            len(data) <= 1
+            or (isinstance(heldout, float) and heldout == 1.0)
+            or (type(heldout) is int and heldout == len(data))
+        )
+        _, held = ([], list(range(len(data)))) if whole else data.split(heldout)
         samples, skipped = [(data[i].input_ids, data[i].loss_mask) for i in held], []
     elif p.is_file():
         samples, skipped = _encode_jsonl(p, tokenizer)
@@ -141,6 +151,7 @@ def evaluate_offline(
         },
         "samples": len(data.samples),
         "skipped": len(data.skipped),
+        "warnings": few_sequences(len(data.samples), "offline acceptance"),
     }
     return stamp(doc, "eval")
 
@@ -256,6 +267,7 @@ def evaluate(
     off_same = evaluate_offline(target, drafter, same, depth)
     on["offline_same_answers"] = {k: off_same[k] for k in keys}
     on["offline_online_gap"] = off_same["accept_len"] / on["accept_len"] - 1.0
+    on["warnings"] = off["warnings"]
     return on
 
 
@@ -283,15 +295,18 @@ def evaluate_store(
     depth: int = 3,
     *,
     target: str | None = None,
-    heldout: float = 0.05,
+    heldout: float | int | None = None,
     batch_size: int = 8,
     device: str = "cpu",
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """`eval --features STORE`: offline acceptance from a feature store, no target loaded.
 
-    The same held-out samples and metrics as `evaluate_offline` on the store's DATA; the
-    target's hidden states and argmax come from the store (aux dequantised from fp8)."""
+    The same metrics as `evaluate_offline`; the target's hidden states and argmax come from the
+    store (aux dequantised from fp8), the drafter's layers picked by h-index. The samples:
+    ``heldout`` (a fraction or a count of the store, by sample id) or by default the whole
+    store when it was captured from held-out data, else DATA's held-out split (5%, the one
+    training leaves out); the document's ``heldout`` says which."""
     from eagle3kit.measure import store_features as S
     from eagle3kit.plan.forecast import conditional
     from eagle3kit.train.ttt import sim_accept_len, ttt_counts
@@ -299,7 +314,7 @@ def evaluate_store(
     store = S.open_store(features)
     d, spec, _, _ = S.drafter_for(drafter, target, store, device)
     S.check_vocab(store, d, str(features))
-    rows = S.held_rows(store, heldout)
+    rows, how = S.held_rows(store, heldout)
     total = None
     layers = S.drafter_layers(spec, store)
     for i, f in enumerate(S.features(store, rows, layers, d, str(features), chunk=batch_size)):
@@ -324,5 +339,7 @@ def evaluate_store(
         "samples": len(rows),
         "skipped": 0,
         "aux_layers": layers,
+        "heldout": how,
+        "warnings": few_sequences(len(rows), "offline acceptance"),
     }
     return stamp(doc, "eval")

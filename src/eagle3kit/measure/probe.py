@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.core.artifacts import stamp
+from eagle3kit.core.artifacts import few_sequences, stamp
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.measure.probe_batches import Batch, builtin_batch, data_batch
@@ -512,6 +512,7 @@ def _result(doc, aux, sim, fc_sim, acc, online, speeds, depth: int, progress) ->
         "break_even": be,
         "verdict": verdict,
         "reasons": reasons,
+        "warnings": few_sequences(doc["data"]["sequences"], "the verdict"),
     }
     return stamp(doc, "probe")
 

@@ -24,18 +24,19 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from eagle3kit.core.artifacts import stamp
+from eagle3kit.core.artifacts import few_sequences, stamp
 from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.measure import probe as P
 from eagle3kit.measure import store_features as S
 
 
-def _rows(store: Any, n: int, max_len: int) -> list[int]:
-    """probe_batches.data_batch's choice: the first n held-out samples, those of >= 4 tokens once
-    cut."""
-    rows = S.held_rows(store, 0.05, n)
-    return [i for i in rows if min(store.get([i]).input_ids.shape[1], max_len) >= 4]
+def _rows(store: Any, n: int, max_len: int) -> tuple[list[int], dict[str, Any]]:
+    """probe_batches.data_batch's choice: the first n held-out samples (the whole store when it
+    holds held-out data, `store_features.held_rows`), those of >= 4 tokens once cut."""
+    rows, how = S.held_rows(store, None, n)
+    rows = [i for i in rows if min(store.length(i), max_len) >= 4]
+    return rows, {**how, "samples": len(rows)}
 
 
 def detect_aux_store(d: Any, spec: Any, store: Any, rows: list[int], depth: int, max_len: int):
@@ -141,12 +142,12 @@ def probe_features(
         "vocab_size"
     ):
         return P.not_runnable(doc)
-    rows = _rows(new, samples, max_len)
+    rows, how = _rows(new, samples, max_len)
     emit(progress, "probe", 1, 4, "stage", doing="aux readings")
     aux, new_feats = detect_aux_store(d, spec, new, rows, depth, max_len)
     layers = aux["chosen"]["layers"]
     aux["engines"] = P.engine_capture(spec, layout, _shim(new, tpath), layers, drafter)
-    doc["data"] = _data_figures(features_new, rows, new_feats)
+    doc["data"] = {**_data_figures(features_new, rows, new_feats), "heldout": how}
     return _finish(
         doc,
         d,
@@ -167,7 +168,7 @@ def probe_features(
 def _data_figures(features_new: str, rows: list[int], new_feats: list[Any]) -> dict[str, Any]:
     """The document's "data": NEW's held-out rows probed, their tokens and scored tokens."""
     return {
-        "source": f"{features_new} (held-out split)",
+        "source": f"{features_new} (held-out samples)",
         "sequences": len(rows),
         "tokens": int(sum(int(f.attention_mask.sum()) for f in new_feats)),
         "scored": int(sum(int(f.loss_mask.sum()) for f in new_feats)),
@@ -210,5 +211,6 @@ def _finish(
         "break_even": be,
         "verdict": verdict,
         "reasons": reasons,
+        "warnings": few_sequences(len(rows), "the verdict"),
     }
     return stamp(doc, "probe")

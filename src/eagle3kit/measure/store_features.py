@@ -28,7 +28,7 @@ def open_store(path: str | Path) -> Any:
 
 
 def store_layers(store: Any) -> list[int]:
-    return [int(i) for i in store.manifest.get("aux_layers") or []]
+    return store.layers
 
 
 def target_num_layers(store: Any) -> int:
@@ -48,26 +48,39 @@ def check_vocab(store: Any, drafter: Any, where: str) -> None:
         )
 
 
-def columns(store: Any, layers: list[int], where: str) -> list[int]:
-    """Feature columns of ``layers`` in the store's aux [N, k*H]; missing layers are refused."""
-    have = store_layers(store)
-    H = int(store.manifest.get("hidden_size") or 0)
-    missing = [i for i in layers if i not in have]
-    if missing or H <= 0:
-        raise bad(
-            where,
-            f"aux_layers: the store holds h{have}, the drafter reads h{list(layers)} "
-            f"(missing h{missing}); capture them (data capture --aux-layers / --extra-layers)",
+def held_rows(
+    store: Any, heldout: float | int | None = None, n: int | None = None
+) -> tuple[list[int], dict[str, Any]]:
+    """(rows, how): the samples scored and how they were chosen. ``heldout`` None: the whole
+    store when it was captured from held-out data (its manifest says so), else DATA's held-out
+    split, 5% by sample id (the one training leaves out); a fraction or a count: that split of
+    the store (1.0 or every sample: the whole store). ``n`` keeps the first n of them."""
+    from eagle3kit.data.prepared import split_ids
+
+    total = len(store)
+    whole = (
+        (heldout is None and store.heldout_data)
+        or (isinstance(heldout, float) and heldout == 1.0)
+        or (isinstance(heldout, int) and heldout == total)
+    )
+    if whole or total == 1:
+        rows = list(range(total))
+        rule = "the whole store" + (
+            " (captured from held-out data)" if heldout is None and store.heldout_data else ""
         )
-    return [have.index(i) * H + j for i in layers for j in range(H)]
-
-
-def held_rows(store: Any, heldout: float = 0.05, n: int | None = None) -> list[int]:
-    """The held-out samples, as DATA's split picks them (all, when there is only one)."""
-    _, held = store.split(heldout) if len(store) > 1 else ([], list(range(len(store))))
-    if n is None:
-        return list(held)
-    return list(held)[:n] or list(range(min(n, len(store))))
+    else:
+        amount = 0.05 if heldout is None else heldout
+        if isinstance(amount, int) and amount > total:
+            raise bad("--heldout", f"expected at most the store's {total} samples, found {amount}")
+        rows = split_ids(store.ids, amount, 0)[1]
+        size = f"{amount:g} of the store" if isinstance(amount, float) else f"{amount} samples"
+        rule = f"held-out split by sample id, {size}" + (
+            " (DATA's default split, the one training leaves out)" if heldout is None else ""
+        )
+    if n is not None:
+        rows = rows[:n]
+    how = {"rule": rule, "heldout": heldout, "samples": len(rows), "store_samples": total}
+    return rows, how
 
 
 def features(
@@ -80,14 +93,13 @@ def features(
     max_len: int | None = None,
     chunk: int = 8,
 ) -> list[Any]:
-    """Feature batches of ``rows``: aux at ``layers`` only, cut at ``max_len``, on the drafter's
-    device and dtype."""
-    cols = torch.tensor(columns(store, layers, where))  # [k*H]
+    """Feature batches of ``rows``: aux at ``layers`` only (by h-index; a layer the store lacks
+    is refused naming the store), cut at ``max_len``, on the drafter's device and dtype."""
+    store.slots(layers)  # refuse before reading any shard
     dev, dt = drafter.fc.weight.device, drafter.fc.weight.dtype
     out = []
     for s in range(0, len(rows), chunk):
-        f = store.get(rows[s : s + chunk])
-        f = replace(f, aux=f.aux.index_select(-1, cols))  # [B, T, k*H]
+        f = store.get(rows[s : s + chunk], layers)  # [B, T, k*H] aux
         if max_len is not None and f.input_ids.shape[1] > max_len:
             f = replace(f, **{x.name: getattr(f, x.name)[:, :max_len] for x in fields(f)})
         out.append(f.to(dev, dt))

@@ -28,6 +28,7 @@ class TrainConfig:
     rebuild_vocab: bool = False
     l2sp: float = 0.0
     reference_target: str | None = None
+    reference_features: str | None = None  # the old target's feature store (with --features)
     ttt_steps: int = 7
     steps: int | None = None
     epochs: float | None = None

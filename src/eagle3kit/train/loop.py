@@ -295,6 +295,7 @@ def _finish(r: Run) -> dict[str, Any]:
         "draft_vocab_size": ctx.spec.draft_vocab_size,
         "world_size": r.d.world,
         "init": ctx.init_info,
+        "warnings": list(ctx.warnings),
     }
     if ctx.vocab_coverage is not None:
         summary["vocab_coverage"] = ctx.vocab_coverage

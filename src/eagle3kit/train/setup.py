@@ -6,12 +6,13 @@ so it is opened before the target, and the target captures exactly those layers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from eagle3kit.core.artifacts import few_sequences
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.train import warmstart
@@ -30,6 +31,7 @@ class Context:
     init_info: dict[str, Any] | None
     reference: dict[str, Any] | None = None  # --reference-target: old target's eval batches
     vocab_coverage: dict[str, Any] | None = None  # DATA's loss tokens inside the draft vocab
+    warnings: list[str] = field(default_factory=list)  # e.g. a best chosen on few sequences
 
 
 def _chunks(xs: list[int], n: int) -> list[list[int]]:
@@ -38,23 +40,33 @@ def _chunks(xs: list[int], n: int) -> list[list[int]]:
 
 def _open_source(cfg: Any, target: Any, data: Any, d2t: torch.Tensor, aux_layers: Any):
     if cfg.features:
-        from eagle3kit.data.store import FeatureStore
-
-        store = FeatureStore(cfg.features)
-        have, _ = store_vocab(store, cfg.features)
-        if not torch.equal(have, d2t.cpu()):
-            raise bad(
-                cfg.features,
-                "vocab: the store's teacher columns were taken with another draft vocab (d2t) "
-                "than the drafter's",
-            )
-        got = list(store.manifest.get("aux_layers") or [])
-        if got != list(aux_layers):
-            raise bad(
-                cfg.features, f"aux_layers: expected the drafter's {list(aux_layers)}, found {got}"
-            )
-        return OfflineSource(store, max_len=cfg.max_len)
+        store = _store(cfg.features, d2t)
+        return OfflineSource(store, max_len=cfg.max_len, layers=aux_layers)
     return OnlineSource(data, target, d2t, max_len=cfg.max_len, topk=cfg.topk)
+
+
+def _store(path: str, d2t: torch.Tensor) -> Any:
+    """A feature store whose teacher columns are over the drafter's draft vocab (d2t)."""
+    from eagle3kit.data.store import FeatureStore
+
+    store = FeatureStore(path)
+    have, _ = store_vocab(store, path)
+    if not torch.equal(have, d2t.cpu()):
+        raise bad(
+            path,
+            "vocab: the store's teacher columns were taken with another draft vocab (d2t) "
+            "than the drafter's; capture with the drafter's vocab (data capture --vocab)",
+        )
+    return store
+
+
+def store_drafter_layers(path: str) -> list[int]:
+    """The h-indices a store was captured for as a drafter's aux layers (its first layers;
+    the rest are extras such as the probe's other reading); all of them in older stores."""
+    from eagle3kit.data.store import FeatureStore
+
+    man = FeatureStore(path).manifest
+    return [int(i) for i in man.get("drafter_layers") or man.get("aux_layers") or []]
 
 
 def _data(cfg: Any, target: Any) -> Any:
@@ -158,6 +170,13 @@ def _check_options(cfg: Any, d: Any) -> None:
         raise Eagle3Error(
             "expected exactly one of --data DATA (online) or --features STORE (offline)"
         )
+    if cfg.features and cfg.reference_target:  # refused before any target is loaded
+        raise Eagle3Error(
+            "--reference-target runs the old target here, which --features avoids: give the "
+            "old target's feature store of the same DATA as --reference-features STORE"
+        )
+    if cfg.reference_features and not cfg.features:
+        raise Eagle3Error("--reference-features goes with --features (online: --reference-target)")
     if cfg.attention not in ("mha", "mla"):
         raise Eagle3Error(f"--attention: expected 'mha' or 'mla', found {cfg.attention!r}")
     if cfg.batch_size < d.world:
@@ -172,7 +191,8 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
     _check_options(cfg, d)
     init = warmstart.warm_drafter(cfg.init_from, device="cpu") if cfg.init_from else None
     aux0 = init.spec.aux_layers if init is not None else None
-    if cfg.features and not cfg.reference_target:  # offline: the target never runs
+    if cfg.features:  # offline: the target never runs
+        aux0 = aux0 or store_drafter_layers(cfg.features)
         target = features_target(cfg.target, aux0, cfg.target_dtype)
     else:
         target = _target(cfg, cfg.target, aux0, d.device)
@@ -197,9 +217,24 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         emit(progress, "held-out features", j + 1, -(-len(held) // cfg.eval_batch), "batches")
     ctx = Context(m, m.spec, src, train_idx, len(held), eval_batches, info)
     ctx.vocab_coverage = coverage
-    if cfg.reference_target:
+    ctx.warnings = _warnings(cfg, src, len(held), progress)
+    if cfg.reference_target or cfg.reference_features:
         ctx.reference = _reference_before(cfg, ctx, data, held, d.device)
     return ctx
+
+
+def _warnings(cfg: Any, src: Any, n_held: int, progress: Progress | None) -> list[str]:
+    """What the summary's ``warnings`` say (each also a "warning" progress event): a best
+    chosen on few sequences, a store of held-out data trained on."""
+    out = few_sequences(n_held, "choosing RUN/best (held-out accept length)")
+    if cfg.features and src.store.heldout_data:
+        out.append(
+            f"{cfg.features} was captured from held-out data (--heldout-data): training on "
+            "it leaves no held-out figure for `eval`"
+        )
+    for w in out:
+        emit(progress, "warning", 0, None, "", message=w)
+    return out
 
 
 def _drafter(cfg: Any, init: Any, target: Any, data: Any) -> tuple[Any, dict | None]:
@@ -268,12 +303,18 @@ def vocab_coverage(cfg: Any, m: Any, data: Any, progress: Progress | None) -> di
 
 
 def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device: str) -> dict:
-    """Accept length of the starting drafter on the old (--reference-target) and new target."""
-    if data is None:
-        raise Eagle3Error("--reference-target needs --data (the old target runs online)")
-    old = _target(cfg, cfg.reference_target, ctx.spec.aux_layers, device)
-    src = OnlineSource(data, old, ctx.drafter.d2t.cpu(), max_len=cfg.max_len, topk=cfg.topk)
-    old_batches = [src.batch(ch).to(device) for ch in _chunks(held, cfg.eval_batch)]
+    """Accept length of the starting drafter on the old target (--reference-target, run here,
+    or --reference-features, its store) and on the new one."""
+    if cfg.reference_features:
+        old_batches = _reference_store_batches(cfg, ctx, held)
+        name = _store_target(cfg.reference_features)
+    else:
+        if data is None:  # pragma: no cover - _check_options refuses --features with it
+            raise Eagle3Error("--reference-target needs --data (the old target runs online)")
+        old = _target(cfg, cfg.reference_target, ctx.spec.aux_layers, device)
+        src = OnlineSource(data, old, ctx.drafter.d2t.cpu(), max_len=cfg.max_len, topk=cfg.topk)
+        old_batches = [src.batch(ch).to(device) for ch in _chunks(held, cfg.eval_batch)]
+        name = cfg.reference_target
     k = cfg.ttt_steps
     return {
         "old_batches": old_batches,
@@ -281,9 +322,44 @@ def _reference_before(cfg: Any, ctx: Context, data: Any, held: list[int], device
             "old": acceptance(ctx.drafter, old_batches, k),
             "new": acceptance(ctx.drafter, ctx.eval_batches, k),
         },
-        "target": cfg.reference_target,
+        "target": name,
+        "features": cfg.reference_features,
         "k": k,
     }
+
+
+def _store_target(path: str) -> str | None:
+    from eagle3kit.data.store import FeatureStore
+
+    return (FeatureStore(path).manifest.get("target") or {}).get("name_or_path")
+
+
+def _reference_store_batches(cfg: Any, ctx: Context, held: list[int]) -> list[Any]:
+    """The old target's store, the same held-out samples (by id, the same tokens) at the
+    drafter's layers, batched as the new store's held-out batches."""
+    old = _store(cfg.reference_features, ctx.drafter.d2t)
+    src = OfflineSource(old, max_len=cfg.max_len, layers=ctx.spec.aux_layers)
+    new_ids = ctx.source.store.ids
+    where = {sid: j for j, sid in enumerate(old.ids)}
+    missing = [new_ids[i] for i in held if new_ids[i] not in where]
+    if missing:
+        raise bad(
+            cfg.reference_features,
+            f"sample {missing[0]}: expected the held-out samples of --features {cfg.features} "
+            f"({len(missing)} missing); capture both stores from one DATA",
+        )
+    dev = ctx.eval_batches[0].input_ids.device
+    out = []
+    for ch, new_b in zip(_chunks(held, cfg.eval_batch), ctx.eval_batches, strict=True):
+        b = src.batch([where[new_ids[i]] for i in ch]).to(dev)
+        if not torch.equal(b.input_ids, new_b.input_ids):
+            raise bad(
+                cfg.reference_features,
+                f"samples {[new_ids[i] for i in ch]}: other tokens than in --features "
+                f"{cfg.features}; capture both stores from one DATA",
+            )
+        out.append(b)
+    return out
 
 
 def reference_after(ctx: Context, best_dir: Path) -> dict[str, Any]:
@@ -306,6 +382,7 @@ def reference_after(ctx: Context, best_dir: Path) -> dict[str, Any]:
 
     return {  # before/after: every position (the fields runs carried first); also walked
         "target": ref["target"],
+        "features": ref.get("features"),
         "before": taus(before, "tau_every_position"),
         "after": taus(after, "tau_every_position"),
         "tau_walk": {"before": taus(before, "tau_walk"), "after": taus(after, "tau_walk")},

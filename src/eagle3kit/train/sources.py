@@ -44,8 +44,12 @@ class OfflineSource:
 
     kind = "offline"
 
-    def __init__(self, store: Any, *, max_len: int) -> None:
+    def __init__(self, store: Any, *, max_len: int, layers: Any = None) -> None:
+        """``layers``: the h-indices to hand out (the drafter's; a store may hold more)."""
         self.store, self.max_len = store, max_len
+        self.layers = None if layers is None else [int(i) for i in layers]
+        if self.layers is not None:
+            store.slots(self.layers)  # a layer the store lacks: refused now, naming the store
 
     def split(self, heldout: float | int, seed: int = 0) -> tuple[list[int], list[int]]:
         return self.store.split(heldout, seed)
@@ -53,7 +57,7 @@ class OfflineSource:
     def batch(self, indices: list[int]) -> Any:
         from dataclasses import fields, replace
 
-        f = self.store.get(list(indices))
+        f = self.store.get(list(indices), self.layers)
         if f.input_ids.shape[1] <= self.max_len:
             return f
         return replace(f, **{x.name: getattr(f, x.name)[:, : self.max_len] for x in fields(f)})
