@@ -199,3 +199,77 @@ def test_one_live_run_still_tells_what_next(tmp_path):
         "What next (live): not yet: τ 1.600, 80.0 tok/s per request, speedup 0.80x at "
         "concurrency 1 [now.json] is below break-even τ 2.000 [now.json], τ short by 0.400"
     ) in md
+
+
+@pytest.fixture(scope="module")
+def fakes_pair():
+    """The zoo's tiny target, a random drafter (the old one, "before") and one trained briefly
+    on the target's own greedy text (the fine-tuned one, "after")."""
+    import torch
+    from decode_helpers import new_drafter, self_text, train_drafter
+
+    from eagle3kit import zoo
+    from eagle3kit.model.target import TargetModel
+
+    torch.set_num_threads(1)
+    tm = TargetModel.from_pretrained(zoo.build("llama-v1", size="tiny", progress=False))
+    return tm, new_drafter(tm, seed=1), train_drafter(tm, self_text(tm, n=16)[:6], steps=30)
+
+
+def _live_bench(spec_url, base_url, suite, out):
+    r = run_cli("bench", "--url", spec_url, "--baseline-url", base_url, "--suite", suite,
+                "--concurrency", "1", "--repeats", "1", "--max-new-tokens", "12",
+                "--endpoint", "generate", "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    out.write_text(r.out)
+    return json.loads(r.out)
+
+
+@pytest.mark.slow
+def test_the_real_producers_story(fakes_pair, tmp_path):
+    """bench --url against SGLang fakes (old drafter, then the fine-tuned one), plan --from the
+    first, and report: the report's before/after line carries the benches' own figures."""
+    from fake_engine import FakeEngine
+
+    tm, old, new = fakes_pair
+    run = tmp_path / "run"
+    run.mkdir()
+    g = tmp_path / "g.jsonl"
+    g.write_text("".join(json.dumps({"question": q}) + "\n" for q in ("def ", "import ")))
+    with FakeEngine(tm, None, engine="sglang") as base:
+        with FakeEngine(tm, new, engine="sglang", draft_path="/srv/k25-ft") as spec:
+            after = _live_bench(spec.url, base.url, f"gsm8k={g}", run / "after.json")
+        with FakeEngine(tm, old, engine="sglang", draft_path="/srv/k2-drafter") as spec:
+            before = _live_bench(spec.url, base.url, f"gsm8k={g}", run / "before.json")
+    os.utime(run / "after.json", (1_000, 1_000))  # the files' times point the wrong way
+    _plan_from(run / "before.json", run / "plan.json")
+    _write(run / "train" / "summary.json", {"kind": "eagle3kit.train", "schema": 1,
+                                            "steps": 30, "best_step": 30, "sim_accept_len": 2.0,
+                                            "init_from": "/srv/k2-drafter"})  # fmt: skip
+    _write(run / "convert.json", {"kind": "eagle3kit.convert", "schema": 1, "to": "sglang",
+                                  "out": "/srv/k25-ft"})  # fmt: skip
+    doc, md, _ = _report(run, tmp_path / "out")
+    sp = [c["decode_speedup"] for c in (before["comparison"][0], after["comparison"][0])]
+    be = json.loads((run / "plan.json").read_text())["break_even_accept_len"]
+    assert be == pytest.approx(before["cycle_ms"] / before["decode_ms"], rel=1e-5)
+    head = (
+        f"Before → after: speedup {sp[0]:.2f}x → {sp[1]:.2f}x ({sp[1] - sp[0]:+.2f}x), "
+        f"τ {before['accept_len']:.3f} → {after['accept_len']:.3f}: "
+    )
+    assert head in md and f"(break-even τ {be:.3f} [plan.json]) [before.json, after.json]" in md
+    assert "| drafter | /srv/k2-drafter | /srv/k25-ft |" in md
+    assert after["accept_len"] > before["accept_len"]  # the trained drafter accepts more
+    assert "What next (live)" in md and "[after.json]" in md.split("What next (live)")[1]
+    assert doc["found"]["bench_live"] == ["after.json", "before.json"]
+
+
+def test_files_given_keep_their_order(story, tmp_path):
+    """Without the convert/train/probe files the drafters are not told apart; files named on
+    the command line keep the order given, even against their times."""
+    r = run_cli("report", story / "before.json", story / "after.json", "-o", tmp_path / "o")
+    assert r.code == 0, r.err
+    md = (tmp_path / "o" / "report.md").read_text()
+    assert "as given on the command line" in md
+    assert "speedup 0.80x → 1.25x (+0.45x), τ 1.600 → 2.500: crossed break-even" in md
+    # its own costs: 1.6 x 12.5 ms / 10 ms = 2.0 [before.json]
+    assert "(break-even τ 2.000 [after.json]) [before.json, after.json]" in md

@@ -45,6 +45,7 @@ class Found:
     probe_lives: list[tuple[str, dict]] = field(default_factory=list)  # probe --url --json
     converts: list[tuple[str, dict]] = field(default_factory=list)
     times: dict[str, float] = field(default_factory=dict)  # cite -> the file's mtime
+    given: dict[str, int] = field(default_factory=dict)  # cite -> its place on the command line
     skipped: list[str] = field(default_factory=list)  # "path: why" of JSON not rendered
     other: list[str] = field(default_factory=list)  # model and tokenizer files passed over
 
@@ -111,10 +112,12 @@ def _files(src: str | Path) -> tuple[Path, list[Path]]:
 def collect(sources: list[str | Path]) -> Found:
     """Find the JSON artefacts under ``sources`` and sort them by kind."""
     f = Found()
-    for src in sources:
+    for i, src in enumerate(sources):
         root, paths = _files(src)
         for p in paths:
             _classify(f, p, str(p.relative_to(root)))
+        if Path(src).is_file():
+            f.given[str(Path(src).relative_to(root))] = i
     order = {"stale": 0, "finetuned": 1, "scratch": 2}
     f.benches.sort(key=lambda cb: (order.get(cb[1].get("role"), 3), cb[0]))
     if not f.any_rendered():

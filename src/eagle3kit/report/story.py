@@ -8,10 +8,12 @@ concurrency level (the level live/summary.py's plan fields come from) against it
 Order: "before" is a plain run or one serving the old drafter (a train run's ``init_from``,
 a probe's ``drafter``); "after" one serving a new drafter (a convert's ``out``, or a path
 inside a train run's directory), matched on the draft model path the server reported. When
-the servers do not name their drafters, the files' times decide, oldest first, and the report
-says so. Break-even tau: the plan JSON's ``break_even_accept_len`` when one is given (the
-cycle the user planned with), else each run's own cycle costs, cycle_ms / decode_ms
-(= baseline tok/s x cycle s, docs/plan.md); with neither, the measured speedup against 1.
+the servers do not name their drafters, the order the files were given on the command line
+decides, else the files' times, oldest first, and the report says so.
+
+Break-even tau: the plan JSON's ``break_even_accept_len`` when one is given (the cycle the
+user planned with), else each run's own cycle costs, cycle_ms / decode_ms (= baseline tok/s
+x cycle s, docs/plan.md); with neither, the measured speedup against 1.
 """
 
 from __future__ import annotations
@@ -108,6 +110,9 @@ def ordered(f: Found) -> tuple[list[LiveRun], str]:
     if len(runs) > 1 and None not in told and told == {"before", "after"}:
         runs.sort(key=lambda r: (roles[r.cite] == "after", f.times.get(r.cite, 0.0)))
         return runs, "by the drafter each server reported (plain or old drafter first)"
+    if len(runs) > 1 and all(r.cite in f.given for r in runs):
+        runs.sort(key=lambda r: f.given[r.cite])
+        return runs, "as given on the command line (the servers' drafters do not tell)"
     runs.sort(key=lambda r: (f.times.get(r.cite, 0.0), r.cite))
     why = "oldest first: the servers' drafters do not tell before from after"
     return runs, f"by the files' times, {why}" if len(runs) > 1 else "one run"
