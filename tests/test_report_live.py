@@ -113,6 +113,7 @@ def story(tmp_path):
     _write(run / "probe-live.json", PROBE_LIVE)
     _write(run / "compat.json", {"kind": "eagle3kit.compat", "schema": 1})
     _write(run / "notes.json", "{torn")
+    _write(run / "killed" / "state" / "state.json", {"kind": "eagle3kit.train_state", "schema": 1})
     return run
 
 
@@ -166,6 +167,8 @@ def test_every_json_is_rendered_or_skipped_with_why(story, tmp_path):
         "bench serves",
     ]
     assert want[0] in doc["skipped"] and want[1] in doc["skipped"]
+    want.append("killed/state/state.json: a train run's state without its summary.json")
+    assert any(s.startswith(want[2]) for s in doc["skipped"])
     torn = next(s for s in doc["skipped"] if s.startswith("notes.json: invalid JSON"))
     for text in (md, html.replace("&#x27;", "'")):
         assert "Files not rendered" in text
@@ -273,3 +276,17 @@ def test_files_given_keep_their_order(story, tmp_path):
     assert "speedup 0.80x → 1.25x (+0.45x), τ 1.600 → 2.500: crossed break-even" in md
     # its own costs: 1.6 x 12.5 ms / 10 ms = 2.0 [before.json]
     assert "(break-even τ 2.000 [after.json]) [before.json, after.json]" in md
+
+
+def test_a_speedup_that_contradicts_the_break_even_verdict_is_said(tmp_path):
+    """After: tau 2.5 clears the plan's break-even 2.0, but its decode ran at 95 tok/s of the
+    plain 100 (its cycle, 2.5 x 10.53 ms = 26.3 ms, grew past the planned 20 ms)."""
+    run = tmp_path / "run"
+    _write(run / "1.json", bench_live(80.0, 1.6, None), mtime=1_000)
+    _write(run / "2.json", bench_live(95.0, 2.5, None), mtime=2_000)
+    _plan_from(run / "1.json", run / "plan.json")
+    _, md, _ = _report(run, tmp_path / "out")
+    assert (
+        "crossed break-even (break-even τ 2.000 [plan.json]); but its measured speedup is 0.95x: "
+        "the cycle's cost moved [1.json, 2.json]."
+    ) in md

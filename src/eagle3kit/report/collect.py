@@ -124,24 +124,31 @@ def collect(sources: list[str | Path]) -> Found:
         why = f" (skipped: {'; '.join(f.skipped[:3])})" if f.skipped else ""
         raise Eagle3Error(
             f"report: {', '.join(map(str, sources))}: no probe, bench, train or plan JSON "
-            f"found (nor eval){why}"
+            f"found (nor eval or live JSON){why}"
         )
     return f
 
 
-def _is_train_state(p: Path) -> bool:
-    """RUN/state/state.json, read with RUN/summary.json (the batch size)."""
-    return p.name == "state.json" and p.parent.name == "state"
+def _train_state(f: Found, p: Path, cite: str) -> bool:
+    """RUN/state/state.json is read with RUN/summary.json (the batch size): True when ``p`` is
+    one (named as skipped when its run has no summary yet)."""
+    if p.name != "state.json" or p.parent.name != "state":
+        return False
+    if not (p.parent.parent / "summary.json").is_file():
+        f.skipped.append(f"{cite}: a train run's state without its summary.json (not finished)")
+    return True
 
 
 def _classify(f: Found, p: Path, cite: str) -> None:
     """Add the artefact at ``p`` to its list by its kind; name it in f.skipped otherwise."""
     doc, unreadable = read_json(p)
     kind = kind_of(doc)
+    if kind in (None, "train_state") and _train_state(f, p, cite):
+        return
     if kind is None:
         if p.name in OTHER_JSON:
             f.other.append(cite)
-        elif not _is_train_state(p):
+        else:
             why = unreadable or ("not a JSON object" if not isinstance(doc, dict) else "")
             f.skipped.append(f"{cite}: {why or 'no eagle3kit kind'}")
         return

@@ -181,7 +181,14 @@ def change_line(f: Found, a: LiveRun, b: LiveRun) -> str:
         (False, False): "still below break-even",
         (True, False): "fell below break-even",
     }.get((pa, pb), "break-even not known")
-    return f"{t}: {verdict}{against} [{a.cite}, {b.cite}]."
+    return f"{t}: {verdict}{against}{_disagrees(pb, b)} [{a.cite}, {b.cite}]."
+
+
+def _disagrees(p: bool | None, r: LiveRun) -> str:
+    """A note when the measured speedup contradicts the verdict from tau vs break-even."""
+    if p is None or r.speedup is None or (r.speedup >= 1.0) == p:
+        return ""
+    return f"; but its measured speedup is {r.speedup:.2f}x: the cycle's cost moved"
 
 
 def story_blocks(f: Found) -> list[tuple]:
