@@ -306,3 +306,12 @@ def test_acceptance_file_and_another_acceptance(tmp_path):
     f = _file(tmp_path, EVAL_OFFLINE)
     r = run_cli("plan", *SPEEDS, "--acceptance-file", f, "--accept-len", "2")
     assert r.code == 2 and "--acceptance-file and --accept-len" in r.err
+
+
+def test_rates_short_of_the_depth_price_the_tau_at_the_depth(tmp_path):
+    """Two positions reported for a depth-4 server: tau 1 + 0.8 + 0.6 = 2.4, priced at 4."""
+    doc = {**_live(pos=(0.8, 0.6)), "accept_len": 2.4}
+    doc["deployments"][1]["levels"][1]["acceptance"]["accept_len"] = 2.4
+    d = _plan("--from", _file(tmp_path, doc))
+    assert d["depth"] == 4 and d["accept_len"] == pytest.approx(2.4)
+    assert d["per_position_acceptance"] is None

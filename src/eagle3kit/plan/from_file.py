@@ -195,6 +195,9 @@ def measured(path: str | Path, doc: Any = None) -> Measured:
         want = ", ".join(f"'eagle3kit.{k}'" for k in READERS)
         raise bad(str(path), f"kind: expected one of {want}, found {found!r}")
     m = READERS[kind][1](doc, str(path))
+    k = m.figures.get("depth")
+    if m.per_position is not None and k is not None and len(m.per_position) < k:
+        m = Measured(m.kind, m.figures, None)  # rates short of the depth: its tau alone
     if "accept_len" not in m.figures:
         why = " (the servers reported no acceptance; see the run's errors)" * kind.endswith("live")
         raise bad(str(path), f"accept_len: expected a number, found none{why}")
