@@ -204,6 +204,11 @@ def measured(path: str | Path, doc: Any = None) -> Measured:
     return m
 
 
+def file_inputs(path: str | Path) -> dict[str, Any]:
+    """The plan inputs (FIELDS) the measurement at ``path`` carries (accept_len required)."""
+    return dict(measured(path).figures)
+
+
 def plan_args_from_file(path: str | Path, given: dict[str, Any]) -> dict[str, Any]:
     """`plan`'s options filled from the file where the user gave nothing for that group; the
     file's acceptance is its per-position rates when they give its tau, else its tau."""
