@@ -246,6 +246,8 @@ def _plan(o: dict[str, Any]) -> PlanResult:
         from eagle3kit.plan.from_file import plan_args_from_file
 
         o.update(plan_args_from_file(o["from_"], o))
+        if o["per_position"] is not None:
+            o["accept_len"] = None  # the file's rates, which give its tau
     if o["acceptance_file"] is not None:
         _acceptance_file(o)
     verify, fit = o["verify_ms"], o["verify_fit"]

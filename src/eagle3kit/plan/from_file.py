@@ -210,15 +210,16 @@ def file_inputs(path: str | Path) -> dict[str, Any]:
 
 
 def plan_args_from_file(path: str | Path, given: dict[str, Any]) -> dict[str, Any]:
-    """`plan`'s options filled from the file where the user gave nothing for that group; the
-    file's acceptance is its per-position rates when they give its tau, else its tau."""
+    """`plan`'s options filled from the file where the user gave nothing for that group. When
+    the file's acceptance is taken, ``accept_len`` is its tau and ``per_position`` its
+    conditional rates when they give that tau (else None); plan() takes one of the two."""
     m = measured(path)
     out = {k: given.get(k) for k in FIELDS} | {"per_position": None}
     for key, group in GROUPS.items():
         if key in m.figures and all(given.get(g) is None for g in group):
             out[key] = m.figures[key]
     if out["accept_len"] is not None and given.get("accept_len") is None and m.per_position:
-        out["per_position"], out["accept_len"] = m.per_position, None
+        out["per_position"] = m.per_position  # its tau stays in accept_len: give plan() one
     return out
 
 
