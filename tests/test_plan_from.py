@@ -281,7 +281,7 @@ def test_probe_live(tmp_path):
         ({"kind": "eagle3kit.compat", "schema": 1}, "--from", "found 'eagle3kit.compat'"),
         ({"kind": "eagle3kit.compat", "schema": 1}, "--acceptance-file", "kind: expected"),
         ({"kind": "vendor.bench", "accept_len": 2}, "--acceptance-file", "'vendor.bench'"),
-        ([0.7, 0.5], "--from", "kind: expected one of"),
+        ([0.7, 0.5], "--from", "kind: expected 'eagle3kit.eval', 'eagle3kit.bench'"),
         ({"kind": "eagle3kit.eval", "schema": 1, "depth": 3}, "--from", "accept_len"),
         ({**BENCH, "methods": BENCH["methods"][:1]}, "--from", "'chain' or 'tree'"),
         ({**EVAL_OFFLINE, "accept_len": "2.5"}, "--from", "accept_len: expected a number"),

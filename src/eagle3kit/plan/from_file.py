@@ -193,7 +193,7 @@ def measured(path: str | Path, doc: Any = None) -> Measured:
     if kind not in READERS:
         found = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
         want = ", ".join(f"'eagle3kit.{k}'" for k in READERS)
-        raise bad(str(path), f"kind: expected one of {want}, found {found!r}")
+        raise bad(str(path), f"kind: expected {want} (a measurement), found {found!r}")
     m = READERS[kind][1](doc, str(path))
     k = m.figures.get("depth")
     if m.per_position is not None and k is not None and len(m.per_position) < k:
