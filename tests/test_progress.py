@@ -1,4 +1,4 @@
-"""cli/_progress.py: outside a terminal, progress is whole plain lines, never redrawn bar fragments."""
+"""cli/_progress.py: outside a terminal, progress is whole plain lines, never bar fragments."""
 
 from __future__ import annotations
 

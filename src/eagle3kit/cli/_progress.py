@@ -47,7 +47,7 @@ def _clock(seconds: float) -> str:
 
 
 class PlainLines:
-    """A Progress that prints whole lines: `stage 40/100 step (40%) loss 1.2 0:00:12 ETA 0:00:18`."""
+    """A Progress printing whole lines: `train 40/100 step (40%) 0:00:12 ETA 0:00:18`."""
 
     def __init__(self, out: IO[str], clock: Callable[[], float] | None = None) -> None:
         self.out, self.clock = out, clock or (lambda: time.monotonic())
