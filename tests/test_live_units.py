@@ -199,7 +199,40 @@ def test_conversations(tmp_path):
             {"prompt": "raw"},
         ],
     )
-    assert [p.turns for p in load_conversations(f)] == [("u1", "u2"), ("raw",)]
+    assert [p.turns for p in load_conversations(f)[0]] == [("u1", "u2"), ("raw",)]
+
+
+SHAREGPT = [
+    {"id": "a", "conversations": [{"from": "human", "value": "u1"},
+                                  {"from": "gpt", "value": "a1"}]},
+    {"system": "s", "conversations": [{"from": "human", "value": "v1"},
+                                      {"from": "gpt", "value": "b1"},
+                                      {"from": "human", "value": "v2"},
+                                      {"from": "gpt", "value": "b2"}]},
+    {"conversations": [{"from": "user", "value": "w1"}, {"from": "chatgpt", "value": "c1"}]},
+    {"conversations": [{"from": "human", "value": "x1"}, {"from": "alien", "value": "?"}]},
+]  # fmt: skip
+
+
+def test_bench_data_takes_the_sharegpt_rows_prepare_takes(tmp_path):
+    """`bench --url --data` reads conversations with prepare's reader: every row prepare
+    accepts gives its user turns, in order; the row prepare skips is skipped, and named."""
+    from eagle3kit.data.conversations import Conversation, read_conversations
+
+    f = _jsonl(tmp_path / "sg.jsonl", SHAREGPT)
+    took = [c for _, _, c in read_conversations([f]) if isinstance(c, Conversation)]
+    assert len(took) == 3  # prepare's reader: the unknown speaker 'alien' is malformed
+    prompts, skipped = load_conversations(f)
+    assert [p.turns for p in prompts] == [("u1",), ("v1", "v2"), ("w1",)]
+    assert prompts[0].id == "a"
+    assert [(s.line, s.reason) for s in skipped] == [(4, "turn 2: unknown role 'alien'")]
+    # the same from a .json array (a ShareGPT dump), and capped by --prompts
+    arr = tmp_path / "sg.json"
+    arr.write_text(json.dumps(SHAREGPT))
+    assert [p.turns for p in load_conversations(arr, limit=2)[0]] == [("u1",), ("v1", "v2")]
+    bad = _jsonl(tmp_path / "bad.jsonl", [SHAREGPT[3], {"x": 1}])
+    with pytest.raises(Eagle3Error, match=r"bad.jsonl: expected at least one prompt .*2 unusable"):
+        load_conversations(bad)
 
 
 def _bench_doc(tmp_path, **kw):

@@ -171,21 +171,31 @@ def load_suites(specs: str, limit: int | None = None) -> list[Prompt]:
     return [p for s in specs.split(",") if s.strip() for p in load_suite(s.strip(), limit)]
 
 
-def load_conversations(path: Path, limit: int | None = None) -> list[Prompt]:
-    """`--data` JSONL: each line {"messages": [...]} (user turns used) or {"prompt": "..."}."""
-    out = []
-    for i, row in enumerate(read_rows(path)):
-        msgs = row.get("messages", row.get("conversations"))
-        if isinstance(msgs, list):
-            turns = [
-                m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") == "user"
-            ]
-        else:
-            turns = [row.get("prompt", row.get("text"))]
-        turns = [t for t in turns if isinstance(t, str) and t]
-        if not turns:
-            raise bad(f"{path} row {i + 1}", "expected 'messages' with user turns, or 'prompt'")
-        out.append(Prompt("data", str(row.get("id", i)), tuple(turns)))
-        if limit is not None and len(out) >= limit:
-            break
-    return out
+def load_conversations(path: Path, limit: int | None = None) -> tuple[list[Prompt], list[Any]]:
+    """`--data`: (prompts, the records skipped as unusable: `Problem`s). Read as `data prepare`
+    reads conversations (JSONL, a .json array, a saved dataset; ShareGPT or OpenAI form),
+    except that prompts only are enough, and a row may be {"prompt": "..."}; a .parquet file's
+    rows likewise. The user turns are sent, in order."""
+    from eagle3kit.data.conversations import (
+        Malformed,
+        Problem,
+        read_prompts,
+        user_turns,
+        validate_prompt,
+    )
+
+    if path.suffix == ".parquet":
+        convs, problems = [], []
+        for i, row in enumerate(read_rows(path), 1):
+            try:
+                convs.append(validate_prompt(row))
+            except Malformed as e:
+                problems.append(Problem(str(path), i, str(e)))
+            if limit is not None and len(convs) >= limit:
+                break
+        if not convs:
+            raise bad(str(path), f"expected prompts, found none ({problems[:1]})")
+    else:
+        convs, problems = read_prompts(path, limit)
+    prompts = [Prompt("data", c.id, tuple(user_turns(c))) for c in convs]
+    return prompts, problems
