@@ -1,9 +1,11 @@
 """The CLI side of eagle3kit.core.progress: one line of progress per stage on stderr.
 
 On a terminal, a Rich bar per stage with rate and ETA. Elsewhere (a pipe, a log file, `nohup`),
-a redrawn bar would land as truncated fragments, so whole plain lines are printed instead: one
-when a stage starts, one each time it crosses another tenth of its total (or every
-`PLAIN_EVERY_S` seconds when the total is unknown or the stage is slow), and one when it ends.
+a redrawn bar would land as truncated fragments, so whole plain lines are printed instead:
+nothing during a stage's first `PLAIN_QUIET_S` seconds (a short command, or one that fails
+early, prints no progress before its result or its one error line), then one line each time
+the stage crosses another tenth of its total and at least every `PLAIN_EVERY_S` seconds, and
+one line when it ends.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import IO
 
 from eagle3kit.core.progress import Event, Progress
 
-PLAIN_EVERY_S = 30.0  # at most this long between two plain lines of a running stage
-PLAIN_STEPS = 10  # a plain line each time a stage crosses another 1/PLAIN_STEPS of its total
+PLAIN_QUIET_S = 10.0  # no plain line before a stage has run this long (except its end)
+PLAIN_EVERY_S = 60.0  # then at most this long between two lines of a running stage
+PLAIN_STEPS = 10  # and a line each time a stage crosses another 1/PLAIN_STEPS of its total
 
 
 @contextlib.contextmanager
@@ -51,21 +54,20 @@ class PlainLines:
 
     def __init__(self, out: IO[str], clock: Callable[[], float] | None = None) -> None:
         self.out, self.clock = out, clock or (lambda: time.monotonic())
-        self.started: dict[str, float] = {}
+        self.started: dict[str, float] = {}  # stage -> when its first event came
         self.printed: dict[str, tuple[float, int, int]] = {}  # stage -> (time, step, done)
 
     def __call__(self, e: Event) -> None:
         now = self.clock()
-        start = self.started.setdefault(e.stage, now)
         step = e.done * PLAIN_STEPS // e.total if e.total else 0
+        start = self.started.setdefault(e.stage, now)
         last = self.printed.get(e.stage)
-        finished = e.total is not None and e.done >= e.total
-        due = (
-            last is None
-            or step > last[1]
-            or now - last[0] >= PLAIN_EVERY_S
-            or (finished and last[2] < e.done)
-        )
+        if e.total is not None and e.done >= e.total:
+            due = last is None or last[2] < e.done  # the end: always, once
+        elif now - start < PLAIN_QUIET_S:
+            due = False
+        else:
+            due = last is None or step > last[1] or now - last[0] >= PLAIN_EVERY_S
         if due:
             self.printed[e.stage] = (now, step, e.done)
             self.out.write(self.line(e, now - start) + "\n")

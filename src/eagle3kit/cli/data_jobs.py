@@ -5,6 +5,7 @@ torch/transformers are imported inside the commands only (`eagle3kit --help` sta
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -68,6 +69,14 @@ TemplateKwargs = Annotated[
         "it as chat_template_kwargs).",
     ),
 ]
+Truncated = Annotated[
+    str,
+    typer.Option(
+        "--truncated",
+        help="A sample with an answer cut at --max-tokens (finish_reason length): keep (marked "
+        "cut_at_max_tokens) or drop (left out; a rerun with more --max-tokens retries it).",
+    ),
+]
 Dtype = Annotated[str, typer.Option("--dtype")]
 JsonOut = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
@@ -86,6 +95,7 @@ def regenerate_cmd(
     retries: Retries = 4,
     timeout: RegenTimeout = 300.0,
     template_kwargs: TemplateKwargs = None,
+    truncated: Truncated = "keep",
     device: Device = "cpu",
     dtype: Dtype = "float32",
     trust_remote_code: TrustRemoteCode = False,
@@ -121,8 +131,10 @@ def regenerate_cmd(
             retries=retries,
             timeout=timeout,
             template_kwargs=kwargs,
+            truncated=truncated,
             progress=progress,
         )
+    _warn_cut(res)
     if json_:
         emit_json(res.to_json())
     else:
@@ -139,6 +151,21 @@ def _local_generator(o: dict, kwargs: dict):
     return local_generator(
         tm, o["max_tokens"], o["temperature"], o["seed"], template_kwargs=kwargs, top_p=o["top_p"]
     )
+
+
+def _warn_cut(res) -> None:
+    """One warning line when --max-tokens cut answers (finish_reason "length")."""
+    if res.cut_answers:
+        what = (
+            f"dropped ({len(res.dropped)} samples left out; rerun with a larger --max-tokens)"
+            if res.truncated == "drop"
+            else "kept, each sample marked cut_at_max_tokens (--truncated drop leaves them out)"
+        )
+        print(
+            f"warning: {res.cut_answers} answers in {res.cut_samples} samples stopped at "
+            f"--max-tokens {res.max_tokens} (finish_reason length): {what}",
+            file=sys.stderr,
+        )
 
 
 def _render_regenerate(res, output: Path) -> None:
