@@ -205,7 +205,8 @@ Vocab = Annotated[
     Path,
     typer.Option(
         "--vocab",
-        help="Draft vocab (d2t/t2d safetensors from `data vocab`); default: the full vocab.",
+        help="Draft vocab: d2t/t2d safetensors from `data vocab`, or a drafter checkpoint "
+        "(its own d2t/t2d; what warm-start training needs); default: the full vocab.",
     ),
 ]
 Topk = Annotated[
@@ -287,6 +288,11 @@ def capture_cmd(
     """Offline feature store: fp8 aux states + top-K teacher log-probs, sharded, resumable."""
     from eagle3kit.cli._render import emit_json
 
+    if vocab is not None:
+        from eagle3kit.core.vocab import vocab_file
+
+        vocab = vocab_file(vocab)  # a drafter checkpoint's directory: its weights file
+
     if engine is not None or launch_command:
         if output is not None:
             check_output(output, "-o", data, vocab, kind="dir")
@@ -366,6 +372,20 @@ def register(data_app: typer.Typer) -> None:
     data_app.command("capture")(capture_cmd)
 
 
+def _next_capture(target: str, eng: dict, vocab: Path | None) -> None:
+    """After the launch line (stdout), the capture command that goes with it (stderr). With a
+    drafter, its own checkpoint is the --vocab: a store over another draft vocab cannot
+    train it from a warm start."""
+    d = eng["drafter"]
+    v = vocab or d or "VOCAB"
+    print(
+        f"then: eagle3kit data capture DATA --target {target}"
+        + (f" --drafter {d}" if d else "")
+        + f" --vocab {v} --engine vllm --url URL --states-dir {eng['states_dir']} -o STORE",
+        file=sys.stderr,
+    )
+
+
 def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_tokens, json_):
     """`data capture --engine vllm` (or `--launch-command`): the store, or None when only the
     launch line was printed."""
@@ -391,6 +411,7 @@ def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_to
             emit_json({**doc, **plan.record()})
         else:
             print(line)
+            _next_capture(target, eng, common["vocab"])
         return None
     if data is None or output is None or not eng["url"] or eng["states_dir"] is None:
         raise Eagle3Error(

@@ -45,8 +45,10 @@ def _open_source(cfg: Any, target: Any, data: Any, d2t: torch.Tensor, aux_layers
         if not torch.equal(have, d2t.cpu()):
             raise bad(
                 cfg.features,
-                "vocab: the store's teacher columns were taken with another draft vocab (d2t) "
-                "than the drafter's",
+                f"vocab: the store's teacher columns were taken with another draft vocab "
+                f"({have.numel()} ids) than the drafter's ({d2t.numel()} ids); capture the "
+                "store with `data capture ... --vocab DRAFTER` (a drafter checkpoint serves as "
+                "--vocab: its own d2t/t2d), or add --rebuild-vocab to train over the store's",
             )
         got = list(store.manifest.get("aux_layers") or [])
         if got != list(aux_layers):
