@@ -503,6 +503,7 @@ def test_the_chat_bar_warning_says_which_failure_it_is():
     assert chat_bar_warning("m", ok) is None
 
 
+@pytest.mark.slow  # ~10 s: builds a member
 def test_zoo_list_shows_each_size_built_stale_or_what_a_build_costs(cli, monkeypatch, tmp_path):
     """A home holding only tiny members (what tests and the demo build): `zoo list` without
     --size shows them built, beside the unbuilt full members and what building each costs."""
