@@ -183,13 +183,24 @@ def test_without_drafter_names_the_files_times_decide_and_say_so(tmp_path):
     _write(run / "b.json", bench_live(125.0, 2.5, None, engine="vllm"), mtime=2_000)
     _write(run / "a.json", bench_live(90.0, 1.9, None, engine="vllm"), mtime=1_000)
     _, md, _ = _report(run, tmp_path / "out")
-    assert "by the files' times, oldest first: the servers' drafters do not tell" in md
+    assert "by the runs' start times, oldest first: the servers' drafters do not tell" in md
     assert "| drafter | not reported by the server | not reported by the server |" in md
     # no plan: each run's own costs, cycle_ms / decode_ms: 1.9 x 11.11 / 10 = 2.111 (a),
     # 2.5 x 8 / 10 = 2.0 (b)
     assert "| break-even τ | 2.111 [a.json] | 2.000 [b.json] |" in md
     assert "speedup 0.90x → 1.25x (+0.35x), τ 1.900 → 2.500: crossed break-even" in md
     assert "drafter None" not in md
+
+
+def test_the_runs_own_start_times_beat_the_files_times(tmp_path):
+    """bench --url writes when it started; a copy of the files (new mtimes) keeps the order."""
+    run = tmp_path / "run"
+    a = {**bench_live(90.0, 1.9, None, engine="vllm"), "started": "2026-11-30T08:00:00Z"}
+    b = {**bench_live(125.0, 2.5, None, engine="vllm"), "started": "2026-12-01T08:00:00Z"}
+    _write(run / "a.json", a, mtime=2_000)  # the files' times point the wrong way
+    _write(run / "b.json", b, mtime=1_000)
+    _, md, _ = _report(run, tmp_path / "out")
+    assert "speedup 0.90x → 1.25x (+0.35x), τ 1.900 → 2.500: crossed break-even" in md
 
 
 def test_one_live_run_still_tells_what_next(tmp_path):

@@ -218,6 +218,7 @@ def run_live_bench(
     cfg.check()
     if not urls:
         raise Eagle3Error("--url: expected at least one server URL")
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())  # orders before/after runs
     dl, errors = Deadline(cfg.timeout), []
     deps = [Deployment(baseline_url, "baseline")] if baseline_url else []
     deps += [Deployment(u, "speculative") for u in urls]
@@ -228,7 +229,7 @@ def run_live_bench(
         _life(d, dl, "before")
     suites = list(dict.fromkeys(p.suite for p in cfg.prompts))
     if not deps:
-        return summarise(deps, cfg, errors, suites)
+        return {**summarise(deps, cfg, errors, suites), "started": started}
     blocks = [(r, c, s) for r in range(cfg.repeats) for c in cfg.concurrency for s in suites]
     done = 0
     for r, c, s in blocks:
@@ -245,4 +246,4 @@ def run_live_bench(
         emit(progress, "bench", done, len(blocks), unit="block")
     for d in deps:
         _life(d, dl, "after")
-    return summarise(deps, cfg, errors, suites)
+    return {**summarise(deps, cfg, errors, suites), "started": started}

@@ -12,7 +12,8 @@ Per deployment and concurrency level:
 - distinct-4 of the outputs (word 4-grams) and the number of distinct answers: a loop makes
   drafting easy and inflates tau.
 Top level: `accept_len`, `depth`, `cycle_ms`, `decode_ms`, `new_tokens`, `prefill_ms` for
-`eagle3kit plan --from`, taken from the first speculative deployment at the lowest level.
+`eagle3kit plan --from`, taken from the first speculative deployment at the lowest level;
+`started` (UTC, added by live/bench.py) orders before/after runs in `report`.
 """
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class Found:
     evals: list[tuple[str, dict]] = field(default_factory=list)
     probe_lives: list[tuple[str, dict]] = field(default_factory=list)  # probe --url --json
     converts: list[tuple[str, dict]] = field(default_factory=list)
-    times: dict[str, float] = field(default_factory=dict)  # cite -> the file's mtime
+    times: dict[str, float] = field(default_factory=dict)  # cite -> its start, else mtime
     given: dict[str, int] = field(default_factory=dict)  # cite -> its place on the command line
     skipped: list[str] = field(default_factory=list)  # "path: why" of JSON not rendered
     other: list[str] = field(default_factory=list)  # model and tokenizer files passed over
@@ -152,8 +152,19 @@ def _classify(f: Found, p: Path, cite: str) -> None:
             why = unreadable or ("not a JSON object" if not isinstance(doc, dict) else "")
             f.skipped.append(f"{cite}: {why or 'no eagle3kit kind'}")
         return
-    f.times[cite] = p.stat().st_mtime
+    f.times[cite] = _started(doc) or p.stat().st_mtime
     _add(f, kind, doc, p, cite)
+
+
+def _started(doc: dict) -> float | None:
+    """The run's own start time (bench --url writes "started", UTC), else None: the file's."""
+    import calendar
+    import time
+
+    try:
+        return float(calendar.timegm(time.strptime(doc["started"], "%Y-%m-%dT%H:%M:%SZ")))
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 def _add(f: Found, kind: str, doc: dict, p: Path, cite: str) -> None:

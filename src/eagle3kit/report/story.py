@@ -9,7 +9,8 @@ Order: "before" is a plain run or one serving the old drafter (a train run's ``i
 a probe's ``drafter``); "after" one serving a new drafter (a convert's ``out``, or a path
 inside a train run's directory), matched on the draft model path the server reported. When
 the servers do not name their drafters, the order the files were given on the command line
-decides, else the files' times, oldest first, and the report says so.
+decides, else the runs' start times (bench --url's ``started``; a file without one: its
+mtime), oldest first, and the report says so.
 
 Break-even tau: the plan JSON's ``break_even_accept_len`` when one is given (the cycle the
 user planned with), else each run's own cycle costs, cycle_ms / decode_ms (= baseline tok/s
@@ -115,7 +116,7 @@ def ordered(f: Found) -> tuple[list[LiveRun], str]:
         return runs, "as given on the command line (the servers' drafters do not tell)"
     runs.sort(key=lambda r: (f.times.get(r.cite, 0.0), r.cite))
     why = "oldest first: the servers' drafters do not tell before from after"
-    return runs, f"by the files' times, {why}" if len(runs) > 1 else "one run"
+    return runs, f"by the runs' start times, {why}" if len(runs) > 1 else "one run"
 
 
 def ordered_docs(f: Found) -> list[tuple[str, dict]]:
