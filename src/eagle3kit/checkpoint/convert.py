@@ -16,9 +16,17 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.checkpoint.checker import check_drafter
-from eagle3kit.checkpoint.layouts import LAYOUTS, LossyConversion, canonical_to_file, config_for
+from eagle3kit.checkpoint import engines as E
+from eagle3kit.checkpoint.layouts import (
+    LAYOUTS,
+    LossyConversion,
+    canonical_to_file,
+    config_for,
+    sglang_ids,
+)
 from eagle3kit.checkpoint.reader import DrafterHeader, read_drafter, read_tensors
 from eagle3kit.checkpoint.safetensors_io import (
+    _load_json,
     load_checkpoint,
     load_local,
     looks_like_repo_id,
@@ -64,12 +72,14 @@ def eagle_refusals(spec: DraftSpec, has_embedding: bool) -> list[str]:
     return out
 
 
-def layout_config(spec: DraftSpec, layout: str, verifier: str | None = None) -> dict[str, Any]:
+def layout_config(
+    spec: DraftSpec, layout: str, verifier: str | None = None, family: str | None = None
+) -> dict[str, Any]:
     """config_for(), refusing lossy targets; the EAGLE layout carries `target_hidden_size` only
     when it differs from `hidden_size` (EAGLE's loader reads its presence as "do not load the
     target's embedding")."""
     try:
-        cfg = config_for(spec, layout, verifier=verifier)
+        cfg = config_for(spec, layout, verifier=verifier, family=family)
     except LossyConversion as e:
         raise Eagle3Error(f"refusing a lossy conversion to {layout}: {e}") from e
     if layout == "eagle" and cfg.get("target_hidden_size") == spec.hidden_size:
@@ -88,6 +98,7 @@ def save_drafter(
     *,
     verifier: str | None = None,
     overwrite: bool = False,
+    family: str | None = None,
 ) -> dict[str, Any]:
     """Write a servable drafter directory in `layout`; returns the config written.
 
@@ -95,7 +106,7 @@ def save_drafter(
     so an existing directory is never left half-written; all-zero runs stay holes."""
     if layout not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {layout!r}")
-    cfg = layout_config(spec, layout, verifier)
+    cfg = layout_config(spec, layout, verifier, family)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise bad(str(out), "expected a new or empty output directory, found one that is not empty")
@@ -281,6 +292,26 @@ def check_verifier(verifier: str | None) -> None:
     )
 
 
+def target_family_of(verifier: str | None, spec: DraftSpec) -> tuple[str | None, str | None]:
+    """(family, note): the target family (engines.target_family) from a local verifier's
+    config.json; for an MLA drafter without one, DeepSeek/Kimi (MLA drafters serve those);
+    else None, with a note when SGLang's ids would differ on a DeepSeek/Kimi target."""
+    cfg = Path(verifier) / "config.json" if verifier else None
+    if cfg is not None and cfg.is_file():
+        doc = _load_json(cfg)
+        if not isinstance(doc, dict):
+            raise bad(str(cfg), f"expected a JSON object (the target's config), found {doc!r:.60}")
+        return E.target_family(doc), None
+    if spec.is_mla:
+        return "deepseek", None
+    if spec.aux_layers and sglang_ids(spec, "llama") != sglang_ids(spec, "deepseek"):
+        return None, (
+            "ids written for a Llama-family target; for a DeepSeek-V3/Kimi target SGLang reads "
+            "them otherwise: pass --verifier TARGET_DIR so convert reads its config"
+        )
+    return None, None
+
+
 def convert(
     src: str,
     to: str,
@@ -314,7 +345,9 @@ def convert(
         notes.append(
             "full vocabulary: identity d2t/t2d written (SGLang serves it with or without them)"
         )
-    save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite)
+    family, note = target_family_of(verifier, spec) if to == "sglang" else (None, None)
+    notes += [note] if note else []
+    save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite, family=family)
     res = ConvertResult(
         src, head.layout, to, str(out), launch_command(to, str(out), verifier), notes
     )

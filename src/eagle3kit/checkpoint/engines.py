@@ -153,18 +153,31 @@ class FlagRule:
 _MHA, _MLA, _BOTH = frozenset({"mha"}), frozenset({"mla"}), frozenset({"mha", "mla"})
 FLAG_RULES = (
     # norm_before_residual: vLLM yes (speculators defaults it True); SGLang: not implemented
+    # (0.5.23 llama_eagle3.py: the residual is the raw hidden state; kimi_k25_eagle3.py alike)
     FlagRule("vllm", "norm_before_residual", _BOTH, _ALL, None, "vllm models/llama_eagle3.py"),
     # norm_before_fc (input_norm.weight): vLLM for Llama (MHA) drafters, not MLA (PR #36545)
     FlagRule("vllm", "norm_before_fc", _MHA, _ALL, None, "vLLM PR #36545"),
-    # ... SGLang for GPT-OSS targets only (PR #32334, the 0.5.17 GPT-OSS change)
+    # ... SGLang for Llama (MHA) drafters on any target: llama_eagle3.py builds input_norm from
+    # top-level or eagle_config norm_before_fc without looking at the target (added with the
+    # GPT-OSS change, PR #32334, 0.5.17; loaded on Llama and DeepSeek-V3 targets by
+    # benchmarks/engine_check.py on 0.5.23); kimi_k25_eagle3.py (MLA) has no input_norm
     FlagRule(
-        "sglang", "norm_before_fc", _BOTH, frozenset({"gpt-oss"}), (0, 5, 17), "SGLang PR #32334"
+        "sglang",
+        "norm_before_fc",
+        _MHA,
+        _ALL,
+        (0, 5, 17),
+        "SGLang PR #32334, sglang 0.5.23 models/llama_eagle3.py",
     ),
     # fc_norm (fc_norm.{i}.weight): vLLM (PR #42764 MHA, #43482 MLA; #43482's release is not
-    # pinned, taken as the same >= 0.22); SGLang MHA (PR #24663)
+    # pinned, taken as the same >= 0.22); SGLang MHA (PR #24663) and MLA (kimi_k25_eagle3.py
+    # builds fc_norm with norm_output, the eagle3.1 change PR #26506; checked on 0.5.23)
     FlagRule("vllm", "fc_norm", _MHA, _ALL, (0, 22), "vLLM PR #42764"),
     FlagRule("vllm", "fc_norm", _MLA, _ALL, (0, 22), "vLLM PR #43482"),
     FlagRule("sglang", "fc_norm", _MHA, _ALL, None, "SGLang PR #24663"),
+    FlagRule(
+        "sglang", "fc_norm", _MLA, _ALL, None, "SGLang PR #26506, sglang models/kimi_k25_eagle3.py"
+    ),
     # norm_output (no tensor): vLLM yes; SGLang MHA (PR #24663) and MLA (PR #26506)
     FlagRule("vllm", "norm_output", _BOTH, _ALL, None, "vllm models/llama_eagle3.py"),
     FlagRule("sglang", "norm_output", _MHA, _ALL, None, "SGLang PR #24663"),
@@ -184,10 +197,15 @@ class ArchRule:
 
 
 ARCH_RULES = (
-    # SGLang's Llama drafter loads midlayer.*; unknown names (layers.0.*) are skipped without a
-    # word (sglang models/llama_eagle3.py load_weights)
+    # SGLang's Llama drafter maps midlayer. -> layers.0. (its legacy_name_map) and loads
+    # layers.0.* as they are (sglang 0.5.23 models/llama_eagle3.py load_weights); other names
+    # are skipped without a word
     ArchRule(
-        "sglang", "LlamaForCausalLMEagle3", "mha", ("midlayer.",), "sglang models/llama_eagle3.py"
+        "sglang",
+        "LlamaForCausalLMEagle3",
+        "mha",
+        ("midlayer.", "layers.0."),
+        "sglang models/llama_eagle3.py",
     ),
     # SGLang's MLA drafter maps midlayer. <-> layers.0. (docs/formats.md "MLA drafters")
     ArchRule(
@@ -388,6 +406,21 @@ def apply_rule(rule: str, ids: list[int]) -> list[int]:
     if rule == "plus1" or (rule == "plus1_if_first" and ids[0] == 1):
         return [x + 1 for x in ids]
     return list(ids)
+
+
+def ids_for(
+    engine: str, version: Version | None, family: str, wanted: tuple[int, ...] | list[int]
+) -> list[int] | None:
+    """The ids to write so that `engine` at `version` captures the h-indices `wanted` on a
+    `family` target: h - 1 when its rule reads them so (every SGLang release on Llama targets,
+    and on DeepSeek/Kimi when the first is h[2]), else h itself; None when no list of ids
+    does (SGLang >= 0.5.13 on DeepSeek/Kimi reads a first id 1 as h[2], so h[1] cannot come
+    first; h[0] cannot be named where id x means h[x + 1])."""
+    rule = capture_rule(engine, version, family).capture
+    for ids in ([x - 1 for x in wanted], list(wanted)):
+        if min(ids) >= 0 and apply_rule(rule, ids) == list(wanted):
+            return ids
+    return None
 
 
 def capture(

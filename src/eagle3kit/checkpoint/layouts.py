@@ -22,6 +22,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from eagle3kit.checkpoint import engines as E
 from eagle3kit.checkpoint.safetensors_io import Checkpoint
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, rope_from_config
@@ -315,8 +316,21 @@ class LossyConversion(ValueError):
     """The target layout cannot express something the drafter has."""
 
 
-def unsupported_by(spec: DraftSpec, layout: str) -> list[str]:
-    """What `layout`'s engine/code does not implement for this drafter (empty when lossless)."""
+def sglang_implements(flag: str, attention: str) -> bool:
+    """SGLang (latest rules) implements norm flag `flag` for this drafter kind on every target."""
+    return all(E.flag_rule("sglang", flag, attention, f, None) for f in E.FAMILIES)
+
+
+def sglang_ids(spec: DraftSpec, family: str | None) -> list[int] | None:
+    """The eagle_config ids SGLang (latest rules) reads as the drafter's aux layers on a
+    `family` target (None: DeepSeek/Kimi for an MLA drafter, else Llama), or None when none do."""
+    fam = family or ("deepseek" if spec.is_mla else "llama")
+    return E.ids_for("sglang", None, fam, spec.aux_layers) if spec.aux_layers else None
+
+
+def unsupported_by(spec: DraftSpec, layout: str, family: str | None = None) -> list[str]:
+    """What `layout`'s engine/code does not implement for this drafter (empty when lossless);
+    `family`: the target's (engines.target_family), None when unknown."""
     problems = []
     if spec.is_mla and layout == "eagle":
         problems.append(
@@ -327,16 +341,25 @@ def unsupported_by(spec: DraftSpec, layout: str) -> list[str]:
         problems.append("norm_before_fc=true (vLLM implements it for Llama drafters, not MLA)")
     if layout in ("sglang", "eagle"):
         for flag in (*NORM_FLAGS, "qk_norm", "mlp_bias"):
-            if getattr(spec, flag):
+            served = layout == "sglang" and flag in NORM_FLAGS
+            if getattr(spec, flag) and not (served and sglang_implements(flag, spec.attention)):
                 problems.append(f"{flag}=true (the {layout} drafter layer does not implement it)")
         if spec.attention_bias:
             problems.append(
                 f"attention_bias=true (the {layout} drafter's q/k/v projections have no bias)"
             )
-    if layout == "sglang" and spec.aux_layers and min(spec.aux_layers) < 1:
+    if layout == "sglang" and spec.aux_layers and sglang_ids(spec, family) is None:
+        fam = family or ("deepseek" if spec.is_mla else "llama")
+        rule = E.capture_rule("sglang", None, fam)
         problems.append(
-            "aux layer 0 (the embedding output) cannot be named in SGLang's convention (id = "
-            f"layer - 1), found {list(spec.aux_layers)}"
+            f"aux layers h{list(spec.aux_layers)}: no eagle_config ids make SGLang capture them "
+            f"on a {E.FAMILY_NAMES[fam]} target ({rule.capture}: "
+            + (
+                "id x -> h[x+1], so h[0] cannot be named"
+                if rule.capture == "plus1"
+                else "a first id 1 is read as h[2], so h[1] cannot come first"
+            )
+            + f"; {rule.source})"
         )
     return problems
 
@@ -391,15 +414,19 @@ def _mla_block(spec: DraftSpec) -> dict[str, Any]:
     }
 
 
-def _mla_config(spec: DraftSpec, layout: str, verifier: str | None) -> dict[str, Any]:
-    arch = spec.architecture if spec.architecture in MLA_ARCHS else MLA_ARCH
-    cfg: dict[str, Any] = {"architectures": [arch], **_mla_block(spec)}
+def _mla_config(
+    spec: DraftSpec, layout: str, verifier: str | None, family: str | None
+) -> dict[str, Any]:
+    # SGLang 0.5.23 registers only the V2 name (kimi_k25_eagle3.py EntryClass)
+    keep = spec.architecture in MLA_ARCHS and layout != "sglang"
+    cfg: dict[str, Any] = {"architectures": [spec.architecture if keep else MLA_ARCH]}
+    cfg.update(_mla_block(spec))
     cfg["draft_vocab_size"] = spec.draft_vocab_size
     cfg["target_hidden_size"] = spec.target_hidden_size
     cfg.update({k: getattr(spec, k) for k in NORM_FLAGS})
-    if spec.aux_layers and layout == "sglang":  # SGLang adds 1 (ids name layer outputs)
+    if spec.aux_layers and layout == "sglang":  # the ids SGLang reads as these h-indices
         cfg["eagle_config"] = {
-            "eagle_aux_hidden_state_layer_ids": [i - 1 for i in spec.aux_layers],
+            "eagle_aux_hidden_state_layer_ids": sglang_ids(spec, family),
             "use_aux_hidden_state": True,
         }
     elif spec.aux_layers:  # vLLM reads top-level ids as h-indices
@@ -412,17 +439,23 @@ def _mla_config(spec: DraftSpec, layout: str, verifier: str | None) -> dict[str,
 
 
 def config_for(
-    spec: DraftSpec, layout: str, *, verifier: str | None = None, speculative_tokens: int = 3
+    spec: DraftSpec,
+    layout: str,
+    *,
+    verifier: str | None = None,
+    speculative_tokens: int = 3,
+    family: str | None = None,
 ) -> dict[str, Any]:
-    """The config.json that `layout` expects for this drafter, every flag explicit.
+    """The config.json that `layout` expects for this drafter, every flag explicit; `family`
+    is the target's (engines.target_family; SGLang's ids depend on it), None when unknown.
 
     Raises LossyConversion when the layout cannot express the drafter."""
-    problems = unsupported_by(spec, layout)
+    problems = unsupported_by(spec, layout, family)
     if problems:
         raise LossyConversion("; ".join(problems))
     verifier = verifier or spec.verifier
     if spec.is_mla:
-        return _mla_config(spec, layout, verifier)
+        return _mla_config(spec, layout, verifier, family)
     flags = {k: getattr(spec, k) for k in NORM_FLAGS}
     if layout == "vllm":
         return _vllm_config(spec, verifier, speculative_tokens, flags)
@@ -436,8 +469,8 @@ def config_for(
     if layout == "sglang":
         if spec.aux_layers:
             cfg["eagle_config"] = {
-                # SGLang adds 1 to each id (it names decoder-layer outputs).
-                "eagle_aux_hidden_state_layer_ids": [i - 1 for i in spec.aux_layers],
+                # the ids SGLang reads as these h-indices (id x -> h[x+1] on Llama targets)
+                "eagle_aux_hidden_state_layer_ids": sglang_ids(spec, family),
                 "use_aux_hidden_state": True,
             }
             cfg["eagle3kit"] = {"aux_layers_hf": list(spec.aux_layers)}  # ours: h-indices
