@@ -109,19 +109,27 @@ def launch_args(case: dict, case_dir: Path) -> tuple[list[str], list[str]]:
     ]
 
 
-DEVICE_SHIM = "--device cpu appended to the launch arguments (no accelerator here)"
+DEVICE_SHIM = (
+    "--device cuda appended to the launch arguments: they resolve as on the CUDA machine the "
+    "command is for (SGLang's get_device() finds no accelerator here); modules are built on the "
+    "CPU"
+)
 
 
 def shim_rope() -> None:
     import sglang.srt.layers.rotary_embedding.base as rope_base
 
+    import sglang.srt.layers.rotary_embedding.rope_variant as rope_variant
+
     rope_base._is_cpu = True
-    msg = (
+    rope_variant.get_device = lambda *a, **k: "cpu"
+    msgs = (
         "rotary_embedding.base._is_cpu = True (the native RoPE path of SGLang's CPU engine; the "
-        "CUDA wheel would import a GPU kernel at construction)"
+        "CUDA wheel would import a GPU kernel at construction)",
+        "rotary_embedding.rope_variant.get_device -> 'cpu' (DeepseekScalingRotaryEmbedding, "
+        "the yarn RoPE, asks for the accelerator to put its cos/sin cache on)",
     )
-    if msg not in SHIMS:
-        SHIMS.append(msg)
+    SHIMS.extend(m for m in msgs if m not in SHIMS)
 
 
 def configs(args: list[str]):
@@ -130,7 +138,7 @@ def configs(args: list[str]):
     from sglang.srt.runtime_context import SpawnRanks, publish
     from sglang.srt.server_args import prepare_server_args
 
-    sa = prepare_server_args([*args, "--device", "cpu"])
+    sa = prepare_server_args([*args, "--device", "cuda"])
     publish(sa, role="scheduler", ranks=SpawnRanks(world_rank=0, gpu_id=0))
     target = ModelConfig.from_server_args(sa)
     draft = ModelConfig.from_server_args(
