@@ -136,7 +136,8 @@ def test_aux_convention_mismatch_between_drafters(tmp_path):
 def test_speculators_layout_to_sglang_engine(tmp_path, target):
     d = drafter(tmp_path, layout="vllm")
     res = compat(str(d), str(target), engine="sglang")
-    assert {"skipped-names", "architecture"} <= codes(res)
+    # SGLang 0.5.23 stops at config parsing: no top-level model_type (engine_check, stage config)
+    assert "config-parse" in codes(res) and not {"skipped-names", "architecture"} & codes(res)
     assert {f.engine for f in res.findings if f.severity == "error"} == {"sglang"}
     assert compat(str(d), str(target), engine="vllm").compatible
 

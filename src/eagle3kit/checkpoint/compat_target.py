@@ -126,8 +126,18 @@ def _writer_findings(ctx: AuxContext) -> list[Finding]:
     return out
 
 
-def _fix(eng: str) -> str:
-    return f"`eagle3kit convert --to {eng}` writes the ids {E.DISPLAY[eng]} reads"
+def _fix(eng: str, ctx: AuxContext | None = None) -> str:
+    """The remedy: convert (SGLang's ids depend on the target family, which convert reads from
+    --verifier), or none when no ids make the engine capture the trained layers."""
+    trained = ctx.trained if ctx is not None and isinstance(ctx.trained, list) else None
+    if trained and E.ids_for(eng, None, ctx.family, trained) is None:
+        rule = E.capture_rule(eng, None, ctx.family)
+        return (
+            f"no ids make {E.DISPLAY[eng]} capture h{trained} on this target ({rule.capture}, "
+            f"{rule.source}), so convert refuses it"
+        )
+    verifier = " --verifier TARGET_DIR" if eng == "sglang" else ""
+    return f"`eagle3kit convert --to {eng}{verifier}` writes the ids {E.DISPLAY[eng]} reads"
 
 
 def _default_findings(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> list[Finding]:
@@ -174,7 +184,7 @@ def _aux_findings(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> list[Fin
                 error(
                     "aux-convention",
                     f"{sel.label} captures h{cap.captures} ({cap.why}), but the drafter was "
-                    f"trained on h{trained} ({ctx.writer.name}'s reading); {_fix(eng)}",
+                    f"trained on h{trained} ({ctx.writer.name}'s reading); {_fix(eng, ctx)}",
                     eng,
                 )
             )
@@ -313,6 +323,24 @@ def _arch_findings(sel: E.EngineSel, spec: DraftSpec, names: dict[str, str]) -> 
     return out
 
 
+def _config_findings(sel: E.EngineSel, config: dict[str, Any]) -> list[Finding]:
+    """The engine refuses the drafter's config.json before it reads the architecture."""
+    hit = E.config_refusal(sel.name, config)
+    if hit is None:
+        return []
+    key, source = hit
+    return [
+        error(
+            "config-parse",
+            f"config.json: no top-level {key}: {sel.label} refuses the drafter at config "
+            f"parsing (transformers' AutoConfig: \"Should have a `{key}` key in its "
+            f"config.json\"; {source}), before it reads the architecture or any tensor; "
+            f"{_fix(sel.name)}",
+            sel.name,
+        )
+    ]
+
+
 def _engine_entry(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> dict[str, Any]:
     entry = {
         "label": sel.label,
@@ -353,5 +381,7 @@ def check_against_target(d: Checkpoint, t: Checkpoint, engines: list[E.EngineSel
         res.findings += (
             [] if out_of_range else _aux_findings(sel, cap, ctx) + _older_findings(sel, ctx)
         )
-        res.findings += _flag_findings(sel, spec, ctx.family) + _arch_findings(sel, spec, names)
+        refused = _config_findings(sel, d.config)
+        res.findings += _flag_findings(sel, spec, ctx.family)
+        res.findings += refused or _arch_findings(sel, spec, names)
     return res

@@ -257,6 +257,24 @@ ARCH_RULES = (
 )
 
 
+# Config keys an engine's config parsing needs before it looks at the architecture. SGLang
+# reads the drafter's config.json with transformers' AutoConfig (sglang 0.5.23
+# srt/utils/hf_transformers/config.py get_config, its "hf" parser), which refuses a config
+# with no top-level model_type: "Unrecognized model in DIR. Should have a `model_type` key in
+# its config.json" (seen by benchmarks/engine_check.py on every speculators-layout file:
+# Eagle3Speculator keeps model_type inside transformer_layer_config only).
+CONFIG_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
+    "sglang": (("model_type",), "sglang srt/utils/hf_transformers/config.py get_config"),
+}
+
+
+def config_refusal(engine: str, config: dict[str, Any]) -> tuple[str, str] | None:
+    """(missing key, source) when `engine`'s config parsing refuses this drafter config."""
+    keys, source = CONFIG_KEYS.get(engine, ((), ""))
+    missing = [k for k in keys if not isinstance(config.get(k), str) or not config.get(k)]
+    return (missing[0], source) if missing else None
+
+
 # ---------------------------------------------------------------- engine selection
 
 

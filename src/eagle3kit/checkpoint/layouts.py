@@ -45,7 +45,8 @@ def file_to_canonical(name: str, layout: str) -> str:
     """Map a tensor name as stored by `layout` to our canonical (SGLang) name."""
     if name.startswith("model."):
         name = name[len("model.") :]
-    if layout == "vllm" and name.startswith("layers.0."):
+    # SGLang's llama_eagle3.py maps midlayer -> layers.0 and loads both (0.5.23 load_weights)
+    if layout in ("vllm", "sglang") and name.startswith("layers.0."):
         return "midlayer." + name[len("layers.0.") :]
     return name
 
