@@ -13,7 +13,8 @@ one flat DeepSeek config (`q_lora_rank`, `kv_lora_rank`, `qk_{nope,rope}_head_di
 `v_head_dim`, yarn `rope_scaling`) in both engines; speculators has no MLA drafter. For them
 "sglang" means SpecForge's `midlayer.*` names with nested `eagle_config` ids (layer outputs),
 "vllm" the export names `layers.0.*` (lightseekorg, TorchSpec, ModelOpt `kimik2`) with
-top-level h-index ids. SGLang maps `midlayer.` <-> `layers.0.`, so both engines load both.
+top-level h-index ids. SGLang maps `midlayer.` <-> `layers.0.` (for Llama drafters too), so
+both engines load both. The SGLang writer's ids depend on the target family (`sglang_ids`).
 There is no EAGLE layout for them (the original EAGLE code has Llama attention only).
 """
 
@@ -31,9 +32,9 @@ LAYOUTS = ("sglang", "vllm", "eagle")
 SGLANG_ARCH = "LlamaForCausalLMEagle3"
 VLLM_ARCH = "Eagle3Speculator"
 EAGLE_ARCH = "LlamaForCausalLM"
-# MLA drafters (docs/formats.md "MLA drafters"): SGLang registers both names (kimi_k25_eagle3.py,
-# deepseek_eagle3 alias), vLLM maps both to its deepseek_eagle3 model; ModelOpt's kimik2
-# export template writes V2.
+# MLA drafters (docs/formats.md "MLA drafters"): SGLang 0.5.23 registers only V2
+# (kimi_k25_eagle3.py EntryClass; V3 is refused at model_class by benchmarks/engine_check.py),
+# vLLM maps both to its deepseek_eagle3 model; ModelOpt's kimik2 export template writes V2.
 MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"
 MLA_ARCHS = (MLA_ARCH, "Eagle3DeepseekV3ForCausalLM")
 
