@@ -100,12 +100,15 @@ def save_drafter(
     overwrite: bool = False,
     family: str | None = None,
 ) -> dict[str, Any]:
-    """Write a servable drafter directory in `layout`; returns the config written.
+    """Write a servable drafter directory in `layout`; returns the config written. For SGLang
+    the ids depend on the target's `family`, read from a local `verifier` when not given.
 
     Built in a temporary sibling directory and renamed into place (core/atomic.atomic_dir),
     so an existing directory is never left half-written; all-zero runs stay holes."""
     if layout not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {layout!r}")
+    if layout == "sglang" and family is None:  # SGLang's ids depend on the target's family
+        family = target_family_of(verifier, spec)[0]
     cfg = layout_config(spec, layout, verifier, family)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
