@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shlex
 import sys
 import tempfile
@@ -118,7 +117,6 @@ DEVICE_SHIM = (
 
 def shim_rope() -> None:
     import sglang.srt.layers.rotary_embedding.base as rope_base
-
     import sglang.srt.layers.rotary_embedding.rope_variant as rope_variant
 
     rope_base._is_cpu = True
@@ -177,6 +175,28 @@ def captured(target, ids) -> tuple[str, list[int]]:
     return arch, sorted(int(i) for i in stand_in.model.layers_to_capture)
 
 
+def capture_reading_holds(target) -> bool:
+    """Whether the target module's forward still captures by `i in self.layers_to_capture`
+    inside its decoder-layer loop (the reading captured_h rests on)."""
+    import inspect
+
+    from sglang.srt.model_loader.utils import get_model_architecture
+
+    cls, _ = get_model_architecture(target)
+    module = sys.modules[cls.__module__]
+    for obj in vars(module).values():
+        fwd = getattr(obj, "forward", None) if isinstance(obj, type) else None
+        if fwd is None:
+            continue
+        try:
+            src = inspect.getsource(fwd)
+        except (OSError, TypeError):
+            continue
+        if "for i in range(" in src and "if i in self.layers_to_capture" in src:
+            return True
+    return False
+
+
 def init_dist(sa) -> None:
     from sglang.srt.distributed.parallel_state import (
         init_distributed_environment,
@@ -189,7 +209,10 @@ def init_dist(sa) -> None:
     os.close(fd)
     os.unlink(path)
     init_distributed_environment(
-        world_size=1, rank=0, local_rank=0, distributed_init_method=f"file://{path}",
+        world_size=1,
+        rank=0,
+        local_rank=0,
+        distributed_init_method=f"file://{path}",
         backend="gloo",
     )
     initialize_model_parallel()
@@ -277,7 +300,9 @@ def from_target(model) -> list[str]:
     th = getattr(cfg, "target_hidden_size", None)
     out = []
     if getattr(model, "load_lm_head_from_target", False):
-        out += [n for n, _ in model.named_parameters() if "embed_tokens" in n or n.startswith("lm_head")]
+        out += [
+            n for n, _ in model.named_parameters() if "embed_tokens" in n or n.startswith("lm_head")
+        ]
     elif not (th is not None and th != cfg.hidden_size):
         out += [n for n, _ in model.named_parameters() if "embed_tokens" in n]
     return sorted(set(out))
@@ -315,6 +340,11 @@ def probe(case_dir: Path) -> dict:
         rec["notes"].append("eagle_config.use_aux_hidden_state is false: no aux states")
     try:
         rec["target_class"], rec["captured_h"] = captured(target, ids)
+        if not capture_reading_holds(target):
+            rec["notes"].append(
+                "the target module's forward no longer captures by `i in "
+                "self.layers_to_capture` in its layer loop: captured_h may be wrong"
+            )
     except Exception as e:  # noqa: BLE001
         rec["notes"].append("target capture not read: " + first_line(e))
     if not DIST:

@@ -334,7 +334,7 @@ def _config_findings(sel: E.EngineSel, config: dict[str, Any]) -> list[Finding]:
             "config-parse",
             f"config.json: no top-level {key}: {sel.label} refuses the drafter at config "
             f"parsing (transformers' AutoConfig: \"Should have a `{key}` key in its "
-            f"config.json\"; {source}), before it reads the architecture or any tensor; "
+            f'config.json"; {source}), before it reads the architecture or any tensor; '
             f"`eagle3kit convert --to {sel.name} --verifier TARGET_DIR` writes a config it reads",
             sel.name,
         )

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.checker import check_drafter
 from eagle3kit.checkpoint import engines as E
+from eagle3kit.checkpoint.checker import check_drafter
 from eagle3kit.checkpoint.layouts import (
     LAYOUTS,
     LossyConversion,
