@@ -385,8 +385,8 @@ def main() -> int:
             rec = record(outcome="probe-failed", error=first_line(e))
         rec["case"] = case_dir.name
         rec["shims"] = list(SHIMS)
-        sys.stdout.flush()
-        print(json.dumps(rec), flush=True)
+        sys.stdout.flush()  # paths as case.json writes them, relative to CASES/
+        print(json.dumps(rec).replace(str(case_dir.parent) + "/", "CASES/"), flush=True)
     return 0
 
 
