@@ -239,11 +239,16 @@ def build(draft):
 
 
 def effective_flags(model) -> dict:
+    import inspect
+
     inner = getattr(model, "model", model)
+    module_src = inspect.getsource(sys.modules[type(model).__module__])
     return {
-        # neither draft class has a norm_before_residual path: the decoder layer's residual is
-        # the raw hidden state (llama_eagle3.py, kimi_k25_eagle3.py)
-        "norm_before_residual": False,
+        # no attribute carries it: in effect only if the draft module reads the key at all
+        # (0.5.23's llama_eagle3.py and kimi_k25_eagle3.py do not: the residual is the raw
+        # hidden state)
+        "norm_before_residual": bool(getattr(model.config, "norm_before_residual", False))
+        and "norm_before_residual" in module_src,
         "norm_before_fc": getattr(inner, "input_norm", None) is not None,
         "fc_norm": getattr(inner, "fc_norm", None) is not None,
         "norm_output": bool(getattr(inner, "norm_output", False)),
