@@ -120,16 +120,20 @@ def drafter_spec(family: str, attention: str, aux: tuple[int, ...], vocab: str) 
 
 
 def plan() -> list[dict[str, Any]]:
-    """Every case (without the engine): layout x target x attention, then one variation at a
-    time (each norm flag alone, the non-default aux ids, the full draft vocabulary)."""
-    combos = []
-    for family in FAMILIES:
-        for attention in ("mha", "mla") if family != "llama" else ("mha",):
-            for layout in ("sglang", "vllm", "eagle") if attention == "mha" else ("sglang", "vllm"):
-                combos.append((family, attention, layout))
+    """Every case (without the engine): layout x target x attention (MHA drafters on Llama and
+    DeepSeek-V3 targets, MLA drafters on DeepSeek-V3 and Kimi-K2 targets; the EAGLE layout,
+    MHA only, on the Llama target), then one variation at a time: each norm flag alone, the
+    non-default aux ids, the full draft vocabulary."""
+    combos = [("llama", "mha", layout) for layout in ("sglang", "vllm", "eagle")]
+    combos += [("deepseek_v3", "mha", layout) for layout in ("sglang", "vllm")]
+    combos += [
+        (f, "mla", layout) for f in ("deepseek_v3", "kimi_k2") for layout in ("sglang", "vllm")
+    ]
     cases = []
     for family, attention, layout in combos:
-        variants: list[tuple[str, dict[str, bool], str, str]] = [("plain", {}, "default", "reduced")]
+        variants: list[tuple[str, dict[str, bool], str, str]] = [
+            ("plain", {}, "default", "reduced")
+        ]
         variants += [(f, {f: True}, "default", "reduced") for f in NORM_FLAGS]
         variants += [("aux_custom", {}, "custom", "reduced"), ("vocab_full", {}, "default", "full")]
         for tag, flags, aux, vocab in variants:

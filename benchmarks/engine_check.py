@@ -77,43 +77,71 @@ def parse_engine(text: str) -> tuple[str, str]:
     return m.group(1), m.group(2)
 
 
-def run_probe(py: Path, engine: str, case_dir: Path) -> dict:
-    """One probe run; its last stdout line is the record (a refused record if it crashed)."""
+def run_probe(py: Path, engine: str, case_dirs: list[Path]) -> list[dict]:
+    """One probe run on one case (or several, for a probe that declares ENGINE_CHECK_BATCH):
+    the last stdout line is the record (one line per case, each naming its "case"); a case
+    with no record gets a "probe-failed" one carrying the probe's last stderr line."""
     probe = HERE / f"engine_check_{engine}.py"
     t0 = time.monotonic()
     try:
         r = subprocess.run(
-            [str(py), str(probe), str(case_dir)],
+            [str(py), str(probe), *map(str, case_dirs)],
             capture_output=True,
             text=True,
-            timeout=TIMEOUT_S,
+            timeout=TIMEOUT_S * len(case_dirs),
             env={**os.environ, "PYTHONPATH": "", "HF_HUB_OFFLINE": "1"},
         )
         out, err, rc = r.stdout, r.stderr, r.returncode
     except subprocess.TimeoutExpired as e:
         out, err, rc = (e.stdout or b"").decode(), (e.stderr or b"").decode(), "timeout"
-    lines = [ln for ln in out.splitlines() if ln.strip()]
-    try:
-        rec = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        tail = (err.strip().splitlines() or ["no output"])[-1]
-        rec = {"engine": engine, "outcome": "probe-failed", "error": f"rc={rc}: {tail[:500]}"}
-    rec["case"] = case_dir.name
-    rec["seconds"] = round(time.monotonic() - t0, 1)
-    return rec
+    found: dict[str, dict] = {}
+    lines = [ln for ln in out.splitlines() if ln.strip().startswith("{")]
+    for ln in lines:
+        try:
+            rec = json.loads(ln)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(rec, dict) and "outcome" in rec:
+            found[rec.get("case") or case_dirs[-1].name] = rec
+    if len(case_dirs) == 1 and lines and case_dirs[0].name not in found:
+        try:  # the single-case interface: the last line is the record
+            found[case_dirs[0].name] = json.loads(lines[-1])
+        except json.JSONDecodeError:
+            pass
+    tail = (err.strip().splitlines() or ["no output"])[-1]
+    secs = round((time.monotonic() - t0) / len(case_dirs), 1)
+    recs = []
+    for d in case_dirs:
+        rec = found.get(d.name) or {
+            "engine": engine,
+            "outcome": "probe-failed",
+            "error": f"rc={rc}: {tail[:500]}",
+        }
+        rec["case"], rec["seconds"] = d.name, secs
+        recs.append(rec)
+    return recs
 
 
-def check_engine(engine: str, version: str, only: str | None, jobs: int, keep: Path | None) -> Path:
+def batches(engine: str, dirs: list[Path], size: int) -> list[list[Path]]:
+    probe = (HERE / f"engine_check_{engine}.py").read_text()
+    n = size if "ENGINE_CHECK_BATCH = True" in probe else 1
+    return [dirs[i : i + n] for i in range(0, len(dirs), n)]
+
+
+def check_engine(
+    engine: str, version: str, only: str | None, jobs: int, batch: int, keep: Path | None
+) -> Path:
     py = install(engine, version)
     cases = [c for c in plan() if not only or only in c["name"]]
     root = keep or Path(tempfile.mkdtemp(prefix=f"engine_check-{engine}-"))
     dirs = [write_case(root, c, engine) for c in cases]
     print(f"{engine} {version}: {len(dirs)} cases under {root}")
+    records = []
     with ThreadPoolExecutor(max(1, jobs)) as ex:
-        records = []
-        for rec in ex.map(lambda d: run_probe(py, engine, d), dirs):
-            print(f"  {rec['case']:<44} {rec.get('outcome')} {rec.get('error') or ''}"[:160])
-            records.append(rec)
+        for recs in ex.map(lambda b: run_probe(py, engine, b), batches(engine, dirs, batch)):
+            for rec in recs:
+                print(f"  {rec['case']:<40} {rec.get('outcome')} {rec.get('error') or ''}"[:160])
+                records.append(rec)
     case_docs = [json.loads((d / "case.json").read_text()) for d in dirs]
     for c in case_docs:  # paths under a temporary root are not part of the result
         c["launch"] = c["launch"].replace(str(root) + "/", "CASES/")
@@ -219,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--engine", action="append", help="vllm@0.33.0 / sglang@0.5.23 (repeatable)")
     ap.add_argument("--only", help="run only the cases whose name contains this")
     ap.add_argument("--jobs", type=int, default=1, help="probes run in parallel")
+    ap.add_argument("--batch", type=int, default=8, help="cases per probe process (if it can)")
     ap.add_argument("--cases", type=Path, help="write the cases here (default: a temp dir)")
     ap.add_argument("--table", action="store_true", help="rewrite docs/formats.md's table only")
     a = ap.parse_args(argv)
@@ -227,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     for text in a.engine or DEFAULT_ENGINES:
         engine, version = parse_engine(text)
-        check_engine(engine, version, a.only, a.jobs, a.cases)
+        check_engine(engine, version, a.only, a.jobs, a.batch, a.cases)
     if not a.only:
         rewrite_table()
     return 0

@@ -42,6 +42,7 @@ from types import SimpleNamespace
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+DIST: list[bool] = []  # the process group is made once per process
 SHIMS = ["VLLM_TARGET_DEVICE=cpu (the CUDA wheel's own CPU switch; no GPU here)"]
 FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 SENTINEL = -987654321
@@ -76,8 +77,12 @@ def record(**kw) -> dict:
 
 
 def first_line(e: BaseException) -> str:
-    text = f"{type(e).__name__}: {e}".strip()
-    return text.splitlines()[0][:400]
+    """The error's first line; for pydantic's "N validation error for X" the line after it,
+    cut before vLLM's list of every supported architecture."""
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [""]
+    line = lines[1] if "validation error for" in lines[0] and len(lines) > 1 else lines[0]
+    line = line.split(" Supported architectures:")[0]
+    return f"{type(e).__name__}: {line}"[:400]
 
 
 def spec_config(case: dict, case_dir: Path) -> tuple[str, dict, list[str]]:
@@ -90,8 +95,10 @@ def spec_config(case: dict, case_dir: Path) -> tuple[str, dict, list[str]]:
     else:
         target = str(case_dir / "target")
         spec = {"method": "eagle3", "model": str(case_dir / "drafter"), "num_speculative_tokens": 3}
-        notes.append("launch command is not a vLLM one: served as `vllm serve TARGET "
-                     "--speculative-config {method: eagle3, model: DRAFTER}`")
+        notes.append(
+            "launch command is not a vLLM one: served as `vllm serve TARGET "
+            "--speculative-config {method: eagle3, model: DRAFTER}`"
+        )
     return target, spec, notes
 
 
@@ -99,7 +106,10 @@ def engine_config(target: str, spec: dict):
     from vllm.engine.arg_utils import EngineArgs
 
     args = EngineArgs(
-        model=target, speculative_config=spec, skip_tokenizer_init=True, enforce_eager=True,
+        model=target,
+        speculative_config=spec,
+        skip_tokenizer_init=True,
+        enforce_eager=True,
         max_model_len=512,
     )
     return args.create_engine_config()
@@ -115,7 +125,10 @@ def init_dist(cfg) -> None:
     os.close(fd)
     os.unlink(path)
     init_distributed_environment(
-        world_size=1, rank=0, local_rank=0, distributed_init_method=f"file://{path}",
+        world_size=1,
+        rank=0,
+        local_rank=0,
+        distributed_init_method=f"file://{path}",
         backend="gloo",
     )
     with set_current_vllm_config(cfg):
@@ -137,11 +150,10 @@ def aux_ids(cfg) -> dict:
 
 
 def build(cfg, model_config):
+    import torch
     from vllm.config import set_current_vllm_config
     from vllm.model_executor.model_loader import get_model_loader
     from vllm.utils.torch_utils import set_default_torch_dtype
-
-    import torch
 
     loader = get_model_loader(cfg.load_config)
     with set_current_vllm_config(cfg), set_default_torch_dtype(model_config.dtype):
@@ -155,7 +167,6 @@ def captured(cfg, runs: dict) -> dict:
     layers (layer k outputs the constant k + 1): each aux state's value is its h-index."""
     import torch
     from torch import nn
-
     from vllm.config import set_current_vllm_config
     from vllm.forward_context import set_forward_context
 
@@ -267,8 +278,9 @@ def direct_serve(drafter: str) -> str:
     from vllm.engine.arg_utils import EngineArgs
 
     try:
-        EngineArgs(model=drafter, skip_tokenizer_init=True, enforce_eager=True,
-                   max_model_len=512).create_engine_config()
+        EngineArgs(
+            model=drafter, skip_tokenizer_init=True, enforce_eager=True, max_model_len=512
+        ).create_engine_config()
         return "ok"
     except Exception as e:  # noqa: BLE001 - the engine's own refusal is the result
         return "refused: " + first_line(e)
@@ -293,7 +305,9 @@ def probe(case_dir: Path) -> dict:
     ids = aux_ids(cfg)
     rec["engine_layer_ids"] = ids["v2"]
     rec["engine_layer_ids_v1"] = ids["v1"]
-    init_dist(cfg)
+    if not DIST:
+        init_dist(cfg)
+        DIST.append(True)
     try:
         cap = captured(cfg, {"v2": ids["v2"], "v1": ids["v1"]})
         rec["captured_h"], rec["captured_h_v1"] = cap["v2"], cap["v1"]
@@ -320,15 +334,23 @@ def probe(case_dir: Path) -> dict:
     return rec
 
 
+# benchmarks/engine_check.py passes several CASE dirs to a probe that says so here, and reads
+# one record line per case (each carries "case"); one CASE prints one line, the last.
+ENGINE_CHECK_BATCH = True
+
+
 def main() -> int:
-    case_dir = Path(sys.argv[1]).resolve()
-    try:
-        rec = probe(case_dir)
-    except Exception as e:  # noqa: BLE001 - a crash of the probe itself
-        traceback.print_exc()
-        rec = record(outcome="probe-failed", error=first_line(e))
-    sys.stdout.flush()
-    print(json.dumps(rec))
+    for arg in sys.argv[1:]:
+        case_dir = Path(arg).resolve()
+        try:
+            rec = probe(case_dir)
+        except Exception as e:  # noqa: BLE001 - a crash of the probe itself
+            traceback.print_exc()
+            rec = record(outcome="probe-failed", error=first_line(e))
+        rec["case"] = case_dir.name
+        rec["shims"] = SHIMS[:1] if rec.get("stage") == "config" else list(SHIMS)
+        sys.stdout.flush()
+        print(json.dumps(rec), flush=True)
     return 0
 
 
