@@ -160,6 +160,38 @@ def _forced(out: Path, spec: DraftSpec, layout: str) -> None:
     write_sparse_drafter(out, base, layout, config_overrides=on, extra_tensors=extra)
 
 
+def file_record(case_dir: Path) -> dict[str, Any]:
+    """What the engine was given, enough to write the same files again: both configs, every
+    tensor's dtype and shape, and the index tensors' values (the weights are all zero)."""
+    from safetensors import safe_open
+
+    path = case_dir / "drafter" / "model.safetensors"
+    header = read_header(path)
+    with safe_open(str(path), framework="np") as f:
+        index = {n: f.get_tensor(n) for n in ("d2t", "t2d") if n in header}
+    return {
+        "drafter_config": json.loads((case_dir / "drafter" / "config.json").read_text()),
+        "tensors": {n: {"dtype": v["dtype"], "shape": v["shape"]} for n, v in header.items()},
+        "index": {n: index[n].astype("int64").tolist() for n in ("d2t", "t2d") if n in index},
+        "metadata": header_metadata(case_dir / "drafter" / "model.safetensors"),
+        "target_config": json.loads((case_dir / "target" / "config.json").read_text()),
+    }
+
+
+def _raw_header(path: Path) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return json.loads(f.read(n))
+
+
+def read_header(path: Path) -> dict[str, Any]:
+    return {k: v for k, v in _raw_header(path).items() if k != "__metadata__"}
+
+
+def header_metadata(path: Path) -> dict[str, str]:
+    return _raw_header(path).get("__metadata__") or {}
+
+
 def write_case(root: Path, case: dict[str, Any], engine: str) -> Path:
     """Write one case directory under `root` (replacing an old one); returns it."""
     d = root / case["name"]
@@ -175,7 +207,9 @@ def write_case(root: Path, case: dict[str, Any], engine: str) -> Path:
     )
     spec = replace(spec, **case["flags"])
     src = d / "source"
-    _forced(src, spec, "vllm")  # the source: every flag as the spec says
+    # the source, every flag as the spec says: speculators' layout for MHA drafters,
+    # SpecForge's (model_type deepseek_v3 / kimi_k2, midlayer.* names) for MLA ones
+    _forced(src, spec, "sglang" if spec.is_mla else "vllm")
     try:
         res = convert(str(src), case["layout"], str(d / "drafter"), verifier=str(target))
         written_by, launch, notes = "convert", res.launch, res.notes
@@ -186,5 +220,7 @@ def write_case(root: Path, case: dict[str, Any], engine: str) -> Path:
         launch = launch_command(case["layout"], str(d / "drafter"), str(target))
     shutil.rmtree(src, ignore_errors=True)
     doc = {**case, "engine": engine, "written_by": written_by, "launch": launch, "notes": notes}
-    (d / "case.json").write_text(json.dumps(doc, indent=1) + "\n")
+    doc["files"] = file_record(d)
+    text = json.dumps(doc, indent=1).replace(str(root.resolve()) + "/", "CASES/")
+    (d / "case.json").write_text(text.replace(str(root) + "/", "CASES/") + "\n")
     return d

@@ -143,9 +143,6 @@ def check_engine(
                 print(f"  {rec['case']:<40} {rec.get('outcome')} {rec.get('error') or ''}"[:160])
                 records.append(rec)
     case_docs = [json.loads((d / "case.json").read_text()) for d in dirs]
-    for c in case_docs:  # paths under a temporary root are not part of the result
-        c["launch"] = c["launch"].replace(str(root) + "/", "CASES/")
-        c["notes"] = [n.replace(str(root) + "/", "CASES/") for n in c["notes"]]
     out = RESULTS / f"engine_check-{engine}-{version}.json"
     doc = {
         "engine": engine,

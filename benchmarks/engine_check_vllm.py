@@ -289,7 +289,8 @@ def direct_serve(drafter: str) -> str:
 def probe(case_dir: Path) -> dict:
     import vllm
 
-    case = json.loads((case_dir / "case.json").read_text())
+    text = (case_dir / "case.json").read_text()  # paths are written relative to CASES/
+    case = json.loads(text.replace("CASES/", str(case_dir.parent) + "/"))
     target, spec, notes = spec_config(case, case_dir)
     rec = record(version=vllm.__version__, notes=notes)
     try:
