@@ -123,9 +123,19 @@ def run_probe(py: Path, engine: str, case_dirs: list[Path]) -> list[dict]:
 
 
 def batches(engine: str, dirs: list[Path], size: int) -> list[list[Path]]:
+    """Cases per probe process: one, or up to `size` of one target family (an engine's
+    process-wide state, e.g. vLLM's expert-parallel group, is made for the first target)."""
     probe = (HERE / f"engine_check_{engine}.py").read_text()
     n = size if "ENGINE_CHECK_BATCH = True" in probe else 1
-    return [dirs[i : i + n] for i in range(0, len(dirs), n)]
+    out: list[list[Path]] = []
+    fam = None
+    for d in dirs:
+        f = json.loads((d / "case.json").read_text())["target_family"]
+        if not out or len(out[-1]) >= n or f != fam:
+            out.append([])
+        out[-1].append(d)
+        fam = f
+    return out
 
 
 def check_engine(
