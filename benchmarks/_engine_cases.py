@@ -224,3 +224,35 @@ def write_case(root: Path, case: dict[str, Any], engine: str) -> Path:
     text = json.dumps(doc, indent=1).replace(str(root.resolve()) + "/", "CASES/")
     (d / "case.json").write_text(text.replace(str(root) + "/", "CASES/") + "\n")
     return d
+
+
+def rebuild(case: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    """The drafter and target directories a result's case was run on, written again from its
+    `files` record (zero weights, the same names, dtypes, shapes and index values)."""
+    import math
+
+    import numpy as np
+
+    from eagle3kit.checkpoint.safetensors_io import DTYPE_SIZES
+    from eagle3kit.checkpoint.safetensors_write import write_with_holes
+
+    files = case["files"]
+    drafter, target = out / case["name"] / "drafter", out / case["name"] / "target"
+    drafter.mkdir(parents=True)
+    write_target_config(target, files["target_config"])
+    header: dict[str, Any] = {"__metadata__": files.get("metadata") or {}}
+    blobs, offset = [], 0
+    for name, t in sorted(files["tensors"].items()):
+        size = math.prod(t["shape"]) * DTYPE_SIZES[t["dtype"]]
+        header[name] = {
+            "dtype": t["dtype"],
+            "shape": t["shape"],
+            "data_offsets": [offset, size + offset],
+        }
+        if name in files["index"]:
+            np_dtype = {"I64": np.int64, "I32": np.int32, "BOOL": np.bool_}[t["dtype"]]
+            blobs.append((offset, np.asarray(files["index"][name], dtype=np_dtype).tobytes()))
+        offset += size
+    write_with_holes(drafter / "model.safetensors", header, offset, blobs)
+    (drafter / "config.json").write_text(json.dumps(files["drafter_config"], indent=1))
+    return drafter, target

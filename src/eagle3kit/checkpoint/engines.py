@@ -45,8 +45,8 @@ LATEST: Version = (999,)  # stands for "newer than every release modelled here"
 VERSION_NOTES = {
     ("sglang", (0, 5, 13)): "release inferred from the merge date of PR #25454 (2026-05-18)",
     ("vllm", (0, 22)): "release inferred from the merge date of PR #42764 (2026-05-19)",
-    ("vllm", (0, 33)): "0.33.0 is the release benchmarks/engine_check.py ran; its V2 model runner "
-    "may read ids this way in earlier releases too",
+    ("vllm", (0, 33)): "0.33.0 checked by benchmarks/engine_check.py; when its V2 runner became "
+    "the default is not",
 }
 
 
@@ -439,12 +439,15 @@ def capture(
     family: str,
     ids: dict[str, tuple[int, ...] | None],
     num_layers: int,
+    runner: str = "default",
 ) -> Capture:
-    """What `engine` at `version` (None: latest) captures for a drafter with these file ids."""
+    """What `engine` at `version` (None: latest) captures for a drafter with these file ids;
+    `runner="v1"`: under vLLM's V1 model runner where its reading differs (IdSource.v1_reads)."""
     src = id_source(engine, version)
     rule = capture_rule(engine, version, family)
-    read = next((w for w in src.reads if ids.get(w)), None)
-    ignored = [w for w in ("top", "nested") if ids.get(w) and w not in src.reads]
+    reads = src.v1_reads if runner == "v1" and src.v1_reads else src.reads
+    read = next((w for w in reads if ids.get(w)), None)
+    ignored = [w for w in ("top", "nested") if ids.get(w) and w not in reads]
     skip = "; ".join(f"{WHERE[w]} {list(ids[w])} ignored" for w in ignored)
     if read is None:
         dflt = list(default_aux_layers(num_layers))
