@@ -129,6 +129,10 @@ def test_convert_output_is_served_as_trained(path, tmp_path):
             bad.append(f"{case['name']}: convert now writes another file; rerun engine_check")
         elif not as_trained(case, rec):
             bad.append(f"{case['name']}: {eng} did not serve it as trained: {rec}")
+        direct = rec.get("direct_serve")  # `vllm serve DRAFTER` alone (vLLM probe)
+        said = any("`vllm serve DRAFTER` alone is refused" in n for n in case["notes"])
+        if direct is not None and direct.startswith("refused") != said:
+            bad.append(f"{case['name']}: vllm serve DRAFTER {direct}; convert's notes: {said}")
     assert not bad, "\n".join(bad)
 
 
@@ -153,6 +157,18 @@ def test_the_check_catches_a_wrong_record(tmp_path):
     assert mismatches(case, rec4, res)  # served, but not as trained
     rec5 = {**rec, "captured_h_v1": [0, 1, 2]}
     assert any("V1 runner" in m for m in mismatches(case, rec5, res))
+
+
+def test_cli_json_is_what_the_check_reads(tmp_path):
+    """`eagle3kit compat --engine E@V --json` gives the verdict the checks above read."""
+    from conftest import run_cli
+
+    case, rec = _one("vllm", lambda c, r: c["name"] == "kimi_k2-mla-sglang-aux_custom")
+    drafter, target = C.rebuild(case, tmp_path)
+    r = run_cli("compat", drafter, target, "--engine", f"vllm@{case['version']}", "--json")
+    doc = json.loads(r.out)
+    assert r.code == 1 and mismatches(case, rec, doc) == []  # V2 reads no ids: h[2, 4, 5]
+    assert doc["engines"]["vllm"]["captures"] == rec["captured_h"] != case["aux_layers"]
 
 
 def test_the_check_catches_an_ignored_flag(tmp_path):
