@@ -17,11 +17,17 @@ from typing import Any
 
 from eagle3kit.checkpoint import engines as E
 from eagle3kit.checkpoint.checker import check_drafter
+from eagle3kit.checkpoint.engines import (
+    VLLM_DIRECT_SERVE_SOURCE,
+    VLLM_MLA_MODEL_TYPE,
+    VLLM_MTP_SOURCE,
+)
 from eagle3kit.checkpoint.layouts import (
     LAYOUTS,
     LossyConversion,
     canonical_to_file,
     config_for,
+    mla_model_type,
     sglang_ids,
 )
 from eagle3kit.checkpoint.reader import DrafterHeader, read_drafter, read_tensors
@@ -271,6 +277,19 @@ def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | No
         notes.append(
             "no embed_tokens: the engine uses the target's embedding (normal; --embed-from TARGET "
             "copies it in)"
+        )
+    if to == "vllm" and spec.is_mla and mla_model_type(spec, to) != (spec.model_type or ""):
+        notes.append(
+            f"model_type {spec.model_type or 'deepseek_v3'} written as {VLLM_MLA_MODEL_TYPE}: vLLM "
+            "turns a draft config of type deepseek_v3 into its DeepSeek MTP model and refuses "
+            f"the file ({VLLM_MTP_SOURCE}); {VLLM_MLA_MODEL_TYPE} is read by the same "
+            "DeepseekV3Config"
+        )
+    if to == "vllm" and not spec.is_mla and verifier and os.path.exists(verifier):
+        notes.append(
+            "the verifier is a local path: `vllm serve DRAFTER` alone is refused (vLLM serves "
+            "the verifier a speculators file names only when it is a Hub repo id; "
+            f"{VLLM_DIRECT_SERVE_SOURCE}); serve it with the command below"
         )
     if to == "vllm" and not verifier:
         notes.append(

@@ -24,6 +24,7 @@ import re
 from typing import Any
 
 from eagle3kit.checkpoint import engines as E
+from eagle3kit.checkpoint.engines import VLLM_MLA_MODEL_TYPE
 from eagle3kit.checkpoint.safetensors_io import Checkpoint
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, rope_from_config
@@ -389,10 +390,20 @@ def _llama_block(spec: DraftSpec) -> dict[str, Any]:
     return d
 
 
-def _mla_block(spec: DraftSpec) -> dict[str, Any]:
+def mla_model_type(spec: DraftSpec, layout: str) -> str:
+    """The model_type written for an MLA drafter: its own (default deepseek_v3), except that
+    for vLLM a type vLLM turns into its MTP model is written as kimi_k2 (engines.py
+    VLLM_MTP_MODEL_TYPES: the same DeepseekV3Config to vLLM)."""
+    mt = spec.model_type or "deepseek_v3"
+    if layout == "vllm" and mt == "deepseek_v3":
+        return VLLM_MLA_MODEL_TYPE
+    return mt
+
+
+def _mla_block(spec: DraftSpec, layout: str) -> dict[str, Any]:
     """The flat DeepSeek-V3 config of an MLA drafter layer (one layer, dense MLP)."""
     return {
-        "model_type": spec.model_type or "deepseek_v3",
+        "model_type": mla_model_type(spec, layout),
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.intermediate_size,
         "num_hidden_layers": 1,
@@ -422,7 +433,7 @@ def _mla_config(
     # SGLang 0.5.23 registers only the V2 name (kimi_k25_eagle3.py EntryClass)
     keep = spec.architecture in MLA_ARCHS and layout != "sglang"
     cfg: dict[str, Any] = {"architectures": [spec.architecture if keep else MLA_ARCH]}
-    cfg.update(_mla_block(spec))
+    cfg.update(_mla_block(spec, layout))
     cfg["draft_vocab_size"] = spec.draft_vocab_size
     cfg["target_hidden_size"] = spec.target_hidden_size
     cfg.update({k: getattr(spec, k) for k in NORM_FLAGS})
