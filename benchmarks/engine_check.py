@@ -205,10 +205,15 @@ def _cell(rec: dict, case: dict) -> str:
     unused = sorted(set(rec.get("tensors_unused") or []) - NEVER_READ)
     if unused:
         parts.append(f"unused {', '.join(unused)}")
+    text = "; ".join(parts) or "as trained"
     v1 = rec.get("captured_h_v1")
     if v1 is not None and v1 != rec.get("captured_h"):
-        parts.append(f"V1 runner: h{v1}")
-    return "as trained" if not parts else "; ".join(parts)
+        text += f" (vLLM's V1 runner: h{v1})"
+    return text
+
+
+def _h(ids: list[int] | None) -> str:
+    return "-" if ids is None else f"h{ids}"
 
 
 def table() -> str:
@@ -238,7 +243,7 @@ def table() -> str:
             r = recs.get(c["name"], {})
             lines.append(
                 f"| {c['name']} | {c['written_by']} | {r.get('architecture') or '-'} | "
-                f"h{r.get('captured_h')} (h{c['aux_layers']}) | {_cell(r, c)} |"
+                f"{_h(r.get('captured_h'))} ({_h(c['aux_layers'])}) | {_cell(r, c)} |"
             )
         lines.append("")
     lines.append(END)
