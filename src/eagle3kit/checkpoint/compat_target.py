@@ -126,8 +126,18 @@ def _writer_findings(ctx: AuxContext) -> list[Finding]:
     return out
 
 
-def _fix(eng: str) -> str:
-    return f"`eagle3kit convert --to {eng}` writes the ids {E.DISPLAY[eng]} reads"
+def _fix(eng: str, ctx: AuxContext | None = None) -> str:
+    """The remedy: convert (SGLang's ids depend on the target family, which convert reads from
+    --verifier), or none when no ids make the engine capture the trained layers."""
+    trained = ctx.trained if ctx is not None and isinstance(ctx.trained, list) else None
+    if trained and E.ids_for(eng, None, ctx.family, trained) is None:
+        rule = E.capture_rule(eng, None, ctx.family)
+        return (
+            f"no ids make {E.DISPLAY[eng]} capture h{trained} on this target ({rule.capture}, "
+            f"{rule.source}), so convert refuses it"
+        )
+    verifier = " --verifier TARGET_DIR" if eng == "sglang" else ""
+    return f"`eagle3kit convert --to {eng}{verifier}` writes the ids {E.DISPLAY[eng]} reads"
 
 
 def _default_findings(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> list[Finding]:
@@ -174,7 +184,7 @@ def _aux_findings(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> list[Fin
                 error(
                     "aux-convention",
                     f"{sel.label} captures h{cap.captures} ({cap.why}), but the drafter was "
-                    f"trained on h{trained} ({ctx.writer.name}'s reading); {_fix(eng)}",
+                    f"trained on h{trained} ({ctx.writer.name}'s reading); {_fix(eng, ctx)}",
                     eng,
                 )
             )
@@ -313,6 +323,69 @@ def _arch_findings(sel: E.EngineSel, spec: DraftSpec, names: dict[str, str]) -> 
     return out
 
 
+def _config_findings(sel: E.EngineSel, config: dict[str, Any]) -> list[Finding]:
+    """The engine refuses the drafter's config.json before it reads the architecture."""
+    hit = E.config_refusal(sel.name, config)
+    if hit is None:
+        return []
+    key, source = hit
+    return [
+        error(
+            "config-parse",
+            f"config.json: no top-level {key}: {sel.label} refuses the drafter at config "
+            f"parsing (transformers' AutoConfig: \"Should have a `{key}` key in its "
+            f'config.json"; {source}), before it reads the architecture or any tensor; '
+            f"`eagle3kit convert --to {sel.name} --verifier TARGET_DIR` writes a config it reads",
+            sel.name,
+        )
+    ]
+
+
+def _vllm_refusals(
+    sel: E.EngineSel, d: Checkpoint, spec: DraftSpec, names: dict[str, str], vocab: int
+) -> list[Finding]:
+    """Files vLLM refuses outright (engine_check on 0.33.0; sources in engines.py)."""
+    if sel.name != "vllm":
+        return []
+    out, mt = [], d.config.get("model_type")
+    if spec.is_mla and mt in E.VLLM_MTP_MODEL_TYPES:
+        out.append(
+            f"model_type {mt!r}: vLLM turns a draft config of this type into its DeepSeek MTP "
+            "model and then finds no such EAGLE-3 class ('Model architectures "
+            f"['Eagle3DeepSeekMTPModel'] are not supported'; {E.VLLM_MTP_SOURCE}), an "
+            "upstream defect; `eagle3kit convert --to vllm` writes model_type "
+            f"{E.VLLM_MLA_MODEL_TYPE!r}, which vLLM reads with the same DeepseekV3Config"
+        )
+    if "d2t" in names and spec.draft_vocab_size == vocab:
+        out.append(
+            f"d2t: a full-vocabulary drafter ({vocab} of {vocab}) carrying d2t fails to load "
+            "(vLLM has no draft_id_to_target_id parameter then; "
+            f"{E.VLLM_FULL_VOCAB_D2T_SOURCE}); `eagle3kit convert --to vllm` leaves it out"
+        )
+    if spec.is_mla and "input_norm.weight" in names:
+        out.append(
+            "input_norm.weight (norm_before_fc): vLLM's MLA drafter class has no input_norm, and "
+            "its load_weights fails on the tensor (vllm 0.33 models/deepseek_eagle3.py)"
+        )
+    return [error("engine-refuses", f"{sel.label} refuses the file: {m}", "vllm") for m in out]
+
+
+def _runner_findings(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> list[Finding]:
+    """vLLM's V1 model runner reading other ids than the default (V2) runner."""
+    v1 = E.capture(sel.name, sel.version, ctx.family, ctx.ids, ctx.num_layers, runner="v1")
+    if v1.captures == cap.captures:
+        return []
+    return [
+        warning(
+            "aux-runner",
+            f"{sel.label} with the V1 model runner (VLLM_USE_V2_MODEL_RUNNER=0, or no Triton) "
+            f"captures h{v1.captures} ({v1.why}){_verdict_on(v1.captures, ctx.trained)}; the "
+            f"V2 runner, the default on CUDA, captures h{cap.captures}",
+            sel.name,
+        )
+    ]
+
+
 def _engine_entry(sel: E.EngineSel, cap: E.Capture, ctx: AuxContext) -> dict[str, Any]:
     entry = {
         "label": sel.label,
@@ -350,8 +423,13 @@ def check_against_target(d: Checkpoint, t: Checkpoint, engines: list[E.EngineSel
     for sel in engines:
         cap = E.capture(sel.name, sel.version, ctx.family, ctx.ids, ctx.num_layers)
         res.engines[sel.name] = _engine_entry(sel, cap, ctx)
-        res.findings += (
-            [] if out_of_range else _aux_findings(sel, cap, ctx) + _older_findings(sel, ctx)
-        )
-        res.findings += _flag_findings(sel, spec, ctx.family) + _arch_findings(sel, spec, names)
+        if not out_of_range:
+            res.findings += _aux_findings(sel, cap, ctx) + _older_findings(sel, ctx)
+            res.findings += _runner_findings(sel, cap, ctx)
+        refusals = _vllm_refusals(sel, d, spec, names, ti.vocab_size)
+        flags = _flag_findings(sel, spec, ctx.family)
+        if any("input_norm" in f.message for f in refusals):  # refused, not ignored
+            flags = [f for f in flags if "norm_before_fc" not in f.message]
+        refused = _config_findings(sel, d.config)  # nothing else is read after that
+        res.findings += refusals + flags + (refused or _arch_findings(sel, spec, names))
     return res

@@ -15,11 +15,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.checkpoint import engines as E
 from eagle3kit.checkpoint.checker import check_drafter
+from eagle3kit.checkpoint.engines import (
+    VLLM_DIRECT_SERVE_SOURCE,
+    VLLM_MLA_MODEL_TYPE,
+    VLLM_MTP_SOURCE,
+)
 from eagle3kit.checkpoint.hub_files import open_target
-from eagle3kit.checkpoint.layouts import LAYOUTS, LossyConversion, canonical_to_file, config_for
+from eagle3kit.checkpoint.layouts import (
+    LAYOUTS,
+    LossyConversion,
+    canonical_to_file,
+    config_for,
+    mla_model_type,
+    sglang_ids,
+)
 from eagle3kit.checkpoint.reader import DrafterHeader, read_drafter
-from eagle3kit.checkpoint.safetensors_io import looks_like_repo_id
+from eagle3kit.checkpoint.safetensors_io import (
+    _load_json,
+    looks_like_repo_id,
+)
 from eagle3kit.checkpoint.safetensors_write import write_safetensors_sparse
 from eagle3kit.checkpoint.tensor_read import read_tensor
 from eagle3kit.core.artifacts import stamp
@@ -62,12 +78,14 @@ def eagle_refusals(spec: DraftSpec, has_embedding: bool) -> list[str]:
     return out
 
 
-def layout_config(spec: DraftSpec, layout: str, verifier: str | None = None) -> dict[str, Any]:
+def layout_config(
+    spec: DraftSpec, layout: str, verifier: str | None = None, family: str | None = None
+) -> dict[str, Any]:
     """config_for(), refusing lossy targets; the EAGLE layout carries `target_hidden_size` only
     when it differs from `hidden_size` (EAGLE's loader reads its presence as "do not load the
     target's embedding")."""
     try:
-        cfg = config_for(spec, layout, verifier=verifier)
+        cfg = config_for(spec, layout, verifier=verifier, family=family)
     except LossyConversion as e:
         raise Eagle3Error(f"refusing a lossy conversion to {layout}: {e}") from e
     if layout == "eagle" and cfg.get("target_hidden_size") == spec.hidden_size:
@@ -86,14 +104,18 @@ def save_drafter(
     *,
     verifier: str | None = None,
     overwrite: bool = False,
+    family: str | None = None,
 ) -> dict[str, Any]:
-    """Write a servable drafter directory in `layout`; returns the config written.
+    """Write a servable drafter directory in `layout`; returns the config written. For SGLang
+    the ids depend on the target's `family`, read from a local `verifier` when not given.
 
     Built in a temporary sibling directory and renamed into place (core/atomic.atomic_dir),
     so an existing directory is never left half-written; all-zero runs stay holes."""
     if layout not in LAYOUTS:
         raise Eagle3Error(f"--to: expected one of {', '.join(LAYOUTS)}, found {layout!r}")
-    cfg = layout_config(spec, layout, verifier)
+    if layout == "sglang" and family is None:  # SGLang's ids depend on the target's family
+        family = target_family_of(verifier, spec)[0]
+    cfg = layout_config(spec, layout, verifier, family)
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise bad(str(out), "expected a new or empty output directory, found one that is not empty")
@@ -250,6 +272,19 @@ def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | No
             "no embed_tokens: the engine uses the target's embedding (normal; --embed-from TARGET "
             "copies it in)"
         )
+    if to == "vllm" and spec.is_mla and mla_model_type(spec, to) != (spec.model_type or ""):
+        notes.append(
+            f"model_type {spec.model_type or 'deepseek_v3'} written as {VLLM_MLA_MODEL_TYPE}: vLLM "
+            "turns a draft config of type deepseek_v3 into its DeepSeek MTP model and refuses "
+            f"the file ({VLLM_MTP_SOURCE}); {VLLM_MLA_MODEL_TYPE} is read by the same "
+            "DeepseekV3Config"
+        )
+    if to == "vllm" and not spec.is_mla and verifier and os.path.exists(verifier):
+        notes.append(
+            "the verifier is a local path: `vllm serve DRAFTER` alone is refused (vLLM serves "
+            "the verifier a speculators file names only when it is a Hub repo id; "
+            f"{VLLM_DIRECT_SERVE_SOURCE}); serve it with the command below"
+        )
     if to == "vllm" and not verifier:
         notes.append(
             "no verifier name (none given with --verifier, none in the source): vLLM serves it, "
@@ -271,6 +306,26 @@ def check_verifier(verifier: str | None) -> None:
         f"expected an existing local path or a Hub repo id (org/name), found {verifier!r} "
         "(no such file or directory)",
     )
+
+
+def target_family_of(verifier: str | None, spec: DraftSpec) -> tuple[str | None, str | None]:
+    """(family, note): the target family (engines.target_family) from a local verifier's
+    config.json; for an MLA drafter without one, DeepSeek/Kimi (MLA drafters serve those);
+    else None, with a note when SGLang's ids would differ on a DeepSeek/Kimi target."""
+    cfg = Path(verifier) / "config.json" if verifier else None
+    if cfg is not None and cfg.is_file():
+        doc = _load_json(cfg)
+        if not isinstance(doc, dict):
+            raise bad(str(cfg), f"expected a JSON object (the target's config), found {doc!r:.60}")
+        return E.target_family(doc), None
+    if spec.is_mla:
+        return "deepseek", None
+    if spec.aux_layers and sglang_ids(spec, "llama") != sglang_ids(spec, "deepseek"):
+        return None, (
+            "ids written for a Llama-family target; for a DeepSeek-V3/Kimi target SGLang reads "
+            "them otherwise: pass --verifier TARGET_DIR so convert reads its config"
+        )
+    return None, None
 
 
 def convert(
@@ -306,7 +361,9 @@ def convert(
         notes.append(
             "full vocabulary: identity d2t/t2d written (SGLang serves it with or without them)"
         )
-    save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite)
+    family, note = target_family_of(verifier, spec) if to == "sglang" else (None, None)
+    notes += [note] if note else []
+    save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite, family=family)
     res = ConvertResult(
         src, head.layout, to, str(out), launch_command(to, str(out), verifier), notes
     )

@@ -37,11 +37,16 @@ _ALL = frozenset(FAMILIES)
 Version = tuple[int, ...]
 
 # Releases at which some rule below changes, per engine (ascending). The newest is "latest".
-BREAKS: dict[str, tuple[Version, ...]] = {"sglang": ((0, 5, 13), (0, 5, 17)), "vllm": ((0, 22),)}
+BREAKS: dict[str, tuple[Version, ...]] = {
+    "sglang": ((0, 5, 13), (0, 5, 17)),
+    "vllm": ((0, 22), (0, 33)),
+}
 LATEST: Version = (999,)  # stands for "newer than every release modelled here"
 VERSION_NOTES = {
     ("sglang", (0, 5, 13)): "release inferred from the merge date of PR #25454 (2026-05-18)",
     ("vllm", (0, 22)): "release inferred from the merge date of PR #42764 (2026-05-19)",
+    ("vllm", (0, 33)): "0.33.0 checked by benchmarks/engine_check.py; when its V2 runner became "
+    "the default is not",
 }
 
 
@@ -55,6 +60,9 @@ class IdSource:
     reads: tuple[str, ...]  # "top" (top-level key) and/or "nested" (eagle_config), in order
     warns_on_default: bool
     source: str
+    # vLLM has two model runners; `reads` is the default one's (V2 on CUDA with Triton from
+    # 0.33), `v1_reads` the V1 runner's (VLLM_USE_V2_MODEL_RUNNER=0, or no Triton)
+    v1_reads: tuple[str, ...] | None = None
 
 
 ID_SOURCES = (
@@ -66,7 +74,21 @@ ID_SOURCES = (
     ),
     # vLLM >= 0.22: top-level, else nested eagle_config (PR #42764, 2026-05-19); no ids ->
     # default with a warning (PR #50170)
-    IdSource("vllm", (0, 22), None, ("top", "nested"), True, "vLLM PR #42764, PR #50170"),
+    IdSource("vllm", (0, 22), (0, 33), ("top", "nested"), True, "vLLM PR #42764, PR #50170"),
+    # vLLM 0.33 (engine_check): the V2 model runner, the default on CUDA with Triton
+    # (config/vllm.py use_v2_model_runner), reads the top-level ids only (nested
+    # eagle_config.layer_ids, never eagle_aux_hidden_state_layer_ids) and else the target's
+    # default with an info log (v1/worker/gpu/spec_decode/eagle/eagle3_utils.py); the V1 runner
+    # still reads top-level, else nested (v1/worker/gpu_model_runner.py)
+    IdSource(
+        "vllm",
+        (0, 33),
+        None,
+        ("top",),
+        False,
+        "vllm 0.33 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py",
+        ("top", "nested"),
+    ),
     # SGLang, all versions: nested eagle_config only, top-level ignored; no ids -> default
     # (sglang models/llama_eagle3.py + the targets' set_eagle3_layers_to_capture)
     IdSource("sglang", None, None, ("nested",), False, "sglang models/llama_eagle3.py"),
@@ -153,18 +175,31 @@ class FlagRule:
 _MHA, _MLA, _BOTH = frozenset({"mha"}), frozenset({"mla"}), frozenset({"mha", "mla"})
 FLAG_RULES = (
     # norm_before_residual: vLLM yes (speculators defaults it True); SGLang: not implemented
+    # (0.5.23 llama_eagle3.py: the residual is the raw hidden state; kimi_k25_eagle3.py alike)
     FlagRule("vllm", "norm_before_residual", _BOTH, _ALL, None, "vllm models/llama_eagle3.py"),
     # norm_before_fc (input_norm.weight): vLLM for Llama (MHA) drafters, not MLA (PR #36545)
     FlagRule("vllm", "norm_before_fc", _MHA, _ALL, None, "vLLM PR #36545"),
-    # ... SGLang for GPT-OSS targets only (PR #32334, the 0.5.17 GPT-OSS change)
+    # ... SGLang for Llama (MHA) drafters on any target: llama_eagle3.py builds input_norm from
+    # top-level or eagle_config norm_before_fc without looking at the target (added with the
+    # GPT-OSS change, PR #32334, 0.5.17; loaded on Llama and DeepSeek-V3 targets by
+    # benchmarks/engine_check.py on 0.5.23); kimi_k25_eagle3.py (MLA) has no input_norm
     FlagRule(
-        "sglang", "norm_before_fc", _BOTH, frozenset({"gpt-oss"}), (0, 5, 17), "SGLang PR #32334"
+        "sglang",
+        "norm_before_fc",
+        _MHA,
+        _ALL,
+        (0, 5, 17),
+        "SGLang PR #32334, sglang 0.5.23 models/llama_eagle3.py",
     ),
     # fc_norm (fc_norm.{i}.weight): vLLM (PR #42764 MHA, #43482 MLA; #43482's release is not
-    # pinned, taken as the same >= 0.22); SGLang MHA (PR #24663)
+    # pinned, taken as the same >= 0.22); SGLang MHA (PR #24663) and MLA (kimi_k25_eagle3.py
+    # builds fc_norm with norm_output, the eagle3.1 change PR #26506; checked on 0.5.23)
     FlagRule("vllm", "fc_norm", _MHA, _ALL, (0, 22), "vLLM PR #42764"),
     FlagRule("vllm", "fc_norm", _MLA, _ALL, (0, 22), "vLLM PR #43482"),
     FlagRule("sglang", "fc_norm", _MHA, _ALL, None, "SGLang PR #24663"),
+    FlagRule(
+        "sglang", "fc_norm", _MLA, _ALL, None, "SGLang PR #26506, sglang models/kimi_k25_eagle3.py"
+    ),
     # norm_output (no tensor): vLLM yes; SGLang MHA (PR #24663) and MLA (PR #26506)
     FlagRule("vllm", "norm_output", _BOTH, _ALL, None, "vllm models/llama_eagle3.py"),
     FlagRule("sglang", "norm_output", _MHA, _ALL, None, "SGLang PR #24663"),
@@ -184,10 +219,15 @@ class ArchRule:
 
 
 ARCH_RULES = (
-    # SGLang's Llama drafter loads midlayer.*; unknown names (layers.0.*) are skipped without a
-    # word (sglang models/llama_eagle3.py load_weights)
+    # SGLang's Llama drafter maps midlayer. -> layers.0. (its legacy_name_map) and loads
+    # layers.0.* as they are (sglang 0.5.23 models/llama_eagle3.py load_weights); other names
+    # are skipped without a word
     ArchRule(
-        "sglang", "LlamaForCausalLMEagle3", "mha", ("midlayer.",), "sglang models/llama_eagle3.py"
+        "sglang",
+        "LlamaForCausalLMEagle3",
+        "mha",
+        ("midlayer.", "layers.0."),
+        "sglang models/llama_eagle3.py",
     ),
     # SGLang's MLA drafter maps midlayer. <-> layers.0. (docs/formats.md "MLA drafters")
     ArchRule(
@@ -237,6 +277,45 @@ ARCH_RULES = (
         "vllm models/deepseek_eagle3.py",
     ),
 )
+
+
+# Config keys an engine's config parsing needs before it looks at the architecture. SGLang
+# reads the drafter's config.json with transformers' AutoConfig (sglang 0.5.23
+# srt/utils/hf_transformers/config.py get_config, its "hf" parser), which refuses a config
+# with no top-level model_type: "Unrecognized model in DIR. Should have a `model_type` key in
+# its config.json" (seen by benchmarks/engine_check.py on every speculators-layout file:
+# Eagle3Speculator keeps model_type inside transformer_layer_config only).
+CONFIG_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
+    "sglang": (("model_type",), "sglang srt/utils/hf_transformers/config.py get_config"),
+}
+
+
+def config_refusal(engine: str, config: dict[str, Any]) -> tuple[str, str] | None:
+    """(missing key, source) when `engine`'s config parsing refuses this drafter config."""
+    keys, source = CONFIG_KEYS.get(engine, ((), ""))
+    missing = [k for k in keys if not isinstance(config.get(k), str) or not config.get(k)]
+    return (missing[0], source) if missing else None
+
+
+# vLLM rewrites a draft config whose model_type is one of these into its DeepSeek MTP model
+# (config/speculative.py SpeculativeConfig.hf_config_override: model_type -> deepseek_mtp,
+# architectures -> [DeepSeekMTPModel]), so an EAGLE-3 MLA drafter with it is refused at config
+# time ("Model architectures ['Eagle3DeepSeekMTPModel'] are not supported"; engine_check on
+# 0.33.0). Not a rule a file can follow, an upstream defect: `convert --to vllm` writes
+# `VLLM_MLA_MODEL_TYPE` instead, which vLLM parses with the same DeepseekV3Config
+# (transformers_utils/config.py, kimi_k2="DeepseekV3Config") and leaves alone.
+VLLM_MTP_MODEL_TYPES = ("deepseek_v3", "deepseek_v32", "glm_moe_dsa")
+VLLM_MLA_MODEL_TYPE = "kimi_k2"
+VLLM_MTP_SOURCE = "vllm 0.33 config/speculative.py SpeculativeConfig.hf_config_override"
+# vLLM registers draft_id_to_target_id only when draft_vocab_size != the target's vocabulary
+# (models/llama_eagle3.py, deepseek_eagle3.py), and its load_weights renames a file's d2t to it,
+# so a full-vocabulary file carrying d2t (an identity map) fails to load ("There is no module or
+# parameter named 'draft_id_to_target_id'"; engine_check on 0.33.0).
+VLLM_FULL_VOCAB_D2T_SOURCE = "vllm 0.33 models/llama_eagle3.py Eagle3LlamaForCausalLM.load_weights"
+# `vllm serve DRAFTER` on a speculators file serves the verifier it names only when that is a
+# Hub repo id, never an existing local path (transformers_utils/config.py
+# maybe_override_with_speculators: "Speculators verifier must name a remote model repository").
+VLLM_DIRECT_SERVE_SOURCE = "vllm 0.33 transformers_utils/config.py maybe_override_with_speculators"
 
 
 # ---------------------------------------------------------------- engine selection
@@ -390,18 +469,36 @@ def apply_rule(rule: str, ids: list[int]) -> list[int]:
     return list(ids)
 
 
+def ids_for(
+    engine: str, version: Version | None, family: str, wanted: tuple[int, ...] | list[int]
+) -> list[int] | None:
+    """The ids to write so that `engine` at `version` captures the h-indices `wanted` on a
+    `family` target: h - 1 when its rule reads them so (every SGLang release on Llama targets,
+    and on DeepSeek/Kimi when the first is h[2]), else h itself; None when no list of ids
+    does (SGLang >= 0.5.13 on DeepSeek/Kimi reads a first id 1 as h[2], so h[1] cannot come
+    first; h[0] cannot be named where id x means h[x + 1])."""
+    rule = capture_rule(engine, version, family).capture
+    for ids in ([x - 1 for x in wanted], list(wanted)):
+        if min(ids) >= 0 and apply_rule(rule, ids) == list(wanted):
+            return ids
+    return None
+
+
 def capture(
     engine: str,
     version: Version | None,
     family: str,
     ids: dict[str, tuple[int, ...] | None],
     num_layers: int,
+    runner: str = "default",
 ) -> Capture:
-    """What `engine` at `version` (None: latest) captures for a drafter with these file ids."""
+    """What `engine` at `version` (None: latest) captures for a drafter with these file ids;
+    `runner="v1"`: under vLLM's V1 model runner where its reading differs (IdSource.v1_reads)."""
     src = id_source(engine, version)
     rule = capture_rule(engine, version, family)
-    read = next((w for w in src.reads if ids.get(w)), None)
-    ignored = [w for w in ("top", "nested") if ids.get(w) and w not in src.reads]
+    reads = src.v1_reads if runner == "v1" and src.v1_reads else src.reads
+    read = next((w for w in reads if ids.get(w)), None)
+    ignored = [w for w in ("top", "nested") if ids.get(w) and w not in reads]
     skip = "; ".join(f"{WHERE[w]} {list(ids[w])} ignored" for w in ignored)
     if read is None:
         dflt = list(default_aux_layers(num_layers))

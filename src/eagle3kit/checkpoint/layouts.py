@@ -13,7 +13,8 @@ one flat DeepSeek config (`q_lora_rank`, `kv_lora_rank`, `qk_{nope,rope}_head_di
 `v_head_dim`, yarn `rope_scaling`) in both engines; speculators has no MLA drafter. For them
 "sglang" means SpecForge's `midlayer.*` names with nested `eagle_config` ids (layer outputs),
 "vllm" the export names `layers.0.*` (lightseekorg, TorchSpec, ModelOpt `kimik2`) with
-top-level h-index ids. SGLang maps `midlayer.` <-> `layers.0.`, so both engines load both.
+top-level h-index ids. SGLang maps `midlayer.` <-> `layers.0.` (for Llama drafters too), so
+both engines load both. The SGLang writer's ids depend on the target family (`sglang_ids`).
 There is no EAGLE layout for them (the original EAGLE code has Llama attention only).
 """
 
@@ -22,6 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from eagle3kit.checkpoint import engines as E
+from eagle3kit.checkpoint.engines import VLLM_MLA_MODEL_TYPE
 from eagle3kit.checkpoint.safetensors_io import Checkpoint
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, rope_from_config
@@ -30,9 +33,9 @@ LAYOUTS = ("sglang", "vllm", "eagle")
 SGLANG_ARCH = "LlamaForCausalLMEagle3"
 VLLM_ARCH = "Eagle3Speculator"
 EAGLE_ARCH = "LlamaForCausalLM"
-# MLA drafters (docs/formats.md "MLA drafters"): SGLang registers both names (kimi_k25_eagle3.py,
-# deepseek_eagle3 alias), vLLM maps both to its deepseek_eagle3 model; ModelOpt's kimik2
-# export template writes V2.
+# MLA drafters (docs/formats.md "MLA drafters"): SGLang 0.5.23 registers only V2
+# (kimi_k25_eagle3.py EntryClass; V3 is refused at model_class by benchmarks/engine_check.py),
+# vLLM maps both to its deepseek_eagle3 model; ModelOpt's kimik2 export template writes V2.
 MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"
 MLA_ARCHS = (MLA_ARCH, "Eagle3DeepseekV3ForCausalLM")
 
@@ -44,7 +47,8 @@ def file_to_canonical(name: str, layout: str) -> str:
     """Map a tensor name as stored by `layout` to our canonical (SGLang) name."""
     if name.startswith("model."):
         name = name[len("model.") :]
-    if layout == "vllm" and name.startswith("layers.0."):
+    # SGLang's llama_eagle3.py maps midlayer -> layers.0 and loads both (0.5.23 load_weights)
+    if layout in ("vllm", "sglang") and name.startswith("layers.0."):
         return "midlayer." + name[len("layers.0.") :]
     return name
 
@@ -315,8 +319,21 @@ class LossyConversion(ValueError):
     """The target layout cannot express something the drafter has."""
 
 
-def unsupported_by(spec: DraftSpec, layout: str) -> list[str]:
-    """What `layout`'s engine/code does not implement for this drafter (empty when lossless)."""
+def sglang_implements(flag: str, attention: str) -> bool:
+    """SGLang (latest rules) implements norm flag `flag` for this drafter kind on every target."""
+    return all(E.flag_rule("sglang", flag, attention, f, None) for f in E.FAMILIES)
+
+
+def sglang_ids(spec: DraftSpec, family: str | None) -> list[int] | None:
+    """The eagle_config ids SGLang (latest rules) reads as the drafter's aux layers on a
+    `family` target (None: DeepSeek/Kimi for an MLA drafter, else Llama), or None when none do."""
+    fam = family or ("deepseek" if spec.is_mla else "llama")
+    return E.ids_for("sglang", None, fam, spec.aux_layers) if spec.aux_layers else None
+
+
+def unsupported_by(spec: DraftSpec, layout: str, family: str | None = None) -> list[str]:
+    """What `layout`'s engine/code does not implement for this drafter (empty when lossless);
+    `family`: the target's (engines.target_family), None when unknown."""
     problems = []
     if spec.is_mla and layout == "eagle":
         problems.append(
@@ -327,16 +344,25 @@ def unsupported_by(spec: DraftSpec, layout: str) -> list[str]:
         problems.append("norm_before_fc=true (vLLM implements it for Llama drafters, not MLA)")
     if layout in ("sglang", "eagle"):
         for flag in (*NORM_FLAGS, "qk_norm", "mlp_bias"):
-            if getattr(spec, flag):
+            served = layout == "sglang" and flag in NORM_FLAGS
+            if getattr(spec, flag) and not (served and sglang_implements(flag, spec.attention)):
                 problems.append(f"{flag}=true (the {layout} drafter layer does not implement it)")
         if spec.attention_bias:
             problems.append(
                 f"attention_bias=true (the {layout} drafter's q/k/v projections have no bias)"
             )
-    if layout == "sglang" and spec.aux_layers and min(spec.aux_layers) < 1:
+    if layout == "sglang" and spec.aux_layers and sglang_ids(spec, family) is None:
+        fam = family or ("deepseek" if spec.is_mla else "llama")
+        rule = E.capture_rule("sglang", None, fam)
         problems.append(
-            "aux layer 0 (the embedding output) cannot be named in SGLang's convention (id = "
-            f"layer - 1), found {list(spec.aux_layers)}"
+            f"aux layers h{list(spec.aux_layers)}: no eagle_config ids make SGLang capture them "
+            f"on a {E.FAMILY_NAMES[fam]} target ({rule.capture}: "
+            + (
+                "id x -> h[x+1], so h[0] cannot be named"
+                if rule.capture == "plus1"
+                else "a first id 1 is read as h[2], so h[1] cannot come first"
+            )
+            + f"; {rule.source})"
         )
     return problems
 
@@ -364,10 +390,20 @@ def _llama_block(spec: DraftSpec) -> dict[str, Any]:
     return d
 
 
-def _mla_block(spec: DraftSpec) -> dict[str, Any]:
+def mla_model_type(spec: DraftSpec, layout: str) -> str:
+    """The model_type written for an MLA drafter: its own (default deepseek_v3), except that
+    for vLLM a type vLLM turns into its MTP model is written as kimi_k2 (engines.py
+    VLLM_MTP_MODEL_TYPES: the same DeepseekV3Config to vLLM)."""
+    mt = spec.model_type or "deepseek_v3"
+    if layout == "vllm" and mt == "deepseek_v3":
+        return VLLM_MLA_MODEL_TYPE
+    return mt
+
+
+def _mla_block(spec: DraftSpec, layout: str) -> dict[str, Any]:
     """The flat DeepSeek-V3 config of an MLA drafter layer (one layer, dense MLP)."""
     return {
-        "model_type": spec.model_type or "deepseek_v3",
+        "model_type": mla_model_type(spec, layout),
         "hidden_size": spec.hidden_size,
         "intermediate_size": spec.intermediate_size,
         "num_hidden_layers": 1,
@@ -391,15 +427,19 @@ def _mla_block(spec: DraftSpec) -> dict[str, Any]:
     }
 
 
-def _mla_config(spec: DraftSpec, layout: str, verifier: str | None) -> dict[str, Any]:
-    arch = spec.architecture if spec.architecture in MLA_ARCHS else MLA_ARCH
-    cfg: dict[str, Any] = {"architectures": [arch], **_mla_block(spec)}
+def _mla_config(
+    spec: DraftSpec, layout: str, verifier: str | None, family: str | None
+) -> dict[str, Any]:
+    # SGLang 0.5.23 registers only the V2 name (kimi_k25_eagle3.py EntryClass)
+    keep = spec.architecture in MLA_ARCHS and layout != "sglang"
+    cfg: dict[str, Any] = {"architectures": [spec.architecture if keep else MLA_ARCH]}
+    cfg.update(_mla_block(spec, layout))
     cfg["draft_vocab_size"] = spec.draft_vocab_size
     cfg["target_hidden_size"] = spec.target_hidden_size
     cfg.update({k: getattr(spec, k) for k in NORM_FLAGS})
-    if spec.aux_layers and layout == "sglang":  # SGLang adds 1 (ids name layer outputs)
+    if spec.aux_layers and layout == "sglang":  # the ids SGLang reads as these h-indices
         cfg["eagle_config"] = {
-            "eagle_aux_hidden_state_layer_ids": [i - 1 for i in spec.aux_layers],
+            "eagle_aux_hidden_state_layer_ids": sglang_ids(spec, family),
             "use_aux_hidden_state": True,
         }
     elif spec.aux_layers:  # vLLM reads top-level ids as h-indices
@@ -412,17 +452,23 @@ def _mla_config(spec: DraftSpec, layout: str, verifier: str | None) -> dict[str,
 
 
 def config_for(
-    spec: DraftSpec, layout: str, *, verifier: str | None = None, speculative_tokens: int = 3
+    spec: DraftSpec,
+    layout: str,
+    *,
+    verifier: str | None = None,
+    speculative_tokens: int = 3,
+    family: str | None = None,
 ) -> dict[str, Any]:
-    """The config.json that `layout` expects for this drafter, every flag explicit.
+    """The config.json that `layout` expects for this drafter, every flag explicit; `family`
+    is the target's (engines.target_family; SGLang's ids depend on it), None when unknown.
 
     Raises LossyConversion when the layout cannot express the drafter."""
-    problems = unsupported_by(spec, layout)
+    problems = unsupported_by(spec, layout, family)
     if problems:
         raise LossyConversion("; ".join(problems))
     verifier = verifier or spec.verifier
     if spec.is_mla:
-        return _mla_config(spec, layout, verifier)
+        return _mla_config(spec, layout, verifier, family)
     flags = {k: getattr(spec, k) for k in NORM_FLAGS}
     if layout == "vllm":
         return _vllm_config(spec, verifier, speculative_tokens, flags)
@@ -436,8 +482,8 @@ def config_for(
     if layout == "sglang":
         if spec.aux_layers:
             cfg["eagle_config"] = {
-                # SGLang adds 1 to each id (it names decoder-layer outputs).
-                "eagle_aux_hidden_state_layer_ids": [i - 1 for i in spec.aux_layers],
+                # the ids SGLang reads as these h-indices (id x -> h[x+1] on Llama targets)
+                "eagle_aux_hidden_state_layer_ids": sglang_ids(spec, family),
                 "use_aux_hidden_state": True,
             }
             cfg["eagle3kit"] = {"aux_layers_hf": list(spec.aux_layers)}  # ours: h-indices
