@@ -5,6 +5,13 @@ Not a product feature. It answers ``GET /v1/models`` and ``POST /v1/chat/complet
 generates with transformers' own ``generate``, a different code path from the local
 generator in ``eagle3kit.data.regenerate``, so the two can be compared.
 
+Each answer carries ``finish_reason`` as the engines set it (the OpenAI protocol's field):
+"length" when ``max_tokens`` tokens were generated without an end-of-turn token (vLLM:
+``vllm/v1/engine/__init__.py`` FinishReason.LENGTH, "max_tokens was consumed"; SGLang:
+``FINISH_LENGTH`` in ``python/sglang/srt/managers/schedule_batch.py``, serialised as
+{"type": "length"} and returned as the choice's finish_reason), else "stop"; the cut text is
+returned all the same.
+
 Modes:
 - ``normal``
 - ``flaky``: every third chat request (3rd, 6th, ...) answers HTTP 500
@@ -96,7 +103,7 @@ class FakeOpenAIServer(LocalServer):
                     self.close_connection = True  # drop this request unanswered, then die
                     threading.Thread(target=server.stop, daemon=True).start()
                     return None
-                text = server.generate(body["messages"], int(body.get("max_tokens", 64)))
+                text, finish = server.generate(body["messages"], int(body.get("max_tokens", 64)))
                 with server._count_lock:
                     server.answered += 1
                 return self._send(
@@ -108,7 +115,7 @@ class FakeOpenAIServer(LocalServer):
                         "choices": [
                             {
                                 "index": 0,
-                                "finish_reason": "stop",
+                                "finish_reason": finish,
                                 "message": {"role": "assistant", "content": text},
                             }
                         ],
@@ -121,13 +128,15 @@ class FakeOpenAIServer(LocalServer):
         return self.serve(Handler)
 
     # -- generation ------------------------------------------------------------------------
-    def generate(self, messages: list[dict], max_tokens: int) -> str:
+    def generate(self, messages: list[dict], max_tokens: int) -> tuple[str, str]:
+        """(text, finish_reason): "stop" at the end-of-turn token, "length" at max_tokens."""
         tok = self.target.tokenizer
         enc = tok.apply_chat_template(
             messages, add_generation_prompt=True, tokenize=True, return_dict=True
         )
         with self._model_lock:
             ids = _hf_greedy(self.target, list(enc["input_ids"]), max_tokens, tok.eos_token_id)
+        finish = "length"
         if ids and ids[-1] == tok.eos_token_id:
-            ids = ids[:-1]
-        return tok.decode(ids, skip_special_tokens=True)
+            ids, finish = ids[:-1], "stop"
+        return tok.decode(ids, skip_special_tokens=True), finish

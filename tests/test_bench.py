@@ -84,3 +84,66 @@ def test_bench_bad_input(cli, pair):
     path, _ = pair
     r = cli("bench", "--target", path, "--repeats", "0")
     assert r.code == 2 and "repeats" in r.err
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+PROMPT_ROWS = [
+    {"prompt": "Write the Python function add(a, b)."},
+    {"messages": [{"role": "user", "content": "Write the Python function mul(a, b)."}]},
+    {"conversations": [{"from": "human", "value": "Write the Python function neg(a)."}]},
+    {"conversations": [{"from": "human", "value": "x"}, {"from": "gpt", "value": ""}]},
+    {"neither": "a row with no prompt"},
+]
+
+
+def test_bench_data_of_prompts_only(cli, pair, tmp_path):
+    """A benchmark needs prompts only: prompt rows, conversations without answers (both
+    forms) are measured; an unusable row is skipped with one warning line, as prepare does."""
+    path, _ = pair
+    f = _write_jsonl(tmp_path / "prompts.jsonl", PROMPT_ROWS)
+    r = cli("bench", "--target", path, "--data", f, "--repeats", "1", "--max-new-tokens", "4",
+            "--json")  # fmt: skip
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["prompts"] == 4
+    assert f"warning: {f}: skipped 1 unusable records" in r.err and f"{f}:5:" in r.err
+
+
+def test_bench_prompts_are_the_chat_template_up_to_the_first_answer(pair, tmp_path):
+    from transformers import AutoTokenizer
+
+    from eagle3kit.measure.bench import data_prompts
+    from eagle3kit.measure.evaluate import load_eval_data
+
+    tok = AutoTokenizer.from_pretrained(pair[0])
+    conv = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Write the Python function add(a, b)."},
+        {"role": "assistant", "content": "def add(a, b):\n    return a + b"},
+        {"role": "user", "content": "And mul?"},
+        {"role": "assistant", "content": "def mul(a, b):\n    return a * b"},
+    ]
+    full = _write_jsonl(tmp_path / "full.jsonl", [{"messages": conv}])
+    got, skipped = data_prompts(full, tok, 8)
+    # the same prompt eval takes from a conversation with answers (its first assistant token)
+    assert got == load_eval_data(full, tok).prompts and skipped == []
+    only = _write_jsonl(tmp_path / "only.jsonl", [{"prompt": "Hi."}])
+    want = tok.apply_chat_template(
+        [{"role": "user", "content": "Hi."}], add_generation_prompt=True, return_dict=True
+    )["input_ids"]
+    assert data_prompts(only, tok, 8)[0] == [list(want)]
+
+
+def test_training_data_still_needs_an_answer(pair, tmp_path):
+    from transformers import AutoTokenizer
+
+    from eagle3kit.core.errors import Eagle3Error
+    from eagle3kit.measure.evaluate import load_eval_data
+
+    tok = AutoTokenizer.from_pretrained(pair[0])
+    f = _write_jsonl(tmp_path / "prompts.jsonl", PROMPT_ROWS[:3])
+    with pytest.raises(Eagle3Error, match="at least one sample with an assistant turn"):
+        load_eval_data(f, tok)

@@ -199,7 +199,40 @@ def test_conversations(tmp_path):
             {"prompt": "raw"},
         ],
     )
-    assert [p.turns for p in load_conversations(f)] == [("u1", "u2"), ("raw",)]
+    assert [p.turns for p in load_conversations(f)[0]] == [("u1", "u2"), ("raw",)]
+
+
+SHAREGPT = [
+    {"id": "a", "conversations": [{"from": "human", "value": "u1"},
+                                  {"from": "gpt", "value": "a1"}]},
+    {"system": "s", "conversations": [{"from": "human", "value": "v1"},
+                                      {"from": "gpt", "value": "b1"},
+                                      {"from": "human", "value": "v2"},
+                                      {"from": "gpt", "value": "b2"}]},
+    {"conversations": [{"from": "user", "value": "w1"}, {"from": "chatgpt", "value": "c1"}]},
+    {"conversations": [{"from": "human", "value": "x1"}, {"from": "alien", "value": "?"}]},
+]  # fmt: skip
+
+
+def test_bench_data_takes_the_sharegpt_rows_prepare_takes(tmp_path):
+    """`bench --url --data` reads conversations with prepare's reader: every row prepare
+    accepts gives its user turns, in order; the row prepare skips is skipped, and named."""
+    from eagle3kit.data.conversations import Conversation, read_conversations
+
+    f = _jsonl(tmp_path / "sg.jsonl", SHAREGPT)
+    took = [c for _, _, c in read_conversations([f]) if isinstance(c, Conversation)]
+    assert len(took) == 3  # prepare's reader: the unknown speaker 'alien' is malformed
+    prompts, skipped = load_conversations(f)
+    assert [p.turns for p in prompts] == [("u1",), ("v1", "v2"), ("w1",)]
+    assert prompts[0].id == "a"
+    assert [(s.line, s.reason) for s in skipped] == [(4, "turn 2: unknown role 'alien'")]
+    # the same from a .json array (a ShareGPT dump), and capped by --prompts
+    arr = tmp_path / "sg.json"
+    arr.write_text(json.dumps(SHAREGPT))
+    assert [p.turns for p in load_conversations(arr, limit=2)[0]] == [("u1",), ("v1", "v2")]
+    bad = _jsonl(tmp_path / "bad.jsonl", [SHAREGPT[3], {"x": 1}])
+    with pytest.raises(Eagle3Error, match=r"bad.jsonl: expected at least one prompt .*2 unusable"):
+        load_conversations(bad)
 
 
 def _bench_doc(tmp_path, **kw):
@@ -395,22 +428,30 @@ def test_pick_data_file_prefers_json_of_the_split():
 
 
 def test_hub_path_falls_back_to_the_listing(tmp_path, monkeypatch):
-    """The hub calls are replaced by local stand-ins (no network in tests): the named file is
-    missing, the listing offers the parquet export's JSON twin."""
+    """The hub calls are replaced by local stand-ins (no network in tests): the file is not in
+    the cache, the hub answers (the probe finds it), the named file is missing (a 404: what
+    huggingface_hub raises as RemoteEntryNotFoundError), and the listing offers the parquet
+    export's JSON twin."""
+    import httpx2
     import huggingface_hub
-    from huggingface_hub.errors import EntryNotFoundError
+    from huggingface_hub.errors import LocalEntryNotFoundError, RemoteEntryNotFoundError
+
+    from eagle3kit.live import suites
 
     local = _jsonl(tmp_path / "train.jsonl", [{"prompt": ["t1", "t2"], "prompt_id": 7}])
     asked = []
 
     def download(repo, filename, repo_type=None, local_files_only=False):
+        if local_files_only:
+            raise LocalEntryNotFoundError("not in the cache")
         asked.append((repo, filename, repo_type))
-        assert not local_files_only
         if filename != "data/train.jsonl":
-            raise EntryNotFoundError("404")
+            response = httpx2.Response(404, request=httpx2.Request("HEAD", "https://hub/x"))
+            raise RemoteEntryNotFoundError("404", response=response)
         return str(local)
 
     monkeypatch.delenv("HF_HUB_OFFLINE")  # online, as a user with network runs it
+    monkeypatch.setattr(suites, "hub_unreachable", lambda: None)
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
     monkeypatch.setattr(
         huggingface_hub,
@@ -423,3 +464,79 @@ def test_hub_path_falls_back_to_the_listing(tmp_path, monkeypatch):
         ("HuggingFaceH4/mt_bench_prompts", "raw/question.jsonl", "dataset"),
         ("HuggingFaceH4/mt_bench_prompts", "data/train.jsonl", "dataset"),
     ]
+
+
+def _hub_endpoint(kind: str):
+    """A local hub endpoint: 'refused' (nothing listens), 'silent' (a socket that takes the
+    connection and never answers, as a black-holed network does) or 'answering' (an HTTP
+    server that answers 404 to everything: the hub is there, the file is not)."""
+    import socket
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    if kind == "answering":
+
+        class NotFound(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def _404(self):
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_HEAD = _404
+
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        return f"http://127.0.0.1:{srv.server_address[1]}", srv.shutdown
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    if kind == "refused":
+        s.close()
+        return f"http://127.0.0.1:{port}", lambda: None
+    s.listen(8)
+    return f"http://127.0.0.1:{port}", s.close
+
+
+@pytest.mark.parametrize("kind", ["refused", "silent", "answering"])
+def test_a_suite_with_the_hub_unreachable_fails_fast_or_reads_the_cache(tmp_path, kind):
+    """HF_HUB_OFFLINE not set and the hub unreachable (the user just is offline):
+    huggingface_hub alone retries for ~47 s (or, black-holed, waits without end); one short
+    attempt must give the clear error within a few seconds, and a suite already in the cache
+    must load without waiting on the network at all. When the hub answers, the run goes on
+    to the hub's own answer (here a 404), and the error does not blame the network."""
+    import os
+    import subprocess
+    import sys
+
+    url, stop = _hub_endpoint(kind)
+    repo = tmp_path / "datasets--HuggingFaceH4--MATH-500"
+    commit = "1" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    _jsonl(repo / "snapshots" / commit / "test.jsonl", [{"problem": "1+1?"}])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HF_")}
+    env.update(HF_ENDPOINT=url, HF_HUB_CACHE=str(tmp_path), HF_HOME=str(tmp_path / "home"))
+    code = (
+        "import sys, time\n"
+        "from eagle3kit.live.suites import load_suite\n"
+        "print([p.turns for p in load_suite('math-500')])\n"
+        "t = time.monotonic()\n"
+        "try:\n    load_suite('mt-bench')\n"
+        "except Exception as e:\n    print(type(e).__name__, e)\n"
+        "print(f'{time.monotonic() - t:.1f}')\n"
+    )
+    try:
+        run = [sys.executable, "-c", code]
+        r = subprocess.run(run, env=env, capture_output=True, text=True, timeout=180)
+    finally:
+        stop()
+    cached, err, miss_s = r.stdout.splitlines()
+    assert cached == "[('1+1?',)]", r.stderr
+    assert err.startswith("Eagle3Error --suite: cannot fetch raw/question.jsonl of the hub")
+    assert err.endswith("give a local file as NAME=PATH")
+    assert ("cannot reach" in err) == (kind != "answering"), err
+    assert float(miss_s) < 5, (kind, miss_s)

@@ -339,3 +339,92 @@ def test_answers_go_where_validate_read_the_turns():
         "messages": None,
     }
     assert with_answers(sg, "s2", ["new"])["conversations"][1]["value"] == "new"
+
+
+def _scripted(cut_ids: set[str]):
+    """A generator that says which answers max_tokens cut: every answer of the samples in
+    cut_ids ends with finish_reason "length", the others with "stop"."""
+    from eagle3kit.data.openai_servers import Answer
+
+    def generate(history, sid):
+        return Answer(f"answer to {history[-1]['content']}", "length" if sid in cut_ids else "stop")
+
+    return generate
+
+
+def test_answers_cut_at_max_tokens_are_counted_and_marked_or_dropped(tmp_path):
+    from eagle3kit.data.regenerate import regenerate
+
+    inp = tmp_path / "in.jsonl"
+    recs = write_input(inp, 4)  # s0, s2: two answers each; two OpenAI records: one each
+    oa = sorted(r["id"] for r in read_output_like(recs) if r["id"].startswith("sha256:"))
+    cut = {"s0", oa[0]}
+    keep = regenerate(inp, tmp_path / "keep.jsonl", generate=_scripted(cut), max_tokens=7)
+    assert (keep.cut_answers, keep.cut_samples, keep.done, keep.dropped) == (3, 2, 4, [])
+    got = read_output(tmp_path / "keep.jsonl")
+    assert {k: r.get("cut_at_max_tokens") for k, r in got.items()} == {
+        "s0": 2, "s2": None, oa[0]: 1, oa[1]: None,
+    }  # fmt: skip
+    assert keep.to_json()["cut_at_max_tokens"] == {
+        "answers": 3, "samples": 2, "max_tokens": 7, "action": "keep", "dropped": [],
+    }  # fmt: skip
+    drop_out = tmp_path / "drop.jsonl"
+    drop = regenerate(inp, drop_out, generate=_scripted(cut), max_tokens=7, truncated="drop")
+    assert (drop.done, sorted(drop.dropped), drop.cut_answers) == (2, sorted(cut), 3)
+    assert set(read_output(drop_out)) == {"s2", oa[1]}
+    # a rerun (say with a larger --max-tokens, nothing cut now) does the dropped ones
+    again = regenerate(inp, drop_out, generate=_scripted(set()), max_tokens=70, truncated="drop")
+    assert (again.done, again.already_done, again.cut_answers) == (2, 2, 0)
+    assert len(read_output(drop_out)) == 4
+    with pytest.raises(Eagle3Error, match=r"--truncated: expected one of keep, drop, found 'x'"):
+        regenerate(inp, tmp_path / "x.jsonl", generate=_scripted(cut), truncated="x")
+
+
+def read_output_like(recs: list[dict]) -> list[dict]:
+    """The ids regenerate gives the input records (their own id, else the hash prepare uses)."""
+    from eagle3kit.data.conversations import validate
+
+    return [{"id": validate(r).id} for r in recs]
+
+
+def test_a_server_says_length_and_the_cli_warns_with_the_count(tmp_path, model_dir, target, cli):
+    """The fake server answers as vLLM and SGLang do: finish_reason "length" when max_tokens
+    ran out (the tiny target emits no end-of-turn within 3 tokens: checked with transformers'
+    own greedy generate), and regenerate counts, warns and marks what the local run marks."""
+    import urllib.request
+
+    from decode_helpers import hf_greedy_ids
+
+    tok = target.tokenizer
+    msgs = [{"role": "user", "content": PROMPTS[1]}]
+    ids = tok.apply_chat_template(msgs, add_generation_prompt=True, return_dict=True)
+    assert tok.eos_token_id not in hf_greedy_ids(
+        target, list(ids["input_ids"]), 3, tok.eos_token_id
+    )
+    inp = tmp_path / "in.jsonl"
+    write_input(inp, 2)  # 3 answers in 2 samples
+    with FakeOpenAIServer(model_dir) as a:
+        body = {"model": "zoo-tiny", "messages": msgs, "max_tokens": 3}
+        req = urllib.request.Request(
+            a.url + "/v1/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(req, timeout=60) as r:
+            assert json.loads(r.read())["choices"][0]["finish_reason"] == "length"
+        r = cli("data", "regenerate", inp, "-o", tmp_path / "srv.jsonl", "--server", a.url,
+                "--max-tokens", "3", "--concurrency", "1", "--json")  # fmt: skip
+        bad = cli("data", "regenerate", inp, "-o", tmp_path / "b.jsonl", "--server", a.url,
+                  "--truncated", "some")  # fmt: skip
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["cut_at_max_tokens"]["answers"] == 3
+    assert (
+        "warning: 3 answers in 2 samples stopped at --max-tokens 3 (finish_reason length): "
+        "kept, each sample marked cut_at_max_tokens" in r.err
+    )
+    regen_local(inp, tmp_path / "local.jsonl", target, max_tokens=3)
+    assert read_output(tmp_path / "srv.jsonl") == read_output(tmp_path / "local.jsonl")
+    assert {r["cut_at_max_tokens"] for r in read_output(tmp_path / "local.jsonl").values()} == {
+        1, 2,
+    }  # fmt: skip
+    assert bad.code == 2 and "--truncated: expected one of keep, drop, found 'some'" in bad.err

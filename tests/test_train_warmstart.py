@@ -191,3 +191,46 @@ def test_reference_target_reports_before_and_after(start, tmp_path, cli):
     step0 = _rows(tmp_path / "ref")[0]
     assert ref["before"]["new"] == pytest.approx(step0["sim_accept_len"])
     assert set(ref["after"]) == {"old", "new"}
+
+
+def test_a_drafter_checkpoint_is_its_own_vocab_for_capture_and_warm_start(start, tmp_path, cli):
+    """The engine-capture story's warm start: a store captured over the drafter's draft vocab
+    (`data capture --vocab DRAFTER`, the checkpoint directory itself) trains it; a store over
+    the full vocab is refused in one line that says how to fix it, and --rebuild-vocab adopts
+    the store's vocab instead."""
+    from safetensors.torch import load_file
+
+    from eagle3kit.core.vocab import load_vocab
+
+    src, _ = start
+    drafter = src / "step-8"
+    own = load_file(str(drafter / "model.safetensors"))
+    d2t, t2d = load_vocab(drafter)  # the directory: its weights file's d2t/t2d
+    assert torch.equal(d2t, own["d2t"]) and torch.equal(t2d, own["t2d"]) and d2t.numel() == 96
+    data, target = tiny_data(), tiny_target()
+    cap = ("data", "capture", str(data), "--target", str(target), "--json")
+    r = cli(*cap, "-o", str(tmp_path / "full"))
+    assert r.code == 0, r.err
+    r = cli(*cap, "--vocab", str(drafter), "-o", str(tmp_path / "own"))
+    assert r.code == 0, r.err
+    manifest = json.loads((tmp_path / "own" / "manifest.json").read_text())
+    assert manifest["vocab"]["file"] == str((drafter / "model.safetensors").resolve())
+    assert manifest["vocab"]["draft_vocab_size"] == 96
+
+    def train(store: str, *extra: str):
+        return cli(
+            "train", "--target", str(target), "--features", str(tmp_path / store),
+            "-o", str(tmp_path / f"run-{store}{len(extra)}"), "--init-from", str(drafter),
+            "--ttt-steps", "3", "--batch-size", "4", "--max-len", "64", "--heldout", "0.125",
+            "--eval-samples", "6", "--eval-batch", "6", "--threads", "1", "--steps", "1",
+            "--json", *extra,
+        )  # fmt: skip
+
+    r = train("full")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "another draft vocab (512 ids) than the drafter's (96 ids)" in r.err
+    assert "data capture ... --vocab DRAFTER" in r.err and "--rebuild-vocab" in r.err
+    r = train("own")
+    assert r.code == 0, r.err
+    r = train("full", "--rebuild-vocab")
+    assert r.code == 0, r.err

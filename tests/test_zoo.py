@@ -501,3 +501,35 @@ def test_the_chat_bar_warning_says_which_failure_it_is():
     assert "pooled_distinct4 0.20 < 0.6" in loops
     ok = {**fig, "names_function": 0.9, "distinct_openings": 0.9, "pooled_distinct4": 0.7}
     assert chat_bar_warning("m", ok) is None
+
+
+@pytest.mark.slow  # ~10 s: builds a member
+def test_zoo_list_shows_each_size_built_stale_or_what_a_build_costs(cli, monkeypatch, tmp_path):
+    """A home holding only tiny members (what tests and the demo build): `zoo list` without
+    --size shows them built, beside the unbuilt full members and what building each costs."""
+    monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path))
+    t0 = time.time()
+    zoo.build("llama-v1", size="tiny", progress=False)
+    took = time.time() - t0
+    r = cli("zoo", "list", "--json")
+    assert r.code == 0, r.err
+    rows = {(m["name"], m["size"]): m for m in json.loads(r.out)["members"]}
+    assert len(rows) == 8  # four members at two sizes
+    v1 = rows[("llama-v1", "tiny")]
+    assert (v1["built"], v1["state"], v1["build_measured"]) == (True, "built", True)
+    assert 0 < v1["build_seconds"] <= took + 0.05  # zoo.json's own time (rounded to 0.1 s)
+    assert rows[("llama-v1", "full")]["state"] == "absent"
+    # building llama-v2 tiny costs its own build only (its v1 is built); at full size, both
+    costs = zoo.BUILD_SECONDS
+    assert rows[("llama-v2", "tiny")]["build_seconds"] == costs["tiny"]["llama-v2"]
+    full_v2 = costs["full"]["llama-v2"] + costs["full"]["llama-v1"]
+    assert rows[("llama-v2", "full")]["build_seconds"] == full_v2
+    table = cli("zoo", "list").out
+    tiny_v1 = next(line for line in table.splitlines() if "llama-v1" in line and "tiny" in line)
+    assert "yes (built in" in tiny_v1
+    assert re.search(r"llama-v2 .* full .*no: ~9 min to build with llama-v1", table)
+    # a zoo.json from another recipe is stale (rebuilt on next use), not "absent"
+    man = zoo.path("llama-v1", size="tiny") / "zoo.json"
+    man.write_text(json.dumps({**json.loads(man.read_text()), "recipe_digest": "0" * 16}))
+    assert zoo.describe("llama-v1", size="tiny")["state"] == "stale"
+    assert "stale: rebuilt on use, ~10 s" in cli("zoo", "list", "--size", "tiny").out

@@ -5,6 +5,7 @@ torch/transformers are imported inside the commands only (`eagle3kit --help` sta
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -68,6 +69,14 @@ TemplateKwargs = Annotated[
         "it as chat_template_kwargs).",
     ),
 ]
+Truncated = Annotated[
+    str,
+    typer.Option(
+        "--truncated",
+        help="A sample with an answer cut at --max-tokens (finish_reason length): keep (marked "
+        "cut_at_max_tokens) or drop (left out; a rerun with more --max-tokens retries it).",
+    ),
+]
 Dtype = Annotated[str, typer.Option("--dtype")]
 JsonOut = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
@@ -86,6 +95,7 @@ def regenerate_cmd(
     retries: Retries = 4,
     timeout: RegenTimeout = 300.0,
     template_kwargs: TemplateKwargs = None,
+    truncated: Truncated = "keep",
     device: Device = "cpu",
     dtype: Dtype = "float32",
     trust_remote_code: TrustRemoteCode = False,
@@ -121,8 +131,10 @@ def regenerate_cmd(
             retries=retries,
             timeout=timeout,
             template_kwargs=kwargs,
+            truncated=truncated,
             progress=progress,
         )
+    _warn_cut(res)
     if json_:
         emit_json(res.to_json())
     else:
@@ -139,6 +151,21 @@ def _local_generator(o: dict, kwargs: dict):
     return local_generator(
         tm, o["max_tokens"], o["temperature"], o["seed"], template_kwargs=kwargs, top_p=o["top_p"]
     )
+
+
+def _warn_cut(res) -> None:
+    """One warning line when --max-tokens cut answers (finish_reason "length")."""
+    if res.cut_answers:
+        what = (
+            f"dropped ({len(res.dropped)} samples left out; rerun with a larger --max-tokens)"
+            if res.truncated == "drop"
+            else "kept, each sample marked cut_at_max_tokens (--truncated drop leaves them out)"
+        )
+        print(
+            f"warning: {res.cut_answers} answers in {res.cut_samples} samples stopped at "
+            f"--max-tokens {res.max_tokens} (finish_reason length): {what}",
+            file=sys.stderr,
+        )
 
 
 def _render_regenerate(res, output: Path) -> None:
@@ -178,7 +205,8 @@ Vocab = Annotated[
     Path,
     typer.Option(
         "--vocab",
-        help="Draft vocab (d2t/t2d safetensors from `data vocab`); default: the full vocab.",
+        help="Draft vocab: d2t/t2d safetensors from `data vocab`, or a drafter checkpoint "
+        "(its own d2t/t2d; what warm-start training needs); default: the full vocab.",
     ),
 ]
 Topk = Annotated[
@@ -279,6 +307,11 @@ def capture_cmd(
     """Offline feature store: fp8 aux states + top-K teacher log-probs, sharded, resumable."""
     from eagle3kit.cli._render import emit_json
 
+    if vocab is not None:
+        from eagle3kit.core.vocab import vocab_file
+
+        vocab = vocab_file(vocab)  # a drafter checkpoint's directory: its weights file
+
     if engine is not None or launch_command:
         if output is not None:
             check_output(output, "-o", data, vocab, kind="dir")
@@ -372,6 +405,20 @@ def register(data_app: typer.Typer) -> None:
     data_app.command("capture")(capture_cmd)
 
 
+def _next_capture(target: str, eng: dict, vocab: Path | None) -> None:
+    """After the launch line (stdout), the capture command that goes with it (stderr). With a
+    drafter, its own checkpoint is the --vocab: a store over another draft vocab cannot
+    train it from a warm start."""
+    d = eng["drafter"]
+    v = vocab or d or "VOCAB"
+    print(
+        f"then: eagle3kit data capture DATA --target {target}"
+        + (f" --drafter {d}" if d else "")
+        + f" --vocab {v} --engine vllm --url URL --states-dir {eng['states_dir']} -o STORE",
+        file=sys.stderr,
+    )
+
+
 def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_tokens, json_):
     """`data capture --engine vllm` (or `--launch-command`): the store, or None when only the
     launch line was printed."""
@@ -398,6 +445,7 @@ def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_to
             emit_json({**doc, **plan.record()})
         else:
             print(line)
+            _next_capture(target, eng, common["vocab"])
         return None
     if data is None or output is None or not eng["url"] or eng["states_dir"] is None:
         raise Eagle3Error(

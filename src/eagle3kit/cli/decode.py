@@ -308,14 +308,16 @@ def bench_(
         raise typer.BadParameter("expected --target (in-process) or --url (live servers)")
     from eagle3kit.cli._progress import bar
     from eagle3kit.decode import TreeShape
-    from eagle3kit.measure.bench import bench, default_prompts
-    from eagle3kit.measure.evaluate import load_eval_data
+    from eagle3kit.measure.bench import bench, data_prompts, default_prompts
 
     _check_depth(depth)
     _check_depth(tree_depth, "--tree-depth")
     tm, d = _load(target, drafter, device, threads)
     if data is not None:
-        ps = load_eval_data(data, tm.tokenizer).prompts[:prompts]
+        from eagle3kit.cli.live import warn_skipped
+
+        ps, skipped = data_prompts(data, tm.tokenizer, prompts)
+        warn_skipped(data, skipped)
     else:
         ps = default_prompts(tm.tokenizer, prompts)
     with bar(not json_) as progress:

@@ -26,8 +26,23 @@ def load_prompts(suite: str | None, data: Path | None, limit: int) -> list:
         raise Eagle3Error("--suite or --data: expected one with --url (e.g. --suite mt-bench)")
     prompts = load_suites(suite, limit) if suite else []
     if data is not None:
-        prompts += load_conversations(data, limit)
+        got, skipped = load_conversations(data, limit)
+        warn_skipped(data, skipped)
+        prompts += got
     return prompts
+
+
+def warn_skipped(path: Path, skipped: list) -> None:
+    """One warning line for the --data records left out, as `data prepare` reports them."""
+    if skipped:
+        from eagle3kit.data.conversations import summarise_reasons
+
+        why = summarise_reasons(p.reason for p in skipped)
+        print(
+            f"warning: {path}: skipped {len(skipped)} unusable records ({why}), "
+            f"first: {skipped[0]}",
+            file=sys.stderr,
+        )
 
 
 def _config(o: dict[str, Any], limit: int, depth: int | None):

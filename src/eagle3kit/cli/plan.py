@@ -129,7 +129,8 @@ AcceptanceFile = Annotated[
     Path | None,
     typer.Option(
         "--acceptance-file",
-        help='Per-position rates: {"per_position_acceptance": \\[p1, p2, ...]} or \\[p1, ...].',
+        help="An eval, bench, bench-live, probe or probe-live JSON (its per-position "
+        "acceptance, else its tau), or conditional rates: \\[p1, ...].",
         metavar="FILE.json",
         rich_help_panel=_ACC,
     ),
@@ -193,9 +194,10 @@ From = Annotated[
     Path | None,
     typer.Option(
         "--from",
-        help="`eagle3kit eval --json` output: its accept length, depth, cycle and decode "
-        "times, new tokens and prefill (options given here win).",
-        metavar="EVAL.json",
+        help="A measurement (eval, bench, bench --url, probe, probe --url --json): its accept "
+        "length, depth, cycle and decode times, new tokens and prefill, as far as it has them "
+        "(options given here win).",
+        metavar="FILE.json",
     ),
 ]
 
@@ -239,11 +241,16 @@ def _plan(o: dict[str, Any]) -> PlanResult:
     """The options (and `--from`'s figures where the options give none) -> plan()."""
     from eagle3kit import plan as planmod
 
+    o["per_position"] = None
     if o["from_"] is not None:
         from eagle3kit.plan.from_file import plan_args_from_file
 
         o.update(plan_args_from_file(o["from_"], o))
-    verify, fit, rates = o["verify_ms"], o["verify_fit"], o["acceptance_file"]
+        if o["per_position"] is not None:
+            o["accept_len"] = None  # the file's rates, which give its tau
+    if o["acceptance_file"] is not None:
+        _acceptance_file(o)
+    verify, fit = o["verify_ms"], o["verify_fit"]
     return planmod.plan(
         baseline_tps=o["baseline_tps"],
         decode_ms=o["decode_ms"],
@@ -252,7 +259,7 @@ def _plan(o: dict[str, Any]) -> PlanResult:
         verify_ms=[planmod.parse_verify_point(v) for v in verify] if verify else None,
         verify_fit=planmod.parse_verify_fit(fit) if fit is not None else None,
         acceptance=o["acceptance"],
-        per_position=planmod.load_per_position(rates) if rates is not None else None,
+        per_position=o["per_position"],
         accept_len=o["accept_len"],
         depth=o["depth"],
         max_depth=o["max_depth"],
@@ -260,6 +267,24 @@ def _plan(o: dict[str, Any]) -> PlanResult:
         new_tokens=o["new_tokens"],
         prefill_ms=o["prefill_ms"],
     )
+
+
+def _acceptance_file(o: dict[str, Any]) -> None:
+    """`--acceptance-file`: its per-position rates, or (a measurement without them) its tau."""
+    from eagle3kit.core.errors import Eagle3Error
+    from eagle3kit.plan.from_file import acceptance_from_file
+
+    other = [
+        n
+        for n, k in (("--acceptance", "acceptance"), ("--accept-len", "accept_len"))
+        if o[k] is not None
+    ]
+    if other:
+        raise Eagle3Error(
+            "--acceptance: expected exactly one of --acceptance P, --acceptance-file FILE, "
+            f"--accept-len TAU, found --acceptance-file and {other[0]}"
+        )
+    o.update(acceptance_from_file(o["acceptance_file"], o["depth"]))
 
 
 def _show(result: PlanResult, plot: Path | None, json_: bool) -> None:

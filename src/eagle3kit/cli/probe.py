@@ -216,7 +216,11 @@ def probe(
 
 
 RunDirs = Annotated[
-    list[str], typer.Argument(help="Run directories (probe, bench, train, plan JSON).")
+    list[str],
+    typer.Argument(
+        help="Run directories or JSON files: every eagle3kit JSON in them is rendered or "
+        "listed as skipped, with why."
+    ),
 ]
 Out = Annotated[str, typer.Option("-o", "--out", help="Output directory.")]
 Title = Annotated[str, typer.Option(help="Report title.")]

@@ -83,7 +83,12 @@ InitFrom = Annotated[
 Attention = Annotated[
     str, typer.Option("--attention", help="Fresh drafter's attention: mha or mla.")
 ]
-Vocab = Annotated[str, typer.Option("--vocab", help="VOCAB file (d2t/t2d) from `data vocab`.")]
+Vocab = Annotated[
+    str,
+    typer.Option(
+        "--vocab", help="VOCAB file (d2t/t2d) from `data vocab`, or a drafter checkpoint's own."
+    ),
+]
 DraftVocabSize = Annotated[
     int,
     typer.Option("--draft-vocab-size", help="Build the vocab from DATA's assistant-token counts."),

@@ -26,14 +26,36 @@ def _row(d: dict) -> list[str]:
     shape = f"{man['num_layers']}x{man['hidden_size']}, V={man['vocab_size']}" if man else "-"
     return [
         d["name"],
+        d["size"],
         d["architecture"],
         d["parent"] or "-",
         d["slice"],
         params,
         shape,
         quality,
-        "yes" if d["built"] else "no",
+        _built(d),
     ]
+
+
+def _duration(s: float) -> str:
+    return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min"
+
+
+def _built(d: dict) -> str:
+    """'yes (built in 6 s)', 'no: ~10 s to build', 'stale: rebuilt on use, ~4 min'."""
+    cost = d["build_seconds"]
+    if d["state"] == "built":
+        return f"yes (built in {_duration(cost)})" if cost is not None else "yes"
+    with_parent = f" with {d['parent']}" if d["parent"] and cost > _own_cost(d) else ""
+    if d["state"] == "stale":
+        return f"stale: rebuilt on use, ~{_duration(cost)}{with_parent}"
+    return f"no: ~{_duration(cost)} to build{with_parent}"
+
+
+def _own_cost(d: dict) -> float:
+    from eagle3kit.zoo import BUILD_SECONDS
+
+    return BUILD_SECONDS[d["size"]][d["name"]]
 
 
 def _check_size(size: str) -> str:
@@ -48,21 +70,37 @@ def _check_size(size: str) -> str:
 Size = Annotated[str, typer.Option(help=SIZE_HELP, callback=_check_size)]
 
 
-def list_(size: Size = "full", json_: JsonFlag = False) -> None:
-    """List the zoo's members, where they live and whether they are built."""
+def _check_list_size(size: str) -> str:
+    return size if size == "all" else _check_size(size)
+
+
+ListSize = Annotated[
+    str,
+    typer.Option(help="full, tiny, or all (both sizes).", callback=_check_list_size),
+]
+
+
+def list_(size: ListSize = "all", json_: JsonFlag = False) -> None:
+    """List the zoo's members at each size, where they live, whether they are built, and
+    what a build costs."""
     from eagle3kit import zoo
     from eagle3kit.cli._render import emit_json, out
     from eagle3kit.core.artifacts import stamp
 
-    rows = [zoo.describe(n, size=size) for n in zoo.names()]
+    sizes = zoo.SIZES if size == "all" else (size,)
+    rows = [zoo.describe(n, size=s) for s in sizes for n in zoo.names()]
     if json_:
         emit_json(stamp({"home": str(zoo.home()), "size": size, "members": rows}, "zoo"))
         return
     from rich.table import Table
 
-    t = Table(title=f"eagle3kit zoo ({size}) in {zoo.home() / 'zoo'}")
+    t = Table(
+        title=f"eagle3kit zoo ({size}) in {zoo.home() / 'zoo'}",
+        caption="build: eagle3kit zoo build NAME [--size tiny] (times measured on 2 CPU cores)",
+    )
     for col in (
         "name",
+        "size",
         "architecture",
         "parent",
         "data",

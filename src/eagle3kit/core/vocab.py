@@ -191,12 +191,49 @@ def save_vocab(path: str | Path, d2t: torch.Tensor, t2d: torch.Tensor) -> None:
     save_safetensors(path, {"d2t": d2t.to(torch.long), "t2d": t2d.to(torch.bool)})
 
 
+def _header_keys(path: Path) -> set[str]:
+    """The tensor names a safetensors file's header lists (8-byte length, then JSON); an
+    unreadable header lists none."""
+    import json
+    import struct
+
+    try:
+        with open(path, "rb") as f:
+            (n,) = struct.unpack("<Q", f.read(8))
+            if n > 100_000_000:
+                return set()
+            head = json.loads(f.read(n))
+    except (OSError, ValueError, struct.error):
+        return set()
+    return set(head) - {"__metadata__"} if isinstance(head, dict) else set()
+
+
+def vocab_file(path: str | Path) -> Path:
+    """The safetensors file a `--vocab` path names: a vocab file (`data vocab`), or a drafter
+    checkpoint, whose own weights hold its d2t and t2d: its safetensors file, or its directory
+    (the one `*.safetensors` in it that holds d2t and t2d). Eagle3Error when there is none."""
+    p = Path(path)
+    if not p.is_dir():
+        return p
+    files = sorted(p.glob("*.safetensors"))
+    hits = [f for f in files if {"d2t", "t2d"} <= _header_keys(f)]
+    if len(hits) == 1:
+        return hits[0]
+    found = f"{len(hits)} of them" if hits else f"none of {[f.name for f in files]}"
+    raise bad(
+        str(p),
+        "--vocab: expected a vocab file or a drafter checkpoint with one *.safetensors holding "
+        f"d2t and t2d, found {found}",
+    )
+
+
 def load_vocab(path: str | Path) -> tuple[torch.Tensor, torch.Tensor]:
-    """Read and validate a vocab file written by `save_vocab` -> (d2t int64 [N], t2d bool [V])."""
+    """Read and validate a vocab -> (d2t int64 [N], t2d bool [V]): a file written by
+    `save_vocab`, or a drafter checkpoint (file or directory; `vocab_file`)."""
     import torch
     from safetensors import SafetensorError, safe_open
 
-    path = Path(path)
+    path = vocab_file(path)
     if not path.is_file():
         raise bad(str(path), "expected a safetensors file with d2t and t2d, found no file")
     try:
@@ -239,6 +276,7 @@ __all__ = [
     "coverage",
     "derive_t2d",
     "load_vocab",
+    "vocab_file",
     "save_vocab",
     "summarise_vocab",
     "validate_vocab",

@@ -11,6 +11,9 @@ first, then user and assistant turns alternating, starting with user and ending 
 every content a non-empty string. Anything else is malformed: `validate` raises `Malformed`
 with a short reason, and readers report it with the file and its line number (from 1).
 
+A benchmark needs prompts only: `validate_prompt` also takes a conversation without answers and
+a `{"prompt": str}` row (`read_prompts`; `bench --data`, in-process and live).
+
 Nothing here imports torch: the CLI and the regenerate workers use it cheaply.
 """
 
@@ -19,7 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -268,13 +271,41 @@ def iter_records(path: str | Path) -> Iterator[tuple[int, Any]]:
     raise Eagle3Error(f"{path}: no such file or directory")
 
 
+PROMPT_FIELDS = ("prompt", "text")  # a prompt-only row: {"prompt": str} (or {"text": str})
+
+
+def validate_prompt(record: Any) -> Conversation:
+    """A record a benchmark can send, or Malformed(reason): what `validate(open_ok=True)`
+    accepts (a conversation; assistant turns may be empty or absent: prompts only are enough)
+    or a row with neither 'conversations' nor 'messages' but a 'prompt' string (one user turn).
+    Training data keeps `validate`'s rule: at least one assistant answer."""
+    is_row = isinstance(record, dict)
+    if is_row and record.get("conversations") is None and record.get("messages") is None:
+        field = next((f for f in PROMPT_FIELDS if record.get(f) is not None), None)
+        if field is not None:
+            turns = [{"role": "user", "content": _content(record[field], field)}]
+            turns.append({"role": "assistant", "content": ""})
+            return Conversation(sample_id(record, turns[:1]), "prompt", turns, True)
+        raise Malformed(
+            "expected one of 'conversations' (ShareGPT), 'messages' (OpenAI) or 'prompt', "
+            "found none"
+        )
+    return validate(record, open_ok=True)
+
+
+def user_turns(conv: Conversation) -> list[str]:
+    """The texts of a conversation's user turns, in order (what a benchmark sends)."""
+    return [t["content"] for t in conv.turns if t["role"] == "user"]
+
+
 def read_conversations(
-    paths: Iterable[str | Path],
+    paths: Iterable[str | Path], check: Callable[[Any], Conversation] = validate
 ) -> Iterator[tuple[str, int, Conversation | Problem]]:
     """(file, line, Conversation) per valid record and (file, line, Problem) per malformed one.
 
     Lines count from 1 (blank lines count but yield nothing). The caller decides what a
-    Problem means (skip and report, or --strict: stop).
+    Problem means (skip and report, or --strict: stop). ``check`` is `validate` (training
+    data) or `validate_prompt` (benchmark prompts).
     """
     for path in paths:
         for line, rec in iter_records(path):
@@ -282,9 +313,32 @@ def read_conversations(
                 yield str(path), line, Problem(str(path), line, str(rec))
                 continue
             try:
-                yield str(path), line, validate(rec)
+                yield str(path), line, check(rec)
             except Malformed as e:
                 yield str(path), line, Problem(str(path), line, str(e))
+
+
+def read_prompts(
+    path: str | Path, limit: int | None = None
+) -> tuple[list[Conversation], list[Problem]]:
+    """The benchmark prompts of one input (`validate_prompt`; at most ``limit``) and the
+    records skipped as unusable, as `data prepare` skips them. None usable: Eagle3Error."""
+    convs: list[Conversation] = []
+    problems: list[Problem] = []
+    for _file, _line, item in read_conversations([path], validate_prompt):
+        if isinstance(item, Problem):
+            problems.append(item)
+        elif limit is None or len(convs) < limit:
+            convs.append(item)
+        else:
+            break
+    if not convs:
+        why = f" ({len(problems)} unusable, first: {problems[0].reason})" if problems else ""
+        raise Eagle3Error(
+            f"{path}: expected at least one prompt (a conversation with a user turn, "
+            f'or {{"prompt": ...}}), found none{why}'
+        )
+    return convs, problems
 
 
 def sample_seed(seed: int, sid: str, prompt_len: int) -> int:

@@ -17,13 +17,35 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.data.conversations import sample_seed
 
 Messages = list[dict[str, str]]
-Generate = Callable[[Messages, str], str]  # (history, sample id) -> the assistant's answer
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A generated assistant turn and why its generation stopped, in the OpenAI protocol's
+    terms (`choices[i].finish_reason`): "stop" (an end-of-turn or stop token) or "length"
+    (`max_tokens` reached: the text is cut). vLLM reports the same strings
+    (`vllm/v1/engine/__init__.py`, FINISH_REASON_STRINGS: "length" when max_tokens was consumed
+    or max_model_len reached); SGLang's FINISH_LENGTH serialises as {"type": "length"}
+    (`python/sglang/srt/managers/schedule_batch.py`), which its OpenAI server returns as
+    finish_reason. None: the generator did not say."""
+
+    text: str
+    finish_reason: str | None = None
+
+    @property
+    def cut(self) -> bool:
+        return self.finish_reason == "length"
+
+
+# (history, sample id) -> the assistant's answer (plain text: the finish reason is unknown)
+Generate = Callable[[Messages, str], "str | Answer"]
 
 
 # -- OpenAI-compatible servers ---------------------------------------------------------------
@@ -137,12 +159,13 @@ def server_generator(
     top_p: float = 1.0,
     seed: int = 0,
 ) -> Generate:
-    """Ask ``/v1/chat/completions``; retry with backoff ``backoff * 2^attempt`` (+ jitter,
-    <= 8 s). When every attempt failed to connect: ServerUnreachable (a RuntimeError).
+    """Ask ``/v1/chat/completions`` (an Answer: the text and its ``finish_reason``); retry
+    with backoff ``backoff * 2^attempt`` (+ jitter, <= 8 s). When every attempt failed to
+    connect: ServerUnreachable (a RuntimeError).
     Sampled requests carry ``top_p`` and a per-sample ``seed`` (vLLM's and SGLang's OpenAI
     servers accept both), so a rerun asks for the same draw."""
 
-    def generate(history: Messages, sid: str) -> str:
+    def generate(history: Messages, sid: str) -> Answer:
         body = {
             "model": model,
             "messages": history,
@@ -163,7 +186,8 @@ def server_generator(
                 time.sleep(min(8.0, backoff * 2 ** (attempt - 1)) * (1 + 0.25 * random.random()))
             try:
                 resp = pool.request(pool.pick(), "/v1/chat/completions", body)
-                content = resp["choices"][0]["message"]["content"]
+                choice = resp["choices"][0]
+                content, finish = choice["message"]["content"], choice.get("finish_reason")
             except RetryableError as e:
                 last, refused = str(e), refused + isinstance(e, ConnectionFailure)
                 continue
@@ -173,7 +197,7 @@ def server_generator(
             if not isinstance(content, str):
                 last = f"content is {type(content).__name__}, not text"
                 continue
-            return content
+            return Answer(content, finish if isinstance(finish, str) else None)
         kind = ServerUnreachable if refused == retries + 1 else RuntimeError
         raise kind(f"{sid}: gave up after {retries + 1} attempts ({last})")
 

@@ -27,7 +27,7 @@ import itertools
 import json
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,10 +43,17 @@ from eagle3kit.data.conversations import (
     summarise_reasons,
     validate,
 )
-from eagle3kit.data.openai_servers import ServerPool, ServerUnreachable, server_generator
+from eagle3kit.data.openai_servers import (
+    Answer,
+    Generate,
+    Messages,
+    ServerPool,
+    ServerUnreachable,
+    server_generator,
+)
 
-Messages = list[dict[str, str]]
-Generate = Callable[[Messages, str], str]  # (history, sample id) -> the assistant's answer
+CUT_FIELD = "cut_at_max_tokens"  # output record: how many of its answers max_tokens cut
+TRUNCATED = ("keep", "drop")  # what to do with a sample holding such an answer
 
 
 @dataclass
@@ -60,6 +67,11 @@ class RegenResult:
     errors: dict[str, str] = field(default_factory=dict)  # failed id -> last error
     output: str = ""
     answered: int = 0  # of `done`: prompt-only conversations (or empty assistant turns) answered
+    truncated: str = "keep"  # samples with an answer cut at max_tokens: "keep" (marked) or "drop"
+    max_tokens: int = 0
+    cut_answers: int = 0  # answers that ended with finish_reason "length" (cut at max_tokens)
+    cut_samples: int = 0  # samples holding at least one such answer (written or dropped)
+    dropped: list[str] = field(default_factory=list)  # ids of those left out (truncated="drop")
 
     def to_json(self) -> dict[str, Any]:
         doc = {
@@ -70,6 +82,13 @@ class RegenResult:
             "errors": self.errors,
             "output": self.output,
             "answered": self.answered,
+            CUT_FIELD: {
+                "answers": self.cut_answers,
+                "samples": self.cut_samples,
+                "max_tokens": self.max_tokens,
+                "action": self.truncated,
+                "dropped": self.dropped,
+            },
         }
         return stamp(doc, "regenerate")
 
@@ -121,14 +140,17 @@ def with_answers(rec: dict[str, Any], sid: str, answers: list[str]) -> dict[str,
     return out
 
 
-def regenerate_one(msgs: Messages, sid: str, generate: Generate) -> list[str]:
-    """Turn by turn: each assistant turn is generated from the history, earlier ones replaced."""
+def regenerate_one(msgs: Messages, sid: str, generate: Generate) -> list[Answer]:
+    """Turn by turn: each assistant turn is generated from the history, earlier ones replaced.
+    A generator's plain-text answer reads as Answer(text) (finish reason unknown)."""
     history: Messages = []
     answers = []
     for m in msgs:
         if m["role"] == "assistant":
-            m = {"role": "assistant", "content": generate(list(history), sid)}
-            answers.append(m["content"])
+            a = generate(list(history), sid)
+            a = a if isinstance(a, Answer) else Answer(a)
+            m = {"role": "assistant", "content": a.text}
+            answers.append(a)
         history.append(m)
     return answers
 
@@ -219,7 +241,7 @@ def chat_prompt_ids(
 
 def _results(
     pending: list[tuple[str, dict, Messages]], generate: Generate, concurrency: int
-) -> Iterator[tuple[str, dict, list[str] | None, Exception | None]]:
+) -> Iterator[tuple[str, dict, list[Answer] | None, Exception | None]]:
     """Yield (id, record, answers or None, error) as samples finish (completion order).
 
     Closing the iterator early (a stop) cancels the samples not yet started."""
@@ -271,6 +293,7 @@ def regenerate(
     retries: int = 4,
     timeout: float = 120.0,
     template_kwargs: dict[str, Any] | None = None,
+    truncated: str = "keep",
     progress: Progress | None = None,
 ) -> RegenResult:
     """Regenerate every assistant turn of INPUT into OUTPUT (resumable; see the module doc).
@@ -285,10 +308,18 @@ def regenerate(
     new last turn (counted in ``answered``). The servers are asked once (``/v1/models``)
     before any sample; ``MAX_UNREACHABLE`` samples in a row that cannot connect stop the run
     with an Eagle3Error (what was written stays; a rerun resumes).
+
+    An answer that ended because ``max_tokens`` ran out (finish_reason "length") is counted
+    (``cut_answers``, ``cut_samples``); ``truncated="keep"`` writes its sample with
+    ``"cut_at_max_tokens": n`` added, ``"drop"`` leaves the sample out (listed in ``dropped``;
+    a rerun with a larger ``max_tokens`` tries it again).
     """
     _check_options(generate, servers, max_tokens, concurrency, retries, timeout, temperature, top_p)
+    if truncated not in TRUNCATED:
+        raise bad("--truncated", f"expected one of {', '.join(TRUNCATED)}, found {truncated!r}")
     inp, outp = Path(input_path), Path(output_path)
     pending, res = _resume(inp, outp)
+    res.truncated, res.max_tokens = truncated, max_tokens
     if generate is not None:
         concurrency = 1
     else:
@@ -392,9 +423,7 @@ def _write(
                 if unreachable >= MAX_UNREACHABLE:
                     raise _gone(outp, res, str(err))
             else:
-                append_line(fd, with_answers(rec, sid, answers))
-                res.done += 1
-                res.answered += answered_open(rec, answers)
+                _finish(fd, sid, rec, answers, res)
                 unreachable = 0
             n = res.done + len(res.failed)
             rate = n / max(time.monotonic() - t0, 1e-9)
@@ -410,6 +439,22 @@ def _write(
     finally:
         results.close()
         os.close(fd)
+
+
+def _finish(fd: int, sid: str, rec: dict, answers: list[Answer], res: RegenResult) -> None:
+    """Write one regenerated sample (marked when max_tokens cut an answer), or drop it."""
+    cut = sum(a.cut for a in answers)
+    out = with_answers(rec, sid, [a.text for a in answers])
+    if cut:
+        res.cut_answers += cut
+        res.cut_samples += 1
+        if res.truncated == "drop":
+            res.dropped.append(sid)
+            return
+        out[CUT_FIELD] = cut
+    append_line(fd, out)
+    res.done += 1
+    res.answered += answered_open(rec, answers)
 
 
 def _gone(outp: Path, res: RegenResult, last: str) -> Eagle3Error:

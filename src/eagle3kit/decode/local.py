@@ -7,6 +7,7 @@ from typing import Any
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.data.conversations import sample_seed
+from eagle3kit.data.openai_servers import Answer
 from eagle3kit.data.regenerate import Generate, Messages, chat_prompt_ids, stop_ids
 from eagle3kit.decode.plain import plain_generate
 from eagle3kit.decode.sampling import Sampling, make_generator
@@ -20,7 +21,8 @@ def local_generator(
     template_kwargs: dict | None = None,
     top_p: float = 1.0,
 ) -> Generate:
-    """(history, sample id) -> the target's answer, stopping at EOS / end-of-turn ids.
+    """(history, sample id) -> the target's answer, stopping at EOS / end-of-turn ids, with
+    the finish reason a server gives: "length" when `max_tokens` tokens came without a stop.
 
     Sampling draws from decode/sampling.py's law (temperature, then top-p) with a generator on
     the target's device, seeded by `sample_seed`.
@@ -32,7 +34,7 @@ def local_generator(
     sampling = Sampling(max(temperature, 0.0), top_p)
     stops = stop_ids(target)
 
-    def generate(history: Messages, sid: str) -> str:
+    def generate(history: Messages, sid: str) -> Answer:
         prompt = chat_prompt_ids(target.tokenizer, history, template_kwargs)
         gen = None
         if not sampling.greedy:
@@ -46,6 +48,7 @@ def local_generator(
             generator=gen,
         )
         target.reset()
-        return target.tokenizer.decode(g.tokens, skip_special_tokens=True)
+        text = target.tokenizer.decode(g.tokens, skip_special_tokens=True)
+        return Answer(text, "length" if len(g.tokens) >= max_tokens else "stop")
 
     return generate

@@ -114,33 +114,63 @@ def pick_data_file(files: list[str], split: str) -> str | None:
     return ok[0] if ok else None
 
 
+HUB_PROBE_TIMEOUT_S = 3.0  # one request to the hub; without it, an offline run retries ~47 s
+
+
+def hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
+    """None when the hub endpoint answers one HEAD request (any status) within ``timeout``
+    seconds, else why not. huggingface_hub's own session, so its proxy settings apply; one
+    attempt, where huggingface_hub's downloads retry five times with backoff."""
+    from huggingface_hub import constants, get_session
+
+    try:
+        get_session().head(constants.ENDPOINT, timeout=timeout)
+    except Exception as e:
+        return f"cannot reach {constants.ENDPOINT}: {type(e).__name__}"
+    return None
+
+
+def _cached(s: Suite) -> Path | None:
+    """The suite's file from the huggingface_hub cache alone (no network), or None."""
+    from huggingface_hub import hf_hub_download
+
+    try:
+        return Path(hf_hub_download(s.repo, s.filename, repo_type="dataset", local_files_only=True))
+    except Exception:  # LocalEntryNotFoundError, a broken cache: not usable
+        return None
+
+
 def hub_file(s: Suite) -> Path:
-    """The suite's file from the hub (cached by huggingface_hub): `s.filename`, or when the
-    repo has no such file, the data file its listing offers. With HF_HUB_OFFLINE set only the
-    cache is read, so an offline run fails at once instead of waiting out network retries."""
+    """The suite's file: from the huggingface_hub cache when it is there (no network), else
+    from the hub: `s.filename`, or when the repo has no such file, the data file its listing
+    offers. With HF_HUB_OFFLINE set, or when one short request finds the hub unreachable,
+    a cache miss fails at once in one line instead of waiting out network retries."""
     try:
         from huggingface_hub import hf_hub_download, list_repo_files
-        from huggingface_hub.errors import EntryNotFoundError
+        from huggingface_hub.errors import RemoteEntryNotFoundError
     except ImportError:
         raise Eagle3Error("--suite: loading from the hub needs huggingface_hub") from None
-    offline = hub_offline()
+    cached = _cached(s)
+    if cached is not None:
+        return cached
+    why = "HF_HUB_OFFLINE is set" if hub_offline() else hub_unreachable()
+    if why is not None:
+        raise Eagle3Error(
+            f"--suite: cannot fetch {s.filename} of the hub dataset {s.repo} (not in the local "
+            f"cache, {why}); give a local file as NAME=PATH"
+        )
     try:
         try:
-            return Path(
-                hf_hub_download(s.repo, s.filename, repo_type="dataset", local_files_only=offline)
-            )
-        except EntryNotFoundError:
-            if offline:  # not in the cache; listing the repo would need the network
-                raise
+            return Path(hf_hub_download(s.repo, s.filename, repo_type="dataset"))
+        except RemoteEntryNotFoundError:  # the hub answered: no such file in the repo
             name = pick_data_file(list_repo_files(s.repo, repo_type="dataset"), s.split)
             if name is None:
                 raise
             return Path(hf_hub_download(s.repo, name, repo_type="dataset"))
-    except Exception as e:  # offline, missing repo or file: one line for the user
+    except Exception as e:  # missing repo or file, a network failure: one line for the user
         raise Eagle3Error(
             f"--suite: cannot fetch {s.filename} of the hub dataset {s.repo} "
-            f"({type(e).__name__}{', HF_HUB_OFFLINE is set' if offline else ''}); "
-            "give a local file as NAME=PATH"
+            f"({type(e).__name__}); give a local file as NAME=PATH"
         ) from None
 
 
@@ -171,21 +201,31 @@ def load_suites(specs: str, limit: int | None = None) -> list[Prompt]:
     return [p for s in specs.split(",") if s.strip() for p in load_suite(s.strip(), limit)]
 
 
-def load_conversations(path: Path, limit: int | None = None) -> list[Prompt]:
-    """`--data` JSONL: each line {"messages": [...]} (user turns used) or {"prompt": "..."}."""
-    out = []
-    for i, row in enumerate(read_rows(path)):
-        msgs = row.get("messages", row.get("conversations"))
-        if isinstance(msgs, list):
-            turns = [
-                m.get("content") for m in msgs if isinstance(m, dict) and m.get("role") == "user"
-            ]
-        else:
-            turns = [row.get("prompt", row.get("text"))]
-        turns = [t for t in turns if isinstance(t, str) and t]
-        if not turns:
-            raise bad(f"{path} row {i + 1}", "expected 'messages' with user turns, or 'prompt'")
-        out.append(Prompt("data", str(row.get("id", i)), tuple(turns)))
-        if limit is not None and len(out) >= limit:
-            break
-    return out
+def load_conversations(path: Path, limit: int | None = None) -> tuple[list[Prompt], list[Any]]:
+    """`--data`: (prompts, the records skipped as unusable: `Problem`s). Read as `data prepare`
+    reads conversations (JSONL, a .json array, a saved dataset; ShareGPT or OpenAI form),
+    except that prompts only are enough, and a row may be {"prompt": "..."}; a .parquet file's
+    rows likewise. The user turns are sent, in order."""
+    from eagle3kit.data.conversations import (
+        Malformed,
+        Problem,
+        read_prompts,
+        user_turns,
+        validate_prompt,
+    )
+
+    if path.suffix == ".parquet":
+        convs, problems = [], []
+        for i, row in enumerate(read_rows(path), 1):
+            try:
+                convs.append(validate_prompt(row))
+            except Malformed as e:
+                problems.append(Problem(str(path), i, str(e)))
+            if limit is not None and len(convs) >= limit:
+                break
+        if not convs:
+            raise bad(str(path), f"expected prompts, found none ({problems[:1]})")
+    else:
+        convs, problems = read_prompts(path, limit)
+    prompts = [Prompt("data", c.id, tuple(user_turns(c))) for c in convs]
+    return prompts, problems

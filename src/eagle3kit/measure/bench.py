@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -60,6 +61,29 @@ def default_prompts(tokenizer: Any, n: int = 8) -> list[list[int]]:
     signed = signed_requests(getattr(tokenizer, "name_or_path", None))
     convs = spaced(chat_samples(files("lib", held_out=True), signed=signed), n)
     return [chat_prompt_ids(tokenizer, c["messages"][:1]) for c in convs]
+
+
+def data_prompts(path: str | Path, tokenizer: Any, n: int) -> tuple[list[list[int]], list[Any]]:
+    """`--data`: (at most n chat prompts, the records skipped as unusable: `Problem`s).
+
+    A DATA dir gives its held-out samples' prompts (as eval's online part). A file is read as
+    `data prepare` reads conversations, except that a benchmark needs prompts only: a
+    conversation without answers, or a {"prompt": "..."} row, is enough. Each prompt is the
+    conversation up to its first assistant turn, with the target's chat template."""
+    from eagle3kit.data.conversations import read_prompts
+    from eagle3kit.data.regenerate import chat_prompt_ids
+
+    p = Path(path)
+    if p.is_dir():
+        from eagle3kit.measure.evaluate import load_eval_data
+
+        return load_eval_data(p, tokenizer).prompts[:n], []
+    convs, skipped = read_prompts(p, n)
+    out = []
+    for c in convs:
+        first = next(i for i, t in enumerate(c.turns) if t["role"] == "assistant")
+        out.append(chat_prompt_ids(tokenizer, c.turns[:first]))
+    return out, skipped
 
 
 class _ForwardCounter:

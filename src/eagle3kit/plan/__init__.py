@@ -25,12 +25,12 @@ from eagle3kit.plan.forecast import (
     TargetResult,
     accept_len,
     accept_len_const,
-    load_per_position,
     make_acceptance,
     plan,
     rate_for_accept_len,
     request_tps,
 )
+from eagle3kit.plan.from_file import load_per_position
 
 __all__ = [
     "DEFAULT_DEPTH",

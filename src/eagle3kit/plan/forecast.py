@@ -26,12 +26,9 @@ Nothing here imports torch or matplotlib; the picture is `eagle3kit.plan.plots.p
 
 from __future__ import annotations
 
-import json
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.artifacts import stamp
@@ -109,36 +106,16 @@ def rate_for_accept_len(tau: float, depth: float = math.inf) -> float | None:
 # --- Acceptance -------------------------------------------------------------------------------
 
 
-def load_per_position(path: str | os.PathLike[str]) -> tuple[float, ...]:
-    """Read per-position conditional rates from JSON: {"per_position_acceptance": [...]} or [...].
-
-    Entries are rates in [0, 1] (a measured 1.0 at some position is allowed here); other keys
-    in the object are ignored, so `eval --json` output can be passed as is.
-    """
-    p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError as e:
-        raise Eagle3Error(
-            f"{p}: expected a JSON file of per-position acceptance, found no such file"
-        ) from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise Eagle3Error(
-            f"{p}: expected a readable JSON file, found {type(e).__name__}: {e}"
-        ) from e
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise Eagle3Error(
-            f"{p}: expected JSON, found invalid JSON at line {e.lineno}: {e.msg}"
-        ) from e
+def rates_of(where: str, doc: Any) -> tuple[float, ...]:
+    """The conditional rates of a kind-less acceptance document (a list, or an object with
+    per_position_acceptance)."""
     shape = '{"per_position_acceptance": [p1, p2, ...]} or a list [p1, p2, ...]'
     if isinstance(doc, dict) and "per_position_acceptance" not in doc:
-        raise Eagle3Error(f"{p}: expected {shape}, found an object without that key")
+        raise Eagle3Error(f"{where}: expected {shape}, found an object without that key")
     rates = doc["per_position_acceptance"] if isinstance(doc, dict) else doc
     if not isinstance(rates, list):
-        raise Eagle3Error(f"{p}: expected {shape}, found {type(rates).__name__} {rates!r:.60}")
-    return _rates(str(p), rates)
+        raise Eagle3Error(f"{where}: expected {shape}, found {type(rates).__name__} {rates!r:.60}")
+    return _rates(where, rates)
 
 
 def _rates(where: str, rates: Sequence[Any]) -> tuple[float, ...]:

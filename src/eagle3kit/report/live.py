@@ -49,7 +49,8 @@ def _notes(doc: dict, cite: str) -> list[str]:
         sp = d["server"]["speculative"]
         cfg = (
             f"{sp['algorithm']}, steps {sp['num_steps']}, topk {sp['topk']}, draft tokens "
-            f"{sp['num_draft_tokens']}, drafter {sp['draft_model']}"
+            f"{_n(sp['num_draft_tokens'], 'd')}, drafter "
+            f"{sp['draft_model'] or 'not reported by the server'}"
             if sp
             else "no speculation"
         )

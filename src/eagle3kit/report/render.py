@@ -1,148 +1,27 @@
-"""`eagle3kit report RUN_DIR... -o OUT`: report.md and a self-contained report.html.
+"""`eagle3kit report SOURCE... -o OUT`: report.md and a self-contained report.html.
 
-Written from the runs' JSON artefacts only, each recognised by its ``"kind"``
-(core/artifacts.py) wherever it lies under the run directories:
-
-- probe   (`probe --json`, kind "eagle3kit.probe")
-- bench   (`bench --json`, kind "eagle3kit.bench"; the demo's bench files add a role and label)
-- train   (RUN/summary.json, kind "eagle3kit.train"; RUN/metrics.jsonl beside it;
-           RUN/state/state.json for the batch size)
-- plan    (`plan --json`, kind "eagle3kit.plan")
-- live    (`bench --url --json`, kind "eagle3kit.bench-live"; report/live.py)
-
-Other eagle3kit artefacts (eval, compat, data, ...) are not part of the report. A JSON file
-without an eagle3kit kind (or unreadable) is named in the result's ``skipped`` list.
+Written from the runs' JSON artefacts only, each recognised by its ``"kind"`` (collect.py
+lists what is rendered; every other JSON is named in the report as skipped, with why):
+headline and training from in-process benches and train runs (here), live deployments
+(live.py), the live before/after story and the game plan's "what next" (story.py), plan,
+eval and live probe sections (sections.py), output (output.py).
 
 Every number printed names the file it came from, relative to the run directory it was found
 in. The game plan prices each path from the measured curves: samples seen to reach a held-out
 simulated accept length tau is ``step x batch_size`` at the first evaluation reaching it, and
 its time is ``samples x tokens_per_sample / tokens_per_s`` when the run recorded both.
-The HTML has inline CSS and its PNGs as base64 data URIs: no script, no external request.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.core.artifacts import kind_of, stamp
-from eagle3kit.core.errors import Eagle3Error
-from eagle3kit.report.live import KIND as LIVE_KIND
+from eagle3kit.core.artifacts import stamp
+from eagle3kit.report import sections, story
+from eagle3kit.report.collect import Found, collect, read_json
 from eagle3kit.report.live import live_blocks
-
-MAX_JSON_BYTES = 20 * 2**20
-# JSON that lives in run directories but is not ours to classify (model and tokenizer files)
-OTHER_JSON = {
-    "config.json",
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "generation_config.json",
-    "model.safetensors.index.json",
-}
-
-
-@dataclass
-class Found:
-    """The artefacts of the run directories, each with its citation (relative path)."""
-
-    probes: list[tuple[str, dict]] = field(default_factory=list)
-    benches: list[tuple[str, dict]] = field(default_factory=list)
-    runs: list[tuple[str, dict, list[dict], dict]] = field(
-        default_factory=list
-    )  # summary, metrics, config
-    plans: list[tuple[str, dict]] = field(default_factory=list)
-    lives: list[tuple[str, dict]] = field(default_factory=list)  # bench --url --json
-    skipped: list[str] = field(default_factory=list)  # "path: why" of JSON not read
-
-
-def _read_json(p: Path) -> Any:
-    try:
-        if p.stat().st_size > MAX_JSON_BYTES:
-            return None
-        return json.loads(p.read_text())
-    except (OSError, ValueError, UnicodeDecodeError):
-        return None
-
-
-def _metrics(path: Path) -> list[dict]:
-    rows = []
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            try:
-                rows.append(json.loads(line))
-            except ValueError:
-                continue  # a torn last line of a killed run
-    return rows
-
-
-def _bench_summary(doc: dict) -> dict | None:
-    """The report's bench keys from an `eagle3kit bench --json` document (greedy + chain/tree)."""
-    rows = {m.get("name"): m for m in doc.get("methods") or [] if isinstance(m, dict)}
-    g, c = rows.get("greedy"), rows.get("chain") or rows.get("tree")
-    if not g or not c or "tau" not in c:
-        return None
-    return {
-        "label": c["name"],
-        "baseline_tps": g["tokens_per_s"]["median"],
-        "spec_tps": c["tokens_per_s"]["median"],
-        "speedup": c["speedup"],
-        "accept_len": c["tau"],
-        "cycle_ms": c["cycle_ms"],
-        "depth": c["depth"],
-        "per_position_acceptance": c["per_position_acceptance"],
-    }
-
-
-def collect(run_dirs: list[str | Path]) -> Found:
-    """Find the JSON artefacts under ``run_dirs`` and sort them by kind."""
-    f = Found()
-    for rd in run_dirs:
-        root = Path(rd)
-        if not root.is_dir():
-            raise Eagle3Error(f"report: {rd}: expected a run directory, found no such directory")
-        for p in sorted(root.rglob("*.json")):
-            _classify(f, p, str(p.relative_to(root)))
-    order = {"stale": 0, "finetuned": 1, "scratch": 2}
-    f.benches.sort(key=lambda cb: (order.get(cb[1].get("role"), 3), cb[0]))
-    if not (f.probes or f.benches or f.runs or f.plans or f.lives):
-        why = f" (skipped: {'; '.join(f.skipped[:3])})" if f.skipped else ""
-        raise Eagle3Error(
-            f"report: {', '.join(map(str, run_dirs))}: no probe, bench, train or plan JSON "
-            f"found{why}"
-        )
-    return f
-
-
-def _classify(f: Found, p: Path, cite: str) -> None:
-    """Add the artefact at ``p`` to its list by its kind; name it in f.skipped otherwise."""
-    doc = _read_json(p)
-    kind = kind_of(doc)
-    if kind is None:
-        why = "not a JSON object" if not isinstance(doc, dict) else "no eagle3kit kind"
-        if p.name not in OTHER_JSON:
-            f.skipped.append(f"{cite}: {why}")
-        return
-    if kind == "probe":
-        f.probes.append((cite, doc))
-    elif kind == "bench":
-        summary = doc if "spec_tps" in doc else _bench_summary(doc)
-        if summary is None:
-            f.skipped.append(f"{cite}: a bench without a speculative method")
-        else:
-            f.benches.append((cite, summary))
-    elif kind == "train":
-        state = _read_json(p.parent / "state" / "state.json") or {}
-        f.runs.append((cite, doc, _metrics(p.parent / "metrics.jsonl"), state.get("config") or {}))
-    elif kind == "plan":
-        f.plans.append((cite, doc))
-    elif doc.get("kind") == LIVE_KIND:
-        f.lives.append((cite, doc))
-
+from eagle3kit.report.output import to_html, to_md
 
 # ---------------------------------------------------------------- content as blocks
 
@@ -188,26 +67,22 @@ def headline(f: Found) -> list[tuple]:
 def probe_blocks(f: Found) -> list[tuple]:
     out: list[tuple] = []
     for cite, p in f.probes:
-        out.append(("h2", f"Phase 0 probe: verdict {p['verdict']}"))
-        out.append(
-            (
-                "p",
-                f"Drafter {p['drafter']} on {p['target']}"
-                + (f", reference {p['reference']}" if p.get("reference") else "")
-                + f" [{cite}].",
-            )
-        )
-        out.append(("list", [f"{r} [{cite}]" for r in p["reasons"]]))
+        out.append(("h2", f"Phase 0 probe: verdict {p.get('verdict')}"))
+        ref = f", reference {p['reference']}" if p.get("reference") else ""
+        data = p.get("data") or {}
+        seqs = f"; {data['sequences']} sequences of {data.get('source')}" if data else ""
+        out.append(("p", f"Drafter {p.get('drafter')} on {p.get('target')}{ref}{seqs} [{cite}]."))
+        out.append(("list", [f"{r} [{cite}]" for r in p.get("reasons") or []]))
         if p.get("aux"):
             out += _aux_blocks(p["aux"], cite)
-        if p["similarity"]:
+        if p.get("similarity"):
             out += _similarity_blocks(p, cite)
-        al = p["accept_len"]
+        al = p.get("accept_len") or {}
         out.append(
             (
                 "p",
-                f"Offline accept length (depth {p['depth']}): new target {_n(al['target'])}, "
-                f"reference {_n(al['reference'])} [{cite}].",
+                f"Offline accept length (depth {p.get('depth')}): new target "
+                f"{_n(al.get('target'))}, reference {_n(al.get('reference'))} [{cite}].",
             )
         )
     return out
@@ -280,12 +155,12 @@ def train_blocks(f: Found) -> list[tuple]:
             [
                 _run_name(cite),
                 "warm start" if s.get("init_from") else "from scratch",
-                str(s.get("steps")),
+                _n(s.get("steps"), "d"),
                 str(cfg.get("batch_size", "-")),
-                str(s.get("train_samples")),
+                _n(s.get("train_samples"), "d"),
                 _n(first),
                 _n(s["sim_accept_len"]),
-                str(s.get("best_step")),
+                _n(s.get("best_step"), "d"),
                 cite,
             ]
         )
@@ -318,7 +193,7 @@ def _tokens_per_sample(cfg: dict) -> tuple[float, str] | None:
     """Mean tokens per training sample (the DATA dir's data.json, capped at max_len) and its
     path."""
     data = cfg.get("data")
-    doc = _read_json(Path(data) / "data.json") if data else None
+    doc = read_json(Path(data) / "data.json")[0] if data else None
     if not isinstance(doc, dict) or not doc.get("samples") or not doc.get("tokens"):
         return None
     per = doc["tokens"] / doc["samples"]
@@ -333,10 +208,13 @@ def _run_path(f: Found, name: str, cite: str, s: dict, m: list, cfg: dict) -> st
     batch = int(cfg.get("batch_size") or 0)
     n = _samples_to(m, batch, s["sim_accept_len"]) if batch else None
     b = next(((bc, bb) for bc, bb in f.benches if bb.get("run") == _run_name(cite)), None)
-    t = f"{name} ({_run_name(cite)}): best held-out τ {s['sim_accept_len']:.3f} after {n} "
-    t += "samples seen"
+    t = f"{name} ({_run_name(cite)}): best held-out τ {s['sim_accept_len']:.3f} after "
     state = Path(cite).parent / "state" / "state.json"
-    t += f" ({s.get('best_step')} steps x batch {batch}) [{cite}, {state}]"
+    if n is None:
+        t += f"{s.get('best_step')} steps (samples seen unknown: no batch size or metrics)"
+        t += f" [{cite}, {state}]"
+    else:
+        t += f"{n} samples seen ({s.get('best_step')} steps x batch {batch}) [{cite}, {state}]"
     per = _tokens_per_sample(cfg)
     if s.get("tokens_per_s") and n is not None and per:
         secs = n * per[0] / s["tokens_per_s"]
@@ -353,7 +231,7 @@ def _run_path(f: Found, name: str, cite: str, s: dict, m: list, cfg: dict) -> st
 
 def game_plan(f: Found) -> list[tuple]:
     """Each path with its measured result and its cost in samples (and time when known)."""
-    items = []
+    items = story.next_items(f)
     stale = next(((c, b) for c, b in f.benches if b.get("role") == "stale"), None)
     probe = f.probes[0] if f.probes else None
     if stale:
@@ -449,84 +327,20 @@ def figure_blocks(f: Found) -> list[tuple]:
     return [b for b in out if b[2] is not None]
 
 
-# ---------------------------------------------------------------- rendering
-
-CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;max-width:980px;margin:2em auto;
-padding:0 1em;color:#1a1a1a;line-height:1.5}
-h1{border-bottom:2px solid #2b6cb0;padding-bottom:.2em}h2{margin-top:1.6em;color:#2b6cb0}
-table{border-collapse:collapse;margin:.6em 0;font-size:.92em}
-th,td{border:1px solid #cbd5e0;padding:.3em .6em;text-align:left}th{background:#edf2f7}
-td.src,span.src{color:#718096;font-size:.85em}figure{margin:1em 0}img{max-width:100%}
-figcaption{color:#4a5568;font-size:.9em}
-"""
-
-
-def _md(blocks: list[tuple], title: str) -> str:
-    lines = [f"# {title}", ""]
-    for b in blocks:
-        if b[0] in ("h2", "h3"):
-            lines += [("## " if b[0] == "h2" else "### ") + b[1], ""]
-        elif b[0] == "p":
-            lines += [b[1], ""]
-        elif b[0] == "list":
-            lines += [f"- {x}" for x in b[1]] + [""]
-        elif b[0] == "table":
-            lines += ["| " + " | ".join(b[1]) + " |", "|" + "---|" * len(b[1])]
-            lines += ["| " + " | ".join(r) + " |" for r in b[2]] + [""]
-        elif b[0] == "img":
-            lines += [f"![{b[3]}]({b[1]})", ""]
-    return "\n".join(lines)
-
-
-def _html(blocks: list[tuple], title: str) -> str:
-    e = html.escape
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en"><head><meta charset="utf-8">',
-        f"<title>{e(title)}</title><style>{CSS}</style></head><body>",
-        f"<h1>{e(title)}</h1>",
-    ]
-    for b in blocks:
-        if b[0] in ("h2", "h3", "p"):
-            parts.append(f"<{b[0]}>{e(b[1])}</{b[0]}>")
-        elif b[0] == "list":
-            parts.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in b[1]) + "</ul>")
-        elif b[0] == "table":
-            head = "".join(f"<th>{e(h)}</th>" for h in b[1])
-            body = "".join(
-                "<tr>"
-                + "".join(
-                    f'<td class="src">{e(c)}</td>'
-                    if i == len(r) - 1 and b[1][-1] == "source"
-                    else f"<td>{e(c)}</td>"
-                    for i, c in enumerate(r)
-                )
-                + "</tr>"
-                for r in b[2]
-            )
-            parts.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-        elif b[0] == "img":
-            data = base64.b64encode(b[2]).decode("ascii")
-            parts.append(
-                f'<figure><img alt="{e(b[3])}" src="data:image/png;base64,{data}">'
-                f"<figcaption>{e(b[3])}</figcaption></figure>"
-            )
-    parts.append("</body></html>")
-    return "\n".join(parts)
-
-
 def report(
     run_dirs: list[str | Path], out: str | Path, *, title: str = "eagle3kit report"
 ) -> dict[str, Any]:
-    """Write OUT/report.md (+ its PNGs) and OUT/report.html; returns what was written and found."""
+    """Write OUT/report.md (+ its PNGs) and OUT/report.html; returns what was written and found
+    (``run_dirs``: run directories or JSON files)."""
     from eagle3kit.core.atomic import atomic_write_bytes, atomic_write_text
 
     f = collect(run_dirs)
-    blocks = headline(f) + live_blocks(f.lives) + probe_blocks(f) + train_blocks(f)
-    blocks += game_plan(f)
+    blocks = headline(f) + story.story_blocks(f) + live_blocks(story.ordered_docs(f))
+    blocks += sections.probe_live_blocks(f) + probe_blocks(f) + sections.eval_blocks(f)
+    blocks += sections.plan_blocks(f) + train_blocks(f) + game_plan(f)
     figs = figure_blocks(f)
     blocks += [("h2", "Figures")] + figs if figs else []
+    blocks += sections.skipped_blocks(f)
     srcs = ", ".join(str(Path(r)) for r in run_dirs)
     blocks.append(
         (
@@ -539,9 +353,13 @@ def report(
     out.mkdir(parents=True, exist_ok=True)
     for b in figs:
         atomic_write_bytes(out / b[1], b[2])
-    atomic_write_text(out / "report.md", _md(blocks, title))
-    atomic_write_text(out / "report.html", _html(blocks, title))
-    doc = {
+    atomic_write_text(out / "report.md", to_md(blocks, title))
+    atomic_write_text(out / "report.html", to_html(blocks, title))
+    return stamp(_result(out, figs, f), "report")
+
+
+def _result(out: Path, figs: list[tuple], f: Found) -> dict[str, Any]:
+    return {
         "report_md": str(out / "report.md"),
         "report_html": str(out / "report.html"),
         "figures": [b[1] for b in figs],
@@ -551,7 +369,8 @@ def report(
             "train": [c for c, *_ in f.runs],
             "plan": [c for c, _ in f.plans],
             "bench_live": [c for c, _ in f.lives],
+            "eval": [c for c, _ in f.evals],
+            "probe_live": [c for c, _ in f.probe_lives],
         },
         "skipped": f.skipped,
     }
-    return stamp(doc, "report")

@@ -54,8 +54,10 @@ def _store(path: str, d2t: torch.Tensor) -> Any:
     if not torch.equal(have, d2t.cpu()):
         raise bad(
             path,
-            "vocab: the store's teacher columns were taken with another draft vocab (d2t) "
-            "than the drafter's; capture with the drafter's vocab (data capture --vocab)",
+            f"vocab: the store's teacher columns were taken with another draft vocab "
+            f"({have.numel()} ids) than the drafter's ({d2t.numel()} ids); capture the "
+            "store with `data capture ... --vocab DRAFTER` (a drafter checkpoint serves as "
+            "--vocab: its own d2t/t2d), or add --rebuild-vocab to train over the store's",
         )
     return store
 

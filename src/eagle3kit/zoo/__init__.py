@@ -41,6 +41,7 @@ from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress
 from eagle3kit.zoo.members import (  # noqa: F401  (the zoo's public names)
+    BUILD_SECONDS,
     BUILD_THREADS,
     MANIFEST,
     MEMBERS,
@@ -189,9 +190,21 @@ def build(
 
 
 def describe(name: str, *, size: str = "full") -> dict[str, Any]:
-    """One row of ``zoo list``: name, architecture, lineage, path, whether built, its manifest."""
+    """One row of ``zoo list``: name, architecture, lineage, path, its state, its manifest.
+
+    ``state``: "built" (a current zoo.json), "stale" (a zoo.json of another recipe: rebuilt on
+    next use) or "absent". ``build_seconds``: the measured build time of a built member (its
+    zoo.json), else the estimate of what building it costs now (its parent's build included
+    when that is not built either; ``BUILD_SECONDS``)."""
     m = member(name)
     doc = manifest(name, size=size)
+    state = "built" if doc is not None else _absent_or_stale(name, size)
+    if doc is not None:
+        cost = doc.get("build_seconds")
+    else:
+        cost = BUILD_SECONDS[size][name]
+        if m.parent and not is_built(m.parent, size=size):
+            cost += BUILD_SECONDS[size][m.parent]
     return {
         "name": name,
         "size": size,
@@ -201,5 +214,12 @@ def describe(name: str, *, size: str = "full") -> dict[str, Any]:
         "slice": m.slice,
         "path": str(path(name, size=size)),
         "built": doc is not None,
+        "state": state,
+        "build_seconds": cost,
+        "build_measured": doc is not None and cost is not None,
         "manifest": doc,
     }
+
+
+def _absent_or_stale(name: str, size: str) -> str:
+    return "stale" if (path(name, size=size) / MANIFEST).is_file() else "absent"

@@ -11,6 +11,13 @@ SIZES = ("full", "tiny")
 RECIPE_VERSION = 8  # bump when a change to the code changes the weights
 BUILD_THREADS = {"full": 2, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
 MANIFEST = "zoo.json"
+# What building one member costs, measured on 2 CPU cores (docs/zoo.md): recipe 8's full
+# builds ("Does a member answer the request?": 356.6, 209.1, 254.3, 231.4 s) and the tiny
+# ones ("Sizes and build times": 5-10 s). A v2 builds its v1 first when that is not built.
+BUILD_SECONDS = {
+    "full": {"llama-v1": 357.0, "llama-v2": 209.0, "dsv3-v1": 254.0, "dsv3-v2": 231.0},
+    "tiny": {"llama-v1": 10.0, "llama-v2": 10.0, "dsv3-v1": 10.0, "dsv3-v2": 10.0},
+}
 
 
 @dataclass(frozen=True)
