@@ -24,6 +24,7 @@ are ever read. The fakes load their full members before a step starts, outside t
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import time
 from pathlib import Path
@@ -39,6 +40,7 @@ from test_partial_target import HEADS, make_partial
 from eagle3kit.checkpoint.safetensors_io import Checkpoint
 
 pytestmark = pytest.mark.slow
+DOC = Path(__file__).resolve().parents[1] / "docs" / "engine-capture.md"
 N_TRAIN, N_BENCH, MAX_LEN = 24, 3, 96
 WALKS = [("dsv3", "partial"), ("dsv3", "slim"), ("llama", "partial")]
 
@@ -107,6 +109,7 @@ class Steps:
         self.reads: list[tuple[str, str]] = []
         self.builds: list[str] = []
         self.log: list[tuple[str, set[str]]] = []
+        self.argvs: list[list[str]] = []
         info, build = Checkpoint.info, TargetModel.from_pretrained.__func__
 
         def counted_info(ck, name):
@@ -123,6 +126,7 @@ class Steps:
     def __call__(self, name: str, *argv, out: Path | None = None, codes=(0,)) -> Any:
         self.reads.clear()
         self.builds.clear()
+        self.argvs.append([str(a) for a in argv])
         t0 = time.perf_counter()
         r = self.cli(*argv)
         print(f"walk step {name}: {time.perf_counter() - t0:.1f} s")
@@ -185,7 +189,7 @@ def _bench(step: Steps, w, drafter, path: Path, out: Path) -> dict:
 
 @pytest.mark.parametrize(("arch", "kind"), WALKS, ids=[f"{a}-{k}" for a, k in WALKS])
 def test_the_whole_story(cli, monkeypatch, worlds, tmp_path, arch, kind):
-    from eagle3kit.model.loading import load_pair
+    from eagle3kit.model.loading import load_drafter
 
     w = worlds(arch)
     out = tmp_path / "out"  # every JSON the report reads
@@ -201,6 +205,7 @@ def test_the_whole_story(cli, monkeypatch, worlds, tmp_path, arch, kind):
     # 2. What does the measured cycle need to pay off?
     plan = step("plan", "plan", "--from", out / "bench-before.json", "--json", codes=(0, 1))
     (out / "plan.json").write_text(json.dumps(plan))
+    assert plan["accept_len"] == pytest.approx(before["accept_len"])  # bench JSON read as such
     # 3. Does each engine release read the K2 drafter's layers right on K2.5?
     for engine in ("sglang@0.5.12", "sglang", "vllm@0.21", "vllm"):
         doc = step(f"compat {engine}", "compat", k2d, k25, "--engine", engine, "--json",
@@ -229,6 +234,7 @@ def test_the_whole_story(cli, monkeypatch, worlds, tmp_path, arch, kind):
         str(MAX_LEN), "--json", out=out / "probe.json",
     )  # fmt: skip
     assert probe["verdict"] in ("plug-in", "fine-tune", "from-scratch")
+    assert probe["aux"]["not_in_store"] == []  # the one capture holds both readings
     if probe["data"]["sequences"] < 8:  # the store's 5% split of a small DATA
         assert any("fewer than 8" in x for x in probe["warnings"]), probe["warnings"]
     # 8. Fine-tune it on K2.5's features, before/after on both stores
@@ -248,12 +254,13 @@ def test_the_whole_story(cli, monkeypatch, worlds, tmp_path, arch, kind):
         "--heldout", "4", "--json", out=out / "eval.json",
     )  # fmt: skip
     assert ev["kind"] == "eagle3kit.eval" and ev["accept_len"] >= 1
+    assert ev["samples"] == summary["heldout_samples"] == 4  # the samples training left out
     # 10. Written for the serving engine, with K2.5's embedding
     served = tmp_path / "served"
     step("convert", "convert", run / "best", "--to", "sglang", "--embed-from", k25, "-o", served,
          "--json", out=out / "convert.json")  # fmt: skip
     # 11. How fast is K2.5 served with the fine-tuned drafter?
-    _, tuned = load_pair(str(w["new_full"]), str(served))  # the engine loads what we wrote
+    tuned = load_drafter(str(served)).drafter  # the engine loads what we wrote
     after = _bench(step, w, tuned, served, out / "bench-after.json")
     # 12. The story in one report
     rep = tmp_path / "report"
@@ -261,6 +268,7 @@ def test_the_whole_story(cli, monkeypatch, worlds, tmp_path, arch, kind):
     md = (rep / "report.md").read_text()
     _check_report(doc, md, out, before, after)
     _check_reads(step.log)
+    _check_docs(step.argvs)
 
 
 def _check_report(doc: dict, md: str, out: Path, before: dict, after: dict) -> None:
@@ -290,3 +298,51 @@ def _check_reads(log: list[tuple[str, set[str]]]) -> None:
     assert by["convert"] == {"model.embed_tokens.weight"}
     for name in ("bench-before", "bench-after", "plan", "report"):
         assert by[name] == set(), (name, by[name])
+
+
+# ---------------------------------------------------------------- docs/engine-capture.md
+
+VALUES = ("--engine", "--endpoint", "--to")  # choices compared by value, not only by name
+
+
+def doc_walk() -> list[list[str]]:
+    """The walk's commands in docs/engine-capture.md, without `eagle3kit` and redirections."""
+    text = DOC.read_text()
+    m = re.search(r"<!-- the walk: tests/test_walk.py -->\s*```console\n(.*?)```", text, re.S)
+    assert m, f"{DOC}: the walk's console block is missing"
+    cmds = []
+    for line in m.group(1).replace("\\\n", " ").splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            argv = shlex.split(line)
+            assert argv[0] == "eagle3kit", line
+            cmds.append(argv[1 : argv.index(">") if ">" in argv else None])
+    return cmds
+
+
+def _verb(argv: list[str]) -> str:
+    return " ".join(argv[:2]) if argv[0] in ("data", "target") else argv[0]
+
+
+def _covers(step: list[str], cmd: list[str]) -> bool:
+    """The step runs the doc's command: same verb, every option the doc gives (and its value,
+    for VALUES)."""
+    if _verb(step) != _verb(cmd):
+        return False
+    for i, a in enumerate(cmd):
+        if a.startswith("-") and a not in step:
+            return False
+        if a in VALUES and step[step.index(a) + 1] != cmd[i + 1]:
+            return False
+    return True
+
+
+def _check_docs(argvs: list[list[str]]) -> None:
+    """Every command of the docs' walk is a step of this one, in order; every verb the walk
+    runs is in the docs (`target slim` is told in its own section)."""
+    i = 0
+    for cmd in doc_walk():
+        while i < len(argvs) and not _covers(argvs[i], cmd):
+            i += 1
+        assert i < len(argvs), f"{DOC.name}: `eagle3kit {shlex.join(cmd)}` is no step (in order)"
+        i += 1
+    assert {_verb(a) for a in argvs} - {"target slim"} == {_verb(c) for c in doc_walk()}
