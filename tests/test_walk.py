@@ -102,10 +102,13 @@ def worlds(tmp_path_factory):
 class Steps:
     """Run one CLI step; record the target tensors it read and the target models it built."""
 
-    def __init__(self, cli, monkeypatch, stand_ins: list[Path]) -> None:
+    def __init__(self, cli, monkeypatch, stand_ins: list[Path], engines: list[Path]) -> None:
+        """`stand_ins`: what the user has of the targets; `engines`: the full members only the
+        fakes may read."""
         from eagle3kit.model.target import TargetModel
 
         self.cli, self.stand_ins = cli, {str(p) for p in stand_ins}
+        self.engines = [p.resolve() for p in engines]
         self.reads: list[tuple[str, str]] = []
         self.builds: list[str] = []
         self.log: list[tuple[str, set[str]]] = []
@@ -123,6 +126,10 @@ class Steps:
         monkeypatch.setattr(Checkpoint, "info", counted_info)
         monkeypatch.setattr(TargetModel, "from_pretrained", classmethod(counted_build))
 
+    def _engines_own(self, source: str) -> bool:
+        p = Path(source).resolve()
+        return any(p == e or e in p.parents for e in self.engines)
+
     def __call__(self, name: str, *argv, out: Path | None = None, codes=(0,)) -> Any:
         self.reads.clear()
         self.builds.clear()
@@ -132,6 +139,8 @@ class Steps:
         print(f"walk step {name}: {time.perf_counter() - t0:.1f} s")
         assert r.code in codes, f"{name}: exit {r.code}\n{r.err[-3000:]}"
         assert self.builds == [], f"{name} built a target model: {self.builds}"
+        full = sorted({src for src, _ in self.reads if self._engines_own(src)})
+        assert full == [], f"{name} read the engine's full weights: {full}"
         of_targets = {n for src, n in self.reads if src in self.stand_ins}
         assert of_targets <= set(HEADS), f"{name} read {sorted(of_targets - set(HEADS))}"
         self.log.append((name, of_targets))
@@ -195,7 +204,9 @@ def test_the_whole_story(cli, monkeypatch, worlds, tmp_path, arch, kind):
     out = tmp_path / "out"  # every JSON the report reads
     out.mkdir()
     k25, k2, k2d = w["K2.5"], w["K2"], w["k2d"]
-    step = Steps(cli, monkeypatch, [k25, k2, tmp_path / "K2.5-slim"])
+    step = Steps(
+        cli, monkeypatch, [k25, k2, tmp_path / "K2.5-slim"], [w["old_full"], w["new_full"]]
+    )
     if kind == "slim":  # the user's other choice: one file with the three tensors
         step("target slim", "target", "slim", w["K2.5"], "-o", tmp_path / "K2.5-slim")
         k25 = tmp_path / "K2.5-slim"
