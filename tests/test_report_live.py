@@ -259,7 +259,12 @@ def test_the_real_producers_story(fakes_pair, tmp_path):
         f"Before → after: speedup {sp[0]:.2f}x → {sp[1]:.2f}x ({sp[1] - sp[0]:+.2f}x), "
         f"τ {before['accept_len']:.3f} → {after['accept_len']:.3f}: "
     )
-    assert head in md and f"(break-even τ {be:.3f} [plan.json]) [before.json, after.json]" in md
+    line = next(x for x in md.splitlines() if x.startswith("Before → after"))
+    # The fakes' timings are real, so the verdict (and a note when the measured speedup
+    # contradicts it) depends on the machine's load; the figures and their sources do not.
+    assert line.startswith(head), line
+    assert f"(break-even τ {be:.3f} [plan.json])" in line, line
+    assert line.endswith("[before.json, after.json]."), line
     assert "| drafter | /srv/k2-drafter | /srv/k25-ft |" in md
     assert after["accept_len"] > before["accept_len"]  # the trained drafter accepts more
     assert "What next (live)" in md and "[after.json]" in md.split("What next (live)")[1]

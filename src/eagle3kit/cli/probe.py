@@ -118,7 +118,12 @@ BaselineTps = Annotated[
 CycleMs = Annotated[
     float | None, typer.Option(callback=above_zero, help="One speculative cycle, ms.")
 ]
-Bench = Annotated[str | None, typer.Option(help="bench JSON with baseline_tps and cycle_ms.")]
+Bench = Annotated[
+    str | None,
+    typer.Option(
+        help="bench JSON (bench --json, bench --url --json, or baseline_tps and cycle_ms)."
+    ),
+]
 Depth = Annotated[int, typer.Option(min=1, help="Draft steps scored.")]
 Samples = Annotated[int, typer.Option(min=1, help="Sequences to probe on.")]
 OnlinePrompts = Annotated[

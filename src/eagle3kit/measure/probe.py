@@ -23,12 +23,10 @@ built-in conversations (measure/probe_batches.py); only assistant tokens are sco
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
-from eagle3kit.core.artifacts import few_sequences, stamp
+from eagle3kit.core.artifacts import few_sequences, kind_of, stamp
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.measure.probe_batches import Batch, builtin_batch, data_batch
@@ -260,11 +258,18 @@ def speed_inputs(
 
 
 def read_bench(path: str) -> tuple[float, float]:
-    """(baseline tok/s, cycle ms) from a bench JSON: top-level ``baseline_tps`` and ``cycle_ms``."""
-    try:
-        doc = json.loads(Path(path).read_text())
-    except (OSError, ValueError) as e:
-        raise bad(path, f"expected a bench JSON document, cannot read it ({e})") from None
+    """(baseline tok/s, cycle ms) from a bench JSON: `bench --json` or `bench --url --json`
+    (by its kind: plain decoding's step and the speculative cycle it measured), or a
+    hand-written document with top-level ``baseline_tps`` and ``cycle_ms``."""
+    from eagle3kit.plan.from_file import measured, read_doc
+
+    doc = read_doc(path)
+    if isinstance(doc, dict) and kind_of(doc) in ("bench", "bench-live"):
+        f = measured(path, doc).figures
+        if not f.get("decode_ms") or not f.get("cycle_ms"):
+            raise bad(path, "decode_ms, cycle_ms: expected both measured, found "
+                      f"{f.get('decode_ms')!r}, {f.get('cycle_ms')!r}")  # fmt: skip
+        return 1000.0 / f["decode_ms"], f["cycle_ms"]
     vals = []
     for key in ("baseline_tps", "cycle_ms"):
         v = doc.get(key) if isinstance(doc, dict) else None
