@@ -23,7 +23,7 @@ target model's own `get_eagle3_default_aux_hidden_state_layers`; then the target
 and its own forward run with every decoder layer replaced by a stub whose output is the
 constant k + 1 (layer k) and the embedding zeroed, so each captured state's value is its
 h-index (h[k] = input of decoder layer k). `captured_h` is the default runner's reading on a
-CUDA machine with Triton (V2, `VllmConfig.use_v2_model_runner`); `captured_h_v1` the V1 one.
+CUDA machine with Triton (0.33: V2; 0.21: V1; `default_runner`); `captured_h_v1` the V1 one.
 
 Shims (named in the record): `VLLM_TARGET_DEVICE=cpu` (vLLM's own switch: the CUDA wheel on a
 machine without a GPU), a one-process gloo group for the tensor-parallel layers.
@@ -147,6 +147,19 @@ def aux_ids(cfg) -> dict:
     v1 = GPUModelRunner._get_eagle3_aux_layers_from_config(SimpleNamespace(speculative_config=s))
     v2 = get_eagle3_aux_layers_from_config(s)
     return {"v1": list(v1) if v1 else None, "v2": list(v2) if v2 else None}
+
+
+def default_runner() -> str:
+    """The model runner vLLM picks on a CUDA machine with Triton when nothing opts out: V2
+    where `VllmConfig.use_v2_model_runner` is a property (0.33: True unless
+    VLLM_USE_V2_MODEL_RUNNER=0, no Triton or an unsupported feature), else the env default
+    (0.21: VLLM_USE_V2_MODEL_RUNNER defaults to 0, V1)."""
+    import vllm.envs as envs
+    from vllm.config import VllmConfig
+
+    if isinstance(getattr(VllmConfig, "use_v2_model_runner", None), property):
+        return "v2"
+    return "v2" if envs.VLLM_USE_V2_MODEL_RUNNER else "v1"
 
 
 def build(cfg, model_config):
@@ -301,17 +314,17 @@ def probe(case_dir: Path) -> dict:
     s = cfg.speculative_config
     dmc = s.draft_model_config
     rec["architecture"] = dmc.architecture
-    rec["runner_default_cuda"] = "v2"
-    rec["runner_here"] = "v2" if cfg.use_v2_model_runner else "v1"
+    runner = rec["runner_default_cuda"] = default_runner()
+    rec["runner_here"] = "v2" if getattr(cfg, "use_v2_model_runner", False) else "v1"
     ids = aux_ids(cfg)
-    rec["engine_layer_ids"] = ids["v2"]
+    rec["engine_layer_ids"] = ids[runner]
     rec["engine_layer_ids_v1"] = ids["v1"]
     if not DIST:
         init_dist(cfg)
         DIST.append(True)
     try:
         cap = captured(cfg, {"v2": ids["v2"], "v1": ids["v1"]})
-        rec["captured_h"], rec["captured_h_v1"] = cap["v2"], cap["v1"]
+        rec["captured_h"], rec["captured_h_v1"] = cap[runner], cap["v1"]
         rec["target_default_ids"] = cap["default"]
     except Exception as e:  # noqa: BLE001
         rec["notes"].append("target forward not run: " + first_line(e))
