@@ -192,6 +192,8 @@ NEVER_READ = {"t2d"}  # no engine reads t2d (docs/formats.md "d2t and t2d")
 
 
 def _cell(rec: dict, case: dict) -> str:
+    if rec.get("outcome") == "not-run":
+        return f"not run on this CPU: {rec.get('error')}"
     if rec.get("outcome") != "served":
         err = (rec.get("error") or "").split(". The avai")[0].replace("|", "/")[:110]
         return f"refused ({rec.get('stage')}): {err}"
