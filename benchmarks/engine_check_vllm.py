@@ -23,7 +23,7 @@ target model's own `get_eagle3_default_aux_hidden_state_layers`; then the target
 and its own forward run with every decoder layer replaced by a stub whose output is the
 constant k + 1 (layer k) and the embedding zeroed, so each captured state's value is its
 h-index (h[k] = input of decoder layer k). `captured_h` is the default runner's reading on a
-CUDA machine with Triton (V2, `VllmConfig.use_v2_model_runner`); `captured_h_v1` the V1 one.
+CUDA machine with Triton (0.33: V2; 0.21: V1; `default_runner`); `captured_h_v1` the V1 one.
 
 Shims (named in the record): `VLLM_TARGET_DEVICE=cpu` (vLLM's own switch: the CUDA wheel on a
 machine without a GPU), a one-process gloo group for the tensor-parallel layers.
@@ -149,6 +149,35 @@ def aux_ids(cfg) -> dict:
     return {"v1": list(v1) if v1 else None, "v2": list(v2) if v2 else None}
 
 
+def default_runner() -> str:
+    """The model runner vLLM picks on a CUDA machine with Triton when nothing opts out: V2
+    where `VllmConfig.use_v2_model_runner` is a property (0.33: True unless
+    VLLM_USE_V2_MODEL_RUNNER=0, no Triton or an unsupported feature), else the env default
+    (0.21: VLLM_USE_V2_MODEL_RUNNER defaults to 0, V1)."""
+    import vllm.envs as envs
+    from vllm.config import VllmConfig
+
+    if isinstance(getattr(VllmConfig, "use_v2_model_runner", None), property):
+        return "v2"
+    return "v2" if envs.VLLM_USE_V2_MODEL_RUNNER else "v1"
+
+
+class ProbeError(RuntimeError):
+    """The probe could not drive this vLLM release (an API it lacks): no verdict, not a refusal."""
+
+
+def _creator(loader):
+    """The loader's own model creation: `create_model` (0.33) or, before it existed, the
+    `initialize_model` the loader calls (0.21, model_executor/model_loader/utils.py)."""
+    if hasattr(loader, "create_model"):
+        return loader.create_model
+    try:
+        from vllm.model_executor.model_loader.utils import initialize_model
+    except ImportError as e:
+        raise ProbeError(f"no model creation function in this vLLM: {e}") from e
+    return initialize_model
+
+
 def build(cfg, model_config):
     import torch
     from vllm.config import set_current_vllm_config
@@ -156,9 +185,10 @@ def build(cfg, model_config):
     from vllm.utils.torch_utils import set_default_torch_dtype
 
     loader = get_model_loader(cfg.load_config)
+    create = _creator(loader)
     with set_current_vllm_config(cfg), set_default_torch_dtype(model_config.dtype):
         with torch.device("cpu"):
-            model = loader.create_model(vllm_config=cfg, model_config=model_config)
+            model = create(vllm_config=cfg, model_config=model_config)
     return loader, model
 
 
@@ -286,8 +316,25 @@ def direct_serve(drafter: str) -> str:
         return "refused: " + first_line(e)
 
 
+def ensure_cpu_platform() -> None:
+    """Releases without the VLLM_TARGET_DEVICE=cpu switch for the CUDA wheel (0.21) resolve
+    no platform on a machine without a GPU: set vLLM's own CpuPlatform as the current one."""
+    import vllm.platforms as P
+
+    if P.current_platform.device_type:
+        return
+    from vllm.platforms.cpu import CpuPlatform
+
+    P._current_platform = CpuPlatform()
+    SHIMS.append("vllm.platforms current platform set to vLLM's own CpuPlatform (no GPU here)")
+    if not P.current_platform.device_type:
+        raise RuntimeError("no CPU platform: the engine check cannot run this vLLM here")
+
+
 def probe(case_dir: Path) -> dict:
     import vllm
+
+    ensure_cpu_platform()
 
     text = (case_dir / "case.json").read_text()  # paths are written relative to CASES/
     case = json.loads(text.replace("CASES/", str(case_dir.parent) + "/"))
@@ -301,22 +348,31 @@ def probe(case_dir: Path) -> dict:
     s = cfg.speculative_config
     dmc = s.draft_model_config
     rec["architecture"] = dmc.architecture
-    rec["runner_default_cuda"] = "v2"
-    rec["runner_here"] = "v2" if cfg.use_v2_model_runner else "v1"
+    runner = rec["runner_default_cuda"] = default_runner()
+    rec["runner_here"] = "v2" if getattr(cfg, "use_v2_model_runner", False) else "v1"
     ids = aux_ids(cfg)
-    rec["engine_layer_ids"] = ids["v2"]
+    rec["engine_layer_ids"] = ids[runner]
     rec["engine_layer_ids_v1"] = ids["v1"]
     if not DIST:
         init_dist(cfg)
         DIST.append(True)
     try:
         cap = captured(cfg, {"v2": ids["v2"], "v1": ids["v1"]})
-        rec["captured_h"], rec["captured_h_v1"] = cap["v2"], cap["v1"]
+        rec["captured_h"], rec["captured_h_v1"] = cap[runner], cap["v1"]
         rec["target_default_ids"] = cap["default"]
+    except ProbeError:
+        raise
     except Exception as e:  # noqa: BLE001
         rec["notes"].append("target forward not run: " + first_line(e))
     try:
         loader, model = build(cfg, dmc)
+    except ProbeError:
+        raise
+    except NotImplementedError as e:  # a kernel this CPU build lacks: no verdict on the file
+        if "CPU" not in str(e):
+            raise
+        rec.update(outcome="not-run", stage="model_class", error=first_line(e))
+        return rec
     except Exception as e:  # noqa: BLE001
         rec.update(stage="model_class", error=first_line(e))
         return rec
@@ -349,7 +405,8 @@ def main() -> int:
             traceback.print_exc()
             rec = record(outcome="probe-failed", error=first_line(e))
         rec["case"] = case_dir.name
-        rec["shims"] = SHIMS[:1] if rec.get("stage") == "config" else list(SHIMS)
+        early = rec.get("stage") == "config"  # before the process group was needed
+        rec["shims"] = [x for x in SHIMS if not (early and "gloo" in x)]
         sys.stdout.flush()
         print(json.dumps(rec), flush=True)
     return 0
