@@ -196,6 +196,7 @@ def test_faults_give_one_line(cli, env, tmp_path, fault, ids, says):
     assert "sample q" in lines[0] and says in lines[0], lines[0]
 
 
+@pytest.mark.slow  # waits on timeouts by design (seconds)
 def test_a_server_that_never_answers_times_out(cli, env, tmp_path):
     states = tmp_path / "hs"
     states.mkdir()

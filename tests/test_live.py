@@ -193,6 +193,7 @@ def test_no_metrics_endpoint_says_what_is_missing(pair):
     ]
 
 
+@pytest.mark.slow  # waits on timeouts by design (seconds)
 def test_a_stalled_stream_ends_at_the_timeout(pair):
     tm, d = pair
     with FakeEngine(tm, d, fault="stall", fault_every=2, lifetime=30) as spec:

@@ -500,6 +500,7 @@ def _hub_endpoint(kind: str):
     return f"http://127.0.0.1:{port}", s.close
 
 
+@pytest.mark.slow  # waits on timeouts by design (seconds)
 @pytest.mark.parametrize("kind", ["refused", "silent", "answering"])
 def test_a_suite_with_the_hub_unreachable_fails_fast_or_reads_the_cache(tmp_path, kind):
     """HF_HUB_OFFLINE not set and the hub unreachable (the user just is offline):
