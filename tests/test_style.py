@@ -46,7 +46,6 @@ _LOCALS_DICT_LEFT = {
     "cli/data_jobs.py": 2,
     "cli/decode.py": 2,
     "cli/probe.py": 2,
-    "cli/train.py": 1,
 }
 
 
