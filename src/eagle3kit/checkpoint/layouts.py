@@ -26,6 +26,7 @@ from typing import Any
 from eagle3kit.checkpoint import engines as E
 from eagle3kit.checkpoint.engines import VLLM_MLA_MODEL_TYPE
 from eagle3kit.checkpoint.safetensors_io import Checkpoint
+from eagle3kit.core.dtypes import SAFETENSORS_TO_NAME
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, rope_from_config
 
@@ -39,8 +40,7 @@ EAGLE_ARCH = "LlamaForCausalLM"
 MLA_ARCH = "Eagle3DeepseekV2ForCausalLM"
 MLA_ARCHS = (MLA_ARCH, "Eagle3DeepseekV3ForCausalLM")
 
-# safetensors dtype names <-> config dtype strings
-_CFG_DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32"}
+_CFG_DTYPES = SAFETENSORS_TO_NAME  # safetensors dtype names -> config dtype strings
 
 
 def file_to_canonical(name: str, layout: str) -> str:

@@ -18,9 +18,10 @@ from eagle3kit.checkpoint.layouts import MLA_ARCH, canonical_to_file, config_for
 from eagle3kit.checkpoint.safetensors_io import DTYPE_SIZES
 from eagle3kit.checkpoint.safetensors_write import write_with_holes
 from eagle3kit.core.atomic import atomic_write_json
+from eagle3kit.core.dtypes import NAME_TO_SAFETENSORS
 from eagle3kit.core.spec import DraftSpec
 
-_WEIGHT_DTYPE = {"bfloat16": "BF16", "float16": "F16", "float32": "F32"}
+_WEIGHT_DTYPE = NAME_TO_SAFETENSORS
 
 
 def default_vocab_map(spec: DraftSpec) -> tuple[np.ndarray, np.ndarray]:

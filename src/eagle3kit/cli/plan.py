@@ -5,6 +5,7 @@ The arithmetic lives in `eagle3kit.plan`; this module parses, calls `plan()`, an
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -202,6 +203,28 @@ From = Annotated[
 ]
 
 
+@dataclass(frozen=True)
+class PlanOptions:
+    """`plan`'s options as given (None: not given), and the per-position rates a file adds."""
+
+    baseline_tps: float | None = None
+    decode_ms: float | None = None
+    cycle_ms: float | None = None
+    draft_ms: float | None = None
+    verify_ms: list[str] | None = None
+    verify_fit: str | None = None
+    acceptance: float | None = None
+    acceptance_file: Path | None = None
+    accept_len: float | None = None
+    depth: int | None = None
+    max_depth: int | None = None
+    target_tps: tuple[float, ...] = ()
+    new_tokens: float | None = None
+    prefill_ms: float | None = None
+    from_: Path | None = None
+    per_position: tuple[float, ...] | None = None
+
+
 def plan(
     baseline_tps: BaselineTps = None,
     decode_ms: DecodeMs = None,
@@ -227,7 +250,25 @@ def plan(
     baseline_tps * cycle. Exit 0 when speculation at least matches the baseline, 1 when it
     is below break-even (throughput < baseline), 2 on bad input.
     """
-    result = _plan(dict(locals()))
+    result = _plan(
+        PlanOptions(
+            baseline_tps=baseline_tps,
+            decode_ms=decode_ms,
+            cycle_ms=cycle_ms,
+            draft_ms=draft_ms,
+            verify_ms=verify_ms,
+            verify_fit=verify_fit,
+            acceptance=acceptance,
+            acceptance_file=acceptance_file,
+            accept_len=accept_len,
+            depth=depth,
+            max_depth=max_depth,
+            target_tps=tuple(target_tps or ()),
+            new_tokens=new_tokens,
+            prefill_ms=prefill_ms,
+            from_=from_,
+        )
+    )
     _show(result, plot, json_)
     if not result.pays:
         raise typer.Exit(1)
@@ -237,54 +278,51 @@ def register(app: typer.Typer) -> None:
     app.command(cls=_PlanCommand)(plan)
 
 
-def _plan(o: dict[str, Any]) -> PlanResult:
+def _plan(o: PlanOptions) -> PlanResult:
     """The options (and `--from`'s figures where the options give none) -> plan()."""
     from eagle3kit import plan as planmod
 
-    o["per_position"] = None
-    if o["from_"] is not None:
+    if o.from_ is not None:
         from eagle3kit.plan.from_file import plan_args_from_file
 
-        o.update(plan_args_from_file(o["from_"], o))
-        if o["per_position"] is not None:
-            o["accept_len"] = None  # the file's rates, which give its tau
-    if o["acceptance_file"] is not None:
-        _acceptance_file(o)
-    verify, fit = o["verify_ms"], o["verify_fit"]
+        o = replace(o, **plan_args_from_file(o.from_, asdict(o)))
+        if o.per_position is not None:
+            o = replace(o, accept_len=None)  # the file's rates, which give its tau
+    if o.acceptance_file is not None:
+        o = _acceptance_file(o)
+    verify, fit = o.verify_ms, o.verify_fit
     return planmod.plan(
-        baseline_tps=o["baseline_tps"],
-        decode_ms=o["decode_ms"],
-        cycle_ms=o["cycle_ms"],
-        draft_ms=o["draft_ms"],
+        baseline_tps=o.baseline_tps,
+        decode_ms=o.decode_ms,
+        cycle_ms=o.cycle_ms,
+        draft_ms=o.draft_ms,
         verify_ms=[planmod.parse_verify_point(v) for v in verify] if verify else None,
         verify_fit=planmod.parse_verify_fit(fit) if fit is not None else None,
-        acceptance=o["acceptance"],
-        per_position=o["per_position"],
-        accept_len=o["accept_len"],
-        depth=o["depth"],
-        max_depth=o["max_depth"],
-        target_tps=o["target_tps"] or (),
-        new_tokens=o["new_tokens"],
-        prefill_ms=o["prefill_ms"],
+        acceptance=o.acceptance,
+        per_position=o.per_position,
+        accept_len=o.accept_len,
+        depth=o.depth,
+        max_depth=o.max_depth,
+        target_tps=o.target_tps,
+        new_tokens=o.new_tokens,
+        prefill_ms=o.prefill_ms,
     )
 
 
-def _acceptance_file(o: dict[str, Any]) -> None:
+def _acceptance_file(o: PlanOptions) -> PlanOptions:
     """`--acceptance-file`: its per-position rates, or (a measurement without them) its tau."""
     from eagle3kit.core.errors import Eagle3Error
     from eagle3kit.plan.from_file import acceptance_from_file
 
-    other = [
-        n
-        for n, k in (("--acceptance", "acceptance"), ("--accept-len", "accept_len"))
-        if o[k] is not None
-    ]
+    assert o.acceptance_file is not None
+    given = (("--acceptance", o.acceptance), ("--accept-len", o.accept_len))
+    other = [n for n, v in given if v is not None]
     if other:
         raise Eagle3Error(
             "--acceptance: expected exactly one of --acceptance P, --acceptance-file FILE, "
             f"--accept-len TAU, found --acceptance-file and {other[0]}"
         )
-    o.update(acceptance_from_file(o["acceptance_file"], o["depth"]))
+    return replace(o, **acceptance_from_file(o.acceptance_file, o.depth))
 
 
 def _show(result: PlanResult, plot: Path | None, json_: bool) -> None:

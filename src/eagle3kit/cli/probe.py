@@ -3,6 +3,7 @@ plan)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
@@ -159,6 +160,27 @@ FeaturesOld = Annotated[
 MaxLen = Annotated[int, typer.Option(help="Tokens per sequence.")]
 
 
+@dataclass(frozen=True)
+class LocalProbe:
+    """The options of a probe run here (models or feature stores), as given."""
+
+    drafter: str
+    target: str | None
+    reference: str | None
+    data: str | None
+    features_new: str | None
+    features_old: str | None
+    online_prompts: int
+    device: str
+    dtype: str
+    baseline_tps: float | None
+    cycle_ms: float | None
+    bench: str | None
+    depth: int
+    samples: int
+    max_len: int
+
+
 def probe(
     drafter: Drafter = None,
     target: Target = None,
@@ -211,7 +233,23 @@ def probe(
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
 
-    a = dict(locals())
+    a = LocalProbe(
+        drafter=drafter,
+        target=target,
+        reference=reference,
+        data=data,
+        features_new=features_new,
+        features_old=features_old,
+        online_prompts=online_prompts,
+        device=device,
+        dtype=dtype,
+        baseline_tps=baseline_tps,
+        cycle_ms=cycle_ms,
+        bench=bench,
+        depth=depth,
+        samples=samples,
+        max_len=max_len,
+    )
     with bar(not json_out) as progress:
         r = (_probe_stores if stores else _probe_models)(a, progress)
     if json_out:
@@ -261,43 +299,43 @@ def register(app: typer.Typer) -> None:
     app.command()(report)
 
 
-def _probe_models(a: dict, progress: Any) -> dict[str, Any]:
+def _probe_models(a: LocalProbe, progress: Any) -> dict[str, Any]:
     """`probe --drafter --target`: the probe with the models loaded here (``a``: the command's
     arguments)."""
     from eagle3kit.measure.probe import probe as run_probe
     from eagle3kit.model.loading import resolve_target
 
-    reference = a["reference"]
+    reference = a.reference
     return run_probe(
-        a["drafter"],
-        resolve_target(a["target"]),  # zoo names, local dirs, hub ids
+        a.drafter,
+        resolve_target(a.target),  # zoo names, local dirs, hub ids
         resolve_target(reference) if reference else None,
-        a["data"],
+        a.data,
         **_shared(a),
-        online_prompts=a["online_prompts"],
-        device=a["device"],
-        dtype=a["dtype"],
+        online_prompts=a.online_prompts,
+        device=a.device,
+        dtype=a.dtype,
         progress=progress,
     )
 
 
-def _probe_stores(a: dict, progress: Any) -> dict[str, Any]:
+def _probe_stores(a: LocalProbe, progress: Any) -> dict[str, Any]:
     """`probe --features-new [--features-old]`: the probe from feature stores (``a``: the
     command's arguments)."""
     from eagle3kit.measure.probe_features import probe_features
 
     return probe_features(
-        a["drafter"],
-        a["features_new"],
-        a["features_old"],
-        target=a["target"],
-        reference=a["reference"],
+        a.drafter,
+        a.features_new,
+        a.features_old,
+        target=a.target,
+        reference=a.reference,
         **_shared(a),
         progress=progress,
     )
 
 
-def _shared(a: dict) -> dict[str, Any]:
+def _shared(a: LocalProbe) -> dict[str, Any]:
     """The options both probes take: the speeds behind break-even, depth and the sample."""
     keys = ("baseline_tps", "cycle_ms", "bench", "depth", "samples", "max_len")
-    return {k: a[k] for k in keys}
+    return {k: getattr(a, k) for k in keys}

@@ -5,12 +5,15 @@ Also runs under torchrun: `torchrun --nproc-per-node N -m eagle3kit train ...` (
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from eagle3kit.cli._checks import heldout_amount
 from eagle3kit.cli._options import Seed, TrustRemoteCode
+
+if TYPE_CHECKING:
+    from eagle3kit.train.loop import TrainConfig
 
 
 def _render(s: dict) -> None:
@@ -216,16 +219,53 @@ def train(
     json_: Json = False,
 ) -> None:
     """Train a drafter (training-time test); keeps RUN/best by simulated accept length."""
-    _run(dict(locals()))
+    from eagle3kit.train.loop import TrainConfig
+
+    cfg = TrainConfig(
+        out=out_dir,
+        target=target,
+        data=data,
+        features=features,
+        init_from=init_from,
+        attention=attention,
+        vocab=vocab,
+        draft_vocab_size=draft_vocab_size,
+        rebuild_vocab=rebuild_vocab,
+        l2sp=l2sp,
+        reference_target=reference_target,
+        reference_features=reference_features,
+        ttt_steps=ttt_steps,
+        steps=steps,
+        epochs=epochs,
+        batch_size=batch_size,
+        max_len=max_len,
+        max_samples=max_samples,
+        lr=lr,
+        warmup=warmup,
+        weight_decay=weight_decay,
+        grad_clip=grad_clip,
+        heldout=heldout,
+        best_includes_start=best_includes_start,
+        eval_every=eval_every,
+        eval_samples=eval_samples,
+        eval_batch=eval_batch,
+        save_every=save_every,
+        seed=seed,
+        device=device,
+        target_dtype=target_dtype,
+        topk=topk,
+        time_limit=time_limit,
+        trust_remote_code=trust_remote_code,
+    )
+    _run(cfg, resume=resume, threads=threads, json_=json_)
 
 
 def register(app: typer.Typer) -> None:
     app.command("train")(train)
 
 
-def _run(o: dict) -> None:
-    """TrainConfig from the options of the same names, the run, and its summary (rank 0)."""
-    import dataclasses
+def _run(cfg: TrainConfig, *, resume: bool, threads: int | None, json_: bool) -> None:
+    """The run of `cfg` and its summary (rank 0)."""
     import os
 
     import torch
@@ -233,20 +273,17 @@ def _run(o: dict) -> None:
     from eagle3kit.cli._checks import check_device
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
-    from eagle3kit.train.loop import TrainConfig
     from eagle3kit.train.loop import train as run_train
 
-    check_device(o["device"])  # one line for cuda on a machine without it, before any work
-    if o["threads"]:
-        torch.set_num_threads(o["threads"])
-    names = {f.name for f in dataclasses.fields(TrainConfig)}
-    cfg = TrainConfig(out=o["out_dir"], **{k: v for k, v in o.items() if k in names})
+    check_device(cfg.device)  # one line for cuda on a machine without it, before any work
+    if threads:
+        torch.set_num_threads(threads)
     main_rank = os.environ.get("RANK", "0") == "0"
-    with bar(not o["json_"] and main_rank) as progress:
-        summary = run_train(cfg, resume=o["resume"], progress=_warnings(progress, main_rank))
+    with bar(not json_ and main_rank) as progress:
+        summary = run_train(cfg, resume=resume, progress=_warnings(progress, main_rank))
     if not main_rank:
         return
-    if o["json_"]:
+    if json_:
         emit_json(summary)
     else:
         _render(summary)

@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core.dtypes import NAME_BYTES
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress
 from eagle3kit.live import capture_client as C
@@ -281,8 +282,7 @@ def _digest(ids: list[int]) -> bytes:
 
 
 def _torch_dtype(name: str | None) -> torch.dtype | None:
-    table = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-    return table.get(name or "")
+    return getattr(torch, name) if name in NAME_BYTES else None
 
 
 def open_target(target: str) -> tuple[Any, TargetShape]:

@@ -23,18 +23,14 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core.dtypes import ALIASES, NAME_BYTES
 from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import default_aux_layers
 from eagle3kit.model.completeness import ENGINE_ROUTE, check_loading_info, check_target_files
 
-_DTYPES = {
-    "float32": torch.float32,
-    "fp32": torch.float32,
-    "bfloat16": torch.bfloat16,
-    "bf16": torch.bfloat16,
-    "float16": torch.float16,
-    "fp16": torch.float16,
+_DTYPES = {n: getattr(torch, n) for n in NAME_BYTES} | {
+    a: getattr(torch, n) for a, n in ALIASES.items()
 }
 
 
