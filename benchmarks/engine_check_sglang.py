@@ -49,43 +49,19 @@ import os
 import shlex
 import sys
 import tempfile
-import traceback
 from pathlib import Path
 from types import SimpleNamespace
+
+import _engine_probe as common
+from _engine_probe import first_line
 
 os.environ.setdefault("SGLANG_LOGGING_LEVEL", "WARNING")
 DIST: list[bool] = []  # the process group is made once per process
 SHIMS: list[str] = []
-FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 
 
 def record(**kw) -> dict:
-    base = {
-        "engine": "sglang",
-        "version": None,
-        "outcome": "refused",
-        "stage": None,
-        "error": None,
-        "architecture": None,
-        "engine_layer_ids": None,
-        "captured_h": None,
-        "flags_effective": {},
-        "draft_vocab_size": None,
-        "vocab_map": None,
-        "tensors_consumed": [],
-        "tensors_unused": [],
-        "params_unfilled": [],
-        "params_from_target": [],
-        "shims": [],
-        "notes": [],
-    }
-    base.update(kw)
-    return base
-
-
-def first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [""]
-    return f"{type(e).__name__}: {lines[0]}"[:400]
+    return common.record("sglang", **kw)
 
 
 def launch_args(case: dict, case_dir: Path) -> tuple[list[str], list[str]]:
@@ -255,43 +231,24 @@ def effective_flags(model) -> dict:
     }
 
 
-def traced_weights(loader, draft, model, names: list[str]):
-    """SGLang's own reader of our file; floats replaced by their index + 1 (see docstring)."""
-    import torch
-
-    for name, t in loader._get_all_weights(draft, model):
-        names.append(name)
-        if t.dtype.is_floating_point:
-            t = torch.full_like(t, float(len(names)))
-        yield name, t
-
-
 def load(loader, draft, model) -> dict:
+    """Every parameter NaN, then the class's own load_weights on the traced stream (docstring)."""
     import torch
 
     for p in model.parameters():
         if p.dtype.is_floating_point:
             p.data.fill_(float("nan"))
     names: list[str] = []
-    model.load_weights(traced_weights(loader, draft, model, names))
+    model.load_weights(common.traced(loader._get_all_weights(draft, model), names))
     seen, unfilled = set(), []
     for pname, p in model.named_parameters():
         if not p.dtype.is_floating_point:
             continue
-        nan = torch.isnan(p)
-        if nan.any():
+        if torch.isnan(p).any():
             unfilled.append(pname)
-        vals = torch.unique(p[~nan].float()).tolist()
-        seen |= {int(v) for v in vals if float(v).is_integer() and 1 <= v <= len(names)}
-    consumed, unused = [], []
-    for i, n in enumerate(names, 1):
-        if n == "d2t":
-            ok = getattr(model, "hot_token_id", None) is not None
-        elif n == "t2d":
-            ok = False
-        else:
-            ok = i in seen
-        (consumed if ok else unused).append(n)
+        seen |= common.seen_marks(p, len(names))
+    d2t_used = getattr(model, "hot_token_id", None) is not None
+    consumed, unused = common.split_names(names, seen, d2t_used)
     return {
         "tensors_consumed": consumed,
         "tensors_unused": unused,
@@ -380,20 +337,11 @@ def probe(case_dir: Path) -> dict:
 ENGINE_CHECK_BATCH = True
 
 
-def main() -> int:
-    for arg in sys.argv[1:]:
-        case_dir = Path(arg).resolve()
-        try:
-            rec = probe(case_dir)
-        except Exception as e:  # noqa: BLE001 - a crash of the probe itself
-            traceback.print_exc()
-            rec = record(outcome="probe-failed", error=first_line(e))
-        rec["case"] = case_dir.name
-        rec["shims"] = list(SHIMS)
-        sys.stdout.flush()  # paths as case.json writes them, relative to CASES/
-        print(json.dumps(rec).replace(str(case_dir.parent) + "/", "CASES/"), flush=True)
-    return 0
+def finish(rec: dict, case_dir: Path) -> str:
+    """The record line; paths as case.json writes them, relative to CASES/."""
+    rec["shims"] = list(SHIMS)
+    return json.dumps(rec).replace(str(case_dir.parent) + "/", "CASES/")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(common.main(probe, record, finish))

@@ -36,15 +36,16 @@ import os
 import re
 import shlex
 import sys
-import traceback
 from pathlib import Path
 from types import SimpleNamespace
+
+import _engine_probe as common
+from _engine_probe import first_line
 
 os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 DIST: list[bool] = []  # the process group is made once per process
 SHIMS = ["VLLM_TARGET_DEVICE=cpu (the CUDA wheel's own CPU switch; no GPU here)"]
-FLAGS = ("norm_before_residual", "norm_before_fc", "fc_norm", "norm_output")
 SENTINEL = -987654321
 # parameters vLLM sets itself, never from a checkpoint of an unquantized model: the attention
 # layer's KV-cache/quantization scales (vllm/model_executor/layers/attention)
@@ -52,37 +53,7 @@ SELF_INIT = re.compile(r"\.attn\._(k|v|q|prob)_scale$")
 
 
 def record(**kw) -> dict:
-    base = {
-        "engine": "vllm",
-        "version": None,
-        "outcome": "refused",
-        "stage": None,
-        "error": None,
-        "architecture": None,
-        "engine_layer_ids": None,
-        "captured_h": None,
-        "captured_h_v1": None,
-        "flags_effective": {},
-        "draft_vocab_size": None,
-        "vocab_map": None,
-        "tensors_consumed": [],
-        "tensors_unused": [],
-        "params_unfilled": [],
-        "params_from_target": [],
-        "shims": SHIMS,
-        "notes": [],
-    }
-    base.update(kw)
-    return base
-
-
-def first_line(e: BaseException) -> str:
-    """The error's first line; for pydantic's "N validation error for X" the line after it,
-    cut before vLLM's list of every supported architecture."""
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()] or [""]
-    line = lines[1] if "validation error for" in lines[0] and len(lines) > 1 else lines[0]
-    line = line.split(" Supported architectures:")[0]
-    return f"{type(e).__name__}: {line}"[:400]
+    return common.record("vllm", **{"captured_h_v1": None, "shims": SHIMS, **kw})
 
 
 def spec_config(case: dict, case_dir: Path) -> tuple[str, dict, list[str]]:
@@ -251,23 +222,12 @@ def mark_params(model) -> None:
             p.data.fill_(SENTINEL)
 
 
-def traced_weights(loader, draft_config, model, names: list[str]):
-    """vLLM's own reader of our file; floats replaced by their index + 1 (see docstring)."""
-    import torch
-
-    for name, t in loader.get_all_weights(draft_config, model):
-        names.append(name)
-        if t.dtype.is_floating_point:
-            t = torch.full_like(t, float(len(names)))
-        yield name, t
-
-
 def load(loader, draft_config, model) -> dict:
     import torch
 
     mark_params(model)
     names: list[str] = []
-    model.load_weights(traced_weights(loader, draft_config, model, names))
+    model.load_weights(common.traced(loader.get_all_weights(draft_config, model), names))
     seen, unfilled = set(), []
     for pname, p in model.named_parameters():
         if SELF_INIT.search(pname):
@@ -275,8 +235,7 @@ def load(loader, draft_config, model) -> dict:
         if p.dtype.is_floating_point:
             if torch.isnan(p).any():
                 unfilled.append(pname)
-            vals = torch.unique(p[~torch.isnan(p)].float()).tolist()
-            seen |= {int(v) for v in vals if float(v).is_integer() and 1 <= v <= len(names)}
+            seen |= common.seen_marks(p, len(names))
         elif p.dtype != torch.bool and (p == SENTINEL).any():
             unfilled.append(pname)
     from_target = []
@@ -284,17 +243,10 @@ def load(loader, draft_config, model) -> dict:
         from_target += [n for n, _ in model.named_parameters() if "embed_tokens" in n]
     if hasattr(model, "has_own_lm_head") and not model.has_own_lm_head:
         from_target += [n for n, _ in model.named_parameters() if n.startswith("lm_head")]
-    consumed, unused = [], []
-    for i, n in enumerate(names, 1):
-        if n == "d2t":  # an integer map: consumed when its parameter was filled
-            ok = getattr(model, "draft_id_to_target_id", None) is not None and not any(
-                "draft_id_to_target_id" in u for u in unfilled
-            )
-        elif n == "t2d":
-            ok = False
-        else:
-            ok = i in seen
-        (consumed if ok else unused).append(n)
+    d2t_used = getattr(model, "draft_id_to_target_id", None) is not None and not any(
+        "draft_id_to_target_id" in u for u in unfilled
+    )  # an integer map: consumed when its parameter was filled
+    consumed, unused = common.split_names(names, seen, d2t_used)
     return {
         "tensors_consumed": consumed,
         "tensors_unused": unused,
@@ -396,21 +348,12 @@ def probe(case_dir: Path) -> dict:
 ENGINE_CHECK_BATCH = True
 
 
-def main() -> int:
-    for arg in sys.argv[1:]:
-        case_dir = Path(arg).resolve()
-        try:
-            rec = probe(case_dir)
-        except Exception as e:  # noqa: BLE001 - a crash of the probe itself
-            traceback.print_exc()
-            rec = record(outcome="probe-failed", error=first_line(e))
-        rec["case"] = case_dir.name
-        early = rec.get("stage") == "config"  # before the process group was needed
-        rec["shims"] = [x for x in SHIMS if not (early and "gloo" in x)]
-        sys.stdout.flush()
-        print(json.dumps(rec), flush=True)
-    return 0
+def finish(rec: dict, case_dir: Path) -> str:
+    """The record line; no process group is made before a config refusal, so no gloo shim."""
+    early = rec.get("stage") == "config"
+    rec["shims"] = [x for x in SHIMS if not (early and "gloo" in x)]
+    return json.dumps(rec)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(common.main(probe, record, finish))
