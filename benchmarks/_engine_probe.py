@@ -95,3 +95,21 @@ def main(
         sys.stdout.flush()
         print(finish(rec, case_dir), flush=True)
     return 0
+
+
+def one_process_gloo(init: Callable[..., None], prefix: str) -> None:
+    """The engine's own ``init_distributed_environment`` as a one-process gloo group (a CPU
+    shim for its tensor-parallel layers), rendezvous through a fresh temp file."""
+    import os
+    import tempfile
+
+    fd, path = tempfile.mkstemp(prefix=prefix)
+    os.close(fd)
+    os.unlink(path)
+    init(
+        world_size=1,
+        rank=0,
+        local_rank=0,
+        distributed_init_method=f"file://{path}",
+        backend="gloo",
+    )

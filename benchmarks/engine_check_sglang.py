@@ -48,7 +48,6 @@ import json
 import os
 import shlex
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -181,16 +180,7 @@ def init_dist(sa) -> None:
     from sglang.srt.layers.moe import initialize_moe_config
 
     initialize_moe_config()
-    fd, path = tempfile.mkstemp(prefix="sglang_dist_")
-    os.close(fd)
-    os.unlink(path)
-    init_distributed_environment(
-        world_size=1,
-        rank=0,
-        local_rank=0,
-        distributed_init_method=f"file://{path}",
-        backend="gloo",
-    )
+    common.one_process_gloo(init_distributed_environment, "sglang_dist_")
     initialize_model_parallel()
     try:
         from sglang.srt.layers.dp_attention import initialize_dp_attention

@@ -87,21 +87,11 @@ def engine_config(target: str, spec: dict):
 
 
 def init_dist(cfg) -> None:
-    import tempfile
 
     from vllm.config import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
 
-    fd, path = tempfile.mkstemp(prefix="vllm_dist_")
-    os.close(fd)
-    os.unlink(path)
-    init_distributed_environment(
-        world_size=1,
-        rank=0,
-        local_rank=0,
-        distributed_init_method=f"file://{path}",
-        backend="gloo",
-    )
+    common.one_process_gloo(init_distributed_environment, "vllm_dist_")
     with set_current_vllm_config(cfg):
         initialize_model_parallel(1, 1)
     SHIMS.append("a one-process gloo group (world size 1) for the tensor-parallel layers")
