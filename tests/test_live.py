@@ -148,6 +148,7 @@ def test_mt_bench_second_turn_follows_the_servers_answer(pair, tmp_path):
     assert bodies[1]["messages"][2] == {"role": "user", "content": "class "}
 
 
+@pytest.mark.slow  # seconds; the full suite runs it (fast subset under 3 min)
 def test_levels_rounds_and_suites_are_reported(pair):
     tm, d = pair
     ps = prompts(2, "gsm8k") + prompts(2, "humaneval")

@@ -82,6 +82,7 @@ def hf_lookup_forwards(target, ids, n, eos):
     return (out[: out.index(eos)] if eos in out else out), len(calls) - 1
 
 
+@pytest.mark.slow  # seconds; the full suite runs it (fast subset under 3 min)
 def test_lookup_lossless_and_same_forwards_as_transformers(target):
     eos = target.tokenizer.eos_token_id
     taus = []

@@ -145,6 +145,7 @@ def test_local_turn_by_turn_keeps_form(tmp_path, target):
     assert len(outp.read_text().splitlines()) == 2
 
 
+@pytest.mark.slow  # seconds; the full suite runs it (fast subset under 3 min)
 def test_servers_match_local_with_failures(tmp_path, target, model_dir):
     """A normal and a flaky server (HTTP 500 every third request) share the work: same text as
     local."""

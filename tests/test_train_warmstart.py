@@ -193,6 +193,7 @@ def test_reference_target_reports_before_and_after(start, tmp_path, cli):
     assert set(ref["after"]) == {"old", "new"}
 
 
+@pytest.mark.slow  # seconds; the full suite runs it (fast subset under 3 min)
 def test_a_drafter_checkpoint_is_its_own_vocab_for_capture_and_warm_start(start, tmp_path, cli):
     """The engine-capture story's warm start: a store captured over the drafter's draft vocab
     (`data capture --vocab DRAFTER`, the checkpoint directory itself) trains it; a store over
