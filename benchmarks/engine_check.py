@@ -195,6 +195,29 @@ def result_files() -> list[Path]:
 
 
 NEVER_READ = {"t2d"}  # no engine reads t2d (docs/formats.md "d2t and t2d")
+# Parameters an engine leaves unfilled that are right as initialised: vLLM <= 0.21 always
+# registers draft_id_to_target_id as zeros and maps draft id i to target id i + map[i]
+# (vllm 0.21.0 models/llama_eagle3.py Eagle3LlamaForCausalLM __init__ and compute_logits), so
+# a full-vocabulary file without d2t (what `convert --to vllm` writes) keeps the identity map,
+# which is right only when the draft vocabulary is the target's.
+ZERO_IS_IDENTITY = {"vllm": "draft_id_to_target_id"}
+# The CPU limits a probe may name for a case it could not check (outcome "not-run", or a
+# served record whose target could not run: captured_h null).
+CPU_LIMITS = ("MLA is not supported on CPU",)
+
+
+def harmless_unfilled(case: dict, rec: dict) -> set[str]:
+    """Unfilled parameters whose initial value is the right one for this case."""
+    target_vocab = case["files"]["target_config"]["vocab_size"]
+    full = case["draft_vocab"] == "full" and rec.get("draft_vocab_size") == target_vocab
+    name = ZERO_IS_IDENTITY.get(case["engine"])
+    return {name} if full and name else set()
+
+
+def unfilled(case: dict, rec: dict) -> set[str]:
+    """Drafter parameters the engine left unfilled: not taken from the target, not harmless."""
+    left = set(rec.get("params_unfilled") or []) - set(rec.get("params_from_target") or [])
+    return left - harmless_unfilled(case, rec)
 
 
 def _cell(rec: dict, case: dict) -> str:
@@ -204,16 +227,20 @@ def _cell(rec: dict, case: dict) -> str:
         err = (rec.get("error") or "").split(". The avai")[0].replace("|", "/")[:110]
         return f"refused ({rec.get('stage')}): {err}"
     parts = []
-    if rec.get("captured_h") != case["aux_layers"]:
+    if rec.get("captured_h") is None:
+        parts.append("captures unknown (target not run on this CPU)")
+    elif rec.get("captured_h") != case["aux_layers"]:
         parts.append(f"captures h{rec.get('captured_h')}")
     flags = rec.get("flags_effective") or {}
     parts += [f"{f} ignored" for f, on in case["flags"].items() if on and not flags.get(f)]
-    if set(rec.get("params_unfilled") or []) - set(rec.get("params_from_target") or []):
+    if unfilled(case, rec):
         parts.append("unfilled params")
     unused = sorted(set(rec.get("tensors_unused") or []) - NEVER_READ)
     if unused:
         parts.append(f"unused {', '.join(unused)}")
     text = "; ".join(parts) or "as trained"
+    if harmless_unfilled(case, rec) & set(rec.get("params_unfilled") or []):
+        text += " (zero d2t map: the identity on a full vocabulary)"
     v1 = rec.get("captured_h_v1")
     if v1 is not None and v1 != rec.get("captured_h"):
         text += f" (vLLM's V1 runner: h{v1})"

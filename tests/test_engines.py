@@ -212,7 +212,11 @@ def test_eagle3kit_key_makes_our_files_unambiguous(tmp_path):
         ("fc_norm", "vllm@0.21", "llama", True),
         ("fc_norm", "vllm@0.22", "llama", False),
         ("norm_output", "sglang", "deepseek", False),
-        ("norm_output", "vllm@0.21", "gpt-oss", False),
+        # vLLM 0.21.0 ignores norm_output; 0.33.0 applies it
+        # (benchmarks/results/engine_check-vllm-0.21.0.json, llama-mha-vllm-norm_output)
+        ("norm_output", "vllm@0.21", "gpt-oss", True),
+        ("norm_output", "vllm@0.33", "gpt-oss", False),
+        ("norm_output", "vllm", "llama", False),
     ],
 )
 def test_norm_flags_per_engine(tmp_path, flag, engine, family, is_error):
@@ -220,7 +224,8 @@ def test_norm_flags_per_engine(tmp_path, flag, engine, family, is_error):
         tmp_path / "d", tiny_spec(aux_layers=(2, 32, 61), **{flag: True}), "vllm"
     )
     res = compat(str(d), str(target(tmp_path, family)), engine)
-    errs = [f for f in res.findings if f.code == "norm-flag"]
+    # ignored (norm-flag), or refused for the flag's tensor (engine-refuses: vLLM 0.21's fc_norm)
+    errs = [f for f in res.findings if f.code == "norm-flag" or f"({flag})" in f.message]
     assert bool(errs) == is_error, [f.message for f in errs]
     if errs:
         assert errs[0].engine == engine.split("@")[0] and flag in errs[0].message
@@ -306,14 +311,18 @@ def test_kimi_k25_mla_drafter_on_k25(tmp_path):
         assert res.compatible, (engine, [f.message for f in res.findings if f.severity == "error"])
         assert res.writer["name"] == "TorchSpec" and res.writer["reading"] == "layer_output"
         assert next(iter(res.engines.values()))["captures"] == [2, 30, 58]
-    # vLLM refuses a full-vocabulary file carrying d2t (engine_check on 0.33.0)
+    # vLLM 0.33 refuses a full-vocabulary file carrying d2t (engine_check on 0.33.0); 0.21
+    # loads it (a zero-initialised map it always registers; engine_check on 0.21.0) and,
+    # reading no nested ids, captures its default h[2, 30, 58]: what it was trained on
     res = compat(str(d), str(t), "vllm@0.21")
     assert res.engines["vllm"]["captures"] == [2, 30, 58]
-    assert [f.code for f in res.findings if f.severity == "error"] == ["engine-refuses"]
+    assert [f.code for f in res.findings if f.severity == "error"] == []
     res = compat(str(d), str(t), "vllm@0.22")  # reads the nested ids as h-indices: h[1, 29, 57]
     assert res.engines["vllm"]["captures"] == [1, 29, 57]
     errs = sorted(f.code for f in res.findings if f.severity == "error")
-    assert errs == ["aux-convention", "engine-refuses"]
+    assert errs == ["aux-convention"]  # the d2t refusal is taken from 0.33 (release not pinned)
+    res = compat(str(d), str(t), "vllm@0.33")
+    assert "engine-refuses" in {f.code for f in res.findings if f.severity == "error"}
     omit = ("embed_tokens.weight", "d2t", "t2d")  # as convert --to vllm writes it
     ours = write_sparse_drafter(tmp_path / "mla-v", kimi_k25_mla_spec(), "vllm", omit=omit)
     for engine in ("vllm@0.21", "vllm@0.22", "vllm@0.33"):

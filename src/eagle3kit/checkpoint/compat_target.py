@@ -344,7 +344,8 @@ def _config_findings(sel: E.EngineSel, config: dict[str, Any]) -> list[Finding]:
 def _vllm_refusals(
     sel: E.EngineSel, d: Checkpoint, spec: DraftSpec, names: dict[str, str], vocab: int
 ) -> list[Finding]:
-    """Files vLLM refuses outright (engine_check on 0.33.0; sources in engines.py)."""
+    """Files vLLM refuses outright (engine_check on 0.21.0 and 0.33.0; sources in
+    engine_files.py)."""
     if sel.name != "vllm":
         return []
     out, mt = [], d.config.get("model_type")
@@ -356,11 +357,20 @@ def _vllm_refusals(
             "upstream defect; `eagle3kit convert --to vllm` writes model_type "
             f"{E.VLLM_MLA_MODEL_TYPE!r}, which vLLM reads with the same DeepseekV3Config"
         )
-    if "d2t" in names and spec.draft_vocab_size == vocab:
+    full_vocab = spec.draft_vocab_size == vocab
+    if "d2t" in names and full_vocab and E.vllm_refuses_full_vocab_d2t(sel.version):
         out.append(
             f"d2t: a full-vocabulary drafter ({vocab} of {vocab}) carrying d2t fails to load "
             "(vLLM has no draft_id_to_target_id parameter then; "
-            f"{E.VLLM_FULL_VOCAB_D2T_SOURCE}); `eagle3kit convert --to vllm` leaves it out"
+            f"{E.VLLM_FULL_VOCAB_D2T_SOURCE}; vLLM 0.21 loads it); `eagle3kit convert --to "
+            "vllm` leaves it out"
+        )
+    fc_norms = sorted(n for n in names if n.startswith("fc_norm."))
+    has_fc_norm = E.flag_rule("vllm", "fc_norm", "mha", "llama", sel.version)  # every family
+    if fc_norms and not spec.is_mla and not has_fc_norm:
+        out.append(
+            f"{fc_norms[0]} (fc_norm): vLLM before 0.22 has no fc_norm, and its load_weights "
+            "fails on the tensor (KeyError; vllm 0.21.0 models/llama_eagle3.py, engine check)"
         )
     if spec.is_mla and "input_norm.weight" in names:
         out.append(
@@ -428,8 +438,8 @@ def check_against_target(d: Checkpoint, t: Checkpoint, engines: list[E.EngineSel
             res.findings += _runner_findings(sel, cap, ctx)
         refusals = _vllm_refusals(sel, d, spec, names, ti.vocab_size)
         flags = _flag_findings(sel, spec, ctx.family)
-        if any("input_norm" in f.message for f in refusals):  # refused, not ignored
-            flags = [f for f in flags if "norm_before_fc" not in f.message]
+        gone = tuple(g for g in NORM_FLAGS if any(f"({g})" in f.message for f in refusals))
+        flags = [f for f in flags if not (gone and f.message.startswith(gone))]  # refused
         refused = _config_findings(sel, d.config)  # nothing else is read after that
         res.findings += refusals + flags + (refused or _arch_findings(sel, spec, names))
     return res

@@ -281,9 +281,11 @@ def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | No
         )
     if to == "vllm" and not spec.is_mla and verifier and os.path.exists(verifier):
         notes.append(
-            "the verifier is a local path: `vllm serve DRAFTER` alone is refused (vLLM serves "
-            "the verifier a speculators file names only when it is a Hub repo id; "
-            f"{VLLM_DIRECT_SERVE_SOURCE}); serve it with the command below"
+            "the verifier is a local path: `vllm serve DRAFTER` alone is refused by vLLM >= "
+            f"{'.'.join(map(str, E.VLLM_DIRECT_SERVE_SINCE))} (it serves the verifier a "
+            "speculators file names only when it is a Hub repo id; "
+            f"{VLLM_DIRECT_SERVE_SOURCE}; vLLM 0.21 serves the path); serve it with the "
+            "command below"
         )
     if to == "vllm" and not verifier:
         notes.append(

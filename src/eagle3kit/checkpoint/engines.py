@@ -12,6 +12,9 @@ captures
 
 and, when it reads no ids, its default h[2, L//2, L-3] for an L-layer target.
 
+Whole-file refusals (config keys, vLLM's MTP rewrite, full-vocabulary d2t, `vllm serve
+DRAFTER` with a local verifier) are in `checkpoint/engine_files.py`, re-exported here.
+
 Release numbers derived from a PR's merge date (vLLM 0.22, SGLang 0.5.13)
 are inferred from tag dates; `VERSION_NOTES` says so wherever they show.
 """
@@ -22,6 +25,19 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from eagle3kit.checkpoint.engine_files import (  # noqa: F401  (re-exported: file rules)
+    CONFIG_KEYS,
+    VLLM_DIRECT_SERVE_SINCE,
+    VLLM_DIRECT_SERVE_SOURCE,
+    VLLM_FULL_VOCAB_D2T_SINCE,
+    VLLM_FULL_VOCAB_D2T_SOURCE,
+    VLLM_MLA_MODEL_TYPE,
+    VLLM_MTP_MODEL_TYPES,
+    VLLM_MTP_SOURCE,
+    config_refusal,
+    vllm_refuses_full_vocab_d2t,
+    vllm_refuses_local_verifier,
+)
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import default_aux_layers
 
@@ -45,8 +61,9 @@ LATEST: Version = (999,)  # stands for "newer than every release modelled here"
 VERSION_NOTES = {
     ("sglang", (0, 5, 13)): "release inferred from the merge date of PR #25454 (2026-05-18)",
     ("vllm", (0, 22)): "release inferred from the merge date of PR #42764 (2026-05-19)",
-    ("vllm", (0, 33)): "0.33.0 checked by benchmarks/engine_check.py; when its V2 runner became "
-    "the default is not",
+    ("vllm", (0, 33)): "0.21.0 and 0.33.0 checked by benchmarks/engine_check.py; changes "
+    "between them of unknown release (the V2 runner as default, PR #46488, PR #53458) are "
+    "taken from 0.33",
 }
 
 
@@ -200,8 +217,12 @@ FLAG_RULES = (
     FlagRule(
         "sglang", "fc_norm", _MLA, _ALL, None, "SGLang PR #26506, sglang models/kimi_k25_eagle3.py"
     ),
-    # norm_output (no tensor): vLLM yes; SGLang MHA (PR #24663) and MLA (PR #26506)
-    FlagRule("vllm", "norm_output", _BOTH, _ALL, None, "vllm models/llama_eagle3.py"),
+    # norm_output (no tensor): vLLM 0.21.0 has none (its llama_eagle3.py never reads it;
+    # engine_check: ignored); the model code came with PR #42764 (0.22) and the speculators
+    # config's flag reaches it with PR #46488 (algos.py), release not pinned: taken from 0.33,
+    # the first release checked to apply it (engine_check on 0.33.0), so 0.22 to 0.32 may be
+    # reported as ignoring a flag they apply. SGLang MHA (PR #24663) and MLA (PR #26506)
+    FlagRule("vllm", "norm_output", _BOTH, _ALL, (0, 33), "vLLM PR #42764 + PR #46488"),
     FlagRule("sglang", "norm_output", _MHA, _ALL, None, "SGLang PR #24663"),
     FlagRule("sglang", "norm_output", _MLA, _ALL, None, "SGLang PR #26506"),
 )
@@ -277,45 +298,6 @@ ARCH_RULES = (
         "vllm models/deepseek_eagle3.py",
     ),
 )
-
-
-# Config keys an engine's config parsing needs before it looks at the architecture. SGLang
-# reads the drafter's config.json with transformers' AutoConfig (sglang 0.5.23
-# srt/utils/hf_transformers/config.py get_config, its "hf" parser), which refuses a config
-# with no top-level model_type: "Unrecognized model in DIR. Should have a `model_type` key in
-# its config.json" (seen by benchmarks/engine_check.py on every speculators-layout file:
-# Eagle3Speculator keeps model_type inside transformer_layer_config only).
-CONFIG_KEYS: dict[str, tuple[tuple[str, ...], str]] = {
-    "sglang": (("model_type",), "sglang srt/utils/hf_transformers/config.py get_config"),
-}
-
-
-def config_refusal(engine: str, config: dict[str, Any]) -> tuple[str, str] | None:
-    """(missing key, source) when `engine`'s config parsing refuses this drafter config."""
-    keys, source = CONFIG_KEYS.get(engine, ((), ""))
-    missing = [k for k in keys if not isinstance(config.get(k), str) or not config.get(k)]
-    return (missing[0], source) if missing else None
-
-
-# vLLM rewrites a draft config whose model_type is one of these into its DeepSeek MTP model
-# (config/speculative.py SpeculativeConfig.hf_config_override: model_type -> deepseek_mtp,
-# architectures -> [DeepSeekMTPModel]), so an EAGLE-3 MLA drafter with it is refused at config
-# time ("Model architectures ['Eagle3DeepSeekMTPModel'] are not supported"; engine_check on
-# 0.33.0). Not a rule a file can follow, an upstream defect: `convert --to vllm` writes
-# `VLLM_MLA_MODEL_TYPE` instead, which vLLM parses with the same DeepseekV3Config
-# (transformers_utils/config.py, kimi_k2="DeepseekV3Config") and leaves alone.
-VLLM_MTP_MODEL_TYPES = ("deepseek_v3", "deepseek_v32", "glm_moe_dsa")
-VLLM_MLA_MODEL_TYPE = "kimi_k2"
-VLLM_MTP_SOURCE = "vllm 0.33 config/speculative.py SpeculativeConfig.hf_config_override"
-# vLLM registers draft_id_to_target_id only when draft_vocab_size != the target's vocabulary
-# (models/llama_eagle3.py, deepseek_eagle3.py), and its load_weights renames a file's d2t to it,
-# so a full-vocabulary file carrying d2t (an identity map) fails to load ("There is no module or
-# parameter named 'draft_id_to_target_id'"; engine_check on 0.33.0).
-VLLM_FULL_VOCAB_D2T_SOURCE = "vllm 0.33 models/llama_eagle3.py Eagle3LlamaForCausalLM.load_weights"
-# `vllm serve DRAFTER` on a speculators file serves the verifier it names only when that is a
-# Hub repo id, never an existing local path (transformers_utils/config.py
-# maybe_override_with_speculators: "Speculators verifier must name a remote model repository").
-VLLM_DIRECT_SERVE_SOURCE = "vllm 0.33 transformers_utils/config.py maybe_override_with_speculators"
 
 
 # ---------------------------------------------------------------- engine selection
