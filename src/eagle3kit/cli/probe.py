@@ -181,6 +181,26 @@ class LocalProbe:
     max_len: int
 
 
+def _from_stores(drafter, target, data, features_new, features_old) -> bool:
+    """Whether the local probe reads feature stores (else it loads the models); exit 2 on a
+    combination of options it cannot run."""
+    if drafter is None or (target is None and features_new is None):
+        raise typer.BadParameter(
+            "expected --drafter and --target (or --features-new STORE, or --url and "
+            "--reference-url)"
+        )
+    from eagle3kit.core.errors import Eagle3Error
+
+    stores = features_new is not None or features_old is not None
+    if stores and (features_new is None or data is not None):
+        raise Eagle3Error(
+            "probe: --features-old (--reference-features) goes with --features-new, not --data"
+        )
+    if not stores and target is None:
+        raise Eagle3Error("probe: expected --target (or --features-new STORE)")
+    return stores
+
+
 def probe(
     drafter: Drafter = None,
     target: Target = None,
@@ -216,20 +236,7 @@ def probe(
         from eagle3kit.cli import live
 
         return live.run_probe(dict(locals()))
-    if drafter is None or (target is None and features_new is None):
-        raise typer.BadParameter(
-            "expected --drafter and --target (or --features-new STORE, or --url and "
-            "--reference-url)"
-        )
-    from eagle3kit.core.errors import Eagle3Error
-
-    stores = features_new is not None or features_old is not None
-    if stores and (features_new is None or data is not None):
-        raise Eagle3Error(
-            "probe: --features-old (--reference-features) goes with --features-new, not --data"
-        )
-    if not stores and target is None:
-        raise Eagle3Error("probe: expected --target (or --features-new STORE)")
+    stores = _from_stores(drafter, target, data, features_new, features_old)
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
 
