@@ -8,10 +8,12 @@ from __future__ import annotations
 from eagle3kit.checkpoint import engines as E
 from eagle3kit.checkpoint.checker import Finding
 from eagle3kit.checkpoint.compat_drafters import compare_drafters
+from eagle3kit.checkpoint.compat_methods import check_method_against_target
 from eagle3kit.checkpoint.compat_target import MEANS, check_against_target
 from eagle3kit.checkpoint.findings import CompatResult
 from eagle3kit.checkpoint.hub_files import open_checkpoint
 from eagle3kit.checkpoint.inspection import is_drafter
+from eagle3kit.checkpoint.methods import method_header_of
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.spec import DraftSpec
 
@@ -36,12 +38,24 @@ def captured_layers(
     return cap.captures, cap.why
 
 
-def compat(a: str, b: str, engine: str = "both") -> CompatResult:
+def compat(
+    a: str, b: str, engine: str = "both", num_speculative_tokens: int | None = None
+) -> CompatResult:
     """Compare two drafters (fine-tuning) or a drafter and a target (serving, per engine release).
 
-    `engine`: sglang | vllm | both, each optionally @VERSION (`sglang@0.5.12`), or a comma list."""
+    `engine`: sglang | vllm | both, each optionally @VERSION (`sglang@0.5.12`), or a comma list.
+    `num_speculative_tokens`: the K to serve a DFlash drafter with (checked against its block)."""
     engines = E.parse_engines(engine)
     ca, cb = open_checkpoint(a), open_checkpoint(b)  # a target may be partial
+    ma, mb = method_header_of(ca), method_header_of(cb)
+    if ma and mb:
+        raise Eagle3Error(
+            f"{a} and {b}: comparing two {ma.method} drafters is not supported; "
+            "compat checks a DFlash or P-EAGLE drafter against its target"
+        )
+    if ma or mb:
+        head, target = (ma, cb) if ma else (mb, ca)
+        return check_method_against_target(head, target, engines, num_speculative_tokens)
     da, db = is_drafter(ca), is_drafter(cb)
     if da and db:
         return compare_drafters(ca, cb)

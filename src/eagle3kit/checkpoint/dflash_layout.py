@@ -244,9 +244,13 @@ def speculators_config(
 ) -> dict[str, Any]:
     """A speculators DFlash config.json for `spec` (speculators models/dflash/config.py)."""
     layer = copy.deepcopy(layer) if layer is not None else _layer_config(spec)
-    causal_sliding = [
+    # speculators runs sliding layers causal unless sliding_window_non_causal, full layers
+    # bidirectional; vLLM 0.33 applies `not sliding_window_non_causal` to every layer. True
+    # when no sliding layer is causal: the same drafter to speculators, right in vLLM too.
+    sliding = [
         c for c, t in zip(spec.causal, spec.layer_types or (), strict=False) if t == _SLIDING
     ]
+    non_causal = not any(sliding)
     return {
         "architectures": [SPECULATORS_ARCH],
         "speculators_model_type": "dflash",
@@ -258,7 +262,7 @@ def speculators_config(
         else None,
         "aux_hidden_state_layer_ids": list(spec.speculators_ids),
         "mask_token_id": spec.mask_token_id,
-        "sliding_window_non_causal": bool(causal_sliding) and not any(causal_sliding),
+        "sliding_window_non_causal": non_causal,
         "sample_from_anchor": spec.sample_from_anchor,
         "speculators_config": {
             "algorithm": "dflash",

@@ -12,6 +12,9 @@ captures
 
 and, when it reads no ids, its default h[2, L//2, L-3] for an L-layer target.
 
+The DFlash and P-EAGLE rules (layer-id mapping, sample_from_anchor, causality, P-EAGLE
+serving) are in `checkpoint/engines_methods.py`, re-exported here.
+
 Whole-file refusals (config keys, vLLM's MTP rewrite, full-vocabulary d2t, `vllm serve
 DRAFTER` with a local verifier) are in `checkpoint/engine_files.py`, re-exported here.
 
@@ -37,6 +40,12 @@ from eagle3kit.checkpoint.engine_files import (  # noqa: F401  (re-exported: fil
     config_refusal,
     vllm_refuses_full_vocab_d2t,
     vllm_refuses_local_verifier,
+)
+from eagle3kit.checkpoint.engines_methods import (  # noqa: F401  (re-exported: DFlash, P-EAGLE)
+    DFLASH_ID_RULES,
+    METHOD_RULES,
+    dflash_id_rule,
+    method_rule,
 )
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import default_aux_layers

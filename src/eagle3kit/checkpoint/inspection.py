@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.checkpoint.hub_files import open_checkpoint
+from eagle3kit.checkpoint.inspect_methods import MethodInspectResult, inspect_method, mtp_summary
 from eagle3kit.checkpoint.layouts import is_drafter_config
+from eagle3kit.checkpoint.methods import DFLASH_FAMILY, detect_method, dflash_header, peagle_header
 from eagle3kit.checkpoint.reader import drafter_header
 from eagle3kit.checkpoint.safetensors_io import Checkpoint
 from eagle3kit.core.artifacts import stamp
@@ -204,6 +206,7 @@ class InspectResult:
     vocab_map: dict[str, Any] = field(default_factory=dict)
     variant: str | None = None  # EAGLE-3 / EAGLE 3.1 naming, from the norm flags
     absent: dict[str, Any] | None = None  # a partial target: shards its index lists, not here
+    mtp: dict[str, Any] | None = None  # a target's MTP heads (inspect_methods.mtp_summary)
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -220,7 +223,10 @@ class InspectResult:
         }
         if self.kind == "target":
             doc["partial"] = self.absent
-        if self.kind == "drafter":
+            doc["mtp"] = self.mtp
+            doc["method"] = "mtp" if self.mtp and self.mtp["heads"] else None
+        if self.kind == "drafter" and self.spec is not None:
+            doc["method"] = "eagle3.1" if self.spec.fc_norm or self.spec.norm_output else "eagle3"
             doc.update(
                 shape_mismatches=self.shape_mismatches,
                 vocab_map=self.vocab_map,
@@ -262,6 +268,7 @@ def _inspect_target(ckpt: Checkpoint) -> InspectResult:
         sum(r["bytes"] for r in rows),
         ckpt.has_tokenizer,
         absent=_absent(ckpt),
+        mtp=mtp_summary(ckpt),
     )
 
 
@@ -272,10 +279,16 @@ def _absent(ckpt: Checkpoint) -> dict[str, Any] | None:
     return {"tensors": len(ckpt.absent), "shards": ckpt.missing_shards()}
 
 
-def inspect_checkpoint(path_or_repo: str) -> InspectResult:
-    """Describe a drafter (format, spec, tensors with roles, missing/unexpected) or a target."""
+def inspect_checkpoint(path_or_repo: str) -> InspectResult | MethodInspectResult:
+    """Describe a drafter (format, spec, tensors with roles, missing/unexpected) or a target;
+    DFlash and P-EAGLE drafters by inspect_methods.py."""
     ckpt = open_checkpoint(path_or_repo)  # a partial target is read from its present shards
     _require_config(ckpt)
+    method = detect_method(ckpt.config, ckpt.tensors)
+    if method in DFLASH_FAMILY:
+        return inspect_method(dflash_header(ckpt))
+    if method == "peagle":
+        return inspect_method(peagle_header(ckpt))
     if not is_drafter(ckpt):
         return _inspect_target(ckpt)
     head = drafter_header(ckpt)

@@ -33,6 +33,7 @@ from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
 from eagle3kit.core.errors import bad
 from eagle3kit.core.method_spec import DFlashSpec, PEagleSpec
 
+DFLASH_FAMILY = ("dflash", "dflash2", "dspark", "domino")  # one backbone, read by dflash_header
 PEAGLE_TOKEN_KEYS = ("mask_token_id", "pard_token", "ptd_token_id")  # in vLLM's lookup order
 _EXTRA_LAYER = re.compile(r"^(?:model\.)?layers\.([1-9]\d*)\.(.+)$")
 
@@ -218,12 +219,11 @@ def read_peagle(path: str) -> tuple[PEagleSpec, dict[str, Any], MethodHeader]:
     return spec, tensors, head
 
 
-def method_header(where: str | Checkpoint) -> MethodHeader | None:
+def method_header_of(ckpt: Checkpoint) -> MethodHeader | None:
     """The DFlash/P-EAGLE header of a drafter of those methods, else None (EAGLE-3 drafters
-    keep their reader, reader.drafter_header)."""
-    ckpt = _open(where)
+    keep their reader, reader.drafter_header; targets are never read whole here)."""
     method = detect_method(ckpt.config, ckpt.tensors)
-    if method in ("dflash", "dflash2", "dspark", "domino"):
+    if method in DFLASH_FAMILY:
         return dflash_header(ckpt)
     if method == "peagle":
         return peagle_header(ckpt)
@@ -234,7 +234,7 @@ __all__ = [
     "MethodHeader",
     "detect_method",
     "dflash_header",
-    "method_header",
+    "method_header_of",
     "peagle_header",
     "read_dflash",
     "read_peagle",

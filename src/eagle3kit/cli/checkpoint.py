@@ -8,6 +8,7 @@ import typer
 
 from eagle3kit.cli._options import JsonFlag
 from eagle3kit.cli._render import emit_json, err, out
+from eagle3kit.core.errors import bad
 
 
 def _fmt_bytes(n: int) -> str:
@@ -47,6 +48,17 @@ def _render_target(r: dict) -> None:
         f"  {len(r['tensors'])} tensors, {_fmt_bytes(r['total_bytes'])}; tokenizer: "
         f"{'yes' if r['has_tokenizer'] else 'no'}"
     )
+    mtp = r.get("mtp")
+    if mtp:
+        heads = ", ".join(
+            f"#{h['index']} ({h['style']}, {h['prefix']}*, {h['tensors']} tensors)"
+            for h in mtp["heads"]
+        )
+        con.print(
+            f"  MTP heads: {len(mtp['heads'])} found ({heads or 'none'}); config declares "
+            f"{mtp['declared']}"
+            + (f", {mtp['missing']} not in the files" if mtp["missing"] else "")
+        )
     part = r.get("partial")
     if part:
         sh = part["shards"]
@@ -97,20 +109,60 @@ def _render_spec(con, r: dict) -> None:
         )
 
 
+def _render_method(con, r: dict) -> None:
+    """A DFlash or P-EAGLE drafter's method fields in a few lines."""
+    s = r["spec"]
+    if r["method"] == "peagle":
+        d = s["draft"]
+        con.print(
+            f"[bold]{r['source']}[/]: P-EAGLE drafter, [cyan]{r['format']}[/] layout, "
+            f"{r['num_hidden_layers']} layers, hidden {d['hidden_size']} (target "
+            f"{d['target_hidden_size']}), vocab {d['draft_vocab_size']} of {d['vocab_size']}"
+        )
+        con.print(
+            f"  mask token {r['mask_token_id']} ({r['mask_token_key']}), mask_hidden "
+            f"{r['mask_hidden'] or 'missing'}, aux layers {r['aux_layers']} (h-indices), K "
+            f"{r['num_speculative_tokens'] or 'not recorded'}"
+        )
+        return
+    tl = r["target_layers"]
+    con.print(
+        f"[bold]{r['source']}[/]: DFlash drafter ({r['variant']}), [cyan]{r['format']}[/] "
+        f"layout, {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, vocab "
+        f"{s['draft_vocab_size']} of {s['vocab_size']}"
+    )
+    con.print(
+        f"  block {r['block_size']} ({r['num_proposals']} proposals"
+        f"{', sample_from_anchor' if r['sample_from_anchor'] else ''}), mask token "
+        f"{r['mask_token_id']}, causal layers "
+        f"{[i for i, c in enumerate(r['layer_causal']) if c] or 'none'}"
+    )
+    con.print(
+        f"  target layers: z-lab {tl['zlab']} (layer outputs) = speculators {tl['speculators']}"
+        f" = h{tl['h']} (engines capture 'entering layer' h)"
+    )
+    for n in r.get("notes") or []:
+        con.print(f"  note: {n}", markup=False, highlight=False)
+
+
 def _render_drafter(r: dict) -> None:
     """The spec in a few lines, the tensor table, the vocab map, mismatches, errors."""
     from rich.table import Table
 
     con = out()
-    _render_spec(con, r)
+    if r.get("method") in ("dflash", "peagle", "dflash2", "dspark", "domino"):
+        _render_method(con, r)
+    else:
+        _render_spec(con, r)
     table = Table(show_lines=False)
     for col in ("name", "shape", "dtype", "bytes", "role"):
         table.add_column(col, overflow="fold")
     for t in r["tensors"]:
-        table.add_row(t["name"], str(t["shape"]), t["dtype"], _fmt_bytes(t["bytes"]), t["role"])
+        role = t.get("role") or t.get("canonical", "")
+        table.add_row(t["name"], str(t["shape"]), t["dtype"], _fmt_bytes(t["bytes"]), role)
     con.print(table)
     con.print(f"  total {_fmt_bytes(r['total_bytes'])}")
-    if r["vocab_map"]:
+    if r.get("vocab_map"):
         vm = r["vocab_map"]
         parts = []
         if "d2t" in vm:
@@ -216,13 +268,31 @@ Engine = Annotated[
 ]
 
 
-def compat(a: Drafter, b: Other, engine: Engine = "both", json_out: JsonFlag = False) -> None:
+NumSpecTokens = Annotated[
+    int | None,
+    typer.Option(
+        "--num-speculative-tokens",
+        min=1,
+        help="DFlash: the K you will serve with, checked against the drafter's block "
+        "(B - 1 proposals, B with sample_from_anchor).",
+    ),
+]
+
+
+def compat(
+    a: Drafter,
+    b: Other,
+    engine: Engine = "both",
+    num_speculative_tokens: NumSpecTokens = None,
+    json_out: JsonFlag = False,
+) -> None:
     """Drafter vs drafter: drop-in for fine-tuning? Drafter vs target: served right?
 
-    Exit 0 when no error is found, 1 when any is, 2 on bad input."""
+    EAGLE-3, EAGLE 3.1, DFlash and P-EAGLE drafters. Exit 0 when no error is found, 1 when
+    any is, 2 on bad input."""
     from eagle3kit.checkpoint.compat import compat as run_compat
 
-    r = run_compat(a, b, engine)
+    r = run_compat(a, b, engine, num_speculative_tokens)
     if json_out:
         emit_json(r.to_json())
     else:
@@ -231,11 +301,37 @@ def compat(a: Drafter, b: Other, engine: Engine = "both", json_out: JsonFlag = F
         raise typer.Exit(1)
 
 
-Src = Annotated[str, typer.Argument(help="Drafter to convert (any layout).")]
-To = Annotated[str, typer.Option("--to", help="sglang, vllm or eagle.")]
-Output = Annotated[
-    str, typer.Option("-o", "--output", help="Output directory (must not exist or be empty).")
+Src = Annotated[
+    str,
+    typer.Argument(
+        help="Drafter to convert (any layout), or a target with --extract-mtp / --stitch-mtp."
+    ),
 ]
+To = Annotated[
+    str | None,
+    typer.Option(
+        "--to",
+        help="EAGLE-3: sglang, vllm or eagle. DFlash: zlab or speculators. P-EAGLE: "
+        "speculators or vllm.",
+    ),
+]
+Output = Annotated[
+    str | None,
+    typer.Option("-o", "--output", help="Output directory (must not exist or be empty)."),
+]
+ExtractMtp = Annotated[
+    bool,
+    typer.Option("--extract-mtp", help="Write the target's MTP head (--mtp-index) to -o."),
+]
+StitchMtp = Annotated[
+    str | None,
+    typer.Option(
+        "--stitch-mtp",
+        metavar="DRAFTER",
+        help="Put this extracted (fine-tuned) MTP head back into the target SRC, in place.",
+    ),
+]
+MtpIndex = Annotated[int, typer.Option("--mtp-index", min=0, help="Which MTP head (0 = first).")]
 Verifier = Annotated[
     str | None,
     typer.Option(
@@ -254,23 +350,81 @@ EmbedFrom = Annotated[
 ]
 
 
+def _print_launch(lines: dict[str, str] | str) -> None:
+    con = out()
+    con.print("serve it with:")
+    for line in lines.values() if isinstance(lines, dict) else [lines]:
+        con.print(line, soft_wrap=True, markup=False, highlight=False)
+
+
+def _convert_mtp(src: str, output: str | None, stitch: str | None, index: int, js: bool) -> None:
+    from eagle3kit.checkpoint.mtp import extract_mtp, stitch_mtp
+    from eagle3kit.cli._checks import check_output
+
+    if stitch is not None:
+        r = stitch_mtp(src, stitch)
+    else:
+        if output is None:
+            raise bad("-o", "missing: --extract-mtp writes the head to a new directory")
+        check_output(output, "-o", src, kind="dir")
+        r = extract_mtp(src, output, index)
+    if js:
+        emit_json(r.to_json())
+        return
+    doc = r.to_json()
+    if doc["action"] == "extract":
+        h = doc["head"]
+        out().print(
+            f"extracted MTP head {h['index']} ({h['style']}, {h['prefix']}*, "
+            f"{doc['tensors']} tensors) of {src} -> {doc['out']}"
+        )
+        return
+    out().print(
+        f"stitched {stitch} into {src}: new shard {doc['new_shard']}; rewritten "
+        f"{doc['rewritten'] or 'none'}; untouched {len(doc['untouched'])} shard(s)"
+    )
+    _print_launch(
+        {
+            "vllm": f"vllm serve {src} --speculative-config "
+            '\'{"method": "mtp", "num_speculative_tokens": 1}\''
+        }
+    )
+
+
 def convert(
     src: Src,
-    to: To,
-    output: Output,
+    to: To = None,
+    output: Output = None,
     verifier: Verifier = None,
     embed_from: EmbedFrom = None,
+    extract_mtp: ExtractMtp = False,
+    stitch_mtp: StitchMtp = None,
+    mtp_index: MtpIndex = 0,
     json_out: JsonFlag = False,
 ) -> None:
-    """Rewrite a drafter in another layout with every flag explicit.
+    """Rewrite a drafter in another layout with every flag explicit; extract or stitch an
+    MTP head of a target.
 
     Refuses (exit 2, nothing written) a drafter with a broken config, shapes or vocab map, and
     any conversion the destination cannot represent."""
     from eagle3kit.checkpoint.convert import convert as run_convert
+    from eagle3kit.checkpoint.convert_methods import convert_method
+    from eagle3kit.checkpoint.hub_files import open_checkpoint
+    from eagle3kit.checkpoint.methods import method_header_of
     from eagle3kit.cli._checks import check_output
 
+    if extract_mtp or stitch_mtp is not None:
+        if to is not None or (extract_mtp and stitch_mtp is not None):
+            raise bad("--extract-mtp/--stitch-mtp", "expected one of them, without --to")
+        return _convert_mtp(src, output, stitch_mtp, mtp_index, json_out)
+    if to is None or output is None:
+        raise bad("--to" if to is None else "-o", "missing (expected --to LAYOUT -o DIR)")
     check_output(output, "-o", src, embed_from, verifier, kind="dir")
-    r = run_convert(src, to, output, verifier=verifier, embed_from=embed_from)
+    head = method_header_of(open_checkpoint(src))
+    if head is not None:
+        r = convert_method(head, to, output, embed_from=embed_from, verifier=verifier)
+    else:
+        r = run_convert(src, to, output, verifier=verifier, embed_from=embed_from)
     if json_out:
         emit_json(r.to_json())
         return
@@ -278,8 +432,7 @@ def convert(
     con.print(f"converted {r.source} ({r.from_layout}) -> {r.out} ({r.to_layout})")
     for n in r.notes:
         err().print(f"note: {n}")
-    con.print("serve it with:")
-    con.print(r.launch, soft_wrap=True, markup=False, highlight=False)
+    _print_launch(r.launch)
 
 
 def register(app: typer.Typer) -> None:
