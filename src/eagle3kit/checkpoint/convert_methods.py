@@ -56,9 +56,10 @@ _NATIVE_KEYS = (
 
 
 def launch_commands(method: str, layout: str, draft: str, target: str | None, k: int) -> dict:
-    """{engine: command} for the engines that serve this drafter (docs/formats.md "Newer
-    methods: engine rules"): vLLM `method: dflash`, or `eagle3` with `parallel_drafting`;
-    SGLang `--speculative-algorithm DFLASH` (z-lab layout only; num-draft-tokens = block)."""
+    """{engine: command} for the engines that serve this drafter
+    (docs/formats.md "Newer methods: engine rules"): vLLM `method: dflash`, or `eagle3`
+    with `parallel_drafting`; SGLang `--speculative-algorithm DFLASH` (z-lab layout only;
+    num-draft-tokens = block)."""
     tgt = target or "TARGET_MODEL"
     if method == "dflash":
         vllm = f'{{"method": "dflash", "model": "{draft}", "num_speculative_tokens": {k}}}'

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle3kit.checkpoint.dflash_layout import is_dflash_config, read_dflash_config
-from eagle3kit.checkpoint.layouts import file_to_canonical, is_drafter_config, read_spec
+from eagle3kit.checkpoint.layouts import file_to_canonical, is_drafter_config
 from eagle3kit.checkpoint.mtp_layout import mtp_count
-from eagle3kit.checkpoint.reader import _local_dir, read_tensors
+from eagle3kit.checkpoint.reader import _local_dir, drafter_header, read_tensors
 from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
 from eagle3kit.core.errors import bad
 from eagle3kit.core.method_spec import DFlashSpec, PEagleSpec
@@ -161,7 +161,8 @@ def peagle_header(where: str | Checkpoint) -> MethodHeader:
     if not isinstance(n_layers, int) or isinstance(n_layers, bool) or n_layers < 1:
         raise bad(cwhere, f"num_hidden_layers: expected an int >= 1, found {n_layers!r}")
     view, back = _one_layer_view(ckpt, layer_key)
-    _, draft, names = read_spec(view)
+    one = drafter_header(view)  # the one reader of EAGLE-3 drafters reads layer 0
+    draft, names = one.spec, dict(one.names)
     names = {c: back.get(v, v) for c, v in names.items()}
     if layout == "vllm" and cfg.get("eagle_aux_hidden_state_layer_ids"):
         ids = tuple(cfg["eagle_aux_hidden_state_layer_ids"])  # vLLM reads top-level h-indices
