@@ -196,28 +196,13 @@ def _dflash_semantics(sel: E.EngineSel, head: MethodHeader) -> list[Finding]:
     return out
 
 
-def _peagle_engine(sel: E.EngineSel, head: MethodHeader, ti: TargetInfo, family: str):
+def _peagle_load_findings(sel: E.EngineSel, head: MethodHeader, served: str) -> list[Finding]:
+    """What a vLLM release that serves P-EAGLE refuses at load: the config form, the
+    architecture, a mask_hidden of the wrong width."""
     spec = head.spec
     assert isinstance(spec, PEagleSpec)
-    served = M.method_rule(sel.name, sel.version, "peagle", "served")
-    entry: dict[str, Any] = {
-        "label": sel.label,
-        "version": sel.version_text,
-        "trained_on": list(spec.draft.aux_layers or []),
-        "sources": [served.source] if served else [],
-    }
-    if served is None or served.value == "no":
-        entry.update(captures=[], why="does not serve P-EAGLE")
-        return entry, [
-            error(
-                "not-served",
-                f"{sel.label} does not serve P-EAGLE (parallel "
-                f"drafting; {served.source if served else 'no rule'})",
-                sel.name,
-            )
-        ]
     out = []
-    if spec.layout == "speculators" and served.value == "native":
+    if spec.layout == "speculators" and served == "native":
         out.append(
             error(
                 "peagle-config",
@@ -247,6 +232,30 @@ def _peagle_engine(sel: E.EngineSel, head: MethodHeader, ti: TargetInfo, family:
                 sel.name,
             )
         )
+    return out
+
+
+def _peagle_engine(sel: E.EngineSel, head: MethodHeader, ti: TargetInfo, family: str):
+    spec = head.spec
+    assert isinstance(spec, PEagleSpec)
+    served = M.method_rule(sel.name, sel.version, "peagle", "served")
+    entry: dict[str, Any] = {
+        "label": sel.label,
+        "version": sel.version_text,
+        "trained_on": list(spec.draft.aux_layers or []),
+        "sources": [served.source] if served else [],
+    }
+    if served is None or served.value == "no":
+        entry.update(captures=[], why="does not serve P-EAGLE")
+        return entry, [
+            error(
+                "not-served",
+                f"{sel.label} does not serve P-EAGLE (parallel "
+                f"drafting; {served.source if served else 'no rule'})",
+                sel.name,
+            )
+        ]
+    out = _peagle_load_findings(sel, head, served.value)
     ids = {
         "top": spec.draft.aux_layers_raw if spec.layout == "vllm" else spec.draft.aux_layers,
         "nested": None,
