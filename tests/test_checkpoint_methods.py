@@ -81,6 +81,14 @@ def test_dflash_both_layouts_inspected(tmp_path):
         assert doc["target_layers"]["zlab"] == [1, 5]
         assert doc["target_layers"]["speculators"] == [2, 6]
         assert doc["missing"] == [] and doc["shape_mismatches"] == []
+    engines = inspect_checkpoint(str(tmp_path / "z"))["target_layers"]["engines"]
+    assert engines["vLLM < 0.33"] == [1, 5] and engines["vLLM >= 0.33"] == [2, 6]
+    assert (
+        inspect_checkpoint(str(tmp_path / "s"))["target_layers"]["engines"][
+            "SGLang, every release checked"
+        ]
+        is None
+    )
     cfg = json.loads((tmp_path / "s" / "config.json").read_text())
     assert cfg["aux_hidden_state_layer_ids"] == [2, 6] and cfg["mask_token_id"] == 95
 

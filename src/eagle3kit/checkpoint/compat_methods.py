@@ -125,7 +125,7 @@ def _dflash_engine(sel: E.EngineSel, head: MethodHeader, ti: TargetInfo) -> tupl
             )
         ]
     ids = spec.target_layer_ids if spec.layout == "zlab" else spec.speculators_ids
-    cap = [x + 1 for x in ids] if rule.capture == "plus1" else list(ids)
+    cap = M.dflash_captures(sel.name, sel.version, spec.layout, ids) or []
     key = (
         "dflash_config.target_layer_ids" if spec.layout == "zlab" else "aux_hidden_state_layer_ids"
     )

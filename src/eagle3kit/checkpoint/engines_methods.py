@@ -240,6 +240,37 @@ def dflash_id_rule(engine: str, version: Version | None, layout: str) -> DFlashI
     )
 
 
+def dflash_captures(
+    engine: str, version: Version | None, layout: str, ids: tuple[int, ...] | list[int]
+) -> list[int] | None:
+    """The h-indices `engine` at `version` captures for a DFlash file's `ids` as written in
+    `layout` (z-lab ids or speculators ids); None when it does not serve that layout."""
+    rule = dflash_id_rule(engine, version, layout)
+    if rule.capture == "not_served":
+        return None
+    return [x + 1 for x in ids] if rule.capture == "plus1" else list(ids)
+
+
+def dflash_release_captures(layout: str, ids: tuple[int, ...]) -> dict[str, list[int] | None]:
+    """{release range: h-indices captured} for every DFlash id rule of this layout."""
+    return {
+        range_label(r.engine, r.since, r.until): dflash_captures(
+            r.engine, _representative(r.since, r.until), layout, ids
+        )
+        for r in DFLASH_ID_RULES
+        if r.layout == layout
+    }
+
+
+def _representative(since: Version | None, until: Version | None) -> Version | None:
+    """A release inside [since, until) (None: the latest)."""
+    if since is not None:
+        return since
+    if until is not None:
+        return until[:-1] + (until[-1] - 1,)
+    return None
+
+
 def method_rule(engine: str, version: Version | None, method: str, key: str) -> MethodRule | None:
     return next(
         (

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle3kit.checkpoint.engines_methods import dflash_release_captures
 from eagle3kit.checkpoint.methods import MethodHeader
 from eagle3kit.checkpoint.mtp_layout import MtpHead, find_mtp_heads, mtp_count
 from eagle3kit.checkpoint.safetensors_io import Checkpoint
@@ -68,7 +69,11 @@ def dflash_fields(spec: DFlashSpec) -> dict[str, Any]:
             "zlab": list(spec.target_layer_ids),  # layer outputs
             "speculators": list(spec.speculators_ids),  # h-indices
             "h": list(spec.aux_layers),
-            "sglang_capture": list(spec.aux_layers),  # "entering layer i"
+            # what each engine release captures for the ids as this file writes them
+            "engines": dflash_release_captures(
+                spec.layout,
+                spec.target_layer_ids if spec.layout == "zlab" else spec.speculators_ids,
+            ),
         },
     }
 

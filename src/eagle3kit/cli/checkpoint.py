@@ -139,8 +139,12 @@ def _render_method(con, r: dict) -> None:
     )
     con.print(
         f"  target layers: z-lab {tl['zlab']} (layer outputs) = speculators {tl['speculators']}"
-        f" = h{tl['h']} (engines capture 'entering layer' h)"
+        f" = h{tl['h']}"
     )
+    for release, cap in tl["engines"].items():
+        ok = "not served" if cap is None else f"captures h{cap}"
+        bad_ = cap is not None and cap != tl["h"]
+        con.print(f"    {release}: {ok}{' [red](one layer off)[/]' if bad_ else ''}")
     for n in r.get("notes") or []:
         con.print(f"  note: {n}", markup=False, highlight=False)
 
