@@ -185,7 +185,15 @@ def test_dflash_convert_refusals(tmp_path):
     S.write_dflash(tmp_path / "r", reduced)
     with pytest.raises(Eagle3Error, match="draft_vocab_size"):
         convert_method(dflash_header(str(tmp_path / "r")), "zlab", str(tmp_path / "o3"))
-    assert not any((tmp_path / n).exists() for n in ("o1", "o2", "o3"))
+    S.write_dflash(tmp_path / "b", S.tiny_dflash_spec(), omit=("fc.weight",))
+    with pytest.raises(Eagle3Error, match="fc.weight: missing"):
+        convert_method(
+            dflash_header(str(tmp_path / "b")),
+            "speculators",
+            str(tmp_path / "o4"),
+            embed_from=str(t),
+        )
+    assert not any((tmp_path / n).exists() for n in ("o1", "o2", "o3", "o4"))
 
 
 def test_dflash_bad_config_one_line(tmp_path):
@@ -353,3 +361,58 @@ def test_cli_inspect_compat_convert(tmp_path):
     assert r.code == 0 and (tmp_path / "h" / "config.json").exists()
     r = run_cli("convert", ds, "--stitch-mtp", tmp_path / "h", "--json")
     assert r.code == 0 and json.loads(r.out)["action"] == "stitch"
+
+
+def test_kimi_style_prefixed_mtp_layer_found(tmp_path):
+    """Kimi-K2.5 stores its language model under `language_model.`; the count is in
+    text_config (vLLM config/speculative.py reads it there too)."""
+    tgt = tmp_path / "k"
+    tgt.mkdir()
+    pre = "language_model.model.layers."
+    shapes = {
+        f"{pre}1.input_layernorm.weight": (4,),
+        f"{pre}2.enorm.weight": (4,),
+        f"{pre}2.hnorm.weight": (4,),
+        f"{pre}2.eh_proj.weight": (4, 8),
+    }
+    save_file(
+        {n: np.ones(s, np.float32) for n, s in shapes.items()}, str(tgt / "model.safetensors")
+    )
+    cfg = {
+        "architectures": ["KimiK25ForConditionalGeneration"],
+        "text_config": {
+            "model_type": "kimi_k2",
+            "num_hidden_layers": 2,
+            "num_nextn_predict_layers": 1,
+        },
+    }
+    (tgt / "config.json").write_text(json.dumps(cfg))
+    (h,) = find_mtp_heads(str(tgt))
+    assert (h.prefix, h.layer, sorted(h.names)) == (
+        f"{pre}2.",
+        2,
+        ["eh_proj.weight", "enorm.weight", "hnorm.weight"],
+    )
+
+
+def test_readers_give_torch_tensors_under_canonical_names(tmp_path):
+    from eagle3kit.checkpoint.methods import read_dflash, read_peagle
+
+    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
+    spec, tensors, _ = read_dflash(str(tmp_path / "z"))
+    raw_z = load_file(str(tmp_path / "z" / "model.safetensors"))
+    assert set(tensors) == set(raw_z)
+    assert np.array_equal(
+        tensors["layers.1.mlp.up_proj.weight"].numpy(), raw_z["layers.1.mlp.up_proj.weight"]
+    )
+    S.write_peagle(tmp_path / "v", S.tiny_peagle_spec("vllm"))
+    spec_p, tp, _ = read_peagle(str(tmp_path / "v"))
+    raw_v = load_file(str(tmp_path / "v" / "model.safetensors"))
+    # layer 0 under EAGLE-3's canonical names, layers >= 1 as stored, mask_hidden [1, 1, 3H]
+    assert np.array_equal(
+        tp["midlayer.hidden_norm.weight"].numpy(), raw_v["layers.0.hidden_norm.weight"]
+    )
+    assert np.array_equal(
+        tp["layers.1.self_attn.q_proj.weight"].numpy(), raw_v["layers.1.self_attn.q_proj.weight"]
+    )
+    assert tuple(tp["mask_hidden"].shape) == (1, 1, 96) and spec_p.num_hidden_layers == 2

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.checkpoint.compat_methods import tensor_findings
 from eagle3kit.checkpoint.dflash_layout import (
     speculators_config,
     speculators_layer_from_zlab,
@@ -306,6 +307,12 @@ def convert_method(
     if to == head.layout:
         raise Eagle3Error(f"--to {to}: {head.source} is already in that layout")
     _local(head.ckpt)
+    defects = [f for f in tensor_findings(head) if f.severity == "error"]
+    if defects:
+        more = (
+            f" (and {len(defects) - 1} more: run `eagle3kit inspect`)" if len(defects) > 1 else ""
+        )
+        raise bad(head.ckpt.config_file, defects[0].message + more)
     if head.method == "dflash":
         fn = _zlab_to_speculators if to == "speculators" else _speculators_to_zlab
         cfg, tensors, notes = (

@@ -35,6 +35,7 @@ _QWEN_SHARED = {
     "mtp.norm.weight": "shared_head.norm.weight",
 }
 _DS_MARKERS = ("enorm.weight", "hnorm.weight", "eh_proj.weight")
+_LAYER = re.compile(r"^((?:[\w.]*\.)?layers\.)(\d+)\.(.+)$")
 
 
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -85,18 +86,20 @@ class MtpHead:
 
 
 def _deepseek_heads(ckpt: Checkpoint, n_layers: int, declared: int, key: str | None):
-    by_layer: dict[int, dict[str, str]] = {}
+    """Decoder layers numbered L.. that carry enorm/hnorm/eh_proj, under any prefix ending
+    in `layers.` (`model.layers.61.`, Kimi-K2.5's `language_model.model.layers.61.`)."""
+    by_layer: dict[tuple[str, int], dict[str, str]] = {}
     for name in ckpt.names():
-        m = re.match(r"^model\.layers\.(\d+)\.(.+)$", name)
-        if m and int(m.group(1)) >= n_layers:
-            by_layer.setdefault(int(m.group(1)), {})[m.group(2)] = name
+        m = _LAYER.match(name)
+        if m and not name.startswith("mtp.") and int(m.group(2)) >= n_layers:
+            by_layer.setdefault((m.group(1), int(m.group(2))), {})[m.group(3)] = name
     heads = []
-    for layer in sorted(by_layer):
-        names = by_layer[layer]
+    for (pre, layer), names in sorted(by_layer.items(), key=lambda kv: kv[0][1]):
         if not any(n in names for n in _DS_MARKERS):
             continue
-        k = layer - n_layers
-        heads.append(MtpHead("deepseek", k, layer, f"model.layers.{layer}.", names, key, declared))
+        heads.append(
+            MtpHead("deepseek", layer - n_layers, layer, f"{pre}{layer}.", names, key, declared)
+        )
     return heads
 
 
