@@ -50,11 +50,16 @@ def compat(
     ma, mb = method_header_of(ca), method_header_of(cb)
     if ma and mb:
         raise Eagle3Error(
-            f"{a} and {b}: comparing two {ma.method} drafters is not supported; "
-            "compat checks a DFlash or P-EAGLE drafter against its target"
+            f"{a} and {b}: a {ma.method} and a {mb.method} drafter; compat checks a DFlash or "
+            "P-EAGLE drafter against its target (comparing two is not supported)"
         )
     if ma or mb:
         head, target = (ma, cb) if ma else (mb, ca)
+        if is_drafter(target):
+            raise Eagle3Error(
+                f"{target.source}: a drafter; compat checks a {head.method} drafter against "
+                "its target (comparing it with another drafter is not supported)"
+            )
         return check_method_against_target(head, target, engines, num_speculative_tokens)
     da, db = is_drafter(ca), is_drafter(cb)
     if da and db:
