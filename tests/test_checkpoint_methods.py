@@ -225,6 +225,7 @@ def test_peagle_layouts_inspect_convert_compat(tmp_path):
         "pard_token",
         (2, 4, 5),
     )
+    assert load_file(str(tmp_path / "v" / "model.safetensors"))["mask_hidden"].shape == (1, 96)
     convert_method(hv, "speculators", str(tmp_path / "p2"))
     a, b = _all_tensors(tmp_path / "p"), _all_tensors(tmp_path / "p2")
     assert sorted(a) == sorted(b) and all(a[k].tobytes() == b[k].tobytes() for k in a)

@@ -286,7 +286,14 @@ def _peagle(head: MethodHeader, to: str, verifier: str | None):
         _stash(cfg, head.layout, head.ckpt.config)
     else:
         cfg = base
-    tensors = [raw(head.ckpt.tensors[s]) for s in head.ckpt.tensors]
+    # mask_hidden's values as they are; its shape as each layout writes it: speculators
+    # [1, 1, n x H_target] (a Parameter), vLLM-native [1, n x H_target] (NeMo AutoModel PR
+    # #2376 writes that; vLLM loads either with view(1, -1))
+    shape = {"vllm": (1, -1), "speculators": (1, 1, -1)}[to]
+    tensors = []
+    for name, info in head.ckpt.tensors.items():
+        view = tuple(info.numel if d == -1 else d for d in shape) if name == "mask_hidden" else None
+        tensors.append(raw(info, shape=view))
     return cfg, tensors, [f"tensors unchanged ({len(tensors)}); config rewritten for {to}"]
 
 
