@@ -82,7 +82,7 @@ def test_dflash_both_layouts_inspected(tmp_path):
         assert doc["target_layers"]["speculators"] == [2, 6]
         assert doc["missing"] == [] and doc["shape_mismatches"] == []
     engines = inspect_checkpoint(str(tmp_path / "z"))["target_layers"]["engines"]
-    assert engines["vLLM < 0.33"] == [1, 5] and engines["vLLM >= 0.33"] == [2, 6]
+    assert engines["vLLM < 0.22"] == [1, 5] and engines["vLLM >= 0.22"] == [2, 6]
     assert (
         inspect_checkpoint(str(tmp_path / "s"))["target_layers"]["engines"][
             "SGLang, every release checked"
@@ -116,7 +116,7 @@ def test_dflash_compat_ids_per_engine_release(tmp_path):
     # vLLM before PR #40727 reads z-lab ids unshifted: h[1, 5] instead of h[2, 6]
     r = compat(str(tmp_path / "z"), str(t), "vllm@0.21")
     assert "dflash-ids" in _errors(r, "vllm") and r.engines["vllm"]["captures"] == [1, 5]
-    for eng in ("vllm@0.33", "sglang@0.5.23"):
+    for eng in ("vllm@0.22", "vllm@0.33", "sglang@0.5.23"):
         r = compat(str(tmp_path / "z"), str(t), eng)
         assert r.compatible, [f.message for f in r.findings]
     assert compat(str(tmp_path / "s"), str(t), "vllm@0.21").compatible

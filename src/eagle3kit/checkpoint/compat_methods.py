@@ -69,8 +69,17 @@ def _common_findings(hidden: int, target_hidden: int, mask: int, ti: TargetInfo,
     return out
 
 
-def _layers_findings(spec: DFlashSpec, ti: TargetInfo) -> list[Finding]:
+def _layers_findings(spec: DFlashSpec, ti: TargetInfo, config: dict[str, Any]) -> list[Finding]:
     out = []
+    if spec.layout == "zlab" and "target_layer_ids" not in (config.get("dflash_config") or {}):
+        out.append(
+            warning(
+                "dflash-no-ids",
+                "dflash_config.target_layer_ids: missing; engines and eagle3kit guess "
+                f"{list(spec.target_layer_ids)} (z-lab's default), which need not be the "
+                "layers fc was trained on (sglang issue #37475)",
+            )
+        )
     too_far = [h for h in spec.aux_layers if h > ti.num_layers]
     if too_far:
         out.append(
@@ -289,7 +298,7 @@ def check_method_against_target(
         res.findings += _common_findings(
             spec.hidden_size, spec.target_hidden_size, spec.mask_token_id, ti, "hidden_size"
         )
-        res.findings += _layers_findings(spec, ti) + _k_findings(spec, k)
+        res.findings += _layers_findings(spec, ti, head.ckpt.config) + _k_findings(spec, k)
     else:
         assert isinstance(spec, PEagleSpec)
         res.findings += _common_findings(

@@ -47,11 +47,13 @@ class DFlashIdRule:
 
 
 DFLASH_ID_RULES = (
-    # vLLM before PR #40727: dflash_config.target_layer_ids used as capture ids unshifted
+    # vLLM before PR #40727 (merged 2026-04-23; absent from 0.21.0, present in 0.33.0, so
+    # 0.22 is inferred as its release like engines.py's PR #42764): target_layer_ids used as
+    # capture ids unshifted
     DFlashIdRule(
         "vllm",
         None,
-        (0, 33),
+        (0, 22),
         "zlab",
         "as_is",
         "vllm 0.21 v1/worker/gpu_model_runner.py _get_eagle3_aux_layers_from_config",
@@ -59,12 +61,12 @@ DFLASH_ID_RULES = (
     # vLLM with PR #40727: "Add 1 to convert DFlash's aux layer id semantics"
     DFlashIdRule(
         "vllm",
-        (0, 33),
+        (0, 22),
         None,
         "zlab",
         "plus1",
         "vllm 0.33 v1/worker/gpu/spec_decode/eagle/eagle3_utils.py "
-        "get_eagle3_aux_layers_from_config; PR #40727",
+        "get_eagle3_aux_layers_from_config; PR #40727 (merged 2026-04-23)",
     ),
     # speculators configs: update_dflash copies aux_hidden_state_layer_ids to the top-level
     # eagle ids, which the runners read first (0.21 and 0.33 alike)
