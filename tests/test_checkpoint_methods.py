@@ -107,6 +107,8 @@ def test_dflash_block_size_nested_and_default_ids(tmp_path):
     cfg_path.write_text(json.dumps(cfg))
     spec = dflash_header(str(tmp_path / "z")).spec
     assert spec.target_layer_ids == (1, 9, 17, 25, 33)
+    r = compat(str(tmp_path / "z"), str(_target(tmp_path / "t", layers=36)), "sglang")
+    assert any(f.code == "dflash-no-ids" and f.severity == "warning" for f in r.findings)
 
 
 def test_dflash_compat_ids_per_engine_release(tmp_path):
