@@ -419,3 +419,44 @@ def test_readers_give_torch_tensors_under_canonical_names(tmp_path):
         tp["layers.1.self_attn.q_proj.weight"].numpy(), raw_v["layers.1.self_attn.q_proj.weight"]
     )
     assert tuple(tp["mask_hidden"].shape) == (1, 1, 96) and spec_p.num_hidden_layers == 2
+
+
+def test_dflash2_style_config_with_is_causal_and_rope_parameters(tmp_path):
+    """Shaped like z-lab's DFlash2 configs (z-lab/dflash tests/fixtures/dflash2-config.json):
+    block_size nested, `is_causal: false` over sliding layers (bidirectional everywhere, as
+    z-lab's reference resolves it), transformers-5 `rope_parameters`."""
+    d = tmp_path / "d2"
+    d.mkdir()
+    save_file({"fc.weight": np.zeros((16, 48), np.float32)}, str(d / "model.safetensors"))
+    cfg = {
+        "architectures": ["DFlash2DraftModel"],
+        "model_type": "qwen3",
+        "is_causal": False,
+        "dflash_config": {
+            "block_size": 8,
+            "mask_token_id": 99,
+            "target_layer_ids": [1, 4, 7],
+            "conv_kernel_size": 2,
+            "conv_group_size": 8,
+        },
+        "hidden_size": 16,
+        "intermediate_size": 32,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "head_dim": 8,
+        "num_hidden_layers": 3,
+        "vocab_size": 100,
+        "layer_types": ["sliding_attention"] * 3,
+        "sliding_window": 64,
+        "num_target_layers": 10,
+        "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+    }
+    (d / "config.json").write_text(json.dumps(cfg))
+    assert detect_method(cfg) == "dflash2"
+    spec = dflash_header(str(d)).spec
+    assert (spec.variant, spec.block_size, spec.rope_theta) == ("dflash2", 8, 500000.0)
+    assert spec.causal == (False, False, False) and spec.aux_layers == (2, 5, 8)
+    t = _target(tmp_path / "t", hidden=16, vocab=100, layers=10)
+    for eng in ("vllm@0.21", "vllm@0.33", "sglang@0.5.23"):  # bidirectional in all three
+        assert "dflash-causality" not in _errors(compat(str(d), str(t), eng)), eng
+    assert "dflash-ids" in _errors(compat(str(d), str(t), "vllm@0.21"))  # before PR #40727
