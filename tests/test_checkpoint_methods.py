@@ -460,3 +460,35 @@ def test_dflash2_style_config_with_is_causal_and_rope_parameters(tmp_path):
     for eng in ("vllm@0.21", "vllm@0.33", "sglang@0.5.23"):  # bidirectional in all three
         assert "dflash-causality" not in _errors(compat(str(d), str(t), eng)), eng
     assert "dflash-ids" in _errors(compat(str(d), str(t), "vllm@0.21"))  # before PR #40727
+
+
+def test_writers_round_trip_what_the_readers_give(tmp_path):
+    import dataclasses
+
+    from eagle3kit.checkpoint.method_writers import save_dflash, save_mtp_head, save_peagle
+    from eagle3kit.checkpoint.methods import read_dflash, read_peagle
+
+    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
+    spec, tensors, _ = read_dflash(str(tmp_path / "z"))
+    save_dflash(tmp_path / "z2", spec, tensors)
+    spec2, tensors2, _ = read_dflash(str(tmp_path / "z2"))
+    assert spec2.target_layer_ids == (1, 5) and spec2.block_size == 4
+    assert all(tensors[k].equal(tensors2[k]) for k in tensors) and set(tensors) == set(tensors2)
+    S.write_peagle(tmp_path / "v", S.tiny_peagle_spec("vllm"))
+    pspec, pt, _ = read_peagle(str(tmp_path / "v"))
+    save_peagle(tmp_path / "p", dataclasses.replace(pspec, layout="speculators"), pt)
+    pspec2, pt2, _ = read_peagle(str(tmp_path / "p"))
+    assert pspec2.layout == "speculators" and pspec2.mask_token_id == 95
+    assert set(pt) == set(pt2) and all(pt[k].equal(pt2[k]) for k in pt)
+    with pytest.raises(Eagle3Error, match="mask_hidden: missing"):
+        save_peagle(tmp_path / "q", pspec, {k: v for k, v in pt.items() if k != "mask_hidden"})
+    ds = S.write_deepseek_mtp_target(tmp_path / "ds")
+    extract_mtp(str(ds), str(tmp_path / "h"))
+    head = {k: v * 2 for k, v in load_file(str(tmp_path / "h" / "model.safetensors")).items()}
+    import torch
+
+    save_mtp_head(
+        tmp_path / "h2", tmp_path / "h", {k: torch.from_numpy(v) for k, v in head.items()}
+    )
+    stitch_mtp(str(ds), str(tmp_path / "h2"))
+    assert np.array_equal(_all_tensors(ds)["model.layers.2.hnorm.weight"], head["hnorm.weight"])

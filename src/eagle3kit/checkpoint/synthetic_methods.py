@@ -12,7 +12,8 @@ from typing import Any
 import numpy as np
 
 from eagle3kit.checkpoint.dflash_layout import speculators_config, zlab_config
-from eagle3kit.checkpoint.layouts import canonical_to_file, config_for
+from eagle3kit.checkpoint.layouts import canonical_to_file
+from eagle3kit.checkpoint.method_writers import peagle_config
 from eagle3kit.core.atomic import atomic_write_json, atomic_write_with
 from eagle3kit.core.method_spec import DFlashSpec, PEagleSpec
 from eagle3kit.core.spec import DraftSpec
@@ -96,30 +97,6 @@ def tiny_peagle_spec(layout: str = "speculators", layers: int = 2, **over: Any) 
     )
     f.update(over)
     return PEagleSpec(**f)
-
-
-def peagle_config(spec: PEagleSpec, verifier: str | None = None) -> dict[str, Any]:
-    """A P-EAGLE config in `spec.layout`: speculators `peagle`, or vLLM's native form (the
-    config vLLM's own update_peagle builds: a flat Llama config with pard_token)."""
-    d = spec.draft
-    if spec.layout == "speculators":
-        cfg = config_for(
-            d, "vllm", verifier=verifier, speculative_tokens=spec.num_speculative_tokens or 3
-        )
-        cfg["architectures"] = ["PEagleSpeculator"]
-        cfg["speculators_model_type"] = "peagle"
-        cfg["speculators_config"]["algorithm"] = "peagle"
-        cfg["transformer_layer_config"]["num_hidden_layers"] = spec.num_hidden_layers
-        cfg["mask_token_id"] = spec.mask_token_id
-        cfg["embed_requires_grad"] = True
-        return cfg
-    cfg = config_for(d, "sglang")
-    cfg.pop("eagle_config", None)
-    cfg["architectures"] = ["PeagleQwen3ForCausalLM" if d.qk_norm else "PeagleLlamaForCausalLM"]
-    cfg["num_hidden_layers"] = spec.num_hidden_layers
-    cfg["eagle_aux_hidden_state_layer_ids"] = list(d.aux_layers or ())
-    cfg[spec.token_key if spec.token_key != "mask_token_id" else "pard_token"] = spec.mask_token_id
-    return cfg
 
 
 def write_peagle(
