@@ -283,6 +283,8 @@ def test_deepseek_mtp_extract_stitch_bit_exact(tmp_path):
     extract_mtp(str(t), str(tmp_path / "head"))
     head = load_file(str(tmp_path / "head" / "model.safetensors"))
     assert np.array_equal(head["eh_proj.weight"], before["model.layers.2.eh_proj.weight"])
+    with pytest.raises(Eagle3Error, match="not empty"):
+        extract_mtp(str(t), str(tmp_path / "head"))  # never over an existing head
     res = stitch_mtp(str(t), str(tmp_path / "head"))
     after = _all_tensors(t)
     assert sorted(after) == sorted(before)

@@ -27,7 +27,7 @@ from eagle3kit.checkpoint.mtp_layout import find_mtp_heads as _find
 from eagle3kit.checkpoint.raw_tensors import file_metadata, raw, write_raw
 from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint, load_local
 from eagle3kit.core.artifacts import stamp
-from eagle3kit.core.atomic import atomic_write_json
+from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import bad
 
 MTP_ARCH = "Eagle3kitMTPHead"
@@ -87,12 +87,8 @@ def extract_mtp(target: str, out_dir: str, index: int = 0) -> MtpExtractResult:
     head = _head(ckpt, index)
     infos = {canon: ckpt.info(stored) for canon, stored in head.names.items()}
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    write_raw(
-        out / "model.safetensors",
-        [raw(i, canon) for canon, i in infos.items()],
-        {"format": "pt", "eagle3kit_method": "mtp"},
-    )
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise bad(out_dir, "expected a new or empty output directory, found one that is not empty")
     cfg = copy.deepcopy(text_config(ckpt.config))
     cfg["architectures"] = [MTP_ARCH]
     cfg["eagle3kit_mtp"] = {
@@ -104,7 +100,10 @@ def extract_mtp(target: str, out_dir: str, index: int = 0) -> MtpExtractResult:
         "target": str(Path(target).resolve()),
         "target_architectures": ckpt.config.get("architectures"),
     }
-    atomic_write_json(out / "config.json", cfg)
+    with atomic_dir(out) as tmp:
+        tensors = [raw(i, canon) for canon, i in infos.items()]
+        write_raw(tmp / "model.safetensors", tensors, {"format": "pt", "eagle3kit_method": "mtp"})
+        atomic_write_json(tmp / "config.json", cfg)
     total = sum(i.nbytes for i in infos.values())
     return MtpExtractResult(target, str(out), head, len(infos), total)
 
