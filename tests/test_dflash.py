@@ -224,3 +224,26 @@ def test_power_a_wrong_block_sampler_fails(monkeypatch):
     monkeypatch.setattr(BLK.BlockDecoder, "accept", skips_the_residual)
     with pytest.raises(AssertionError, match="chi-square"):
         check_decoded()
+
+
+def test_offline_walk_replays_online_block_decoding(target):
+    """On answers the target wrote itself (greedy), the offline walk's cycles are the cycles
+    online block decoding went through, draft for draft; JSON names as `eval` uses them."""
+    from eagle3kit.measure.block_eval import evaluate_offline_dflash
+    from eagle3kit.measure.evaluate import EvalData
+
+    d = random_drafter(target, seed=1)
+    samples, online = [], []
+    for text in PROMPTS:
+        ids = target.tokenizer(text)["input_ids"]
+        g = speculative_generate(target, d, ids, max_new_tokens=20, depth=5)
+        online += [c.accepted for c in g.stats.cycles]
+        full = torch.tensor(ids + g.tokens)
+        samples.append((full, torch.arange(len(full)) >= len(ids)))
+    doc = evaluate_offline_dflash(target, d, EvalData("test", samples, []))
+    assert doc["method"] == "dflash" and doc["cycles"] == len(online)
+    assert doc["accept_len"] == pytest.approx(sum(a + 1 for a in online) / len(online))
+    want = [sum(a >= i for a in online) / len(online) for i in range(1, 6)]
+    assert doc["per_position_acceptance"] == pytest.approx(want)
+    if target.config.model_type == "deepseek_v3":  # where random drafts do get accepted
+        assert 0 < sum(online)  # so the walk is checked past cycles of one token

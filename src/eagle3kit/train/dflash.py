@@ -105,9 +105,16 @@ def block_mask(anchors: torch.Tensor, ctx_ok: torch.Tensor, b: int) -> torch.Ten
 
 def make_blocks(feats: Any, n: int, b: int, mask_id: int, gen: torch.Generator) -> Blocks:
     """Anchors, block inputs, positions and mask for a Features batch (module docstring)."""
+    lm = feats.loss_mask & feats.attention_mask  # [Bt, T]
+    anchors, real = select_anchors(lm, n, b, gen)
+    return blocks_at(feats, anchors, real, b, mask_id)
+
+
+def blocks_at(feats: Any, anchors: torch.Tensor, real: torch.Tensor, b: int, mask_id: int):
+    """Blocks at given anchors [Bt, N] (`real` marks the ones that count)."""
     ids, lm = feats.input_ids, feats.loss_mask & feats.attention_mask  # [Bt, T]
     bt, t = ids.shape
-    anchors, real = select_anchors(lm, n, b, gen)
+    n = anchors.shape[1]
     k = torch.arange(b, device=ids.device)
     src = anchors[:, :, None] + k  # [Bt, N, B]
     inside = src < t
