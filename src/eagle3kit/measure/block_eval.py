@@ -7,8 +7,8 @@ the number of leading drafts d_k (slot k guesses x_{a+k}) equal to the target's 
 there (the target's argmax at a+k-1); a draft past the sample's end is a miss.
 
     walked cycles   a_0 = the first answer position, a_{c+1} = a_c + r_{a_c} + 1, while a_c is
-                    an answer position before the last: on an answer the target wrote itself by greedy
-                    decoding these are the cycles online block decoding goes through
+                    an answer position before the last: on an answer the target wrote
+                    itself by greedy decoding, the cycles online block decoding goes through
                     tau_walk = mean(r + 1) (`accept_len`), per-position acceptance P(r ≥ i)
     every position  every answer position as a cycle start (`all_positions`):
                     tau_every_position = 1 + Σ_i P(r ≥ i)
