@@ -468,3 +468,39 @@ def summary(r: DFlashRun) -> dict[str, Any]:
         "tokens_per_s": r.tokens / r.busy_s if r.busy_s > 0 else None,
         "train_s": r.busy_s,
     }
+
+
+def train_dflash_drafter(
+    run: str | Path,
+    target: str | Path,
+    data: str | Path,
+    *,
+    steps: int,
+    batch: int = 8,
+    max_len: int = 512,
+    lr: float = 3e-3,
+    block_size: int = 8,
+    draft_layers: int = 1,
+    anchors: int = 16,
+    init: str | Path | None = None,
+    eval_samples: int = 32,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """Train a DFlash drafter on DATA for TARGET into RUN (RUN/best: z-lab layout), with
+    plain values a caller such as the demo takes from its recipe; returns the summary."""
+    from eagle3kit.train.config import TrainConfig
+
+    cfg = TrainConfig(
+        out=str(run),
+        target=str(target),
+        data=str(data),
+        init_from=str(init) if init else None,
+        steps=steps,
+        batch_size=batch,
+        max_len=max_len,
+        lr=lr / 3 if init else lr,
+        eval_every=max(1, steps // 6),
+        eval_samples=eval_samples,
+    )
+    opts = DFlashOptions(block_size=block_size, draft_layers=draft_layers, anchors=anchors)
+    return train_dflash(cfg, opts, progress=progress)
