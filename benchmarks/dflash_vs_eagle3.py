@@ -6,7 +6,7 @@
 Both drafters train from scratch on the demo's "K2.5 data" (the stdlib test slice, prepared
 for the member as the demo prepares it, demo/steps.py recipe "tiny" for a -tiny member, else
 "full") for --steps steps at the recipe's batch, length and learning rate; EAGLE-3 with the
-recipe's draft vocabulary and k = ttt_steps, DFlash with a one-layer drafter and block B.
+recipe's draft vocabulary and k = ttt_steps, DFlash with --draft-layers layers and block B.
 Each is then benched as `eagle3kit bench` does (greedy and the speculative chain interleaved,
 the recipe's held-out prompts, repeats and new tokens; EAGLE-3 at the recipe's depth, DFlash
 at B-1 drafts), on 1 CPU thread. The result holds both rows: the held-out expected accept
@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import time
 from pathlib import Path
 
@@ -67,6 +68,8 @@ def main() -> None:
     ap.add_argument("--member", default="dsv3-v2-tiny")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--block-size", type=int, default=8)
+    ap.add_argument("--draft-layers", type=int, default=1)
+    ap.add_argument("--dflash-lr", type=float, default=None, help="default: the recipe's lr")
     ap.add_argument("--work", default="/tmp/eagle3kit-dflash-vs-eagle3")
     ap.add_argument("--out", default=str(HERE / "results" / "dflash_vs_eagle3-tiny.json"))
     a = ap.parse_args()
@@ -76,13 +79,15 @@ def main() -> None:
     target = Path(resolve_target(a.member))
     data = prepare_data("test", r.v2_samples, work / "data", target, r, None)
     prompts = held_out_prompts(data, r.bench_prompts)
+    for run in ("eagle3", "dflash"):  # scratch runs: trained afresh each time
+        shutil.rmtree(work / run, ignore_errors=True)
     t0 = time.perf_counter()
     e_sum = train(train_config(work / "eagle3", target, data, a.steps, None, r))
     t_e = time.perf_counter() - t0
     t0 = time.perf_counter()
     d_sum = train_dflash_drafter(
         work / "dflash", target, data, steps=a.steps, batch=r.batch, max_len=r.max_len,
-        lr=r.lr, block_size=a.block_size,
+        lr=a.dflash_lr or r.lr, block_size=a.block_size, draft_layers=a.draft_layers,
     )  # fmt: skip
     t_d = time.perf_counter() - t0
     e = Eagle3Drafter.from_pretrained(work / "eagle3" / "best").eval().requires_grad_(False)
@@ -97,13 +102,16 @@ def main() -> None:
             "train_s": t_d,
             "heldout_accept_len": d_sum["accept_len"],
             "block_size": a.block_size,
+            "draft_layers": a.draft_layers,
+            "lr": a.dflash_lr or r.lr,
             **bench_row(target, d, d.spec.aux_layers, prompts, r, d.spec.num_drafts),
         },
     }
     doc = {
         "kind": "eagle3kit.bench.dflash_vs_eagle3",
         "command": f"python benchmarks/dflash_vs_eagle3.py --member {a.member} --steps "
-        f"{a.steps} --block-size {a.block_size}",
+        f"{a.steps} --block-size {a.block_size} --draft-layers {a.draft_layers}"
+        + (f" --dflash-lr {a.dflash_lr}" if a.dflash_lr else ""),
         "member": a.member,
         "steps": a.steps,
         "recipe": "tiny" if a.member.endswith("-tiny") else "full",

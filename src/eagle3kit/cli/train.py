@@ -230,7 +230,7 @@ def train(
     draft_layers: DraftLayers = 1,
     anchors: Anchors = 16,
     gamma: Gamma = 4.0,
-    dflash_loss: DflashLoss = "ce",
+    dflash_loss: DflashLoss = "kl",
 ) -> None:
     """Train a drafter (training-time test); keeps RUN/best by simulated accept length.
     --method dflash trains a DFlash block drafter (docs/dflash.md)."""

@@ -123,6 +123,8 @@ class DFlashSpec:
         h = int(need("hidden_size", cfg))
         n_layers = int(need("num_hidden_layers", cfg))
         n_target = int(cfg.get("num_target_layers") or dc.get("num_target_layers") or 0)
+        if not dc.get("target_layer_ids") and n_target < 4:
+            raise bad(where, "dflash_config.target_layer_ids: expected a list, found none")
         ids = dc.get("target_layer_ids") or default_target_layer_ids(n_target, n_layers)
         rope = cfg.get("rope_parameters") or {}
         return cls(

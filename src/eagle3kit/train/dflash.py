@@ -45,7 +45,7 @@ class DFlashOptions:
     draft_layers: int = 1
     anchors: int = 16  # blocks per sample per step
     gamma: float = 4.0  # position weights exp(-(k-1)/gamma)
-    loss: str = "ce"  # "ce" on the data tokens, "kl" to the target's law
+    loss: str = "kl"  # "kl" to the target's law (speculators), "ce" on the data tokens
     mask_token_id: int | None = None  # default: the last vocabulary id
     target_layer_ids: tuple[int, ...] | None = None  # z-lab ids; default z-lab's spacing
 
