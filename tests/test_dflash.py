@@ -18,6 +18,7 @@ from eagle3kit.model.dflash import DFlashCache, DFlashDrafter, DFlashSpec
 ARCHS = ["llama-v1", "dsv3-v1"]
 ZLAB_IDS = (1, 3)  # z-lab ids (layer outputs) on the 8-layer tiny members: aux ids 2, 4
 PROMPTS = ["def main(", "    while ", "x = [", "except "]
+FAST_PROMPTS = PROMPTS[:2]
 
 
 @pytest.fixture(scope="module", params=ARCHS)
@@ -103,7 +104,7 @@ def test_greedy_lossless_random_drafter(target):
     """Token-identical to plain greedy for random drafters, K = B - 1 and a shorter K."""
     eos = target.tokenizer.eos_token_id
     d = random_drafter(target, seed=1)
-    for i, text in enumerate(PROMPTS):
+    for i, text in enumerate(FAST_PROMPTS):
         ids = target.tokenizer(text)["input_ids"]
         want = greedy_generate(target, ids, max_new_tokens=24, eos_token_id=eos).tokens
         k = 5 if i % 2 == 0 else 2
@@ -229,6 +230,8 @@ def test_power_a_wrong_block_sampler_fails(monkeypatch):
 def test_offline_walk_replays_online_block_decoding(target):
     """On answers the target wrote itself (greedy), the offline walk's cycles are the cycles
     online block decoding went through, draft for draft; JSON names as `eval` uses them."""
+    if target.config.model_type != "deepseek_v3":
+        pytest.skip("random drafts are accepted on the DeepSeek member only: test there (time)")
     from eagle3kit.measure.block_eval import evaluate_offline_dflash
     from eagle3kit.measure.evaluate import EvalData
 
@@ -245,5 +248,4 @@ def test_offline_walk_replays_online_block_decoding(target):
     assert doc["accept_len"] == pytest.approx(sum(a + 1 for a in online) / len(online))
     want = [sum(a >= i for a in online) / len(online) for i in range(1, 6)]
     assert doc["per_position_acceptance"] == pytest.approx(want)
-    if target.config.model_type == "deepseek_v3":  # where random drafts do get accepted
-        assert 0 < sum(online)  # so the walk is checked past cycles of one token
+    assert 0 < sum(online)  # drafts were accepted: the walk is checked past 1-token cycles

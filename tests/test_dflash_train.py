@@ -93,6 +93,7 @@ def _train(cli, out, *extra):
     return json.loads(r.out)
 
 
+@pytest.mark.slow  # ~6 s: four short CLI runs
 def test_cli_run_resume_and_warm_start(cli, tmp_path):
     """4 steps straight vs 1 step (time limit 0) then --resume: the same weights; RUN/best
     is a z-lab checkpoint that decoding loads; a warm start from it keeps its weights."""
