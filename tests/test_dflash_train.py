@@ -17,6 +17,7 @@ from eagle3kit.train.dflash import (
     acceptance,
     block_logits,
     block_mask,
+    dpace_weights,
     make_blocks,
     position_weights,
 )
@@ -41,6 +42,15 @@ def test_block_mask_by_hand():
 def test_position_weights_by_hand():
     w = position_weights(4, 2.0)
     assert w.tolist() == pytest.approx([0.0, 1.0, math.exp(-0.5), math.exp(-1.0)])
+
+
+def test_dpace_weights_by_hand():
+    """B=4, slot 0 never counts, slot 3 outside the loss mask; CE ln 2 at slots 1, 2 (q=1/2),
+    α=1/2: q̃ = 3/4, prefix products 3/4, 9/16, suffix sums 21/16, 9/16."""
+    ce = torch.tensor([[[9.0, math.log(2), math.log(2), 9.0]]])
+    valid = torch.tensor([[[False, True, True, False]]])
+    w = dpace_weights(ce, valid, 0.5)
+    assert w[0, 0].tolist() == pytest.approx([0.0, 21 / 16, 9 / 16, 0.0])
 
 
 def test_acceptance_by_hand():
@@ -114,8 +124,10 @@ def test_cli_run_resume_and_warm_start(cli, tmp_path):
         torch.testing.assert_close(sa[n], sb[n], rtol=0, atol=0)
     c = _train(
         cli, tmp_path / "c", "--steps", "1", "--init-from", str(tmp_path / "a" / "best"),
-        "--dflash-loss", "ce",
+        "--dflash-loss", "ce", "--position-weights", "dpace",
     )  # fmt: skip
     assert c["best_step"] in (0, 1)
     r = cli(*["train", "--method", "dflash", "--target", "x", "-o", str(tmp_path / "a")])
     assert r.code != 0
+    r = cli(*["train", "--method", "dflash", "--position-weights", "dpace", "-o", str(tmp_path)])
+    assert r.code == 2 and "dpace with --dflash-loss ce" in r.err

@@ -184,6 +184,9 @@ BlockSize = Annotated[int, typer.Option("--block-size", help="dflash: block size
 DraftLayers = Annotated[int, typer.Option("--draft-layers", help="dflash: drafter layers.")]
 Anchors = Annotated[int, typer.Option("--anchors", help="dflash: blocks per sample per step.")]
 Gamma = Annotated[float, typer.Option("--gamma", help="dflash: position weights exp(-(k-1)/g).")]
+PositionWeights = Annotated[
+    str, typer.Option("--position-weights", help="dflash: exp or dpace (with ce).")
+]
 DflashLoss = Annotated[str, typer.Option("--dflash-loss", help="dflash: ce (data) or kl (target).")]
 
 
@@ -231,6 +234,7 @@ def train(
     anchors: Anchors = 16,
     gamma: Gamma = 4.0,
     dflash_loss: DflashLoss = "kl",
+    position_weights: PositionWeights = "exp",
 ) -> None:
     """Train a drafter (training-time test); keeps RUN/best by simulated accept length.
     --method dflash trains a DFlash block drafter (docs/dflash.md)."""
@@ -275,7 +279,9 @@ def train(
     if method == "dflash":
         from eagle3kit.train.dflash import DFlashOptions
 
-        opts = DFlashOptions(block_size, draft_layers, anchors, gamma, dflash_loss)
+        opts = DFlashOptions(
+            block_size, draft_layers, anchors, gamma, dflash_loss, weights=position_weights
+        )
         return _run(cfg, resume=resume, threads=threads, json_=json_, dflash=opts)
     if method != "eagle3":
         raise typer.BadParameter(

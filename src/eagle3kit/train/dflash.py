@@ -8,7 +8,8 @@ Per sample (tokens x_0..x_{T-1}, loss mask m_t, the target's aux states h_t), pe
               target states of the tokens before its anchor, same sample) and the whole of
               block j (bidirectional), nothing else (`block_mask`)
     targets   slot k (1 <= k < B) of block j guesses x_{a_j+k}; it counts when m_{a_j+k}
-    loss      Σ w_k ℓ_{j,k} / Σ w_k over the counted slots, w_k = exp(-(k-1)/γ) and
+    loss      Σ w_k ℓ_{j,k} / Σ w_k over the counted slots, w_k = exp(-(k-1)/γ) (or D-PACE's
+              weights from the drafter's own detached CE, `dpace_weights`) and
               ℓ = -log p(x_{a+k})           (--dflash-loss ce: the data token), or
               ℓ = KL(teacher ‖ drafter)     (--dflash-loss kl: the target's law of x_{a+k},
                                              its logits at a+k-1)
@@ -46,12 +47,19 @@ class DFlashOptions:
     anchors: int = 16  # blocks per sample per step
     gamma: float = 4.0  # position weights exp(-(k-1)/gamma)
     loss: str = "kl"  # "kl" to the target's law (speculators), "ce" on the data tokens
+    weights: str = "exp"  # "exp": exp(-(k-1)/gamma); "dpace": D-PACE (needs loss "ce")
+    dpace_alpha: float = 0.5
     mask_token_id: int | None = None  # default: the last vocabulary id
     target_layer_ids: tuple[int, ...] | None = None  # z-lab ids; default z-lab's spacing
 
     def validate(self) -> None:
         if self.block_size < 2:
             raise Eagle3Error(f"--block-size: expected >= 2, found {self.block_size}")
+        if self.weights not in ("exp", "dpace") or (self.weights == "dpace" and self.loss != "ce"):
+            raise Eagle3Error(
+                f"--position-weights: expected exp, or dpace with --dflash-loss ce, found "
+                f"{self.weights} with {self.loss}"
+            )
         if self.loss not in ("ce", "kl"):
             raise Eagle3Error(f"--dflash-loss: expected 'ce' or 'kl', found {self.loss!r}")
         if self.anchors < 1 or self.draft_layers < 1 or not self.gamma > 0:
@@ -140,6 +148,16 @@ def position_weights(b: int, gamma: float, device: Any = None) -> torch.Tensor:
     return w
 
 
+def dpace_weights(ce: torch.Tensor, valid: torch.Tensor, alpha: float) -> torch.Tensor:
+    """D-PACE (arXiv 2605.18810, speculators' `dpace_loss_decay`), detached, [Bt, N, B]:
+    q_i = exp(-CE_i), q̃_i = (1-α) q_i + α (1 where slot i does not count),
+    w_j = Σ_{m≥j} Π_{i≤m} q̃_i over counted m, 0 where slot j does not count."""
+    with torch.no_grad():
+        s = torch.where(valid, (1 - alpha) * torch.exp(-ce.float()) + alpha, 1.0)
+        prefix = torch.cumprod(s, dim=-1) * valid
+        return prefix.flip(-1).cumsum(-1).flip(-1) * valid
+
+
 def _gather_slots(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
     """x [Bt, T, ...] at positions src [Bt, N, B] -> [Bt, N, B, ...]."""
     bt, n, b = src.shape
@@ -157,8 +175,9 @@ def block_logits(drafter: DFlashDrafter, feats: Any, blocks: Blocks) -> torch.Te
     return drafter.logits(hidden).view(bt, n, b, -1).float()
 
 
-def block_loss(logits, feats, blocks: Blocks, gamma: float, kind: str) -> torch.Tensor:
-    """Σ w_k ℓ / Σ w_k over the counted slots (module docstring)."""
+def block_loss(logits, feats, blocks: Blocks, gamma: float, kind: str, weights: str = "exp",
+               alpha: float = 0.5) -> torch.Tensor:  # fmt: skip
+    """Σ w_k ℓ / Σ w_k over the counted slots (module docstring; D-PACE weights on request)."""
     logp = F.log_softmax(logits, dim=-1)  # [Bt, N, B, V]
     if kind == "ce":
         label = _gather_slots(feats.input_ids, blocks.src)  # x_{a+k}
@@ -167,7 +186,10 @@ def block_loss(logits, feats, blocks: Blocks, gamma: float, kind: str) -> torch.
         prev = (blocks.src - 1).clamp(min=0)
         t_logp = _gather_slots(feats.teacher_logp.float(), prev)
         ell = (t_logp.exp() * (t_logp - logp)).sum(-1)
-    w = position_weights(logits.shape[2], gamma, logits.device) * blocks.valid
+    if weights == "dpace":
+        w = dpace_weights(ell, blocks.valid, alpha)
+    else:
+        w = position_weights(logits.shape[2], gamma, logits.device) * blocks.valid
     return (w * ell).sum() / w.sum().clamp(min=1e-9)
 
 
@@ -207,7 +229,9 @@ def evaluate_blocks(drafter, batches, opts: DFlashOptions, seed: int = 0) -> dic
             feats, opts.anchors, drafter.spec.block_size, drafter.spec.mask_token_id, gen
         )
         logits = block_logits(drafter, feats, blocks)
-        losses.append(float(block_loss(logits, feats, blocks, opts.gamma, opts.loss)))
+        o = opts
+        loss = block_loss(logits, feats, blocks, o.gamma, o.loss, o.weights, o.dpace_alpha)
+        losses.append(float(loss))
         r, counted = block_runs(logits, feats, blocks)
         runs.append(r[counted])
     out = acceptance(torch.cat(runs) if runs else torch.zeros(0), drafter.spec.num_drafts)
@@ -330,7 +354,10 @@ def train_step(r: DFlashRun) -> float:
     feats = r.source.batch(idx).to(cfg.device)
     gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + r.step)
     blocks = make_blocks(feats, r.opts.anchors, d.spec.block_size, d.spec.mask_token_id, gen)
-    loss = block_loss(block_logits(d, feats, blocks), feats, blocks, r.opts.gamma, r.opts.loss)
+    o = r.opts
+    loss = block_loss(
+        block_logits(d, feats, blocks), feats, blocks, o.gamma, o.loss, o.weights, o.dpace_alpha
+    )
     for g in r.opt.param_groups:
         g["lr"] = lr_at(r.step, r.n_steps, cfg)
     r.opt.zero_grad(set_to_none=True)
