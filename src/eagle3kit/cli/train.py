@@ -177,6 +177,17 @@ Resume = Annotated[
 ]
 Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads.")]
 Json = Annotated[bool, typer.Option("--json", help="Print RUN/summary.json as one JSON document.")]
+Method = Annotated[
+    str, typer.Option("--method", help="eagle3 (default) or dflash (block drafter).")
+]
+BlockSize = Annotated[int, typer.Option("--block-size", help="dflash: block size B (B-1 drafts).")]
+DraftLayers = Annotated[int, typer.Option("--draft-layers", help="dflash: drafter layers.")]
+Anchors = Annotated[int, typer.Option("--anchors", help="dflash: blocks per sample per step.")]
+Gamma = Annotated[float, typer.Option("--gamma", help="dflash: position weights exp(-(k-1)/g).")]
+PositionWeights = Annotated[
+    str, typer.Option("--position-weights", help="dflash: exp or dpace (with ce).")
+]
+DflashLoss = Annotated[str, typer.Option("--dflash-loss", help="dflash: ce (data) or kl (target).")]
 
 
 def train(
@@ -217,8 +228,16 @@ def train(
     threads: Threads = None,
     trust_remote_code: TrustRemoteCode = False,
     json_: Json = False,
+    method: Method = "eagle3",
+    block_size: BlockSize = 8,
+    draft_layers: DraftLayers = 1,
+    anchors: Anchors = 16,
+    gamma: Gamma = 4.0,
+    dflash_loss: DflashLoss = "kl",
+    position_weights: PositionWeights = "exp",
 ) -> None:
-    """Train a drafter (training-time test); keeps RUN/best by simulated accept length."""
+    """Train a drafter (training-time test); keeps RUN/best by simulated accept length.
+    --method dflash trains a DFlash block drafter (docs/dflash.md)."""
     from eagle3kit.train.loop import TrainConfig
 
     cfg = TrainConfig(
@@ -257,6 +276,17 @@ def train(
         time_limit=time_limit,
         trust_remote_code=trust_remote_code,
     )
+    if method == "dflash":
+        from eagle3kit.train.dflash import DFlashOptions
+
+        opts = DFlashOptions(
+            block_size, draft_layers, anchors, gamma, dflash_loss, weights=position_weights
+        )
+        return _run(cfg, resume=resume, threads=threads, json_=json_, dflash=opts)
+    if method != "eagle3":
+        raise typer.BadParameter(
+            f"expected eagle3 or dflash, found {method!r}", param_hint="--method"
+        )
     _run(cfg, resume=resume, threads=threads, json_=json_)
 
 
@@ -264,7 +294,7 @@ def register(app: typer.Typer) -> None:
     app.command("train")(train)
 
 
-def _run(cfg: TrainConfig, *, resume: bool, threads: int | None, json_: bool) -> None:
+def _run(cfg: TrainConfig, *, resume: bool, threads: int | None, json_: bool, dflash=None) -> None:
     """The run of `cfg` and its summary (rank 0)."""
     import os
 
@@ -280,10 +310,28 @@ def _run(cfg: TrainConfig, *, resume: bool, threads: int | None, json_: bool) ->
         torch.set_num_threads(threads)
     main_rank = os.environ.get("RANK", "0") == "0"
     with bar(not json_ and main_rank) as progress:
-        summary = run_train(cfg, resume=resume, progress=_warnings(progress, main_rank))
+        if dflash is not None:
+            from eagle3kit.train.dflash import train_dflash
+
+            summary = train_dflash(cfg, dflash, resume=resume, progress=progress)
+        else:
+            summary = run_train(cfg, resume=resume, progress=_warnings(progress, main_rank))
     if not main_rank:
         return
     if json_:
         emit_json(summary)
+    elif dflash is not None:
+        _render_dflash(summary)
     else:
         _render(summary)
+
+
+def _render_dflash(s: dict) -> None:
+    from eagle3kit.cli._render import out
+
+    acc = ", ".join(f"{a:.2f}" for a in s["per_position_acceptance"])
+    out().print(
+        f"trained a DFlash drafter {s['steps']} steps ({s['source']}, block {s['block_size']}, "
+        f"{s['train_samples']} samples); best step {s['best_step']}: expected accept length "
+        f"{s['accept_len']:.3f} (per position: {acc}) -> {s['best']}"
+    )

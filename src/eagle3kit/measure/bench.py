@@ -177,6 +177,8 @@ def bench(
         raise Eagle3Error(f"repeats: expected >= 1, found {repeats}")
     prompts = prompts or default_prompts(target.tokenizer)
     names = list(methods or (METHODS if drafter is not None else METHODS[:3]))
+    if getattr(drafter, "method", None) == "dflash" and methods is None:
+        names.remove("tree")  # a block drafter proposes a chain; "chain" runs its blocks
     unknown = [m for m in names if m not in (*METHODS, "hf-greedy")]
     if unknown:
         raise Eagle3Error(f"bench: unknown methods {unknown}, expected some of {list(METHODS)}")
@@ -215,7 +217,10 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
             row["same_tokens_as_greedy"] = T.same_tokens(runs, m, "greedy")
         if m in ("lookup", "chain", "tree"):
             depth = {"lookup": cfg["lookup"], "chain": cfg["depth"]}.get(m, cfg["tree_depth"])
-            row.update(_bound(T.pooled(runs, m, depth), t_decode))
+            st = T.pooled(runs, m, depth)
+            row.update(_bound(st, t_decode))
+            if st.method == "dflash":  # the chain row ran a DFlash drafter's blocks
+                row["method"] = "dflash"
         methods.append(row)
     base = next((x["tokens_per_s"]["median"] for x in methods if x["name"] == "greedy"), None)
     for row in methods:

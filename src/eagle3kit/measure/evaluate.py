@@ -128,6 +128,10 @@ def evaluate_offline(
 ) -> dict[str, Any]:
     """Teacher-forced acceptance on the held-out samples (module docstring); the aggregation
     is `eagle3kit.train.acceptance`'s, the one training and probe use."""
+    if getattr(drafter, "method", None) == "dflash":  # block drafters: measure/block_eval.py
+        from eagle3kit.measure.block_eval import evaluate_offline_dflash
+
+        return evaluate_offline_dflash(target, drafter, data, depth, progress=progress)
     if depth < 1:
         raise Eagle3Error(f"depth: expected draft steps >= 1, found {depth}")
     from eagle3kit.plan.forecast import conditional

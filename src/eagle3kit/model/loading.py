@@ -45,8 +45,12 @@ class LoadedDrafter:
 
 
 def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> LoadedDrafter:
-    """Read a drafter in any layout (SGLang, speculators/vLLM, EAGLE) once."""
+    """Read a drafter in any layout (SGLang, speculators/vLLM, EAGLE; DFlash z-lab) once."""
     from eagle3kit.checkpoint.reader import read_drafter
+
+    dflash = _dflash_drafter(path, device, dtype)
+    if dflash is not None:
+        return dflash
     from eagle3kit.model.drafter import Eagle3Drafter
 
     spec, tensors, head = read_drafter(str(path))
@@ -54,6 +58,23 @@ def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> L
         spec, tensors, device=device, dtype=parse_dtype(dtype), where=str(path)
     )
     return LoadedDrafter(d.eval().requires_grad_(False), spec, head.layout)
+
+
+def _dflash_drafter(path: str, device: str, dtype: Any) -> LoadedDrafter | None:
+    """A DFlash drafter in z-lab's layout (model/dflash.py), else None."""
+    import json
+
+    cfg_file = Path(str(path)).expanduser() / "config.json"
+    try:
+        cfg = json.loads(cfg_file.read_text())
+    except (OSError, ValueError):
+        return None  # not a local JSON config: the general reader reports it
+    from eagle3kit.model.dflash import DFlashDrafter, is_dflash_config
+
+    if not isinstance(cfg, dict) or not is_dflash_config(cfg):
+        return None
+    d = DFlashDrafter.from_pretrained(cfg_file.parent, device=device, dtype=parse_dtype(dtype))
+    return LoadedDrafter(d.eval().requires_grad_(False), d.spec, "dflash-zlab")
 
 
 def load_target(
@@ -108,6 +129,8 @@ def load_pair(
             f"target_hidden_size: expected the target's {tm.hidden_size}, "
             f"found {d.spec.target_hidden_size}",
         )
-    if not d.embed_loaded:
+    if hasattr(d, "attach_target") and not d.embed_loaded:
+        d.attach_target(tm)  # DFlash (z-lab): the target's embedding and lm_head
+    elif not d.embed_loaded:
         d.set_embedding(tm.embed_tokens.weight)
     return tm, d
