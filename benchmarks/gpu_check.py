@@ -303,10 +303,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu_check.") as tmp:
         work = Path(tmp)
         for m in a.members.split(","):
-            path = str(zoo.get(m, size="tiny", progress=None))
+            path = str(zoo.get(m, size="tiny"))
             ok &= decode_checks(m, path, a.device, a.tokens)
             ok &= regenerate_checks(m, path, a.device, work)
-        first = str(zoo.get(a.members.split(",")[0], size="tiny", progress=None))
+        first = str(zoo.get(a.members.split(",")[0], size="tiny"))
         ok &= train_checks(first, a.device, work)
         if not a.no_tests:
             ok &= check("pytest -m gpu", gpu_tests)

@@ -71,7 +71,7 @@ def world(tmp_path_factory) -> World:
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("bad_inputs")
     (root / "outs").mkdir()
-    t = zoo.get("llama-v1", size="tiny", progress=False)
+    t = zoo.get("llama-v1", size="tiny")
     tm = TargetModel.from_pretrained(t)
     p: dict[str, str] = {"T": str(t), "W": str(root), "NOPE": str(root / "no-such-thing")}
     p["D"] = save_drafter_dir(new_drafter(tm, seed=1), root / "drafter")

@@ -116,8 +116,8 @@ def _zoo_step(out: Path, size: str, r: Recipe, say: Say, progress):
     from eagle3kit import zoo
     from eagle3kit.model.target import TargetModel
 
-    p1 = zoo.get(PAIR[0], size=size, progress=progress)
-    p2 = zoo.get(PAIR[1], size=size, progress=progress)
+    p1 = zoo.get(PAIR[0], size=size)  # shipped in the package: never built here
+    p2 = zoo.get(PAIR[1], size=size)
     for name in PAIR:
         if w := zoo.chat_warning(name, size=size):
             say(f"   warning: {w}")
