@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import shutil
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -115,24 +116,17 @@ def test_package_data_includes_every_shipped_file():
         assert any(fnmatch.fnmatch(rel, g) and rel.count("/") == g.count("/") for g in globs), rel
 
 
-def _float32_build(tmp_path: Path) -> Path:
-    """The shipped llama-v1-tiny turned back into what a build writes (float32, no shipped
-    block), to ship again."""
-    import torch
-    from safetensors.torch import load_file, save_file
-
-    src = zoo.get("llama-v1", size="tiny")
+def _float32_build(tmp_path: Path, name: str = "llama-v1") -> Path:
+    """The shipped tiny member as a build writes it: no shipped block."""
     d = tmp_path / "build"
-    shutil.copytree(src, d)
-    t = load_file(str(d / "model.safetensors"))
-    save_file({k: v.to(torch.float32) for k, v in t.items()}, str(d / "model.safetensors"))
+    shutil.copytree(zoo.get(name, size="tiny"), d)
     doc = json.loads((d / "zoo.json").read_text())
     del doc["shipped"]
     (d / "zoo.json").write_text(json.dumps(doc))
     return d
 
 
-def test_ship_converts_to_bf16_and_lists_every_file(cli, tmp_path):
+def test_ship_stores_the_sizes_dtype_and_lists_every_file(tmp_path):
     from safetensors import safe_open
 
     d = _float32_build(tmp_path)
@@ -142,12 +136,19 @@ def test_ship_converts_to_bf16_and_lists_every_file(cli, tmp_path):
     assert doc["commit"] == zoo.manifest("llama-v1", size="tiny")["commit"]
     names = sorted(p.name for p in dest.iterdir() if p.name != "zoo.json")
     assert sorted(doc["shipped"]["files"]) == names
-    with safe_open(str(dest / "model.safetensors"), "pt") as f:
-        assert all(str(f.get_slice(k).get_dtype()) == "BF16" for k in f.keys())
-    assert json.loads((dest / "config.json").read_text())["dtype"] == "bfloat16"
-    # bf16 of the shipped bf16 weights gives the shipped bytes back
-    shipped = zoo.manifest("llama-v1", size="tiny")["shipped"]["files"]["model.safetensors"]
-    assert doc["shipped"]["files"]["model.safetensors"]["sha256"] == shipped["sha256"]
+    assert doc["shipped"]["dtype"] == "float32"  # tiny: the tests' float32 fixtures
+    shipped = zoo.manifest("llama-v1", size="tiny")["shipped"]["files"]
+    assert doc["shipped"]["files"] == shipped  # shipping a shipped member again: same bytes
+    # a full member goes to bf16, and its config says so
+    doc["size"], doc["name"] = "full", "llama-v1"
+    doc["recipe"] = json.loads(json.dumps(asdict(zoo.recipe("llama-v1", "full"))))
+    del doc["shipped"]
+    (d / "zoo.json").write_text(json.dumps(doc))
+    full = shipping.ship(d, root=tmp_path / "pkg")
+    with safe_open(str(full / "model.safetensors"), "pt") as f:
+        assert {str(f.get_slice(k).get_dtype()) for k in f.keys()} == {"BF16"}
+    assert json.loads((full / "config.json").read_text())["dtype"] == "bfloat16"
+    assert json.loads((full / "zoo.json").read_text())["shipped"]["dtype"] == "bfloat16"
 
 
 def test_ship_refuses_another_recipe_and_a_build_without_commit(tmp_path):

@@ -28,13 +28,11 @@ are deterministic on one machine (fixed seeds, sorted files, fixed thread count)
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +52,9 @@ from eagle3kit.zoo.members import (  # noqa: F401  (the zoo's public names)
     member,
     names,
     recipe,
+    recipe_digest,
 )
 from eagle3kit.zoo.shipping import label, parse_label  # noqa: F401
-from eagle3kit.zoo.training import ARCHS
 
 
 def home() -> Path:
@@ -76,20 +74,6 @@ def cache_path(name: str, *, size: str = "full") -> Path:
     """Where ``build`` keeps a member it builds as a parent: ``$EAGLE3KIT_HOME/zoo/<label>``."""
     member(name)
     return home() / "zoo" / label(name, size)
-
-
-def recipe_digest(name: str, size: str = "full") -> str:
-    """A hash of everything in the code that determines the member's weights."""
-    m = member(name)
-    doc = {
-        "version": RECIPE_VERSION,
-        "member": asdict(m),
-        "arch": ARCHS[m.arch][size],
-        "recipe": asdict(recipe(name, size)),
-        "parent": recipe_digest(m.parent, size) if m.parent else None,
-        "threads": BUILD_THREADS[size],
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def manifest(name: str, *, size: str = "full") -> dict[str, Any] | None:

@@ -1,6 +1,7 @@
 """The zoo as shipped in the package: each member (and the demo's K2 drafter) under
-``zoo/shipped/<label>/``, a Hugging Face dir in bf16 plus ``zoo.json`` with the recipe, the
-commit that built it, the sha256 of every file and the build's figures (docs/zoo.md).
+``zoo/shipped/<label>/``, a Hugging Face dir plus ``zoo.json`` with the recipe, the commit
+that built it, the sha256 of every file and the build's figures (docs/zoo.md). Full members
+and drafters are stored in bf16 (``DTYPES``), tiny ones in float32.
 
 Reading never writes (an installed package may be read-only). A member's files are checked
 against their sha256 once per process, on first use (``checked``); ``eagle3kit zoo verify``
@@ -136,24 +137,31 @@ def git_commit(where: Path = Path(__file__).parent) -> str | None:
     return sha + ("+dirty" if dirty else "")
 
 
-def bf16_bytes(weights: Path) -> bytes:
-    """``weights`` (a safetensors file) with every floating tensor in bfloat16, serialized
+# The dtype each size ships in. Full: bf16 halves the zoo (the issue's ~40 MB budget), and
+# config.json says so, so an engine serves it as it would a real bf16 checkpoint. Tiny: the
+# tests' fixtures of the float32 paths (engine fakes compare float32 states), under 1 MB each.
+DTYPES = {"full": "bfloat16", "tiny": "float32"}
+
+
+def weights_bytes(weights: Path, dtype: str) -> bytes:
+    """``weights`` (a safetensors file) with every floating tensor in ``dtype``, serialized
     (safetensors writes tensors in a fixed order: the same tensors give the same bytes)."""
     import torch
     from safetensors.torch import load_file, save
 
+    dt = getattr(torch, dtype)
     tensors = load_file(str(weights))
-    out = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in tensors.items()}
+    out = {k: v.to(dt) if v.is_floating_point() else v for k, v in tensors.items()}
     return save(out, metadata={"format": "pt"})
 
 
 def ship(src: Path, *, commit: str | None = None, name: str | None = None, root: Path = ROOT):
-    """Copy the build in ``src`` into ``root/<label>``: weights in bf16, config's dtype set to
-    match, every other file as is, zoo.json with a ``shipped`` block (commit, sha256 and size
-    of every file). A zoo member's label comes from its zoo.json, whose recipe must be the
-    code's; the K2 drafter (``src`` = a trained run's servable dir, or the demo's cache dir
-    holding ``run/best``) needs ``name`` (``k2-drafter`` or ``k2-drafter-tiny``). Returns
-    the new folder."""
+    """Copy the build in ``src`` into ``root/<label>``: weights in ``DTYPES[size]`` (and
+    config.json's dtype with them), every other file as is, zoo.json with a ``shipped`` block
+    (commit, sha256 and size of every file). A zoo member's label comes from its zoo.json,
+    whose recipe must be the code's; the K2 drafter (``src`` = a trained run's servable dir,
+    or the demo's cache dir holding ``run/best``) needs ``name`` (``k2-drafter`` or
+    ``k2-drafter-tiny``). Returns the new folder."""
     src = Path(src)
     doc, weights_dir = _source(src, name)
     commit = commit or doc.get("commit")
@@ -166,15 +174,16 @@ def ship(src: Path, *, commit: str | None = None, name: str | None = None, root:
         for f in sorted(weights_dir.iterdir()):
             if f.is_file() and f.name not in (WEIGHTS, MANIFEST) and not f.name.startswith("."):
                 shutil.copyfile(f, tmp / f.name)
-        (tmp / WEIGHTS).write_bytes(bf16_bytes(weights_dir / WEIGHTS))
-        _set_config(tmp / "config.json", doc)
+        dtype = DTYPES[doc["size"]]
+        (tmp / WEIGHTS).write_bytes(weights_bytes(weights_dir / WEIGHTS, dtype))
+        _set_config(tmp / "config.json", doc, dtype)
         files = {
             f.name: {"sha256": sha256_file(f), "bytes": f.stat().st_size}
             for f in sorted(tmp.iterdir())
         }
         doc["commit"] = commit
         doc["shipped"] = {
-            "dtype": "bfloat16",
+            "dtype": dtype,
             "from": str(src),
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": files,
@@ -183,18 +192,17 @@ def ship(src: Path, *, commit: str | None = None, name: str | None = None, root:
     return dest
 
 
-def _set_config(cfg: Path, manifest: dict[str, Any]) -> None:
-    """config.json's dtype made bfloat16; a drafter's verifier made its target's zoo name
-    (the build's was a path on the machine that built it)."""
+def _set_config(cfg: Path, manifest: dict[str, Any], dtype: str) -> None:
+    """config.json's dtype made the stored one; a drafter's verifier made its target's zoo
+    name (the build's was a path on the machine that built it). Rewritten only on a change."""
     if not cfg.is_file():
         return
     doc = json.loads(cfg.read_text())
-    for key in ("torch_dtype", "dtype"):
-        if key in doc:
-            doc[key] = "bfloat16"
+    new = {k: dtype for k in ("torch_dtype", "dtype") if k in doc}
     if "eagle3kit_verifier" in doc and manifest.get("target"):
-        doc["eagle3kit_verifier"] = manifest["target"]
-    cfg.write_text(json.dumps(doc, indent=2) + "\n")
+        new["eagle3kit_verifier"] = manifest["target"]
+    if any(doc[k] != v for k, v in new.items()):
+        cfg.write_text(json.dumps({**doc, **new}, indent=2) + "\n")
 
 
 def _source(src: Path, name: str | None) -> tuple[dict[str, Any], Path]:
@@ -214,7 +222,7 @@ def _source(src: Path, name: str | None) -> tuple[dict[str, Any], Path]:
 def _member_doc(src: Path, doc: dict[str, Any]) -> dict[str, Any]:
     from dataclasses import asdict
 
-    from eagle3kit.zoo import recipe, recipe_digest
+    from eagle3kit.zoo.members import recipe, recipe_digest
 
     name, size = doc.get("member"), doc.get("size")
     member(name)

@@ -13,15 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.errors import bad
-from eagle3kit.zoo.members import MANIFEST, check_size, member
 from eagle3kit.zoo import shipping
+from eagle3kit.zoo.members import MANIFEST, check_size, member
 from eagle3kit.zoo.shipping import (
     WEIGHTS,
-    bf16_bytes,
     check,
     label,
     location,
     read_manifest,
+    weights_bytes,
 )
 
 # zoo.json metrics -> the largest absolute difference a rebuild may show. Set from the same
@@ -94,7 +94,8 @@ def compare(rebuild: Path, root: Path | None = None) -> dict[str, Any]:
     if (rebuild / WEIGHTS).is_file():
         import hashlib
 
-        digest = hashlib.sha256(bf16_bytes(rebuild / WEIGHTS)).hexdigest()
+        stored = weights_bytes(rebuild / WEIGHTS, ship["shipped"]["dtype"])
+        digest = hashlib.sha256(stored).hexdigest()
         same_weights = digest == ship["shipped"]["files"][WEIGHTS]["sha256"]
     recipe_same = doc.get("recipe") == ship.get("recipe")
     return {
@@ -105,7 +106,7 @@ def compare(rebuild: Path, root: Path | None = None) -> dict[str, Any]:
         "data_same": all(a == b for a, b in data.values()),
         "data": {k: {"shipped": a, "rebuild": b} for k, (a, b) in data.items()},
         "python": {"shipped": ship.get("python"), "rebuild": doc.get("python")},
-        "weights_identical": same_weights,
+        "weights_identical": same_weights,  # once in the shipped dtype
         "bytes_note": BYTES_NOTE,
         "figures": figures,
         "ok": recipe_same and bool(figures) and all(f["ok"] for f in figures),
