@@ -5,7 +5,7 @@
 
 CI runs on CPUs only, so device bugs (a generator on the wrong device, a CPU tensor fed to a
 CUDA model, float64 where the backend lacks it) stay invisible there. This script runs, on
-the zoo's tiny members (built on first use, seconds):
+the zoo's tiny members (shipped with the package):
 
 1. greedy decoding, chain and tree, on the GPU: the tokens must equal the target's own greedy
    output computed on the CPU (speculative greedy decoding is lossless, so any difference is

@@ -61,7 +61,7 @@ def test_help_has_no_flag_type_tags_nor_braced_argument_names():
         assert "<bool>" not in r.out, args
         assert not re.search(r"\{[A-Za-z_]+\}", r.out), (args, r.out)
     assert "compat [OPTIONS] DRAFTER OTHER" in run_cli("compat", "--help").out
-    assert "zoo build [OPTIONS] [NAME]" in run_cli("zoo", "build", "--help").out
+    assert "zoo build [OPTIONS] NAME" in run_cli("zoo", "build", "--help").out
     root = run_cli("--help").out
     assert "--debug" in root and "traceback" in root
 

@@ -164,3 +164,28 @@ def test_ship_refuses_another_recipe_and_a_build_without_commit(tmp_path):
     with pytest.raises(Eagle3Error, match="--name k2-drafter"):
         shipping.ship(tmp_path, root=tmp_path / "pkg")
     assert not (tmp_path / "pkg").exists()
+
+
+def test_zoo_ship_cli_takes_several_builds_and_names_a_drafter_by_its_folder(
+    cli, monkeypatch, tmp_path
+):
+    """`zoo ship` as the maintainers run it: members by their zoo.json, the K2 drafter by its
+    folder's name; its config's verifier becomes the target's zoo name."""
+    drafter = tmp_path / "k2-drafter-tiny"
+    shutil.copytree(shipping.ROOT / "k2-drafter-tiny", drafter)
+    cfg = json.loads((drafter / "config.json").read_text())
+    (drafter / "config.json").write_text(json.dumps({**cfg, "eagle3kit_verifier": "/tmp/x"}))
+    member = _float32_build(tmp_path)
+    root = tmp_path / "pkg"
+    monkeypatch.setattr(shipping, "ROOT", root)
+    r = cli("zoo", "ship", member, drafter, "--commit", "abc123", "--json")
+    assert r.code == 0, r.err
+    rows = json.loads(r.out)["shipped"]
+    assert [Path(x["path"]).name for x in rows] == ["llama-v1-tiny", "k2-drafter-tiny"]
+    doc = json.loads((root / "k2-drafter-tiny" / "zoo.json").read_text())
+    assert doc["kind"] == "eagle3kit.zoo_drafter" and doc["commit"] == "abc123"
+    assert doc["target"] == "dsv3-v1-tiny" and doc["recipe"]["k2_steps"] > 0  # kept
+    cfg = json.loads((root / "k2-drafter-tiny" / "config.json").read_text())
+    assert cfg["eagle3kit_verifier"] == "dsv3-v1-tiny"
+    r = cli("zoo", "verify", "--json")  # the new package's files check out
+    assert r.code == 0 and len(json.loads(r.out)["members"]) == 2

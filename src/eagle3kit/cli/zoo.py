@@ -240,34 +240,40 @@ def _print_verify(doc: dict) -> None:
     o.print("verified: figures within tolerance" if doc["ok"] else "not verified", highlight=False)
 
 
-Src = Annotated[Path, typer.Argument(help="A build: zoo build -o DIR, or the K2 drafter's run.")]
+Srcs = Annotated[
+    list[Path],
+    typer.Argument(help="Builds (zoo build -o DIR), or the K2 drafter's run or cache dir."),
+]
 
 
 def ship(
-    src: Src,
+    srcs: Srcs,
     commit: Annotated[str | None, typer.Option(help="The commit that built SRC.")] = None,
     name: Annotated[
         str | None,
-        typer.Option(help="k2-drafter or k2-drafter-tiny when SRC is the K2 drafter."),
+        typer.Option(help="k2-drafter[-tiny] for a drafter SRC (default: SRC's folder name)."),
     ] = None,
     json_: JsonFlag = False,
 ) -> None:
-    """(maintainers) Put the build in SRC into the package: bf16 weights, zoo.json with the
-    commit and every file's sha256 (src/eagle3kit/zoo/shipped/<label>)."""
+    """(maintainers) Put each build SRC into the package (src/eagle3kit/zoo/shipped/<label>):
+    weights in bf16 (full) or float32 (tiny), zoo.json with the commit and every file's
+    sha256. A member's build must carry this code's recipe."""
+    import json
+
     from eagle3kit.cli._render import emit_json, out
     from eagle3kit.core.artifacts import stamp
     from eagle3kit.zoo.shipping import ship as ship_
 
-    dest = ship_(src, commit=commit, name=name)
-    doc = (dest / "zoo.json").read_text()
-    import json
-
-    shipped = json.loads(doc)["shipped"]
-    size = sum(f["bytes"] for f in shipped["files"].values())
+    rows = []
+    for src in srcs:
+        dest = ship_(src, commit=commit, name=name or src.name)
+        shipped = json.loads((dest / "zoo.json").read_text())["shipped"]
+        size = sum(f["bytes"] for f in shipped["files"].values())
+        rows.append({"src": str(src), "path": str(dest), "bytes": size, **shipped})
+        if not json_:
+            out().print(f"{dest}: {size / 1e6:.2f} MB, {len(shipped['files'])} files")
     if json_:
-        emit_json(stamp({"path": str(dest), "bytes": size, **shipped}, "zoo_ship"))
-        return
-    out().print(f"{dest}: {size / 1e6:.2f} MB, {len(shipped['files'])} files", highlight=False)
+        emit_json(stamp({"shipped": rows}, "zoo_ship"))
 
 
 def register(app: typer.Typer) -> None:

@@ -75,8 +75,8 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
 
     step(
         f"zoo: the K2 -> K2.5 pair in miniature: {PAIR[0]} -> {PAIR[1]} (DeepSeek-V3 "
-        "architecture, MLA + MoE; built from the Python standard library on first use, "
-        "then cached)"
+        "architecture, MLA + MoE; trained on the Python standard library, shipped with "
+        "the package)"
     )
     p1, p2, v2, k2, v2_data = _zoo_step(out, size, r, say, progress)
     paths = {"v1": str(p1), "v2": str(p2), "k2_drafter": str(k2), "v2_data": str(v2_data)}

@@ -155,7 +155,9 @@ def weights_bytes(weights: Path, dtype: str) -> bytes:
     return save(out, metadata={"format": "pt"})
 
 
-def ship(src: Path, *, commit: str | None = None, name: str | None = None, root: Path = ROOT):
+def ship(
+    src: Path, *, commit: str | None = None, name: str | None = None, root: Path | None = None
+) -> Path:
     """Copy the build in ``src`` into ``root/<label>``: weights in ``DTYPES[size]`` (and
     config.json's dtype with them), every other file as is, zoo.json with a ``shipped`` block
     (commit, sha256 and size of every file). A zoo member's label comes from its zoo.json,
@@ -240,10 +242,11 @@ def _member_doc(src: Path, doc: dict[str, Any]) -> dict[str, Any]:
 
 def _drafter_doc(src: Path, name: str) -> tuple[dict[str, Any], Path]:
     """The K2 drafter's zoo.json: its recipe (the demo's cache key), target, figures."""
-    key = _json(src / "demo-drafter.json") or {}
     run = src / "run" if (src / "run" / "best").is_dir() else src.parent
     servable = run / "best" if (run / "best").is_dir() else src
+    key = _json(run.parent / "demo-drafter.json") or {}
     summary = _json(run / "summary.json") or {}
+    prior = read_manifest(src) or {}  # shipping a shipped drafter again keeps what it said
     doc = {
         "kind": "eagle3kit.zoo_drafter",
         "schema": 1,
@@ -251,9 +254,10 @@ def _drafter_doc(src: Path, name: str) -> tuple[dict[str, Any], Path]:
         "size": "tiny" if name.endswith("-tiny") else "full",
         "method": "eagle3",
         "target": "dsv3-v1" + ("-tiny" if name.endswith("-tiny") else ""),
-        "recipe": key.get("recipe"),
-        "figures": {k: summary[k] for k in _DRAFTER_FIGURES if k in summary},
-        "commit": key.get("commit"),
+        "recipe": key.get("recipe") or prior.get("recipe"),
+        "figures": {k: summary[k] for k in _DRAFTER_FIGURES if k in summary}
+        or prior.get("figures", {}),
+        "commit": prior.get("commit"),
     }
     return doc, servable
 
