@@ -167,7 +167,7 @@ def build(
         "path": str(p),
         "seconds": round(time.time() - t0, 2),
         "manifest": doc,
-        "warning": zoo._warning(p, name, size),
+        "warning": zoo.folder_warning(p, name, size),
     }
     if json_:
         emit_json(stamp(result, "zoo_build"))

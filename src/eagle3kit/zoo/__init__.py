@@ -111,7 +111,7 @@ def is_shipped(name: str, *, size: str = "full") -> bool:
 def chat_warning(name: str, *, size: str = "full") -> str | None:
     """The shipped member's warning that its chat answers fall below the zoo's bar (from
     zoo.json; None when they meet ``builder.CHAT_BAR`` or the member is not shipped)."""
-    return _warning(path(name, size=size), name, size)
+    return folder_warning(path(name, size=size), name, size)
 
 
 def get(name: str, *, size: str = "full") -> Path:
@@ -181,7 +181,7 @@ def build(
     lock = _lock(dest) if out is None else contextlib.nullcontext()
     with lock:
         if not force and _built(dest, name, size):
-            if strict and (w := _warning(dest, name, size)):
+            if strict and (w := folder_warning(dest, name, size)):
                 raise Eagle3Error(f"{w}; built before without --strict, refused now")
             return dest
         _check_out(dest, name, size)
@@ -232,7 +232,7 @@ def _check_out(dest: Path, name: str, size: str) -> None:
         )
 
 
-def _warning(folder: Path, name: str, size: str) -> str | None:
+def folder_warning(folder: Path, name: str, size: str) -> str | None:
     """The chat-bar warning recorded in ``folder``'s zoo.json (None when it meets the bar)."""
     from eagle3kit.zoo.shipping import read_manifest
 
