@@ -170,8 +170,9 @@ def test_zoo_ship_cli_takes_several_builds_and_names_a_drafter_by_its_folder(
     cli, monkeypatch, tmp_path
 ):
     """`zoo ship` as the maintainers run it: members by their zoo.json, the K2 drafter by its
-    folder's name; its config's verifier becomes the target's zoo name."""
-    drafter = tmp_path / "k2-drafter-tiny"
+    folder's name (here the full-size label), in float32 at every size (it loads in its
+    config's dtype beside a float32 target); its verifier becomes the target's zoo name."""
+    drafter = tmp_path / "k2-drafter"
     shutil.copytree(shipping.ROOT / "k2-drafter-tiny", drafter)
     cfg = json.loads((drafter / "config.json").read_text())
     (drafter / "config.json").write_text(json.dumps({**cfg, "eagle3kit_verifier": "/tmp/x"}))
@@ -181,11 +182,12 @@ def test_zoo_ship_cli_takes_several_builds_and_names_a_drafter_by_its_folder(
     r = cli("zoo", "ship", member, drafter, "--commit", "abc123", "--json")
     assert r.code == 0, r.err
     rows = json.loads(r.out)["shipped"]
-    assert [Path(x["path"]).name for x in rows] == ["llama-v1-tiny", "k2-drafter-tiny"]
-    doc = json.loads((root / "k2-drafter-tiny" / "zoo.json").read_text())
+    assert [Path(x["path"]).name for x in rows] == ["llama-v1-tiny", "k2-drafter"]
+    doc = json.loads((root / "k2-drafter" / "zoo.json").read_text())
     assert doc["kind"] == "eagle3kit.zoo_drafter" and doc["commit"] == "abc123"
-    assert doc["target"] == "dsv3-v1-tiny" and doc["recipe"]["k2_steps"] > 0  # kept
-    cfg = json.loads((root / "k2-drafter-tiny" / "config.json").read_text())
-    assert cfg["eagle3kit_verifier"] == "dsv3-v1-tiny"
+    assert doc["target"] == "dsv3-v1" and doc["recipe"]["k2_steps"] > 0  # kept
+    assert doc["shipped"]["dtype"] == "float32"
+    cfg = json.loads((root / "k2-drafter" / "config.json").read_text())
+    assert cfg["eagle3kit_verifier"] == "dsv3-v1" and cfg["torch_dtype"] == "float32"
     r = cli("zoo", "verify", "--json")  # the new package's files check out
     assert r.code == 0 and len(json.loads(r.out)["members"]) == 2

@@ -1,7 +1,7 @@
 """The zoo as shipped in the package: each member (and the demo's K2 drafter) under
 ``zoo/shipped/<label>/``, a Hugging Face dir plus ``zoo.json`` with the recipe, the commit
 that built it, the sha256 of every file and the build's figures (docs/zoo.md). Full members
-and drafters are stored in bf16 (``DTYPES``), tiny ones in float32.
+are stored in bf16 (``DTYPES``), tiny ones and the K2 drafter in float32.
 
 Reading never writes (an installed package may be read-only). A member's files are checked
 against their sha256 once per process, on first use (``checked``); ``eagle3kit zoo verify``
@@ -137,9 +137,12 @@ def git_commit(where: Path = Path(__file__).parent) -> str | None:
     return sha + ("+dirty" if dirty else "")
 
 
-# The dtype each size ships in. Full: bf16 halves the zoo (the issue's ~40 MB budget), and
-# config.json says so, so an engine serves it as it would a real bf16 checkpoint. Tiny: the
-# tests' fixtures of the float32 paths (engine fakes compare float32 states), under 1 MB each.
+# The dtype each size of member ships in. Full: bf16 halves the zoo (the issue's ~40 MB
+# budget), and config.json says so, so an engine serves it as it would a real bf16
+# checkpoint. Tiny: the tests' fixtures of the float32 paths (engine fakes compare float32
+# states), under 1 MB each. The K2 drafter ships in float32 at both sizes (a few MB): a
+# drafter loads in its config's dtype (model/drafter.py), and the demo runs it beside a
+# float32 target.
 DTYPES = {"full": "bfloat16", "tiny": "float32"}
 
 
@@ -176,7 +179,7 @@ def ship(
         for f in sorted(weights_dir.iterdir()):
             if f.is_file() and f.name not in (WEIGHTS, MANIFEST) and not f.name.startswith("."):
                 shutil.copyfile(f, tmp / f.name)
-        dtype = DTYPES[doc["size"]]
+        dtype = DTYPES[doc["size"]] if doc["kind"] == "eagle3kit.zoo_member" else "float32"
         (tmp / WEIGHTS).write_bytes(weights_bytes(weights_dir / WEIGHTS, dtype))
         _set_config(tmp / "config.json", doc, dtype)
         files = {
