@@ -23,7 +23,7 @@ def zoo_data(
 
     if (out / "data.json").is_file():
         return out
-    target = zoo.build(member, size=size)
+    target = zoo.get(member, size=size)
     m = zoo.member(member)
     convs = _corpus.chat_samples(_corpus.files(m.slice, held_out=held_out, limit=files))
     out.parent.mkdir(parents=True, exist_ok=True)

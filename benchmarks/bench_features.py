@@ -243,7 +243,7 @@ def build_data(member: str, size: str, tmp: Path, n: int) -> tuple[Path, Path, P
     from eagle3kit.data.vocab_counts import draft_vocab
     from eagle3kit.zoo import corpus as _corpus
 
-    model = zoo.build(member, size=size)
+    model = zoo.get(member, size=size)
     convs = _corpus.chat_samples(_corpus.files("lib", held_out=True))
     convs = _corpus.spaced(convs, n)
     (tmp / "chat.jsonl").write_text("".join(json.dumps(c) + "\n" for c in convs))
@@ -316,7 +316,7 @@ def main() -> None:
     from eagle3kit.data.store import capture
     from eagle3kit.model.target import TargetModel
 
-    size = args.size if args.size != "auto" else ("full" if zoo.is_built(args.member) else "tiny")
+    size = args.size if args.size != "auto" else ("full" if zoo.is_shipped(args.member) else "tiny")
     with tempfile.TemporaryDirectory() as t:
         tmp = Path(t)
         model, data, vocab, vd = build_data(args.member, size, tmp, args.samples)

@@ -137,7 +137,7 @@ def run(a: argparse.Namespace) -> dict:
     from eagle3kit.model.loading import load_pair
 
     torch.set_num_threads(a.threads)
-    target = str(zoo.build(a.member, size=a.size))
+    target = str(zoo.get(a.member, size=a.size))
     drafter = a.drafter or str(k2_drafter(a.size))
     prompts = R.held_out_set(a, target, "req", max_length=512).prompts
     tm, d = load_pair(target, drafter)

@@ -49,7 +49,7 @@ def main() -> None:
     from eagle3kit import zoo
     from eagle3kit.data.templates import ChatEncoder
 
-    tok = AutoTokenizer.from_pretrained(zoo.build("llama-v1", size="tiny", progress=False))
+    tok = AutoTokenizer.from_pretrained(zoo.get("llama-v1", size="tiny"))
     plain = re.sub(r"\{%-?\s*(end)?generation\s*-?%\}", "", tok.chat_template)
     encoders = {"generation": ChatEncoder(tok), "prefix-diff": ChatEncoder(tok, template=plain)}
     rows = []

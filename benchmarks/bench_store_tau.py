@@ -59,7 +59,7 @@ def run(a: argparse.Namespace) -> dict:
     from eagle3kit.data.vocab_counts import draft_vocab
 
     torch.set_num_threads(a.threads)
-    target = str(zoo.build(a.member, size=a.size))
+    target = str(zoo.get(a.member, size=a.size))
     data = R.training_data(a)
     test = R.held_out_set(a, target)
     vocab = Path(a.work) / f"vocab-{a.size}-{a.draft_vocab_size}.safetensors"

@@ -48,7 +48,7 @@ def run(a: argparse.Namespace) -> dict:
     from eagle3kit.demo.steps import k2_drafter
 
     torch.set_num_threads(a.threads)
-    target = str(zoo.build(a.member, size=a.size))
+    target = str(zoo.get(a.member, size=a.size))
     v1 = a.v1_drafter or str(k2_drafter(a.size))
     vocab = json.loads((Path(v1) / "config.json").read_text())["draft_vocab_size"]
     common = {**R.train_settings(a, target), "data": str(R.training_data(a))}

@@ -5,7 +5,7 @@
 
 CI runs on CPUs only, so device bugs (a generator on the wrong device, a CPU tensor fed to a
 CUDA model, float64 where the backend lacks it) stay invisible there. This script runs, on
-the zoo's tiny members (built on first use, seconds):
+the zoo's tiny members (shipped with the package):
 
 1. greedy decoding, chain and tree, on the GPU: the tokens must equal the target's own greedy
    output computed on the CPU (speculative greedy decoding is lossless, so any difference is
@@ -303,10 +303,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gpu_check.") as tmp:
         work = Path(tmp)
         for m in a.members.split(","):
-            path = str(zoo.get(m, size="tiny", progress=None))
+            path = str(zoo.get(m, size="tiny"))
             ok &= decode_checks(m, path, a.device, a.tokens)
             ok &= regenerate_checks(m, path, a.device, work)
-        first = str(zoo.get(a.members.split(",")[0], size="tiny", progress=None))
+        first = str(zoo.get(a.members.split(",")[0], size="tiny"))
         ok &= train_checks(first, a.device, work)
         if not a.no_tests:
             ok &= check("pytest -m gpu", gpu_tests)

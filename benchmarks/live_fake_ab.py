@@ -68,7 +68,7 @@ def main() -> None:
     from eagle3kit.plan import plan
     from eagle3kit.plan.from_file import plan_args_from_file
 
-    tm = TargetModel.from_pretrained(zoo.get(args.member, size=args.size, progress=False))
+    tm = TargetModel.from_pretrained(zoo.get(args.member, size=args.size))
     drafter = train_drafter(tm, self_text(tm, n=32), steps=60)
     endpoint_kw = {"engine": args.engine, "lifetime": 3600}
     with FakeEngine(tm, drafter, **endpoint_kw) as spec, FakeEngine(tm, None, **endpoint_kw) as b:

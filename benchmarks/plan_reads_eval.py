@@ -43,7 +43,7 @@ def run(tmp: Path) -> dict:
 
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    target = str(zoo.get("llama-v1", size="tiny", progress=False))
+    target = str(zoo.get("llama-v1", size="tiny"))
     tm = TargetModel.from_pretrained(target)
     d = save_drafter_dir(train_drafter(tm, self_text(tm, n=16)[:6], steps=30), tmp / "drafter")
     data = chat_jsonl(tmp / "conv.jsonl", n=8)

@@ -149,7 +149,7 @@ def build_accepting_drafter(out, member: str = "llama-v1") -> None:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the same arithmetic on every machine
     try:
-        target = TargetModel.from_pretrained(zoo.get(member, size="tiny", progress=False))
+        target = TargetModel.from_pretrained(zoo.get(member, size="tiny"))
         torch.manual_seed(0)
         d = train_drafter(target, self_text(target, n=32), draft_vocab=256, steps=120)
     finally:

@@ -20,7 +20,7 @@ def pair():
     from eagle3kit import zoo
 
     torch.set_num_threads(1)
-    return load_pair(str(zoo.get("llama-v1", size="tiny", progress=False)), accepting_drafter_dir())
+    return load_pair(str(zoo.get("llama-v1", size="tiny")), accepting_drafter_dir())
 
 
 @pytest.mark.parametrize("tree", [None, TreeShape(topk=3, budget=10)], ids=["chain", "tree"])

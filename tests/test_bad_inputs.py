@@ -71,7 +71,7 @@ def world(tmp_path_factory) -> World:
     torch.set_num_threads(1)
     root = tmp_path_factory.mktemp("bad_inputs")
     (root / "outs").mkdir()
-    t = zoo.get("llama-v1", size="tiny", progress=False)
+    t = zoo.get("llama-v1", size="tiny")
     tm = TargetModel.from_pretrained(t)
     p: dict[str, str] = {"T": str(t), "W": str(root), "NOPE": str(root / "no-such-thing")}
     p["D"] = save_drafter_dir(new_drafter(tm, seed=1), root / "drafter")
@@ -278,8 +278,30 @@ CASES = [
     C("plan-from-missing", "no-such-thing", "plan", "--from", "{NOPE}"),
     C("plan-from-bad-json", "bad.json", "plan", "--from", "{BADJSON}"),
     # zoo
-    C("zoo-build-unknown", "gpt-5", "zoo", "build", "gpt-5", "--size", "tiny"),
-    C("zoo-build-bad-size", "--size", "zoo", "build", "llama-v1", "--size", "huge"),
+    C("zoo-build-unknown", "gpt-5", "zoo", "build", "gpt-5", "--size", "tiny", "-o", "{RUNEMPTY}"),
+    C(
+        "zoo-build-bad-size",
+        "--size",
+        "zoo",
+        "build",
+        "llama-v1",
+        "--size",
+        "huge",
+        "-o",
+        "{RUNEMPTY}",
+    ),
+    C(
+        "zoo-build-into-files",
+        "prior",
+        "zoo",
+        "build",
+        "llama-v1",
+        "--size",
+        "tiny",
+        "-o",
+        "{PRIOR}",
+    ),
+    C("zoo-verify-not-a-build", "zoo.json", "zoo", "verify", "{PRIOR}"),
     C("zoo-list-bad-size", "--size", "zoo", "list", "--size", "huge"),
     # data prepare
     C("prepare-missing-input", "no-such-thing", *PREP, "{NOPE}", "-o", "{OUT}"),

@@ -15,7 +15,7 @@ def pair(tmp_path_factory):
     from eagle3kit.model.target import TargetModel
 
     torch.set_num_threads(1)
-    path = zoo.get("dsv3-v1", size="tiny", progress=False)
+    path = zoo.get("dsv3-v1", size="tiny")
     tm = TargetModel.from_pretrained(path)
     return str(path), save_drafter_dir(new_drafter(tm), tmp_path_factory.mktemp("b") / "d")
 

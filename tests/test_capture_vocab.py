@@ -12,7 +12,7 @@ def test_launch_command_names_the_capture_with_the_drafters_vocab(cli, tmp_path)
     from eagle3kit.model.target import TargetModel
 
     torch.set_num_threads(1)
-    model = str(zoo.build("llama-v1", size="tiny", progress=False))
+    model = str(zoo.get("llama-v1", size="tiny"))
     drafter = save_drafter_dir(new_drafter(TargetModel.from_pretrained(model)), tmp_path / "d")
     common = ("data", "capture", "--target", model, "--launch-command", "--states-dir", "/hs")
     r = cli(*common, "--drafter", drafter)

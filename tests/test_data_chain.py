@@ -15,7 +15,7 @@ def model_dir():
 
     n = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny model on a shared 2-core box
-    yield str(zoo.build("dsv3-v1", size="tiny"))
+    yield str(zoo.get("dsv3-v1", size="tiny"))
     torch.set_num_threads(n)
 
 

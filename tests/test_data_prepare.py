@@ -21,7 +21,7 @@ from eagle3kit.data.prepared import PreparedWriter, collate, load_prepared, spli
 def target():
     from eagle3kit import zoo
 
-    return str(zoo.build("llama-v1", size="tiny", progress=False))
+    return str(zoo.get("llama-v1", size="tiny"))
 
 
 @pytest.fixture(scope="module")

@@ -29,7 +29,7 @@ def target(request):
     from eagle3kit.model.target import TargetModel
 
     torch.set_num_threads(1)
-    return TargetModel.from_pretrained(zoo.get(request.param, size="tiny", progress=False))
+    return TargetModel.from_pretrained(zoo.get(request.param, size="tiny"))
 
 
 @pytest.fixture(scope="module")

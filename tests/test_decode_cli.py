@@ -15,7 +15,7 @@ def pair(tmp_path_factory):
     from eagle3kit.model.target import TargetModel
 
     torch.set_num_threads(1)
-    path = zoo.get("llama-v1", size="tiny", progress=False)
+    path = zoo.get("llama-v1", size="tiny")
     tm = TargetModel.from_pretrained(path)
     d = save_drafter_dir(new_drafter(tm, seed=1), tmp_path_factory.mktemp("gen") / "drafter")
     return str(path), d, tm

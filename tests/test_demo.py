@@ -96,6 +96,7 @@ def test_demo_drops_data_and_runs_made_on_another_zoo_recipe(tmp_path):
 
     from eagle3kit import zoo
     from eagle3kit.demo.steps import PAIR, drop_stale
+    from eagle3kit.zoo.shipping import identity
 
     out = tmp_path / "demo"
     for run in ("runs/finetune", "runs/scratch", "data/test-prepared", "runs/mine"):
@@ -109,7 +110,7 @@ def test_demo_drops_data_and_runs_made_on_another_zoo_recipe(tmp_path):
     left = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
     kept = ["data", "report.md", "runs", "runs/mine", "runs/mine/x.json", "zoo-recipes.json"]
     assert left == kept
-    want = {name: zoo.recipe_digest(name, "tiny") for name in PAIR}
+    want = {name: identity(zoo.get(name, size="tiny")) for name in PAIR}
     assert json.loads((out / "zoo-recipes.json").read_text()) == want
     (out / "runs" / "finetune").mkdir()
     drop_stale(out, "tiny")  # same recipe: nothing removed

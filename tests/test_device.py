@@ -58,7 +58,7 @@ def target(request):
     from eagle3kit.model.target import TargetModel
 
     torch.set_num_threads(1)
-    return TargetModel.from_pretrained(zoo.get(request.param, size="tiny", progress=False))
+    return TargetModel.from_pretrained(zoo.get(request.param, size="tiny"))
 
 
 SHAPES = {"chain": None, "tree": TreeShape(topk=2, budget=5)}

@@ -67,7 +67,7 @@ def canned_target(tmp_path_factory):
     from eagle3kit import zoo
 
     torch.set_num_threads(1)
-    src = zoo.get("llama-v1", size="tiny", progress=False)
+    src = zoo.get("llama-v1", size="tiny")
     dst = tmp_path_factory.mktemp("canned") / "llama-v1-canned"
     shutil.copytree(src, dst)
     w = load_file(dst / "model.safetensors")

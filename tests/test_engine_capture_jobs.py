@@ -36,7 +36,7 @@ def env(tmp_path_factory):
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     tmp = tmp_path_factory.mktemp("engine_jobs")
-    model_dir = str(zoo.build("llama-v1", size="tiny"))
+    model_dir = str(zoo.get("llama-v1", size="tiny"))
     tm = TargetModel.from_pretrained(model_dir)
     ids = make_data(tmp / "data", tm.vocab_size, n=24, seed=1)
     yield {"model": model_dir, "tmp": tmp, "ids": ids, "tm": tm}

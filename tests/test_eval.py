@@ -23,7 +23,7 @@ def setup(tmp_path_factory):
 
     torch.set_num_threads(1)
     tmp = tmp_path_factory.mktemp("eval")
-    path = zoo.get("llama-v1", size="tiny", progress=False)
+    path = zoo.get("llama-v1", size="tiny")
     tm = TargetModel.from_pretrained(path)
     d = train_drafter(tm, self_text(tm, n=16)[:6], steps=30)  # some acceptance, quickly
     return {

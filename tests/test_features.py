@@ -15,7 +15,7 @@ def target():
 
     n = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny model on a shared 2-core box: 1 thread is much faster
-    yield TargetModel.from_pretrained(zoo.build("llama-v1", size="tiny"))
+    yield TargetModel.from_pretrained(zoo.get("llama-v1", size="tiny"))
     torch.set_num_threads(n)
 
 

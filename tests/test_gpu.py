@@ -25,7 +25,7 @@ def reference():
     from eagle3kit.decode import greedy_generate
     from eagle3kit.model.target import TargetModel
 
-    path = str(zoo.get("llama-v1", size="tiny", progress=False))
+    path = str(zoo.get("llama-v1", size="tiny"))
     tm = TargetModel.from_pretrained(path)
     ids = [tm.tokenizer(p)["input_ids"] for p in PROMPTS]
     return path, ids, [greedy_generate(tm, i, max_new_tokens=16).tokens for i in ids]

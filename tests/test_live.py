@@ -31,7 +31,7 @@ def pair():
     from eagle3kit import zoo
     from eagle3kit.model.target import TargetModel
 
-    tm = TargetModel.from_pretrained(zoo.build("llama-v1", size="tiny", progress=False))
+    tm = TargetModel.from_pretrained(zoo.get("llama-v1", size="tiny"))
     return tm, train_drafter(tm, self_text(tm, n=24), steps=40)
 
 

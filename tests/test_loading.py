@@ -13,7 +13,7 @@ from eagle3kit.model.loading import load_pair, parse_dtype, resolve_target
 
 @pytest.fixture(scope="module")
 def tiny():
-    return str(zoo.get("llama-v1", size="tiny", progress=False))
+    return str(zoo.get("llama-v1", size="tiny"))
 
 
 def test_resolve_target_zoo_local_hub(tiny, tmp_path):

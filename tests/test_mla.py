@@ -364,7 +364,7 @@ def test_mla_runs_in_bfloat16_and_on_a_llama_target_config():
 def tiny_dsv3():
     from eagle3kit import zoo
 
-    return zoo.build("dsv3-v1", size="tiny")
+    return zoo.get("dsv3-v1", size="tiny")
 
 
 # ---------------------------------------------------------------- layouts

@@ -72,7 +72,7 @@ def env(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("partial")
     out = {}
     for arch in ARCHS:
-        full = Path(zoo.build(arch, size="tiny"))
+        full = Path(zoo.get(arch, size="tiny"))
         d = tmp / arch
         wmap = make_partial(full, d / "partial")
         slim_target(str(full), d / "slim")

@@ -226,7 +226,7 @@ def fakes_pair():
     from eagle3kit.model.target import TargetModel
 
     torch.set_num_threads(1)
-    tm = TargetModel.from_pretrained(zoo.build("llama-v1", size="tiny", progress=False))
+    tm = TargetModel.from_pretrained(zoo.get("llama-v1", size="tiny"))
     return tm, new_drafter(tm, seed=1), train_drafter(tm, self_text(tm, n=16)[:6], steps=30)
 
 

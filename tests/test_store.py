@@ -20,7 +20,7 @@ from eagle3kit.core.errors import Eagle3Error
 def model_dir():
     from eagle3kit import zoo
 
-    return str(zoo.build("llama-v1", size="tiny"))
+    return str(zoo.get("llama-v1", size="tiny"))
 
 
 @pytest.fixture(scope="module")

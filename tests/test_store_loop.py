@@ -33,7 +33,7 @@ def env(tmp_path_factory, cli_mod):
     n = torch.get_num_threads()
     torch.set_num_threads(1)
     tmp = tmp_path_factory.mktemp("loop")
-    model = zoo.build("llama-v1", size="tiny")
+    model = zoo.get("llama-v1", size="tiny")
     tm = TargetModel.from_pretrained(str(model))
     ids = make_data(tmp / "data", tm.vocab_size, n=N, seed=3)
     del tm

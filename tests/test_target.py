@@ -17,7 +17,7 @@ def target(request):
     from eagle3kit import zoo
     from eagle3kit.model.target import TargetModel
 
-    return TargetModel.from_pretrained(zoo.get(request.param, size="tiny", progress=False))
+    return TargetModel.from_pretrained(zoo.get(request.param, size="tiny"))
 
 
 def _ids(tm, b: int, t: int, seed: int = 0) -> torch.Tensor:

@@ -163,7 +163,7 @@ def zoo_tokenizer():
 
     from eagle3kit import zoo
 
-    return AutoTokenizer.from_pretrained(zoo.build("llama-v1", size="tiny", progress=False))
+    return AutoTokenizer.from_pretrained(zoo.get("llama-v1", size="tiny"))
 
 
 def test_zoo_template_generation_marks(zoo_tokenizer):

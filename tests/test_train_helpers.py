@@ -12,7 +12,7 @@ TINY = "dsv3-v1-tiny"
 def tiny_target(name: str = "dsv3-v1") -> Path:
     from eagle3kit import zoo
 
-    return zoo.build(name, size="tiny", progress=False)
+    return zoo.get(name, size="tiny")
 
 
 def tiny_data(name: str = "dsv3-v1", n: int = 48, max_length: int = 96) -> Path:

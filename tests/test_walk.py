@@ -61,8 +61,8 @@ def _world(arch: str, tmp: Path) -> dict[str, Any]:
     from eagle3kit.model.loading import load_pair
     from eagle3kit.zoo import corpus
 
-    old_full = Path(zoo.build(f"{arch}-v1", size="tiny", progress=False))
-    new_full = Path(zoo.build(f"{arch}-v2", size="tiny", progress=False))
+    old_full = Path(zoo.get(f"{arch}-v1", size="tiny"))
+    new_full = Path(zoo.get(f"{arch}-v2", size="tiny"))
     k2d = accepting_drafter_dir(f"{arch}-v1")  # trained for v1: the user's K2 drafter
     make_partial(old_full, tmp / "K2")
     make_partial(new_full, tmp / "K2.5")

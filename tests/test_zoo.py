@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import time
 
 import pytest
 
@@ -18,35 +17,42 @@ def _sha(p) -> str:
 
 
 def test_names_and_paths(monkeypatch, tmp_path):
+    """Members live in the package (zoo/shipped/<label>); builds of parents in the cache."""
+    from eagle3kit.zoo.shipping import ROOT
+
     assert zoo.names() == ["llama-v1", "llama-v2", "dsv3-v1", "dsv3-v2"]
     monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path))
-    assert zoo.path("dsv3-v2") == tmp_path / "zoo" / "dsv3-v2"
-    assert zoo.path("dsv3-v2", size="tiny") == tmp_path / "zoo" / "dsv3-v2-tiny"
-    assert not zoo.is_built("llama-v1", size="tiny")
+    assert zoo.path("dsv3-v2") == ROOT / "dsv3-v2"
+    assert zoo.path("dsv3-v2", size="tiny") == ROOT / "dsv3-v2-tiny"
+    assert zoo.cache_path("dsv3-v2", size="tiny") == tmp_path / "zoo" / "dsv3-v2-tiny"
+    assert zoo.parse_label("dsv3-v2-tiny") == ("dsv3-v2", "tiny")
+    assert zoo.parse_label("llama-v1") == ("llama-v1", "full")
+    assert zoo.parse_label("llama-v3-tiny") is None and zoo.parse_label("x/dsv3-v2") is None
 
 
-def test_unknown_name_and_size(cli):
-    r = cli("zoo", "build", "kimi-k3")
+def test_unknown_name_and_size(cli, tmp_path):
+    r = cli("zoo", "build", "kimi-k3", "-o", tmp_path / "k3")
     assert r.code == 2
     lines = r.err.strip().splitlines()
     assert len(lines) == 1
     assert "kimi-k3" in lines[0] and "llama-v1, llama-v2, dsv3-v1, dsv3-v2" in lines[0]
+    assert not (tmp_path / "k3").exists()
     r = cli("zoo", "list", "--size", "huge")
     assert r.code == 2 and "full, tiny" in r.err
     with pytest.raises(Eagle3Error):
         zoo.get("nope")
 
 
-def test_v2_builds_v1_first_and_shares_its_tokenizer():
-    p2 = zoo.get("llama-v2", size="tiny", progress=False)
-    p1 = zoo.path("llama-v1", size="tiny")
-    assert zoo.is_built("llama-v1", size="tiny")
+def test_shipped_tiny_v2_shares_its_v1_tokenizer_and_records_its_build():
+    p2 = zoo.get("llama-v2", size="tiny")
+    p1 = zoo.get("llama-v1", size="tiny")
     assert _sha(p1 / "tokenizer.json") == _sha(p2 / "tokenizer.json")
     assert _sha(p1 / "model.safetensors") != _sha(p2 / "model.safetensors")
     m = zoo.manifest("llama-v2", size="tiny")
     assert m["parent"] == "llama-v1" and m["data"]["slice"] == "test"
-    for key in ("seed", "recipe", "metrics", "python", "build_seconds", "params", "num_layers"):
+    for key in ("seed", "recipe", "metrics", "python", "build_seconds", "params", "commit"):
         assert key in m
+    assert re.fullmatch(r"[0-9a-f]{40}(\+dirty)?", m["commit"])
     met = m["metrics"]
     assert {"heldout_loss", "unigram_loss", "distinct4_mean"} <= set(met)
     stages = m["stage_seconds"]  # every stage timed, together no longer than the whole build
@@ -60,7 +66,7 @@ def test_hf_dir_and_chat_template():
 
     from eagle3kit.zoo.corpus import render_chat
 
-    p = zoo.get("dsv3-v1", size="tiny", progress=False)
+    p = zoo.get("dsv3-v1", size="tiny")
     cfg = AutoConfig.from_pretrained(p)
     assert cfg.model_type == "deepseek_v3" and cfg.num_hidden_layers == 8
     assert cfg.q_lora_rank and cfg.kv_lora_rank and cfg.n_routed_experts > 1
@@ -81,29 +87,96 @@ def test_hf_dir_and_chat_template():
 
 
 @pytest.mark.slow  # ~10 s: builds a member
-def test_cli_cached_then_bit_identical_rebuild(cli, monkeypatch, tmp_path):
-    monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path))
-    r = cli("zoo", "build", "llama-v1", "--size", "tiny", "--json")
+def test_build_o_reproduces_a_member_and_verify_compares_it(cli, monkeypatch, tmp_path):
+    """`zoo build llama-v1 --size tiny -o DIR` writes a float32 build with its zoo.json;
+    `zoo verify DIR` compares it with the shipped llama-v1-tiny. On the machine kind that
+    built the shipped member the weights are the same bytes and every figure is equal."""
+    monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path / "home"))
+    out = tmp_path / "v1"
+    r = cli("zoo", "build", "llama-v1", "--size", "tiny", "-o", out, "--json")
     assert r.code == 0, r.err
-    first = json.loads(r.out)["members"][0]
-    assert first["cached"] is False
-    d = zoo.path("llama-v1", size="tiny")
-    sums = {f: _sha(d / f) for f in ("model.safetensors", "tokenizer.json", "config.json")}
+    doc = json.loads(r.out)
+    assert doc["path"] == str(out) and doc["manifest"]["member"] == "llama-v1"
+    assert doc["manifest"]["recipe_digest"] == zoo.recipe_digest("llama-v1", "tiny")
+    assert not (tmp_path / "home" / "zoo").exists()  # a v1 needs no parent in the cache
+    r = cli("zoo", "build", "llama-v1", "--size", "tiny", "-o", out, "--json")  # already there
+    assert r.code == 0 and json.loads(r.out)["seconds"] < 3
+    r = cli("zoo", "verify", out, "--json")
+    v = json.loads(r.out)
+    assert v["member"] == "llama-v1-tiny" and v["recipe_same"] is True
+    assert {f["figure"] for f in v["figures"]} >= {"heldout_loss", "chat.pooled_distinct4"}
+    if v["weights_identical"]:  # same CPU kind and Python as the shipped build
+        assert r.code == 0 and v["ok"] is True
+        assert all(f["difference"] == 0 for f in v["figures"])
+    else:  # another CPU rounds differently: the bytes differ, and verify says why
+        assert "CPU" in v["bytes_note"] and r.code == (0 if v["ok"] else 1)
+    table = cli("zoo", "verify", out).out
+    assert "heldout_loss: shipped" in table and "tolerance" in table
 
-    t0 = time.time()
-    r = cli("zoo", "build", "llama-v1", "--size", "tiny", "--json")
-    assert r.code == 0 and json.loads(r.out)["members"][0]["cached"] is True
-    assert time.time() - t0 < 3
 
-    import shutil
+def _fake_rebuild(tmp_path, **metrics):
+    """A copy of the shipped dsv3-v1-tiny's zoo.json (no weights) with figures changed."""
+    d = tmp_path / "rebuild"
+    d.mkdir(parents=True)
+    doc = json.loads((zoo.get("dsv3-v1", size="tiny") / "zoo.json").read_text())
+    del doc["shipped"]
+    for key, value in metrics.items():
+        where = doc["metrics"]
+        *parents, leaf = key.split(".")
+        for p in parents:
+            where = where[p]
+        where[leaf] = value
+    (d / "zoo.json").write_text(json.dumps(doc))
+    return d, doc
 
-    shutil.rmtree(tmp_path / "zoo")
-    zoo.build("llama-v1", size="tiny", progress=False)
-    assert {f: _sha(d / f) for f in sums} == sums
 
-    r = cli("zoo", "list", "--size", "tiny", "--json")
-    rows = {m["name"]: m for m in json.loads(r.out)["members"]}
-    assert rows["llama-v1"]["built"] and not rows["dsv3-v1"]["built"]
+def test_verify_passes_within_tolerance_and_fails_beyond(cli, tmp_path):
+    """Figures stated by hand: held-out loss tolerance 0.2 nats, names_function 0.1."""
+    base = json.loads((zoo.get("dsv3-v1", size="tiny") / "zoo.json").read_text())["metrics"]
+    loss = base["heldout_loss"]
+    d, _ = _fake_rebuild(tmp_path, heldout_loss=loss + 0.15)
+    r = cli("zoo", "verify", d, "--json")
+    assert r.code == 0, r.out
+    row = next(f for f in json.loads(r.out)["figures"] if f["figure"] == "heldout_loss")
+    assert row["difference"] == pytest.approx(0.15, abs=1e-4) and row["ok"] is True
+    assert json.loads(r.out)["weights_identical"] is None  # no weights to hash
+
+    d2, _ = _fake_rebuild(tmp_path / "b", heldout_loss=loss + 0.3)
+    r = cli("zoo", "verify", d2, "--json")
+    assert r.code == 1 and json.loads(r.out)["ok"] is False
+    names = base["chat"]["names_function"]
+    d3, _ = _fake_rebuild(tmp_path / "c", **{"chat.names_function": min(1.0, names + 0.5)})
+    assert cli("zoo", "verify", d3).code == 1
+    r = cli("zoo", "verify", d3)
+    assert "chat.names_function" in r.out and "OUT OF TOLERANCE" in r.out
+
+
+def test_verify_fails_on_another_recipe_and_refuses_a_non_build(cli, tmp_path):
+    d, doc = _fake_rebuild(tmp_path)
+    doc["recipe"]["steps"] += 1
+    (d / "zoo.json").write_text(json.dumps(doc))
+    r = cli("zoo", "verify", d, "--json")
+    assert r.code == 1 and json.loads(r.out)["recipe_same"] is False
+    (tmp_path / "empty").mkdir()
+    r = cli("zoo", "verify", tmp_path / "empty")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "zoo.json" in r.err
+
+
+def test_build_into_a_folder_holding_other_files_is_refused(tmp_path):
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("keep me")
+    with pytest.raises(Eagle3Error, match="absent or empty folder"):
+        zoo.build("llama-v1", size="tiny", out=mine)
+    assert (mine / "notes.txt").read_text() == "keep me"
+    # a v2's parent must be a float32 build of its v1, not the shipped bf16 one
+    with pytest.raises(Eagle3Error, match="float32 build"):
+        zoo.build(
+            "llama-v2", size="tiny", out=tmp_path / "v2", parent=zoo.get("llama-v1", size="tiny")
+        )
+    with pytest.raises(Eagle3Error, match="as the parent"):
+        zoo.build("llama-v2", size="tiny", out=tmp_path / "v2", parent=mine)
+    assert not (tmp_path / "v2").exists()
 
 
 def test_interrupted_build_leaves_no_cache(monkeypatch, tmp_path):
@@ -118,17 +191,16 @@ def test_interrupted_build_leaves_no_cache(monkeypatch, tmp_path):
     monkeypatch.setattr(_build, "build_into", boom)
     with pytest.raises(KeyboardInterrupt):
         zoo.build("llama-v1", size="tiny", progress=False)
-    assert not zoo.is_built("llama-v1", size="tiny")
     assert list((tmp_path / "zoo").iterdir()) == [tmp_path / "zoo" / ".llama-v1-tiny.lock"]
-    # A half-written dir (no manifest, e.g. copied by hand) is not treated as cached either.
-    zoo.path("llama-v1", size="tiny").mkdir()
-    assert not zoo.is_built("llama-v1", size="tiny")
     # A build killed by a signal leaves its temp dir; the next build of that member removes it.
     stale = tmp_path / "zoo" / ".tmp-llama-v1-tiny-99999"
     stale.mkdir()
     with pytest.raises(KeyboardInterrupt):
         zoo.build("llama-v1", size="tiny", progress=False)
     assert not stale.exists()
+    with pytest.raises(KeyboardInterrupt):  # into -o DIR: nothing left there either
+        zoo.build("llama-v1", size="tiny", out=tmp_path / "o")
+    assert not (tmp_path / "o").exists()
 
 
 def test_distinct_ngram_ratio():
@@ -299,7 +371,7 @@ def test_inspect_zoo_target(cli):
     """`eagle3kit inspect` on a zoo target shows layers, hidden size, vocab, default aux layers."""
     import json
 
-    p = zoo.get("dsv3-v1", size="tiny", progress=False)
+    p = zoo.get("dsv3-v1", size="tiny")
     r = cli("inspect", p, "--json")
     assert r.code == 0, r.err
     doc = json.loads(r.out)
@@ -371,9 +443,7 @@ def test_chat_stream_marks_the_first_answer_line_and_windows_align():
     from eagle3kit.zoo import builder, corpus
     from eagle3kit.zoo import training as tr
 
-    tok = tokenizers.Tokenizer.from_file(
-        str(zoo.get("llama-v1", size="tiny", progress=False) / "tokenizer.json")
-    )
+    tok = tokenizers.Tokenizer.from_file(str(zoo.get("llama-v1", size="tiny") / "tokenizer.json"))
     convs = [
         corpus.conversation("Write `alpha`.", "def alpha(x):\n    return x + 1"),
         corpus.conversation("Implement `beta`.", "def beta():\n    pass"),
@@ -391,27 +461,26 @@ def test_chat_stream_marks_the_first_answer_line_and_windows_align():
 
 
 @pytest.mark.slow  # ~10 s: builds a member
-def test_a_build_below_the_chat_bar_is_recorded_and_refused_when_strict(monkeypatch, tmp_path):
+def test_a_build_below_the_chat_bar_is_recorded_and_refused_when_strict(tmp_path):
     """A tiny member's answers do not name the function: zoo.json records the shortfall and
-    a warning names it; with strict the build raises Eagle3Error and nothing is cached."""
-    monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path))
+    a warning names it; with strict the build raises Eagle3Error and nothing is written."""
+    out = tmp_path / "v1"
     with pytest.raises(Eagle3Error, match="names_function"):
-        zoo.build("llama-v1", size="tiny", progress=False, strict=True)
-    assert not zoo.is_built("llama-v1", size="tiny")
-    assert not zoo.path("llama-v1", size="tiny").exists()
-    zoo.build("llama-v1", size="tiny", progress=False)
-    chat = zoo.manifest("llama-v1", size="tiny")["metrics"]["chat"]
+        zoo.build("llama-v1", size="tiny", out=out, strict=True)
+    assert not out.exists()
+    zoo.build("llama-v1", size="tiny", out=out)
+    chat = json.loads((out / "zoo.json").read_text())["metrics"]["chat"]
     assert chat["names_function"] < 0.8
     assert any(b.startswith("names_function") for b in chat["bar"]["below"])
-    assert "llama-v1-tiny" in zoo.chat_warning("llama-v1", size="tiny")
-    with pytest.raises(Eagle3Error, match="cached without --strict"):  # strict on the cache
-        zoo.build("llama-v1", size="tiny", progress=False, strict=True)
-    assert zoo.is_built("llama-v1", size="tiny")  # nothing removed
+    assert "llama-v1-tiny" in zoo.chat_warning("llama-v1", size="tiny")  # the shipped one too
+    with pytest.raises(Eagle3Error, match="without --strict"):  # strict on an earlier build
+        zoo.build("llama-v1", size="tiny", out=out, strict=True)
+    assert (out / "zoo.json").is_file()  # nothing removed
     from conftest import run_cli
 
-    r = run_cli("zoo", "build", "llama-v1", "--size", "tiny", "--json")
-    assert r.code == 0 and "names_function" in json.loads(r.out)["members"][0]["warning"]
-    r = run_cli("zoo", "build", "llama-v1", "--size", "tiny", "--strict")
+    r = run_cli("zoo", "build", "llama-v1", "--size", "tiny", "-o", out, "--json")
+    assert r.code == 0 and "names_function" in json.loads(r.out)["warning"]
+    r = run_cli("zoo", "build", "llama-v1", "--size", "tiny", "-o", out, "--strict")
     assert r.code == 2 and "names_function" in r.err and len(r.err.strip().splitlines()) == 1
 
 
@@ -503,33 +572,47 @@ def test_the_chat_bar_warning_says_which_failure_it_is():
     assert chat_bar_warning("m", ok) is None
 
 
-@pytest.mark.slow  # ~10 s: builds a member
-def test_zoo_list_shows_each_size_built_stale_or_what_a_build_costs(cli, monkeypatch, tmp_path):
-    """A home holding only tiny members (what tests and the demo build): `zoo list` without
-    --size shows them built, beside the unbuilt full members and what building each costs."""
-    monkeypatch.setenv("EAGLE3KIT_HOME", str(tmp_path))
-    t0 = time.time()
-    zoo.build("llama-v1", size="tiny", progress=False)
-    took = time.time() - t0
+def test_zoo_list_shows_every_shipped_member_with_its_size_hash_and_figures(cli):
+    """`zoo list` reads the package: every shipped member available (no build), its size,
+    its weights' sha256 as zoo.json lists it, its figures; an unshipped one says how to build
+    it. Nothing is built: the cache stays empty."""
+    from eagle3kit.zoo.shipping import sha256_file
+
     r = cli("zoo", "list", "--json")
     assert r.code == 0, r.err
     rows = {(m["name"], m["size"]): m for m in json.loads(r.out)["members"]}
     assert len(rows) == 8  # four members at two sizes
-    v1 = rows[("llama-v1", "tiny")]
-    assert (v1["built"], v1["state"], v1["build_measured"]) == (True, "built", True)
-    assert 0 < v1["build_seconds"] <= took + 0.05  # zoo.json's own time (rounded to 0.1 s)
-    assert rows[("llama-v1", "full")]["state"] == "absent"
-    # building llama-v2 tiny costs its own build only (its v1 is built); at full size, both
-    costs = zoo.BUILD_SECONDS
-    assert rows[("llama-v2", "tiny")]["build_seconds"] == costs["tiny"]["llama-v2"]
-    full_v2 = costs["full"]["llama-v2"] + costs["full"]["llama-v1"]
-    assert rows[("llama-v2", "full")]["build_seconds"] == full_v2
-    table = cli("zoo", "list").out
-    tiny_v1 = next(line for line in table.splitlines() if "llama-v1" in line and "tiny" in line)
-    assert "yes (built in" in tiny_v1
-    assert re.search(r"llama-v2 .* full .*no: ~9 min to build with llama-v1", table)
-    # a zoo.json from another recipe is stale (rebuilt on next use), not "absent"
-    man = zoo.path("llama-v1", size="tiny") / "zoo.json"
-    man.write_text(json.dumps({**json.loads(man.read_text()), "recipe_digest": "0" * 16}))
-    assert zoo.describe("llama-v1", size="tiny")["state"] == "stale"
-    assert "stale: rebuilt on use, ~10 s" in cli("zoo", "list", "--size", "tiny").out
+    for name in zoo.names():
+        row = rows[(name, "tiny")]
+        d = zoo.get(name, size="tiny")
+        assert row["shipped"] and row["recipe_current"], name
+        assert row["sha256"] == sha256_file(d / "model.safetensors")
+        on_disk = sum(p.stat().st_size for p in d.iterdir() if p.name != "zoo.json")
+        assert row["bytes"] == on_disk
+    table = cli("zoo", "list", "--size", "tiny").out
+    v1 = next(line for line in table.splitlines() if "llama-v1-tiny" in line)
+    assert rows[("llama-v1", "tiny")]["sha256"][:12] in v1 and "yes" in v1
+    assert "min to build" not in table and not (zoo.home() / "zoo").exists()
+    for name in zoo.names():  # full members: shipped, or a line saying how to build them
+        full = rows[(name, "full")]
+        assert full["shipped"] or f"zoo build {name}" in cli("zoo", "list", "--size", "full").out
+
+
+def test_shipped_members_are_the_code_recipes_output():
+    """Each shipped member's zoo.json carries the recipe in code (digest and fields): a recipe
+    change without shipping new members fails here. Members and the K2 drafter pass their
+    sha256 check."""
+    from dataclasses import asdict
+
+    from eagle3kit.zoo.shipping import ROOT
+
+    for name in zoo.names():
+        for size in zoo.SIZES:
+            doc = zoo.manifest(name, size=size)
+            if doc is None:
+                assert size == "full", f"{name}-{size} must ship: the tests run on it"
+                continue
+            assert doc["recipe_digest"] == zoo.recipe_digest(name, size), (name, size)
+            assert doc["recipe"] == json.loads(json.dumps(asdict(zoo.recipe(name, size))))
+            assert doc["shipped"]["dtype"] == {"full": "bfloat16", "tiny": "float32"}[size]
+    assert (ROOT / "k2-drafter-tiny" / "zoo.json").is_file()

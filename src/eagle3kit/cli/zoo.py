@@ -1,8 +1,10 @@
-"""CLI verbs: `eagle3kit zoo list|build` — the built-in targets (eagle3kit.zoo)."""
+"""CLI verbs: `eagle3kit zoo list|build|verify` (and the maintainers' hidden `zoo ship`): the
+built-in targets (eagle3kit.zoo)."""
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -15,47 +17,35 @@ SIZE_HELP = "full (demo, benchmarks) or tiny (seconds to build; tests)."
 def _row(d: dict) -> list[str]:
     man = d["manifest"] or {}
     met = man.get("metrics", {})
-    quality = (
-        f"{met['heldout_loss']:.2f} / {met['unigram_loss']:.2f} / {met['distinct4_mean']:.2f}"
-        if met
+    chat = met.get("chat", {})
+    quality = f"{met['heldout_loss']:.2f} / {met['distinct4_mean']:.2f}" if met else "-"
+    answers = (
+        f"{chat['names_function']:.2f} / {chat['distinct_openings']:.2f} / "
+        f"{chat['pooled_distinct4']:.2f}"
+        if "pooled_distinct4" in chat
         else "-"
     )
-    if "chat" in met:
-        quality += f", chat {met['chat']['distinct4_mean']:.2f}"
-    params = f"{man['params'] / 1e6:.1f}M" if man else "-"
-    shape = f"{man['num_layers']}x{man['hidden_size']}, V={man['vocab_size']}" if man else "-"
+    params = f"{man['params'] / 1e6:.2f}M" if man else "-"
     return [
-        d["name"],
-        d["size"],
+        d["label"],
         d["architecture"],
         d["parent"] or "-",
         d["slice"],
         params,
-        shape,
+        f"{d['bytes'] / 1e6:.1f}" if d["bytes"] else "-",
+        (d["sha256"] or "-")[:12],
         quality,
-        _built(d),
+        answers,
+        _state(d),
     ]
 
 
-def _duration(s: float) -> str:
-    return f"{s:.0f} s" if s < 90 else f"{s / 60:.0f} min"
-
-
-def _built(d: dict) -> str:
-    """'yes (built in 6 s)', 'no: ~10 s to build', 'stale: rebuilt on use, ~4 min'."""
-    cost = d["build_seconds"]
-    if d["state"] == "built":
-        return f"yes (built in {_duration(cost)})" if cost is not None else "yes"
-    with_parent = f" with {d['parent']}" if d["parent"] and cost > _own_cost(d) else ""
-    if d["state"] == "stale":
-        return f"stale: rebuilt on use, ~{_duration(cost)}{with_parent}"
-    return f"no: ~{_duration(cost)} to build{with_parent}"
-
-
-def _own_cost(d: dict) -> float:
-    from eagle3kit.zoo import BUILD_SECONDS
-
-    return BUILD_SECONDS[d["size"]][d["name"]]
+def _state(d: dict) -> str:
+    """'yes', 'yes (recipe changed since)' or 'no: eagle3kit zoo build NAME -o DIR'."""
+    if not d["shipped"]:
+        size = "" if d["size"] == "full" else f" --size {d['size']}"
+        return f"no: eagle3kit zoo build {d['name']}{size} -o DIR"
+    return "yes" if d["recipe_current"] else "yes (the code's recipe changed since)"
 
 
 def _check_size(size: str) -> str:
@@ -81,33 +71,36 @@ ListSize = Annotated[
 
 
 def list_(size: ListSize = "all", json_: JsonFlag = False) -> None:
-    """List the zoo's members at each size, where they live, whether they are built, and
-    what a build costs."""
+    """List the zoo's members at each size as shipped in this package: size on disk, the
+    weights' sha256, and the figures their build measured."""
     from eagle3kit import zoo
     from eagle3kit.cli._render import emit_json, out
     from eagle3kit.core.artifacts import stamp
+    from eagle3kit.zoo.shipping import ROOT
 
     sizes = zoo.SIZES if size == "all" else (size,)
     rows = [zoo.describe(n, size=s) for s in sizes for n in zoo.names()]
     if json_:
-        emit_json(stamp({"home": str(zoo.home()), "size": size, "members": rows}, "zoo"))
+        emit_json(stamp({"shipped_in": str(ROOT), "size": size, "members": rows}, "zoo"))
         return
     from rich.table import Table
 
     t = Table(
-        title=f"eagle3kit zoo ({size}) in {zoo.home() / 'zoo'}",
-        caption="build: eagle3kit zoo build NAME [--size tiny] (times measured on 2 CPU cores)",
+        title=f"eagle3kit zoo ({size}), shipped in {ROOT}",
+        caption="held-out loss / continuation distinct-4; answers: names the function / "
+        "distinct openings / pooled distinct-4 (docs/zoo.md). Check: eagle3kit zoo verify",
     )
     for col in (
-        "name",
-        "size",
+        "member",
         "architecture",
         "parent",
         "data",
         "params",
-        "layers x hidden",
-        "held-out / unigram loss / greedy distinct-4",
-        "built",
+        "MB",
+        "sha256",
+        "loss / distinct-4",
+        "answers",
+        "shipped",
     ):
         t.add_column(col)
     for d in rows:
@@ -115,8 +108,18 @@ def list_(size: ListSize = "all", json_: JsonFlag = False) -> None:
     out().print(t)
 
 
-Name = Annotated[str, typer.Argument(help="Member to build (default: all).")]
-Force = Annotated[bool, typer.Option("--force", help="Rebuild even when cached.")]
+Name = Annotated[str, typer.Argument(help="Member to build (llama-v1, ..., dsv3-v2).")]
+Out = Annotated[
+    Path,
+    typer.Option("-o", "--out", help="Folder to build into (absent, empty, or an earlier build)."),
+]
+Parent = Annotated[
+    Path | None,
+    typer.Option(
+        help="A v2's v1, built before with `zoo build -o` (default: built into the cache).",
+    ),
+]
+Force = Annotated[bool, typer.Option("--force", help="Rebuild even when OUT holds a build.")]
 Strict = Annotated[
     bool,
     typer.Option(
@@ -127,55 +130,160 @@ Strict = Annotated[
 
 
 def build(
-    name: Name = None,
+    name: Name,
+    out_dir: Out,
     size: Size = "full",
+    parent: Parent = None,
     force: Force = False,
     strict: Strict = False,
     json_: JsonFlag = False,
 ) -> None:
-    """Build members (v2 builds its v1 first); cached members return at once. A member
-    whose chat answers fall below the zoo's bar is cached with a warning (in zoo.json
-    and here) unless --strict."""
+    """Reproduce a member from its recipe into OUT (float32, as trained); compare it with
+    the shipped one with `zoo verify OUT`. A v2 starts from its v1 (--parent, else built into
+    $EAGLE3KIT_HOME/zoo first). A member below the zoo's chat bar is built with a warning
+    unless --strict."""
     from eagle3kit import zoo
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json, out
     from eagle3kit.core.artifacts import stamp
+    from eagle3kit.zoo.shipping import read_manifest
 
-    targets = [name] if name is not None else zoo.names()
-    for n in targets:
-        zoo.member(n)  # bad names fail before any work
-    results = []
-    for n in targets:
-        cached = not force and zoo.is_built(n, size=size)
-        t0 = time.time()
-        with bar(True) as progress:  # stderr, so --json stays one document on stdout
-            p = zoo.build(n, size=size, force=force, progress=progress, strict=strict)
-        results.append(
-            {
-                "name": n,
-                "size": size,
-                "path": str(p),
-                "cached": cached,
-                "seconds": round(time.time() - t0, 2),
-                "manifest": zoo.manifest(n, size=size),
-                "warning": zoo.chat_warning(n, size=size),
-            }
+    zoo.member(name)  # a bad name fails before any work
+    t0 = time.time()
+    with bar(True) as progress:  # stderr, so --json stays one document on stdout
+        p = zoo.build(
+            name,
+            size=size,
+            out=out_dir,
+            parent=parent,
+            force=force,
+            progress=progress,
+            strict=strict,
         )
+    doc = read_manifest(p) or {}
+    result = {
+        "name": name,
+        "size": size,
+        "path": str(p),
+        "seconds": round(time.time() - t0, 2),
+        "manifest": doc,
+        "warning": zoo.folder_warning(p, name, size),
+    }
     if json_:
-        emit_json(stamp({"members": results}, "zoo_build"))
+        emit_json(stamp(result, "zoo_build"))
         return
-    for r in results:
-        how = "cached" if r["cached"] else f"built in {r['seconds']:.0f} s"
-        out().print(f"{r['name']} ({size}): {r['path']} [{how}]")
-        if r["warning"]:
-            out().print(f"[yellow]warning:[/] {r['warning']}", markup=True, highlight=False)
+    took = doc.get("build_seconds")
+    out().print(
+        f"{zoo.label(name, size)}: {p} (built in {took} s; check: eagle3kit zoo verify {p})"
+    )
+    if result["warning"]:
+        out().print(f"[yellow]warning:[/] {result['warning']}", markup=True, highlight=False)
+
+
+Rebuild = Annotated[
+    Path | None,
+    typer.Argument(help="A rebuild (zoo build -o DIR); omitted: check the shipped files."),
+]
+
+
+def verify(rebuild: Rebuild = None, json_: JsonFlag = False) -> None:
+    """Without DIR: every shipped file against its sha256 in zoo.json. With DIR: a rebuild's
+    figures against the shipped member's within stated tolerances (its bytes differ on
+    another CPU; the figures decide). Exit 1 when a check fails."""
+    from eagle3kit.cli._render import emit_json
+    from eagle3kit.core.artifacts import stamp
+    from eagle3kit.zoo import verify as v
+
+    if rebuild is None:
+        rows = v.shipped_files()
+        doc = {
+            "checked": "shipped files",
+            "members": rows,
+            "ok": bool(rows) and all(r["ok"] for r in rows),
+        }
+    else:
+        doc = {"checked": "rebuild", **v.compare(rebuild)}
+    if json_:
+        emit_json(stamp(doc, "zoo_verify"))
+    else:
+        _print_verify(doc)
+    if not doc["ok"]:
+        raise typer.Exit(1)
+
+
+def _print_verify(doc: dict) -> None:
+    from eagle3kit.cli._render import out
+
+    if doc["checked"] == "shipped files":
+        for r in doc["members"]:
+            out().print(f"{r['label']}: {'sha256 ok' if r['ok'] else r['error']}", highlight=False)
+        return
+    o = out()
+    o.print(f"{doc['member']}: rebuild {doc['rebuild']} against {doc['shipped']}", highlight=False)
+    o.print(f"  recipe: {'same' if doc['recipe_same'] else 'DIFFERENT'}", highlight=False)
+    py = doc["python"]
+    o.print(
+        f"  data: {'same' if doc['data_same'] else 'different'} (Python {py['shipped']} "
+        f"shipped, {py['rebuild']} rebuild)",
+        highlight=False,
+    )
+    o.print(
+        f"  weights identical: {doc['weights_identical']} ({doc['bytes_note']})", highlight=False
+    )
+    for f in doc["figures"]:
+        mark = "ok" if f["ok"] else "OUT OF TOLERANCE"
+        o.print(
+            f"  {f['figure']}: shipped {f['shipped']}, rebuild {f['rebuild']}, "
+            f"difference {f['difference']} (tolerance {f['tolerance']}) {mark}",
+            highlight=False,
+        )
+    o.print("verified: figures within tolerance" if doc["ok"] else "not verified", highlight=False)
+
+
+Srcs = Annotated[
+    list[Path],
+    typer.Argument(help="Builds (zoo build -o DIR), or the K2 drafter's run or cache dir."),
+]
+
+
+def ship(
+    srcs: Srcs,
+    commit: Annotated[str | None, typer.Option(help="The commit that built SRC.")] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(help="k2-drafter[-tiny] for a drafter SRC (default: SRC's folder name)."),
+    ] = None,
+    json_: JsonFlag = False,
+) -> None:
+    """(maintainers) Put each build SRC into the package (src/eagle3kit/zoo/shipped/<label>):
+    weights in bf16 (full) or float32 (tiny), zoo.json with the commit and every file's
+    sha256. A member's build must carry this code's recipe."""
+    import json
+
+    from eagle3kit.cli._render import emit_json, out
+    from eagle3kit.core.artifacts import stamp
+    from eagle3kit.zoo.shipping import ship as ship_
+
+    rows = []
+    for src in srcs:
+        dest = ship_(src, commit=commit, name=name or src.name)
+        shipped = json.loads((dest / "zoo.json").read_text())["shipped"]
+        size = sum(f["bytes"] for f in shipped["files"].values())
+        rows.append({"src": str(src), "path": str(dest), "bytes": size, **shipped})
+        if not json_:
+            out().print(f"{dest}: {size / 1e6:.2f} MB, {len(shipped['files'])} files")
+    if json_:
+        emit_json(stamp({"shipped": rows}, "zoo_ship"))
 
 
 def register(app: typer.Typer) -> None:
     zoo_app = typer.Typer(
-        help="The built-in tiny targets (Llama and DeepSeek-V3, v1/v2), built from the stdlib.",
+        help="The built-in small targets (Llama and DeepSeek-V3, v1/v2), shipped with the "
+        "package; build reproduces one, verify compares.",
         no_args_is_help=True,
     )
     app.add_typer(zoo_app, name="zoo")
     zoo_app.command("list")(list_)
     zoo_app.command("build")(build)
+    zoo_app.command("verify")(verify)
+    zoo_app.command("ship", hidden=True)(ship)

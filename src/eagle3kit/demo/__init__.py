@@ -7,8 +7,8 @@ Then the same story replayed for real on the zoo's DeepSeek-V3-architecture pair
 v1 = "K2", v2 = "K2.5": same shapes and tokenizer, weights moved by further training on
 shifted data):
 
- 1. build both targets and "the K2 drafter": an EAGLE-3 drafter trained on v1 (cached under
-    $EAGLE3KIT_HOME/drafters like a zoo member; steps.py);
+ 1. load both targets and "the K2 drafter" (an EAGLE-3 drafter trained on v1), all shipped
+    in the package (zoo/shipped): the demo builds no target (steps.py);
  2. bench plain vs speculative decoding on v2 with that stale drafter;
  3. plan from those measurements; inspect and compat the drafter against v2; probe it;
  4. fine-tune it on v2 data, and train one from scratch on the same data and steps;

@@ -131,16 +131,29 @@ def k2_drafter(
     progress: Progress | None = None,
     say: Callable[[str], None] = lambda s: None,
 ) -> Path:
-    """$EAGLE3KIT_HOME/drafters/dsv3-v1-eagle3[-tiny]: the demo's "K2 drafter" (trained on
-    dsv3-v1), built once and cached like a zoo member; returns its servable dir."""
+    """The demo's "K2 drafter" (EAGLE-3 trained on dsv3-v1): the one shipped in the package
+    (zoo/shipped/k2-drafter[-tiny]) when it is there, else trained once on the shipped dsv3-v1
+    and cached under $EAGLE3KIT_HOME/drafters/dsv3-v1-eagle3[-tiny]; returns its servable dir."""
+    from eagle3kit.zoo.shipping import DRAFTER, location, shipped
+
+    lab = DRAFTER + ("" if size == "full" else f"-{size}")
+    if (location(lab) / "zoo.json").is_file():
+        return shipped(lab)
+    return _train_k2_drafter(size, progress, say)
+
+
+def _train_k2_drafter(size: str, progress: Progress | None, say: Callable[[str], None]) -> Path:
+    """Train the K2 drafter (the package ships none at ``size``), cached by its recipe and
+    the shipped target's identity."""
     from eagle3kit import zoo
     from eagle3kit.train.loop import train
+    from eagle3kit.zoo.shipping import identity
 
     r = RECIPES[size]
-    p1 = zoo.get(PAIR[0], size=size, progress=progress)
+    p1 = zoo.get(PAIR[0], size=size)
     fields = ("v1_samples", "max_len", "batch", "k2_steps", "draft_vocab", "ttt_steps", "lr")
     key = {"kind": "eagle3kit.demo_drafter", "schema": 1, "version": 1, "target": str(p1)}
-    key["target_recipe"] = zoo.recipe_digest(PAIR[0], size)  # a rebuilt zoo retrains it
+    key["target_weights"] = identity(p1)  # another shipped zoo retrains it
     key["recipe"] = {f: getattr(r, f) for f in fields}
     final = zoo.home() / "drafters" / ("dsv3-v1-eagle3" + ("" if size == "full" else f"-{size}"))
     done = final / "demo-drafter.json"
@@ -161,11 +174,12 @@ DEMO_MADE = ("data/test-prepared", "data/test.jsonl", "runs/finetune", "runs/scr
 
 def drop_stale(out: Path, size: str) -> None:
     """Remove the prepared data and training runs the demo made under OUT (``DEMO_MADE``,
-    nothing else) unless OUT/zoo-recipes.json says they were made on the current zoo
-    recipes; then record those."""
+    nothing else) unless OUT/zoo-recipes.json says they were made on the zoo members shipped
+    now (their weights' sha256); then record those."""
     from eagle3kit import zoo
+    from eagle3kit.zoo.shipping import identity
 
-    want = {name: zoo.recipe_digest(name, size) for name in PAIR}
+    want = {name: identity(zoo.get(name, size=size)) for name in PAIR}
     stamp_file = out / "zoo-recipes.json"
     try:
         have = json.loads(stamp_file.read_text())

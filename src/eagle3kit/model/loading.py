@@ -22,17 +22,17 @@ __all__ = [
 
 def resolve_target(name_or_path: str) -> str:
     """A local model dir (as given), a zoo member name (``dsv3-v2``, ``llama-v1-tiny``: its
-    dir, built on first use), else the string itself, for the hub to resolve."""
+    folder shipped in the package, never built here; Eagle3Error saying how to build one the
+    package lacks), else the string itself, for the hub to resolve."""
     if Path(name_or_path).expanduser().exists():
         return name_or_path
     from eagle3kit import zoo
 
-    names = zoo.names()
-    if name_or_path in names:
-        return str(zoo.get(name_or_path))
-    if name_or_path.endswith("-tiny") and name_or_path[: -len("-tiny")] in names:
-        return str(zoo.get(name_or_path[: -len("-tiny")], size="tiny"))
-    return name_or_path
+    found = zoo.parse_label(name_or_path)
+    if found is None:
+        return name_or_path
+    name, size = found
+    return str(zoo.get(name, size=size))
 
 
 @dataclass

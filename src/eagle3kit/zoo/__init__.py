@@ -1,4 +1,5 @@
-"""The built-in zoo: small target models built on first use from the Python standard library.
+"""The built-in zoo: small target models trained on the Python standard library, shipped
+with the package.
 
 Members (all with the same byte-level BPE tokenizer recipe and chat template):
 
@@ -13,32 +14,30 @@ dsv3-v2   DeepSeek-V3   dsv3-v1, trained further on the stdlib ``test/`` package
 
 v1 -> v2 is the Kimi-K2 -> K2.5 situation in miniature: same architecture and tokenizer,
 weights moved by further training on shifted data. ``size="tiny"`` gives the same members
-with a much smaller config and recipe (seconds to build; for tests), stored as
-``<name>-tiny``.
+with a much smaller config and recipe (for tests), labelled ``<name>-tiny``.
 
-Models are normal Hugging Face dirs (config.json, model.safetensors, tokenizer files) plus a
-``zoo.json`` manifest, under ``$EAGLE3KIT_HOME/zoo/<name>`` (default home
-``~/.cache/eagle3kit``). Builds are deterministic (fixed seeds, sorted files, fixed thread
-count): deleting the cache and rebuilding on the same machine and Python gives bit-identical
-weights. A build writes into a temp dir that is renamed into place when complete, so an
-interrupted build is never mistaken for a cached one.
+``get`` returns a shipped member's folder inside the package (``zoo/shipped/<label>``: a
+Hugging Face dir in bf16 plus ``zoo.json``; ``shipping.py``), its files checked against
+their sha256 on first use; it never trains. ``build`` reproduces a member from its recipe
+into a folder of your choice (``eagle3kit zoo build NAME -o DIR``); a v2's parent is built
+(float32, as the recipe trains it) into ``$EAGLE3KIT_HOME/zoo/<label>`` and reused. Builds
+are deterministic on one machine (fixed seeds, sorted files, fixed thread count) and atomic
+(a temp dir renamed into place); another CPU or Python gives other bytes (docs/zoo.md).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import re
 import shutil
 from collections.abc import Iterator
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
-from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress
 from eagle3kit.zoo.members import (  # noqa: F401  (the zoo's public names)
     BUILD_SECONDS,
@@ -53,8 +52,9 @@ from eagle3kit.zoo.members import (  # noqa: F401  (the zoo's public names)
     member,
     names,
     recipe,
+    recipe_digest,
 )
-from eagle3kit.zoo.training import ARCHS
+from eagle3kit.zoo.shipping import label, parse_label  # noqa: F401
 
 
 def home() -> Path:
@@ -63,34 +63,32 @@ def home() -> Path:
 
 
 def path(name: str, *, size: str = "full") -> Path:
-    """Where member ``name`` lives (built or not)."""
+    """Where the shipped member ``name`` lives in the package (shipped or not)."""
+    from eagle3kit.zoo.shipping import location
+
     member(name)
-    check_size(size)
-    return home() / "zoo" / (name if size == "full" else f"{name}-{size}")
+    return location(label(name, size))
 
 
-def recipe_digest(name: str, size: str = "full") -> str:
-    """A hash of everything in the code that determines the member's weights."""
-    m = member(name)
-    doc = {
-        "version": RECIPE_VERSION,
-        "member": asdict(m),
-        "arch": ARCHS[m.arch][size],
-        "recipe": asdict(recipe(name, size)),
-        "parent": recipe_digest(m.parent, size) if m.parent else None,
-        "threads": BUILD_THREADS[size],
-    }
-    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+def cache_path(name: str, *, size: str = "full") -> Path:
+    """Where ``build`` keeps a member it builds as a parent: ``$EAGLE3KIT_HOME/zoo/<label>``."""
+    member(name)
+    return home() / "zoo" / label(name, size)
 
 
 def manifest(name: str, *, size: str = "full") -> dict[str, Any] | None:
-    """The ``zoo.json`` of a built member, or None when it is not built (or stale)."""
-    f = path(name, size=size) / MANIFEST
-    try:
-        doc = json.loads(f.read_text())
-    except (OSError, ValueError):
-        return None
-    return doc if doc.get("recipe_digest") == recipe_digest(name, size) else None
+    """The shipped member's ``zoo.json``, or None when the package does not ship it."""
+    from eagle3kit.zoo.shipping import read_manifest
+
+    return read_manifest(path(name, size=size))
+
+
+def _built(folder: Path, name: str, size: str) -> bool:
+    """Whether ``folder`` holds a complete build of the code's current recipe."""
+    from eagle3kit.zoo.shipping import read_manifest
+
+    doc = read_manifest(folder)
+    return doc is not None and doc.get("recipe_digest") == recipe_digest(name, size)
 
 
 def signed_requests(model_dir: str | Path | None) -> bool:
@@ -106,26 +104,24 @@ def signed_requests(model_dir: str | Path | None) -> bool:
     return bool(doc.get("recipe", {}).get("chat_signature")) if isinstance(doc, dict) else False
 
 
-def is_built(name: str, *, size: str = "full") -> bool:
+def is_shipped(name: str, *, size: str = "full") -> bool:
     return manifest(name, size=size) is not None
 
 
 def chat_warning(name: str, *, size: str = "full") -> str | None:
-    """The built member's warning that its chat answers fall below the zoo's bar (from
-    zoo.json; None when they meet ``builder.CHAT_BAR`` or the member is not built)."""
-    doc = manifest(name, size=size)
-    chat = (doc or {}).get("metrics", {}).get("chat", {})
-    below = chat.get("bar", {}).get("below")
-    if not below:
-        return None
-    from eagle3kit.zoo.builder import chat_bar_warning
-
-    return chat_bar_warning(name if size == "full" else f"{name}-{size}", chat)
+    """The shipped member's warning that its chat answers fall below the zoo's bar (from
+    zoo.json; None when they meet ``builder.CHAT_BAR`` or the member is not shipped)."""
+    return folder_warning(path(name, size=size), name, size)
 
 
-def get(name: str, *, size: str = "full", progress: Progress | None = None) -> Path:
-    """The member's model dir, building it first when it is missing."""
-    return build(name, size=size, progress=progress)
+def get(name: str, *, size: str = "full") -> Path:
+    """The shipped member's folder, its files checked against zoo.json's sha256 (once per
+    process). Never builds: a member the package lacks raises Eagle3Error saying how to build
+    it (``eagle3kit zoo build NAME -o DIR``)."""
+    from eagle3kit.zoo.shipping import shipped
+
+    member(name)
+    return shipped(label(name, size))
 
 
 @contextlib.contextmanager
@@ -158,68 +154,115 @@ def build(
     name: str,
     *,
     size: str = "full",
+    out: str | Path | None = None,
+    parent: str | Path | None = None,
     progress: Progress | None = None,
     force: bool = False,
     strict: bool = False,
 ) -> Path:
-    """Build member ``name`` (and its parent first) unless it is already cached; returns its dir.
+    """Build member ``name`` from its recipe into ``out`` (default ``cache_path``) unless a
+    build of the current recipe is already there; returns the folder (float32, as trained).
 
-    ``progress`` (eagle3kit.core.progress) receives one event stream per build stage; the CLI draws
-    it as Rich bars. The folder appears complete or not at all
-    (eagle3kit.core.atomic.atomic_dir). ``strict``: refuse (Eagle3Error) a member whose chat
-    answers fall below ``builder.CHAT_BAR`` instead of recording it in zoo.json."""
+    A v2 starts from ``parent``, a build of its v1 (an earlier ``zoo build -o``), else from
+    its v1 built into the cache first; never from the shipped bf16 v1, which the recipe does
+    not train from. ``out`` must be absent, empty or an earlier build of this member: nothing
+    else is overwritten. ``progress`` (eagle3kit.core.progress) receives one event stream per
+    build stage. The folder appears complete or not at all (core.atomic.atomic_dir).
+    ``strict``: refuse (Eagle3Error) a member whose chat answers fall below
+    ``builder.CHAT_BAR`` instead of recording it in zoo.json."""
     progress = progress if callable(progress) else None  # older callers passed a bool
     m = member(name)
     check_size(size)
-    parent_dir = build(m.parent, size=size, progress=progress, strict=strict) if m.parent else None
-    dest = path(name, size=size)
-    with _lock(dest):
-        if not force and is_built(name, size=size):
-            if strict and (w := chat_warning(name, size=size)):
-                raise Eagle3Error(f"{w}; cached without --strict, refused now")
+    parent_dir = None
+    if m.parent:
+        parent_dir = Path(parent) if parent else build(m.parent, size=size, progress=progress)
+        _check_parent(parent_dir, m.parent, size)
+    dest = Path(out) if out is not None else cache_path(name, size=size)
+    lock = _lock(dest) if out is None else contextlib.nullcontext()
+    with lock:
+        if not force and _built(dest, name, size):
+            if strict and (w := folder_warning(dest, name, size)):
+                raise Eagle3Error(f"{w}; built before without --strict, refused now")
             return dest
+        _check_out(dest, name, size)
         _remove_stale(dest)
         from eagle3kit.zoo.builder import build_into
+        from eagle3kit.zoo.shipping import git_commit
 
         with atomic_dir(dest) as tmp:
             build_into(m, size, recipe(name, size), tmp, parent_dir, progress, strict=strict)
             doc = json.loads((tmp / MANIFEST).read_text())
             doc["recipe_digest"] = recipe_digest(name, size)
+            doc["commit"] = git_commit()
             atomic_write_json(tmp / MANIFEST, doc)
     return dest
 
 
-def describe(name: str, *, size: str = "full") -> dict[str, Any]:
-    """One row of ``zoo list``: name, architecture, lineage, path, its state, its manifest.
+def _check_parent(folder: Path, name: str, size: str) -> None:
+    """``folder`` must be a float32 build of ``name`` at ``size`` with the current recipe."""
+    from eagle3kit.zoo.shipping import read_manifest
 
-    ``state``: "built" (a current zoo.json), "stale" (a zoo.json of another recipe: rebuilt on
-    next use) or "absent". ``build_seconds``: the measured build time of a built member (its
-    zoo.json), else the estimate of what building it costs now (its parent's build included
-    when that is not built either; ``BUILD_SECONDS``)."""
+    doc = read_manifest(folder) or {}
+    where = str(folder / MANIFEST)
+    if doc.get("member") != name or doc.get("size") != size:
+        found = f"{doc.get('member')} ({doc.get('size')})" if doc else "no zoo.json"
+        raise bad(where, f"expected a build of {label(name, size)} as the parent, found {found}")
+    if "shipped" in doc:
+        raise bad(where, "expected a float32 build (zoo build -o), found a shipped bf16 member")
+    if doc.get("recipe_digest") != recipe_digest(name, size):
+        raise bad(
+            where,
+            f"recipe_digest: expected {recipe_digest(name, size)} (this code's), "
+            f"found {doc.get('recipe_digest')}",
+        )
+
+
+def _check_out(dest: Path, name: str, size: str) -> None:
+    """Refuse to replace a folder that is neither empty nor an earlier build of this member."""
+    from eagle3kit.zoo.shipping import read_manifest
+
+    if not dest.exists() or (dest.is_dir() and not any(dest.iterdir())):
+        return
+    doc = read_manifest(dest) or {}
+    if doc.get("member") != name or doc.get("size") != size or "shipped" in doc:
+        raise bad(
+            str(dest),
+            f"expected an absent or empty folder (or an earlier build of "
+            f"{label(name, size)}) to build into; found other files, left as they are",
+        )
+
+
+def folder_warning(folder: Path, name: str, size: str) -> str | None:
+    """The chat-bar warning recorded in ``folder``'s zoo.json (None when it meets the bar)."""
+    from eagle3kit.zoo.shipping import read_manifest
+
+    chat = ((read_manifest(folder) or {}).get("metrics") or {}).get("chat") or {}
+    if not chat.get("bar", {}).get("below"):
+        return None
+    from eagle3kit.zoo.builder import chat_bar_warning
+
+    return chat_bar_warning(label(name, size), chat)
+
+
+def describe(name: str, *, size: str = "full") -> dict[str, Any]:
+    """One row of ``zoo list``: name, architecture, lineage, where it ships, whether this
+    package has it, its size in bytes, its weights' sha256, its manifest (figures in
+    ``manifest.metrics``), and whether it was built by the code's current recipe."""
     m = member(name)
     doc = manifest(name, size=size)
-    state = "built" if doc is not None else _absent_or_stale(name, size)
-    if doc is not None:
-        cost = doc.get("build_seconds")
-    else:
-        cost = BUILD_SECONDS[size][name]
-        if m.parent and not is_built(m.parent, size=size):
-            cost += BUILD_SECONDS[size][m.parent]
+    files = (doc or {}).get("shipped", {}).get("files", {})
     return {
         "name": name,
         "size": size,
+        "label": label(name, size),
         "architecture": {"llama": "LlamaForCausalLM", "dsv3": "DeepseekV3ForCausalLM"}[m.arch],
         "version": m.version,
         "parent": m.parent,
         "slice": m.slice,
         "path": str(path(name, size=size)),
-        "built": doc is not None,
-        "state": state,
-        "build_seconds": cost,
-        "build_measured": doc is not None and cost is not None,
+        "shipped": doc is not None,
+        "bytes": sum(f["bytes"] for f in files.values()) if doc else None,
+        "sha256": files.get("model.safetensors", {}).get("sha256"),
+        "recipe_current": doc is not None and doc.get("recipe_digest") == recipe_digest(name, size),
         "manifest": doc,
     }
-
-
-def _absent_or_stale(name: str, size: str) -> str:
-    return "stale" if (path(name, size=size) / MANIFEST).is_file() else "absent"

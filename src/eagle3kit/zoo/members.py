@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import hashlib
+import json
+from dataclasses import asdict, dataclass, replace
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.zoo.training import Recipe
@@ -138,3 +140,19 @@ def member(name: str) -> Member:
 def check_size(size: str) -> None:
     if size not in SIZES:
         raise Eagle3Error(f"unknown zoo size {size!r}: valid sizes are {', '.join(SIZES)}")
+
+
+def recipe_digest(name: str, size: str = "full") -> str:
+    """A hash of everything in the code that determines the member's weights."""
+    from eagle3kit.zoo.training import ARCHS
+
+    m = member(name)
+    doc = {
+        "version": RECIPE_VERSION,
+        "member": asdict(m),
+        "arch": ARCHS[m.arch][size],
+        "recipe": asdict(recipe(name, size)),
+        "parent": recipe_digest(m.parent, size) if m.parent else None,
+        "threads": BUILD_THREADS[size],
+    }
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
