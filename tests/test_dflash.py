@@ -27,7 +27,7 @@ def target(request):
     from eagle3kit.model.target import TargetModel
 
     torch.set_num_threads(1)
-    path = zoo.get(request.param, size="tiny", progress=False)
+    path = zoo.get(request.param, size="tiny")
     return TargetModel.from_pretrained(path, aux_layers=[i + 1 for i in ZLAB_IDS])
 
 
