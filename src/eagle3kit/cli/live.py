@@ -141,7 +141,7 @@ def _s(x: dict | None, fmt: str = ".1f") -> str:
 def _tau(acc: dict | None) -> str:
     if not acc:
         return "-"
-    return f"{acc['accept_len']:.2f} ({acc['source']})"
+    return f"{acc['tau_online']:.2f} ({acc['source']})"
 
 
 def render(r: dict) -> None:
@@ -206,12 +206,12 @@ def _render_server(c, d: dict) -> None:
             cond = " ".join(f"{p:.2f}" for p in acc["conditional_acceptance"])
             c.print(f"  concurrency {lv['concurrency']}: per-position {pos}; conditional {cond}")
         per_suite = [
-            f"{k} {v['accept_len']:.2f}"
+            f"{k} {v['tau_online']:.2f}"
             for k, v in lv["suites"].items()
-            if v["accept_len"] is not None
+            if v["tau_online"] is not None
         ]
         if per_suite and len(lv["suites"]) > 1:
             c.print(f"  tau per suite: {', '.join(per_suite)}")
-    life = d["server_life_accept_len"]
+    life = d["server_life_tau"]
     if life and life.get("after") is not None:
         c.print(f"  server's avg_spec_accept_length {life['after']:.2f} ({life['note']})")

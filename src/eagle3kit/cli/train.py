@@ -20,17 +20,17 @@ def _render(s: dict) -> None:
     from eagle3kit.cli._render import out
 
     o = out()
-    depth = s.get("sim_accept_len_by_depth") or []
+    depth = s.get("tau_every_position_by_depth") or []
     o.print(
         f"trained {s['steps']} steps ({s['source']}, {s['attention']} drafter, "
         f"{s['train_samples']} samples, {s['world_size']} process(es))"
     )
     o.print(
-        f"best step {s['best_step']}: every-position accept length {s['sim_accept_len']:.3f} "
+        f"best step {s['best_step']}: tau_every_position {s['tau_every_position']:.3f} "
         f"(by depth: {', '.join(f'{x:.2f}' for x in depth)})"
     )
     if s.get("tau_walk") is not None:
-        o.print(f"walked accept length (tau_walk, picks best): {s['tau_walk']:.3f}")
+        o.print(f"walked tau (tau_walk, picks best): {s['tau_walk']:.3f}")
     cov = s.get("vocab_coverage")
     if cov:
         o.print(f"DATA's loss tokens in the draft vocab: {cov['fraction']:.1%}")

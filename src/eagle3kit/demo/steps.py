@@ -268,7 +268,7 @@ def bench_drafter(
             "baseline_tps": round(g["tokens_per_s"]["median"], 3),
             "spec_tps": round(c["tokens_per_s"]["median"], 3),
             "speedup": round(c["speedup"], 4),
-            "accept_len": round(c["tau"], 4),
+            "tau_online": round(c["tau_online"], 4),
             "cycle_ms": round(c["cycle_ms"], 3),
             "draft_ms": round(c["draft_ms"], 3),
             "verify_ms": round(c["verify_ms"], 3),
@@ -286,6 +286,6 @@ def headline_row(name: str, b: dict[str, Any], src: str) -> dict[str, Any]:
         "tps": b["spec_tps"],
         "plain": b["baseline_tps"],
         "speedup": b["speedup"],
-        "accept_len": b["accept_len"],
+        "tau_online": b["tau_online"],
         "source": src,
     }

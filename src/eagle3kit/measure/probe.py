@@ -62,14 +62,14 @@ def target_features(target: Any, batch: Batch, drafter: Any, chunk: int = 8) -> 
 
 
 def offline_acceptance(drafter: Any, feats: list[Any], depth: int) -> dict[str, Any]:
-    """Teacher-forced acceptance over feature batches (`train.acceptance`); ``accept_len`` is
-    the every-position value probe has always reported (its verdict and aux reading use it)."""
+    """Teacher-forced acceptance over feature batches (`train.acceptance`); probe's verdict
+    and aux reading use its ``tau_every_position``."""
     from eagle3kit.train.acceptance import acceptance
 
     d = acceptance(drafter, feats, depth).rounded(6)
     out = {k: d[k] for k in ("acc", "cond_acc", "counted", "loss")}  # loss: CE to the target
     taus = {k: d[k] for k in ("tau_every_position", "tau_walk")}
-    return {**out, "accept_len": taus["tau_every_position"], **taus}
+    return {**out, **taus}
 
 
 def aux_candidates(spec: Any, num_layers: int) -> list[dict[str, Any]]:
@@ -108,8 +108,9 @@ def choose_reading(cands: list[dict[str, Any]], acc: dict[str, dict]) -> dict[st
     """The reading D was trained on, from its acceptance under each measured one (``acc``):
     the data overrides the config's reading only by a clear margin (CLEAR_MARGIN in accept
     length); otherwise the declared reading stands, and with none declared the best by data."""
-    order = sorted(acc, key=lambda r: (acc[r]["accept_len"], acc[r]["acc"][0]), reverse=True)
-    margin = acc[order[0]]["accept_len"] - acc[order[1]]["accept_len"] if len(order) > 1 else None
+    tau = {r: a["tau_every_position"] for r, a in acc.items()}
+    order = sorted(acc, key=lambda r: (tau[r], acc[r]["acc"][0]), reverse=True)
+    margin = tau[order[0]] - tau[order[1]] if len(order) > 1 else None
     clear = margin is None or margin >= CLEAR_MARGIN
     declared = [c["reading"] for c in cands if c["declared"] and c["reading"] in acc]
     chosen = order[0] if clear or not declared else declared[0]
@@ -117,7 +118,7 @@ def choose_reading(cands: list[dict[str, Any]], acc: dict[str, dict]) -> dict[st
         "reading": chosen,
         "layers": next(c["layers"] for c in cands if c["reading"] == chosen),
         "best_by_data": order[0],
-        "margin_accept_len": None if margin is None else round(margin, 6),
+        "margin_tau_every_position": None if margin is None else round(margin, 6),
         "clear": clear,
     }
 
@@ -214,11 +215,12 @@ def hidden_similarity(
     return rows, compare(fa, fb)
 
 
-def online_accept_len(
+def online_tau(
     drafter: Any, target: Any, batch: Batch, depth: int, n_prompts: int, max_new: int
 ) -> dict[str, Any] | None:
     """Real chain decoding on the first ``n_prompts`` prompts (the tokens before the first
-    assistant token): tau = emitted tokens / target verifies. None without `eagle3kit.decode`."""
+    assistant token): tau_online = emitted tokens / target verifies. None without
+    `eagle3kit.decode`."""
     if n_prompts <= 0:
         return None
     try:
@@ -240,7 +242,7 @@ def online_accept_len(
         cycles += len(r.stats.cycles)
         tokens += r.stats.new_tokens
     tau = accepted / cycles if cycles else 1.0  # tokens emitted per target verify
-    return {"accept_len": round(tau, 6), "tokens": tokens, "cycles": cycles}
+    return {"tau_online": round(tau, 6), "tokens": tokens, "cycles": cycles}
 
 
 # ---------------------------------------------------------------- verdict
@@ -292,12 +294,12 @@ def break_even(
         r = plan(
             baseline_tps=baseline_tps,
             cycle_ms=cycle_ms,
-            accept_len=min(tau, depth + 1),
+            tau=min(tau, depth + 1),
             depth=depth,
         )
-        out["break_even_accept_len"] = round(r.break_even_accept_len, 6)
+        out["break_even_tau"] = round(r.break_even_tau, 6)
         out[name] = {
-            "accept_len": tau,
+            "tau": tau,
             "tps": round(r.throughput_tps, 3),
             "speedup": round(r.speedup, 4),
             "pays": r.pays,
@@ -347,7 +349,7 @@ def decide(
     if be is not None and "target" in be:
         pays = be["target"]["pays"]
         reasons.append(
-            f"plan: break-even accept length {be['break_even_accept_len']:.2f} "
+            f"plan: break-even tau {be['break_even_tau']:.2f} "
             f"({be['baseline_tps']:g} tok/s x {be['cycle_ms']:g} ms); at {tau:.2f}: "
             f"{be['target']['tps']:.1f} tok/s, {be['target']['speedup']:.2f}x"
         )
@@ -394,7 +396,7 @@ def _online(
 ) -> dict[str, Any] | None:
     t = _with_aux(target, layers)
     try:
-        return online_accept_len(_on(d, t, own_embed), t, batch, depth, n, max_new)
+        return online_tau(_on(d, t, own_embed), t, batch, depth, n, max_new)
     finally:
         t.close()
 
@@ -501,7 +503,7 @@ def _aux_reading(d, new, batch: Batch, spec, layout, depth: int, drafter: str, o
 def _result(doc, aux, sim, fc_sim, acc, online, speeds, depth: int, progress) -> dict[str, Any]:
     """Break-even and verdict from the figures; the stamped `probe --json` document."""
     acc_new, acc_ref = acc["target"], acc["reference"]  # D's offline acceptance on NEW, OLD
-    tau, tau_ref = acc_new["accept_len"], acc_ref["accept_len"] if acc_ref else None
+    tau, tau_ref = acc_new["tau_every_position"], acc_ref["tau_every_position"] if acc_ref else None
     be = None
     if speeds[0] is not None:
         be = break_even(speeds[0], speeds[1], {"target": tau, "reference": tau_ref}, depth)
@@ -513,7 +515,8 @@ def _result(doc, aux, sim, fc_sim, acc, online, speeds, depth: int, progress) ->
         "similarity": sim,
         "fc_similarity": fc_sim,
         "acceptance": acc,
-        "accept_len": {"target": tau, "reference": tau_ref, "online": online},
+        "tau_every_position": {"target": tau, "reference": tau_ref},
+        "tau_online": online,
         "break_even": be,
         "verdict": verdict,
         "reasons": reasons,
@@ -556,7 +559,8 @@ def not_runnable(doc: dict[str, Any]) -> dict[str, Any]:
         "fc_similarity": None,
         "data": None,
         "acceptance": None,
-        "accept_len": {"target": None, "reference": None},
+        "tau_every_position": {"target": None, "reference": None},
+        "tau_online": None,
         "break_even": None,
         "verdict": v,
         "reasons": why,
@@ -577,7 +581,8 @@ def _verdict(aux, tau, tau_ref, fc_sim, be) -> tuple[str, list[str]]:
     verdict, reasons = decide(True, tau, tau_ref, fc_sim["cosine_mean"] if fc_sim else None, be)
     if not aux["chosen"]["clear"]:
         reasons.append(
-            f"aux reading uncertain: margin {aux['chosen']['margin_accept_len']} < {CLEAR_MARGIN} "
-            "in accept length; kept the config's reading"
+            f"aux reading uncertain: margin {aux['chosen']['margin_tau_every_position']} < "
+            f"{CLEAR_MARGIN} "
+            "in tau_every_position; kept the config's reading"
         )
     return verdict, reasons

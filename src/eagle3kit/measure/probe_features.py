@@ -188,15 +188,15 @@ def _finish(
         _same_tokens(new, old, rows)
         ref_feats, acc_ref = _reference(d, spec, own, old, rows, layers, depth, max_len, rpath)
         sim, fc_sim = P.hidden_similarity(ref_feats, new_feats, d, layers)
-    tau, tau_ref = acc_new["accept_len"], acc_ref["accept_len"] if acc_ref else None
+    tau, tau_ref = acc_new["tau_every_position"], acc_ref["tau_every_position"] if acc_ref else None
     be = None
     if speeds[0] is not None:
         be = P.break_even(speeds[0], speeds[1], {"target": tau, "reference": tau_ref}, depth)
     verdict, reasons = P.decide(True, tau, tau_ref, fc_sim["cosine_mean"] if fc_sim else None, be)
     if not aux["chosen"]["clear"]:
         reasons.append(
-            f"aux reading uncertain: margin {aux['chosen']['margin_accept_len']} < "
-            f"{P.CLEAR_MARGIN} in accept length; kept the config's reading"
+            f"aux reading uncertain: margin {aux['chosen']['margin_tau_every_position']} < "
+            f"{P.CLEAR_MARGIN} in tau_every_position; kept the config's reading"
         )
     if aux["not_in_store"]:
         reasons.append(f"readings not in the store, not tested: {aux['not_in_store']}")
@@ -207,7 +207,8 @@ def _finish(
         "similarity": sim,
         "fc_similarity": fc_sim,
         "acceptance": {"target": acc_new, "reference": acc_ref},
-        "accept_len": {"target": tau, "reference": tau_ref, "online": None},
+        "tau_every_position": {"target": tau, "reference": tau_ref},
+        "tau_online": None,
         "break_even": be,
         "verdict": verdict,
         "reasons": reasons,

@@ -26,7 +26,7 @@ hit_i(t)): a chain through a prompt token is not one decoding would draft.
 
     acc_i      = |{t in M_i: hit_i}| / |M_i|
     cond_acc_i = |{t in M_i: chain_i}| / |{t in M_i: chain_{i-1}}|       (chain_{-1} = true)
-    tau        = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j                 (sim_accept_len)
+    tau        = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j                 (tau_every_position)
 
 tau is the accept length a greedy chain of k drafts would reach from a position drawn
 uniformly from the data. Decoding does not start cycles uniformly: a cycle starts right after
@@ -37,7 +37,7 @@ a(t)+1 tokens (fewer when the span ends first, as decoding stops at EOS), so the
 starts at t + a(t) + 1, until t + 2 >= e. Over the C cycles
 walked:
 
-    walk_acc_i = #{cycles: a >= i} / C,   walk_tau = 1 + sum_i walk_acc_i
+    walk_acc_i = #{cycles: a >= i} / C,   tau_walk = 1 + sum_i walk_acc_i
 
 On data the target wrote itself with greedy decoding, this is exactly the cycle sequence greedy
 chain decoding of those prompts goes through.
@@ -144,7 +144,7 @@ class Counts:
 
     def finish(self) -> dict[str, list[float]]:
         """acc, cond_acc, loss, counted, walk_acc per step (0.0 where nothing was counted),
-        and walk_tau and walk_cycles."""
+        and tau_walk and walk_cycles."""
 
         def ratio(a: torch.Tensor, b: torch.Tensor) -> list[float]:
             return [float(x / y) if y > 0 else 0.0 for x, y in zip(a, b, strict=True)]
@@ -155,7 +155,7 @@ class Counts:
             "loss": ratio(self.loss_sum, self.loss_n),
             "counted": [int(c) for c in self.counted],
             "walk_acc": ratio(self.walk_ge, self.walk_n),
-            "walk_tau": 1.0 + sum(ratio(self.walk_ge, self.walk_n)),
+            "tau_walk": 1.0 + sum(ratio(self.walk_ge, self.walk_n)),
             "walk_cycles": int(self.walk_n[0]) if self.k else 0,
         }
 
@@ -289,7 +289,7 @@ def ttt_metrics(drafter: Any, feats: Any, k: int) -> dict[str, list[float]]:
     return ttt_counts(drafter, feats, k).finish()
 
 
-def sim_accept_len(cond_acc: list[float], depth: int | None = None) -> float:
+def tau_every_position(cond_acc: list[float], depth: int | None = None) -> float:
     """tau = 1 + sum_{i=1..d} prod_{j<=i} cond_acc_j, d = depth (default: all steps)."""
     tau, run = 1.0, 1.0
     for p in cond_acc[: depth if depth is not None else len(cond_acc)]:
