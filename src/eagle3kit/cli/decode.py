@@ -210,7 +210,23 @@ def eval_(
     if url:
         from eagle3kit.cli import live
 
-        return live.run_eval(dict(locals()))
+        return live.run_eval(
+            live.LiveOptions(
+                urls=url,
+                baseline_url=None,
+                suite=suite,
+                data=data,
+                prompts=limit,
+                max_new_tokens=max_new_tokens,
+                repeats=repeats,
+                endpoint=endpoint,
+                timeout=timeout,
+                json_=json_,
+                temperature=temperature,
+                depth=depth,
+            ),
+            online,
+        )
     from eagle3kit.cli._progress import bar
     from eagle3kit.core.errors import Eagle3Error
     from eagle3kit.measure.evaluate import evaluate, evaluate_store, load_eval_data
@@ -303,7 +319,23 @@ def bench_(
     if url:
         from eagle3kit.cli import live
 
-        return live.run(dict(locals()))
+        return live.run(
+            live.LiveOptions(
+                urls=url,
+                baseline_url=baseline_url,
+                suite=suite,
+                data=data,
+                prompts=prompts,
+                max_new_tokens=max_new_tokens,
+                repeats=repeats,
+                endpoint=endpoint,
+                timeout=timeout,
+                json_=json_,
+                temperature=temperature,
+                concurrency=concurrency,
+                depth=drafter_depth,
+            )
+        )
     if target is None:
         raise typer.BadParameter("expected --target (in-process) or --url (live servers)")
     from eagle3kit.cli._progress import bar

@@ -234,7 +234,20 @@ def probe(
     if url or reference_url:
         from eagle3kit.cli import live
 
-        return live.run_probe(dict(locals()))
+        opts = live.LiveOptions(
+            urls=[u for u in (url, reference_url) if u],
+            baseline_url=baseline_url,
+            suite=suite,
+            data=data,
+            prompts=samples,
+            max_new_tokens=max_new_tokens,
+            repeats=repeats,
+            endpoint=endpoint,
+            timeout=timeout,
+            json_=json_out,
+            depth=depth,
+        )
+        return live.run_probe(opts, url, reference_url)
     stores = _from_stores(drafter, target, data, features_new, features_old)
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json

@@ -5,6 +5,8 @@ Also runs under torchrun: `torchrun --nproc-per-node N -m eagle3kit train ...` (
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -179,85 +181,79 @@ Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads.")]
 Json = Annotated[bool, typer.Option("--json", help="Print RUN/summary.json as one JSON document.")]
 
 
-def train(
-    target: Target = None,
-    out_dir: OutDir = ...,
-    data: Data = None,
-    features: Features = None,
-    init_from: InitFrom = None,
-    attention: Attention = "mha",
-    vocab: Vocab = None,
-    draft_vocab_size: DraftVocabSize = None,
-    rebuild_vocab: RebuildVocab = False,
-    l2sp: L2sp = 0.0,
-    reference_target: ReferenceTarget = None,
-    reference_features: ReferenceFeatures = None,
-    ttt_steps: TttSteps = 7,
-    steps: Steps = None,
-    epochs: Epochs = None,
-    batch_size: BatchSize = 8,
-    max_len: MaxLen = 512,
-    max_samples: MaxSamples = None,
-    lr: Lr = 1e-3,
-    warmup: Warmup = None,
-    weight_decay: WeightDecay = 0.0,
-    grad_clip: GradClip = 1.0,
-    heldout: Heldout = "0.05",
-    best_includes_start: BestIncludesStart = False,
-    eval_every: EvalEvery = None,
-    eval_samples: EvalSamples = 64,
-    eval_batch: EvalBatch = 8,
-    save_every: SaveEvery = None,
-    seed: Seed = 0,
-    device: Device = "cpu",
-    target_dtype: TargetDtype = "float32",
-    topk: Topk = None,
-    time_limit: TimeLimit = None,
-    resume: Resume = False,
-    threads: Threads = None,
-    trust_remote_code: TrustRemoteCode = False,
-    json_: Json = False,
-) -> None:
-    """Train a drafter (training-time test); keeps RUN/best by simulated accept length."""
+# The one mapping from TrainConfig's fields to their options, in `--help` order; a field's
+# default is TrainConfig's own (min_lr_ratio has no option). Typer reads the signature that
+# `_signature` builds from it (tests/test_train_cli.py checks it covers the fields).
+CONFIG_OPTIONS = {
+    "target": Target,
+    "out": OutDir,
+    "data": Data,
+    "features": Features,
+    "init_from": InitFrom,
+    "attention": Attention,
+    "vocab": Vocab,
+    "draft_vocab_size": DraftVocabSize,
+    "rebuild_vocab": RebuildVocab,
+    "l2sp": L2sp,
+    "reference_target": ReferenceTarget,
+    "reference_features": ReferenceFeatures,
+    "ttt_steps": TttSteps,
+    "steps": Steps,
+    "epochs": Epochs,
+    "batch_size": BatchSize,
+    "max_len": MaxLen,
+    "max_samples": MaxSamples,
+    "lr": Lr,
+    "warmup": Warmup,
+    "weight_decay": WeightDecay,
+    "grad_clip": GradClip,
+    "heldout": Heldout,
+    "best_includes_start": BestIncludesStart,
+    "eval_every": EvalEvery,
+    "eval_samples": EvalSamples,
+    "eval_batch": EvalBatch,
+    "save_every": SaveEvery,
+    "seed": Seed,
+    "device": Device,
+    "target_dtype": TargetDtype,
+    "topk": Topk,
+    "time_limit": TimeLimit,
+    "trust_remote_code": TrustRemoteCode,
+}
+RUN_OPTIONS = {  # how to run, not saved with the run: (option, default)
+    "resume": (Resume, False),
+    "threads": (Threads, None),
+    "json_": (Json, False),
+}
+
+
+def train(**options) -> None:
+    """Train a drafter (training-time test); keeps RUN/best by the walked accept length."""
     from eagle3kit.train.loop import TrainConfig
 
-    cfg = TrainConfig(
-        out=out_dir,
-        target=target,
-        data=data,
-        features=features,
-        init_from=init_from,
-        attention=attention,
-        vocab=vocab,
-        draft_vocab_size=draft_vocab_size,
-        rebuild_vocab=rebuild_vocab,
-        l2sp=l2sp,
-        reference_target=reference_target,
-        reference_features=reference_features,
-        ttt_steps=ttt_steps,
-        steps=steps,
-        epochs=epochs,
-        batch_size=batch_size,
-        max_len=max_len,
-        max_samples=max_samples,
-        lr=lr,
-        warmup=warmup,
-        weight_decay=weight_decay,
-        grad_clip=grad_clip,
-        heldout=heldout,
-        best_includes_start=best_includes_start,
-        eval_every=eval_every,
-        eval_samples=eval_samples,
-        eval_batch=eval_batch,
-        save_every=save_every,
-        seed=seed,
-        device=device,
-        target_dtype=target_dtype,
-        topk=topk,
-        time_limit=time_limit,
-        trust_remote_code=trust_remote_code,
-    )
-    _run(cfg, resume=resume, threads=threads, json_=json_)
+    cfg = TrainConfig(**{k: options[k] for k in CONFIG_OPTIONS})
+    _run(cfg, resume=options["resume"], threads=options["threads"], json_=options["json_"])
+
+
+def _signature() -> inspect.Signature:
+    """`train`'s parameters for typer: CONFIG_OPTIONS with TrainConfig's defaults (required
+    when it has none), then RUN_OPTIONS."""
+    from eagle3kit.train.config import TrainConfig
+
+    defaults = {
+        f.name: ... if f.default is dataclasses.MISSING else f.default
+        for f in dataclasses.fields(TrainConfig)
+    }
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter(n, kw, default=defaults[n], annotation=a)
+              for n, a in CONFIG_OPTIONS.items()]  # fmt: skip
+    params += [
+        inspect.Parameter(n, kw, default=d, annotation=a) for n, (a, d) in RUN_OPTIONS.items()
+    ]
+    return inspect.Signature(params)
+
+
+train.__signature__ = _signature()  # type: ignore[attr-defined]
 
 
 def register(app: typer.Typer) -> None:
