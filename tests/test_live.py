@@ -281,7 +281,7 @@ def test_probe_live_compares_the_drafter_on_two_servers(pair, cli, tmp_path):
     the fakes' own (tau_NEW - 1) / (tau_OLD - 1)."""
     from decode_helpers import new_drafter
 
-    from eagle3kit.measure.probe import PLUG_IN_RETENTION, WARM_START_RETENTION
+    from eagle3kit.measure.verdict import PLUG_IN_RETENTION, WARM_START_RETENTION
 
     tm, d = pair
     g = tmp_path / "g.jsonl"

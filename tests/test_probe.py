@@ -220,7 +220,7 @@ def test_probe_bad_input(tmp_path, cli):
     assert r.code == 2 and "--cycle-ms" in r.err
     bench = tmp_path / "bench.json"
     bench.write_text('{"baseline_tps": 80}')
-    from eagle3kit.measure.probe import read_bench
+    from eagle3kit.measure.verdict import read_bench
 
     with pytest.raises(Eagle3Error, match="cycle_ms: expected a positive number"):
         read_bench(str(bench))
@@ -229,7 +229,7 @@ def test_probe_bad_input(tmp_path, cli):
 def test_probe_bench_reads_what_bench_writes(tmp_path):
     """--bench takes bench's own JSON (in-process and live) by its kind: baseline tok/s is
     1000 / plain decoding's step, the cycle is the speculative one measured (hand-computed)."""
-    from eagle3kit.measure.probe import read_bench
+    from eagle3kit.measure.verdict import read_bench
 
     local = tmp_path / "bench.json"
     local.write_text(json.dumps({

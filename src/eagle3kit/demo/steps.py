@@ -8,10 +8,15 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json, atomic_write_text
 from eagle3kit.core.progress import Progress
+
+if TYPE_CHECKING:
+    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.model.protocols import EmbeddedTarget
+    from eagle3kit.model.target import TargetModel
 
 PAIR = ("dsv3-v1", "dsv3-v2")
 
@@ -228,7 +233,7 @@ def held_out_prompts(data_dir: Path, n: int) -> list[list[int]]:
     return out
 
 
-def load_drafter(path: Path, target: Any) -> Any:
+def load_drafter(path: Path, target: EmbeddedTarget) -> Eagle3Drafter:
     """An Eagle3Drafter for inference, sharing ``target``'s embedding."""
     from eagle3kit.model.drafter import Eagle3Drafter
 
@@ -238,7 +243,7 @@ def load_drafter(path: Path, target: Any) -> Any:
 
 
 def bench_drafter(
-    target: Any,
+    target: TargetModel,
     drafter_dir: Path,
     prompts: list[list[int]],
     r: Recipe,

@@ -42,7 +42,7 @@ def verdict(
     retention: float | None, speedup: float | None, taus: tuple[float | None, float | None]
 ) -> tuple[str, list[str]]:
     """plug-in | fine-tune | from-scratch | unknown, with the numbers that decided it."""
-    from eagle3kit.measure.probe import PLUG_IN_RETENTION, WARM_START_RETENTION
+    from eagle3kit.measure.verdict import PLUG_IN_RETENTION, WARM_START_RETENTION
 
     if retention is None:
         new, ref = taus

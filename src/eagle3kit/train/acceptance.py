@@ -22,9 +22,15 @@ returns an `Acceptance`. Training keeps RUN/best by `tau_walk`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3kit.train.ttt import Counts, tau_every_position, ttt_counts
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from eagle3kit.data.features import Features
+    from eagle3kit.model.drafter import Eagle3Drafter
 
 
 @dataclass
@@ -79,7 +85,7 @@ def from_counts(counts: Counts) -> Acceptance:
     )
 
 
-def count(drafter: Any, batches: Any, k: int) -> Counts:
+def count(drafter: Eagle3Drafter, batches: Iterable[Features], k: int) -> Counts:
     """Summed TTT counts of `drafter` over feature batches, in eval mode (mode restored)."""
     total = Counts(k)
     was = drafter.training
@@ -92,7 +98,7 @@ def count(drafter: Any, batches: Any, k: int) -> Counts:
     return total
 
 
-def acceptance(drafter: Any, batches: Any, k: int) -> Acceptance:
+def acceptance(drafter: Eagle3Drafter, batches: Iterable[Features], k: int) -> Acceptance:
     """Offline acceptance of `drafter` over feature batches (`Features`) at depth k."""
     return from_counts(count(drafter, batches, k))
 

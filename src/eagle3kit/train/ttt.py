@@ -47,12 +47,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from eagle3kit.model.drafter import DraftCache
+
+if TYPE_CHECKING:
+    from eagle3kit.model.drafter import Eagle3Drafter
 
 STEP_DECAY = 0.8  # step weights 0.8^i (EAGLE)
 
@@ -86,7 +89,7 @@ def shift(x: torch.Tensor, n: int, fill: int | float | bool = 0) -> torch.Tensor
     return torch.cat([x[:, n:], pad], dim=1)
 
 
-def unroll(drafter: Any, input_ids: torch.Tensor, aux: torch.Tensor, k: int):
+def unroll(drafter: Eagle3Drafter, input_ids: torch.Tensor, aux: torch.Tensor, k: int):
     """Yield the logits [B, T, Vd] of steps 0..k-1 (see the module docstring)."""
     b, t = input_ids.shape
     bias = ttt_bias(t, k, str(input_ids.device), _dtype(drafter))  # [T, (i+1)*T] per step
@@ -100,12 +103,12 @@ def unroll(drafter: Any, input_ids: torch.Tensor, aux: torch.Tensor, k: int):
         yield out.logits
 
 
-def ttt_forward(drafter: Any, feats: Any, k: int) -> list[torch.Tensor]:
+def ttt_forward(drafter: Eagle3Drafter, feats: Any, k: int) -> list[torch.Tensor]:
     """Logits [B, T, Vd] of each of the k unrolled steps."""
     return list(unroll(drafter, feats.input_ids, feats.aux.to(_dtype(drafter)), k))
 
 
-def _dtype(drafter: Any) -> torch.dtype:
+def _dtype(drafter: Eagle3Drafter) -> torch.dtype:
     return drafter.fc.weight.dtype
 
 
@@ -169,7 +172,7 @@ def teacher_probs(feats: Any, vd: int) -> torch.Tensor:
 
 
 def step_terms(
-    drafter: Any,
+    drafter: Eagle3Drafter,
     feats: Any,
     logits: torch.Tensor,
     i: int,
@@ -206,7 +209,12 @@ def step_terms(
 
 
 def ttt_loss(
-    drafter: Any, feats: Any, k: int, *, norm: torch.Tensor | None = None, counts: bool = True
+    drafter: Eagle3Drafter,
+    feats: Any,
+    k: int,
+    *,
+    norm: torch.Tensor | None = None,
+    counts: bool = True,
 ) -> tuple[torch.Tensor, Counts]:
     """(sum_i 0.8^i L_i, the step's Counts). The loss keeps autograd; counts are detached.
 
@@ -278,13 +286,13 @@ def loss_positions(t2d: torch.Tensor, feats: Any, k: int) -> torch.Tensor:
     return torch.stack(out).float()
 
 
-def ttt_counts(drafter: Any, feats: Any, k: int) -> Counts:
+def ttt_counts(drafter: Eagle3Drafter, feats: Any, k: int) -> Counts:
     """Counts of one batch without gradients (evaluation)."""
     with torch.no_grad():
         return ttt_loss(drafter, feats, k)[1]
 
 
-def ttt_metrics(drafter: Any, feats: Any, k: int) -> dict[str, list[float]]:
+def ttt_metrics(drafter: Eagle3Drafter, feats: Any, k: int) -> dict[str, list[float]]:
     """acc [k], cond_acc [k], loss [k], counted [k] of one batch (see the module docstring)."""
     return ttt_counts(drafter, feats, k).finish()
 
