@@ -52,7 +52,7 @@ PLAN = {
 
 
 def _rename(d: Any, old: str, new: str) -> None:
-    """d[new] = d.pop(old) when d is a dict holding `old` and not `new`."""
+    """Drop `old` from the dict `d`, its value kept as `new` unless `d` already has `new`."""
     if isinstance(d, dict) and old in d:
         value = d.pop(old)
         d.setdefault(new, value)
@@ -96,8 +96,10 @@ def _acceptance(acc: Any) -> None:
 def _live(doc: dict[str, Any]) -> None:
     _rename(doc, "accept_len", "tau_online")
     for d in doc.get("deployments") or []:
+        if not isinstance(d, dict):
+            continue
         _rename(d, "server_life_accept_len", "server_life_tau")
-        for lv in d.get("levels") or [] if isinstance(d, dict) else []:
+        for lv in [x for x in d.get("levels") or [] if isinstance(x, dict)]:
             _acceptance(lv.get("acceptance"))
             for s in (lv.get("suites") or {}).values():
                 _rename(s, "accept_len", "tau_online")
