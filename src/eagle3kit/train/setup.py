@@ -166,6 +166,7 @@ def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> Featu
     from eagle3kit.checkpoint.hub_files import open_target
     from eagle3kit.checkpoint.tensor_read import read_tensor
     from eagle3kit.core.spec import default_aux_layers
+    from eagle3kit.model.target import parse_dtype
 
     ckpt = open_target(path)  # partial: only the embedding's shard is read
     conf = ckpt.config
@@ -173,8 +174,8 @@ def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> Featu
     names = sorted((n for n in ckpt.names() if n.endswith("embed_tokens.weight")), key=len)
     if not names:
         raise bad(ckpt.source, "embed_tokens.weight: expected the target's input embedding")
-    dt = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16}
-    emb = read_tensor(ckpt, names[0]).to(dt.get(str(dtype), torch.float32))  # [V, H]
+    dt = parse_dtype(dtype)  # the one dtype-name table (core/dtypes.py); "auto": float32
+    emb = read_tensor(ckpt, names[0]).to(dt if isinstance(dt, torch.dtype) else torch.float32)
     layers = int(text.get("num_hidden_layers") or 0)
     return FeaturesTarget(
         config=JsonConfig(dict(conf)),
