@@ -89,7 +89,7 @@ def lossless(tm, d, prompts, n: int, depth: int, tree: TreeShape) -> dict:
         for name, shape in (("chain", None), ("tree", tree)):
             g = speculative_generate(tm, d, ids, max_new_tokens=n, depth=depth, tree=shape)
             same[name] += g.tokens == want
-            taus[name].append(g.stats.accept_len)
+            taus[name].append(g.stats.tau_online)
     return {
         "prompts": len(prompts),
         "tokens": tokens,
@@ -137,19 +137,19 @@ def offline_online_plan(
     p = plan.plan(
         decode_ms=r["decode_ms"],
         cycle_ms=r["cycle_ms"],
-        accept_len=r["accept_len"],
+        tau=r["tau_online"],
         depth=depth,
         new_tokens=r["new_tokens"],
         prefill_ms=r["prefill_ms"],
     )
     return {
         "depth": depth,
-        "offline_tau": r["offline"]["accept_len"],
-        "online_tau": r["accept_len"],
+        "offline_tau": r["offline"]["tau_walk"],
+        "online_tau": r["tau_online"],
         "gap": r["offline_online_gap"],
-        "offline_tau_all_positions": r["offline"]["all_positions"]["accept_len"],
-        "offline_tau_original_answers": orig["accept_len"],
-        "gap_original_answers": orig["accept_len"] / r["accept_len"] - 1,
+        "offline_tau_all_positions": r["offline"]["all_positions"]["tau_every_position"],
+        "offline_tau_original_answers": orig["tau_walk"],
+        "gap_original_answers": orig["tau_walk"] / r["tau_online"] - 1,
         "offline_per_position": r["offline"]["per_position_acceptance"],
         "online_per_position": r["per_position_acceptance"],
         "measured_tps": r["tokens_per_s"],
@@ -175,7 +175,7 @@ def _print_speed(member: str, kind: str, r: dict) -> None:
         f" target greedy distinct-4 {r['target_distinct4']:.2f}"
     )
     print(
-        f"{'method':14} {'tok/s med':>9} {'min':>7} {'max':>7} {'speedup':>8} {'tau':>5}"
+        f"{'method':14} {'tok/s med':>9} {'min':>7} {'max':>7} {'speedup':>8} {'tok/fwd':>7}"
         f" {'upper':>6} {'bound':>6} {'of bound':>8}  draft/verify ms"
     )
     for m in r["methods"]:
@@ -186,7 +186,8 @@ def _print_speed(member: str, kind: str, r: dict) -> None:
         dv = f"{m['draft_ms']:.1f}/{m['verify_ms']:.1f}" if "draft_ms" in m else ""
         print(
             f"{m['name']:14} {t['median']:9.1f} {t['min']:7.1f} {t['max']:7.1f} "
-            f"{m['speedup']:7.2f}x {m['accept_len']:5.2f} {upper:>6} {bound:>6} {frac:>8}  {dv}"
+            f"{m['speedup']:7.2f}x {m['tokens_per_forward']:7.2f} "
+            f"{upper:>6} {bound:>6} {frac:>8}  {dv}"
         )
 
 

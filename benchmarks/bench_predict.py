@@ -85,7 +85,7 @@ def _measured(runs, depth: int, a) -> dict:
     pairs = [(sum(c.accepted + 1 for c in x.stats.cycles), len(x.stats.cycles)) for x in first]
     spec, base = T.tokens_per_s(runs, "spec"), T.tokens_per_s(runs, "base")
     return {
-        "tau_online": T.pooled(runs, "spec", depth).accept_len,
+        "tau_online": T.pooled(runs, "spec", depth).tau_online,
         "tau_online_interval": _interval(_pooled_boot(pairs, a.boot, 1)),
         "tokens_per_s": statistics.median(spec),
         "tokens_per_s_spread": T.spread(spec),
@@ -118,8 +118,8 @@ def _predict(costs: dict, taus: list[float], depth: int) -> dict:
 
     def one(tau: float):
         kw = dict(new_tokens=costs["new_tokens"], prefill_ms=costs["prefill_ms"], depth=depth)
-        spec = plan(decode_ms=costs["decode_ms"], cycle_ms=costs["cycle_ms"], accept_len=tau, **kw)
-        base = plan(decode_ms=costs["decode_ms"], cycle_ms=costs["decode_ms"], accept_len=1, **kw)
+        spec = plan(decode_ms=costs["decode_ms"], cycle_ms=costs["cycle_ms"], tau=tau, **kw)
+        base = plan(decode_ms=costs["decode_ms"], cycle_ms=costs["decode_ms"], tau=1, **kw)
         return spec.request.tps, spec.request.tps / base.request.tps
 
     tps = [one(t) for t in taus]

@@ -153,7 +153,7 @@ def main() -> None:
         )
     s = json.loads((d / "run" / "summary.json").read_text())
     print(
-        f"{a.member}: held-out simulated tau {s['sim_accept_len']:.2f} at depth 4 (step "
+        f"{a.member}: held-out tau_every_position {s['tau_every_position']:.2f} at depth 4 (step "
         f"{s['best_step']}); drafter {d / 'run' / 'best'}; {time.perf_counter() - t0:.0f} s"
     )
 

@@ -48,7 +48,7 @@ def bench_row(target_path, drafter, aux, prompts, r, depth: int) -> dict:
         "greedy_tokens_per_s": rows["greedy"]["tokens_per_s"],
         "tokens_per_s": c["tokens_per_s"],
         "speedup": c["speedup"],
-        "accept_len": c["tau"],
+        "tau_online": c["tau_online"],
         "per_position_acceptance": c["per_position_acceptance"],
         "draft_ms": c["draft_ms"],
         "verify_ms": c["verify_ms"],
@@ -95,12 +95,12 @@ def main() -> None:
     rows = {
         "eagle3": {
             "train_s": t_e,
-            "heldout_accept_len": e_sum.get("tau_walk") or e_sum.get("sim_accept_len"),
+            "heldout_tau_walk": e_sum["tau_walk"],
             **bench_row(target, e, e.spec.aux_layers, prompts, r, r.depth),
         },
         "dflash": {
             "train_s": t_d,
-            "heldout_accept_len": d_sum["accept_len"],
+            "heldout_tau_every_position": d_sum["tau_every_position"],
             "block_size": a.block_size,
             "draft_layers": a.draft_layers,
             "lr": a.dflash_lr or r.lr,

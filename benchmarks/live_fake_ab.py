@@ -80,7 +80,7 @@ def main() -> None:
     tmp.unlink()
     res = plan(
         cycle_ms=f["cycle_ms"],
-        accept_len=f["accept_len"],
+        tau=f["tau"],
         depth=f["depth"],
         decode_ms=f["decode_ms"],
     )
@@ -89,11 +89,11 @@ def main() -> None:
     got = lb["decode_tokens_per_s"]["median"]
     out = {
         "run_a": {
-            "accept_len": la["acceptance"]["accept_len"],
+            "tau_online": la["acceptance"]["tau_online"],
             "decode_tokens_per_s": la["decode_tokens_per_s"],
         },
         "run_b": {
-            "accept_len": lb["acceptance"]["accept_len"],
+            "tau_online": lb["acceptance"]["tau_online"],
             "decode_tokens_per_s": lb["decode_tokens_per_s"],
         },
         "plan_from_run_a_tps": pred,

@@ -62,18 +62,18 @@ def run(tmp: Path) -> dict:
             for k in (
                 "mode",
                 "depth",
-                "accept_len",
+                "tau_walk",
                 "per_position_acceptance",
                 "conditional_acceptance",
                 "cycles",
                 "samples",
             )
         },  # fmt: skip
-        "plan_acceptance_file_accept_len": acc["accept_len"],
-        "plan_from_accept_len": frm["accept_len"],
-        "old_reading_accept_len": old,
-        "abs_diff_acceptance_file": abs(acc["accept_len"] - ev["accept_len"]),
-        "abs_diff_from": abs(frm["accept_len"] - ev["accept_len"]),
+        "plan_acceptance_file_tau": acc["tau"],
+        "plan_from_tau": frm["tau"],
+        "old_reading_tau": old,
+        "abs_diff_acceptance_file": abs(acc["tau"] - ev["tau_walk"]),
+        "abs_diff_from": abs(frm["tau"] - ev["tau_walk"]),
     }
 
 

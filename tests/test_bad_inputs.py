@@ -1067,7 +1067,7 @@ def test_report_dispatches_on_kind_and_names_what_it_skips(world, tmp_path):
     """A document that has a bench's keys but no kind is not read as a bench: it is named."""
     run = tmp_path / "run"
     shutil.copytree(world.paths["RUNOK"], run)  # a real `plan --json`
-    keys_only = {"baseline_tps": 1.0, "spec_tps": 2.0, "accept_len": 2.0, "speedup": 2.0}
+    keys_only = {"baseline_tps": 1.0, "spec_tps": 2.0, "tau_online": 2.0, "speedup": 2.0}
     (run / "bench-old.json").write_text(json.dumps(keys_only))
     r = run_cli("report", str(run), "-o", str(tmp_path / "out"), "--json")
     assert r.code == 0, r.err

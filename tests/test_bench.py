@@ -52,18 +52,18 @@ def test_bench_json_contract(cli, pair):
     for m in doc["methods"]:
         t = m["tokens_per_s"]
         assert 0 < t["min"] <= t["median"] <= t["max"]
-        assert m["accept_len"] >= 1.0
+        assert m["tokens_per_forward"] >= 1.0
         assert m["same_tokens_as_greedy"] is True  # every method is lossless
     greedy = doc["methods"][0]
-    assert greedy["speedup"] == 1.0 and greedy["accept_len"] == 1.0
+    assert greedy["speedup"] == 1.0 and greedy["tokens_per_forward"] == 1.0
     greedy_ms = doc["decode_ms"]
     for m in doc["methods"]:
         if m["name"] not in ("lookup", "chain", "tree"):
             assert "upper_bound" not in m and "bound_with_draft_cost" not in m
             continue
         # the two bounds from their definitions, with the row's own measured times
-        upper = m["tau"] * greedy_ms / m["verify_ms"]
-        with_draft = m["tau"] * greedy_ms / (m["draft_ms"] + m["verify_ms"])
+        upper = m["tau_online"] * greedy_ms / m["verify_ms"]
+        with_draft = m["tau_online"] * greedy_ms / (m["draft_ms"] + m["verify_ms"])
         assert m["upper_bound"] == pytest.approx(upper, rel=1e-9)
         assert m["bound_with_draft_cost"] == pytest.approx(with_draft, rel=1e-9)
         assert m["bound_with_draft_cost"] < m["upper_bound"]

@@ -67,7 +67,7 @@ def _check_lossless(target, drafter, shape, prompts=HELD_OUT, depth=3):
         assert got.tokens == want, (text, shape)
         assert got.prompt_ids == ids
         assert got.stats.new_tokens == len(want)
-        taus.append(got.stats.accept_len)
+        taus.append(got.stats.tau_online)
     return taus
 
 
@@ -217,7 +217,7 @@ def test_cycles_count_only_what_was_produced(target, trained, shape):
 def test_stats_from_cycles():
     st = DecodeStats(depth=3, method="chain", new_tokens=9, total_s=0.5)
     st.cycles = [Cycle(3, a, 0.01, 0.02, 0.03) for a in (0, 1, 3, 3)]  # emits 1+2+4+4 = 11
-    assert st.accept_len == 11 / 4
+    assert st.tau_online == 11 / 4
     assert st.per_position_acceptance() == [3 / 4, 2 / 4, 2 / 4]
     assert st.conditional_acceptance() == [3 / 4, 2 / 3, 2 / 2]
     assert st.tokens_per_s == 18.0

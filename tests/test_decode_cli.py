@@ -39,13 +39,13 @@ def test_generate_json_is_the_target_greedy_output(cli, pair):
     )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
-    assert set(doc) >= {"prompt_ids", "tokens", "text", "accept_len", "tokens_per_s"}
+    assert set(doc) >= {"prompt_ids", "tokens", "text", "tau_online", "tokens_per_s"}
     assert doc["prompt_ids"] == tm.tokenizer("def main(")["input_ids"]
     eos = tm.tokenizer.eos_token_id
     want = hf_greedy_ids(tm, doc["prompt_ids"], 16, eos)
     assert doc["tokens"] == [t for t in want if t != eos]
     assert doc["text"] == tm.tokenizer.decode(doc["tokens"])
-    assert doc["accept_len"] >= 1.0 and doc["tokens_per_s"] > 0
+    assert doc["tau_online"] >= 1.0 and doc["tokens_per_s"] > 0
 
 
 def test_generate_chat_tree_streams_text(cli, pair):
@@ -75,7 +75,7 @@ def test_generate_chat_tree_streams_text(cli, pair):
     eos = tm.tokenizer.eos_token_id
     want = [t for t in hf_greedy_ids(tm, ids, 12, eos) if t != eos]
     assert r.out == tm.tokenizer.decode(want)  # streamed pieces add up to the text
-    assert "tau" in r.err and "tok/s" in r.err
+    assert "tau_online" in r.err and "tok/s" in r.err
 
 
 def test_generate_sampling_runs_and_is_seeded(cli, pair):

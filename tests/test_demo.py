@@ -17,8 +17,8 @@ def test_demo_quick_end_to_end(tmp_path):
     steps = {s["step"]: s["result"] for s in doc["steps"]}
     # prologue: the seed's arithmetic
     p = steps["plan"]
-    assert abs(p["accept_len"] - (1 + 0.64 + 0.64**2)) < 1e-6
-    assert abs(p["break_even_accept_len"] - 82 * 0.030) < 1e-9
+    assert abs(p["tau"] - (1 + 0.64 + 0.64**2)) < 1e-6
+    assert abs(p["break_even_tau"] - 82 * 0.030) < 1e-9
     assert steps["compat drafters"]["verdict"] == "drop-in compatible for fine-tuning"
     # the zoo story leaves the report and the runs' JSON artefacts
     for f in (
@@ -42,7 +42,7 @@ def test_demo_quick_end_to_end(tmp_path):
     for role in ("stale", "finetuned", "scratch"):
         b = json.loads((out / f"bench-{role}.json").read_text())
         assert b["lossless"] is True  # greedy speculative output == plain greedy output
-        assert 1.0 <= b["accept_len"] <= b["depth"] + 1
+        assert 1.0 <= b["tau_online"] <= b["depth"] + 1
         assert b["speedup"] == pytest.approx(b["spec_tps"] / b["baseline_tps"], rel=1e-3)
     tuned = json.loads((out / "runs/finetune/summary.json").read_text())
     assert tuned["init_from"]  # a warm start from the K2 drafter

@@ -139,7 +139,7 @@ def test_greedy_lossless_with_accepted_blocks(target):
     assert got.tokens == want
     accepted = [c.accepted for c in got.stats.cycles]
     assert 0 in accepted and max(accepted) >= 3, accepted
-    assert got.stats.accept_len > 2.0
+    assert got.stats.tau_online > 2.0
 
 
 def test_bad_input(target):
@@ -245,7 +245,7 @@ def test_offline_walk_replays_online_block_decoding(target):
         samples.append((full, torch.arange(len(full)) >= len(ids)))
     doc = evaluate_offline_dflash(target, d, EvalData("test", samples, []))
     assert doc["method"] == "dflash" and doc["cycles"] == len(online)
-    assert doc["accept_len"] == pytest.approx(sum(a + 1 for a in online) / len(online))
+    assert doc["tau_walk"] == pytest.approx(sum(a + 1 for a in online) / len(online))
     want = [sum(a >= i for a in online) / len(online) for i in range(1, 6)]
     assert doc["per_position_acceptance"] == pytest.approx(want)
     assert 0 < sum(online)  # drafts were accepted: the walk is checked past 1-token cycles

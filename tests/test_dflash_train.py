@@ -56,7 +56,7 @@ def test_dpace_weights_by_hand():
 def test_acceptance_by_hand():
     a = acceptance(torch.tensor([0, 1, 3, 3]), 3)
     assert a["per_position_acceptance"] == [0.75, 0.5, 0.5]
-    assert a["accept_len"] == pytest.approx(2.75)
+    assert a["tau_every_position"] == pytest.approx(2.75)
     assert a["conditional_acceptance"] == pytest.approx([0.75, 2 / 3, 1.0])
 
 

@@ -142,7 +142,7 @@ def test_probe_from_stores_matches_inprocess(cli_mod, pair, stores):
     # which reading wins on six samples of the drifted tiny v2 is not this test's question
     # (test_probe checks detection on the drafter's own target): only that both forms agree
     # where the accept lengths' tolerance (0.03 each) cannot move the choice across the rule
-    margin = ref["aux"]["chosen"]["margin_accept_len"]
+    margin = ref["aux"]["chosen"]["margin_tau_every_position"]
     decided = margin is None or abs(margin - CLEAR_MARGIN) > 0.06
     if margin is None or margin > 0.06:
         assert got["aux"]["chosen"]["best_by_data"] == ref["aux"]["chosen"]["best_by_data"]
@@ -153,11 +153,12 @@ def test_probe_from_stores_matches_inprocess(cli_mod, pair, stores):
     for reading, a in ref["aux"]["acceptance"].items():
         b = got["aux"]["acceptance"][reading]
         _close(b["acc"], a["acc"], 0.03)
-        _close(b["accept_len"], a["accept_len"], 0.03)
-    _close(got["accept_len"]["reference"], ref["accept_len"]["reference"], 0.03)
+        _close(b["tau_every_position"], a["tau_every_position"], 0.03)
+    _close(got["tau_every_position"]["reference"], ref["tau_every_position"]["reference"], 0.03)
     # on the new target: the in-process figure under the reading the stores chose
     reading = got["aux"]["chosen"]["reading"]
-    _close(got["accept_len"]["target"], ref["aux"]["acceptance"][reading]["accept_len"], 0.03)
+    in_process = ref["aux"]["acceptance"][reading]["tau_every_position"]
+    _close(got["tau_every_position"]["target"], in_process, 0.03)
     # similarity of the chosen layers: compared layer by layer where both measured the layer
     assert [b["layer"] for b in got["similarity"]] == got["aux"]["chosen"]["layers"]
     theirs = {a["layer"]: a for a in ref["similarity"]}
@@ -171,7 +172,7 @@ def test_probe_from_stores_matches_inprocess(cli_mod, pair, stores):
             _close(got["fc_similarity"][key], ref["fc_similarity"][key], 0.01)
     if decided:
         assert got["aux"]["engines"]["vllm"]["ok"] == ref["aux"]["engines"]["vllm"]["ok"]
-    print("probe in-process vs stores:", ref["accept_len"], got["accept_len"])
+    print("probe in-process vs stores:", ref["tau_every_position"], got["tau_every_position"])
 
 
 def test_eval_from_store_matches_inprocess(cli_mod, pair, stores):
@@ -191,6 +192,6 @@ def test_eval_from_store_matches_inprocess(cli_mod, pair, stores):
     assert a.code == 0 and b.code == 0, a.err + b.err
     ra, rb = json.loads(a.out), json.loads(b.out)
     assert ra["samples"] == rb["samples"]
-    _close(rb["accept_len"], ra["accept_len"], 0.03)
+    _close(rb["tau_walk"], ra["tau_walk"], 0.03)
     _close(rb["per_position_acceptance"], ra["per_position_acceptance"], 0.03)
-    print("eval in-process vs store:", ra["accept_len"], rb["accept_len"], rb["cycles"])
+    print("eval in-process vs store:", ra["tau_walk"], rb["tau_walk"], rb["cycles"])

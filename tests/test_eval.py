@@ -55,10 +55,10 @@ def test_offline_json_contract(cli, setup):
     assert len(acc) == len(cond) == 3
     assert all(0.0 <= x <= 1.0 for x in acc + cond)
     assert acc[0] >= acc[1] >= acc[2]  # P(a >= i) over walked cycles
-    assert abs(doc["accept_len"] - (1 + sum(acc))) < 1e-9 and doc["cycles"] > 0
+    assert abs(doc["tau_walk"] - (1 + sum(acc))) < 1e-9 and doc["cycles"] > 0
     u = doc["all_positions"]  # training's metric: tau = 1 + sum_i prod_{j<=i} cond_j
     c = u["conditional_acceptance"]
-    assert abs(u["accept_len"] - (1 + c[0] + c[0] * c[1] + c[0] * c[1] * c[2])) < 1e-9
+    assert abs(u["tau_every_position"] - (1 + c[0] + c[0] * c[1] + c[0] * c[1] * c[2])) < 1e-9
     assert doc["samples"] == 3 and min(u["counted"]) > 0
 
 
@@ -99,7 +99,7 @@ def test_offline_walk_replays_online_chain(setup):
         online += [c.accepted for c in s.stats.cycles]
     off = evaluate_offline(tm, d, EvalData("self", samples, prompts), 3)
     assert off["cycles"] == len(online)
-    assert abs(off["accept_len"] - (1 + sum(online) / len(online))) < 1e-9
+    assert abs(off["tau_walk"] - (1 + sum(online) / len(online))) < 1e-9
     assert sum(online) > 0  # the drafter accepted something: the walk was exercised
 
 
@@ -129,21 +129,21 @@ def test_online_json_contract_and_plan_from(cli, setup):
         assert doc[key] > 0
     acc = doc["per_position_acceptance"]
     assert len(acc) == 2 and acc[0] >= acc[1]  # reaching position 2 needs position 1
-    assert 1.0 <= doc["accept_len"] <= 3.0
-    assert abs(doc["accept_len"] - (1 + sum(acc))) < 1e-9  # tau = 1 + sum of P(a >= i)
+    assert 1.0 <= doc["tau_online"] <= 3.0
+    assert abs(doc["tau_online"] - (1 + sum(acc))) < 1e-9  # tau = 1 + sum of P(a >= i)
     assert doc["lossless"] is True
     s = doc["tokens_per_s_spread"]
     assert s["min"] <= s["median"] <= s["max"]
-    assert "accept_len" in doc["offline"] and "offline_online_gap" in doc
+    assert "tau_walk" in doc["offline"] and "offline_online_gap" in doc
     out.write_text(r.out)
     p = cli("plan", "--from", str(out), "--json")
     assert p.code in (0, 1), p.err
     plan = json.loads(p.out)
-    assert abs(plan["accept_len"] - doc["accept_len"]) < 1e-6
+    assert abs(plan["tau"] - doc["tau_online"]) < 1e-6
     assert abs(plan["baseline_tps"] - 1000 / doc["decode_ms"]) < 1e-6 * plan["baseline_tps"]
     # the request end to end: the prefill emits one token, (N-1)/tau cycles the rest
     n, pre = doc["new_tokens"], doc["prefill_ms"]
-    want = 1000 * n / (pre + (n - 1) / doc["accept_len"] * doc["cycle_ms"])
+    want = 1000 * n / (pre + (n - 1) / doc["tau_online"] * doc["cycle_ms"])
     assert n > 1 and pre > 0 and abs(plan["request"]["tps"] - want) < 1e-3 * want
 
 
@@ -189,7 +189,7 @@ def test_eval_bad_input(cli, setup, tmp_path):
     assert r.code == 2 and "kind: expected 'eagle3kit.eval'" in r.err
     junk.write_text('{"kind": "eagle3kit.eval", "schema": 1, "mode": "offline"}')
     r = cli("plan", "--from", str(junk))
-    assert r.code == 2 and "accept_len" in r.err
+    assert r.code == 2 and "tau_walk" in r.err
 
 
 def test_offline_random_drafter_accepts_less_than_trained(setup):
@@ -200,6 +200,6 @@ def test_offline_random_drafter_accepts_less_than_trained(setup):
     tm, trained = load_pair(setup["target"], setup["drafter"])
     data = load_eval_data(setup["jsonl"], tm.tokenizer)
     rand = new_drafter(tm, seed=5)
-    a = evaluate_offline(tm, trained, data, 2)["accept_len"]
-    b = evaluate_offline(tm, rand, data, 2)["accept_len"]
+    a = evaluate_offline(tm, trained, data, 2)["tau_walk"]
+    b = evaluate_offline(tm, rand, data, 2)["tau_walk"]
     assert b < a

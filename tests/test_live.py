@@ -74,12 +74,12 @@ def test_vllm_tau_from_counter_diff_and_per_request_equal_the_decoder(pair):
     accepted = sum(sum(e["accepted"]) for e in run)
     assert acc["source"] == "counters"
     assert (acc["counters"]["drafts"], acc["counters"]["accepted"]) == (cycles, accepted)
-    assert acc["accept_len"] == pytest.approx(spec.tau(run), abs=1e-12)
+    assert acc["tau_online"] == pytest.approx(spec.tau(run), abs=1e-12)
     assert acc["per_position_acceptance"] == pytest.approx(spec.per_position(run), abs=1e-12)
     req = acc["per_request"]
     assert (req["steps"], req["accepted"]) == (cycles, accepted)
     assert req["per_position_acceptance"] == pytest.approx(spec.per_position(run), abs=1e-12)
-    assert doc["accept_len"] == acc["accept_len"] and doc["depth"] == 3
+    assert doc["tau_online"] == acc["tau_online"] and doc["depth"] == 3
 
 
 def test_decode_rate_agrees_with_the_servers_own_timing(pair):
@@ -108,15 +108,15 @@ def test_sglang_generate_per_request_tau_and_the_cumulative_average_kept_apart(p
     assert dep["server"]["speculative"]["draft_model"] == "/models/zoo-drafter"
     acc = dep["levels"][0]["acceptance"]
     assert acc["source"] == "per-request"
-    assert acc["accept_len"] == pytest.approx(spec.tau(run), abs=1e-12)
+    assert acc["tau_online"] == pytest.approx(spec.tau(run), abs=1e-12)
     assert acc["per_position_acceptance"] == pytest.approx(spec.per_position(run), abs=1e-12)
     # SGLang's spec_accept_length counts the prefill token: tokens / verify steps per request
     own = sorted(e["tokens"] / len(e["accepted"]) for e in run if e["accepted"])
     assert acc["per_request"]["engine_accept_length"]["median"] == pytest.approx(
         own[len(own) // 2] if len(own) % 2 else (own[len(own) // 2 - 1] + own[len(own) // 2]) / 2
     )
-    assert dep["server_life_accept_len"]["after"] == pytest.approx(life)
-    assert "not this run" in dep["server_life_accept_len"]["note"]
+    assert dep["server_life_tau"]["after"] == pytest.approx(life)
+    assert "not this run" in dep["server_life_tau"]["note"]
     assert doc["comparison"][0]["decode_speedup"] is not None
 
 
@@ -131,7 +131,7 @@ def test_sglang_chat_reads_sglext_and_says_when_it_is_missing(pair):
         asked = [b.get("return_spec_tokens_details") for b in new.bodies]
     assert asked == [True] * 3
     new_doc, old_doc = doc["deployments"]
-    assert new_doc["levels"][0]["acceptance"]["accept_len"] == pytest.approx(new.tau(run))
+    assert new_doc["levels"][0]["acceptance"]["tau_online"] == pytest.approx(new.tau(run))
     assert old_doc["levels"][0]["acceptance"] is None
     missing = [e for e in doc["errors"] if e.startswith(old.url)]
     assert len(missing) == 1 and "--endpoint generate" in missing[0]
@@ -188,7 +188,7 @@ def test_no_metrics_endpoint_says_what_is_missing(pair):
         run = list(spec.log)
     lv = only_level(doc)
     assert lv["acceptance"]["source"] == "per-request"
-    assert lv["acceptance"]["accept_len"] == pytest.approx(spec.tau(run))
+    assert lv["acceptance"]["tau_online"] == pytest.approx(spec.tau(run))
     assert [e for e in doc["errors"] if "no /metrics" in e] == [
         f"{spec.url}: no /metrics: run counters (tau, per-position) missing"
     ]
@@ -264,7 +264,7 @@ def test_the_docs_commands_run_against_the_fakes(pair, tmp_path, cli, monkeypatc
     p = cli(*shlex.split(plan_cmd)[1:], "--json")
     assert p.code in (0, 1), p.err
     plan = json.loads(p.out)
-    assert doc["accept_len"] == pytest.approx(plan["accept_len"])
+    assert doc["tau_online"] == pytest.approx(plan["tau"])
     # the cycle model at the measured tau and cycle gives back the measured decode rate
     tps = dep["levels"][0]["decode_tokens_per_s"]["median"]
     assert plan["throughput_tps"] == pytest.approx(tps, rel=1e-4)
@@ -272,7 +272,7 @@ def test_the_docs_commands_run_against_the_fakes(pair, tmp_path, cli, monkeypatc
     rep = cli("report", str(tmp_path), "-o", str(rep_dir), "--json")
     assert rep.code == 0, rep.err
     md = (rep_dir / "report.md").read_text()
-    assert f"{doc['accept_len']:.2f} (counters)" in md and spec.url in md
+    assert f"{doc['tau_online']:.2f} (counters)" in md and spec.url in md
     assert json.loads(rep.out)["found"]["bench_live"] == ["bench.json"]
 
 
@@ -281,7 +281,7 @@ def test_probe_live_compares_the_drafter_on_two_servers(pair, cli, tmp_path):
     the fakes' own (tau_NEW - 1) / (tau_OLD - 1)."""
     from decode_helpers import new_drafter
 
-    from eagle3kit.measure.probe import PLUG_IN_RETENTION, WARM_START_RETENTION
+    from eagle3kit.measure.verdict import PLUG_IN_RETENTION, WARM_START_RETENTION
 
     tm, d = pair
     g = tmp_path / "g.jsonl"
@@ -309,8 +309,8 @@ def test_probe_live_compares_the_drafter_on_two_servers(pair, cli, tmp_path):
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["kind"] == "eagle3kit.probe-live" and doc["schema"] == 1
-    assert doc["accept_len"]["new"] == pytest.approx(t_new)
-    assert doc["accept_len"]["reference"] == pytest.approx(t_old)
+    assert doc["tau_online"]["new"] == pytest.approx(t_new)
+    assert doc["tau_online"]["reference"] == pytest.approx(t_old)
     ret = (t_new - 1) / (t_old - 1)
     assert doc["retention"] == pytest.approx(ret)
     want = (
@@ -351,7 +351,7 @@ def test_eval_online_url(pair, cli, tmp_path):
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert [d["role"] for d in doc["deployments"]] == ["speculative"]
-    assert doc["deployments"][0]["levels"][0]["acceptance"]["accept_len"] == pytest.approx(tau)
+    assert doc["deployments"][0]["levels"][0]["acceptance"]["tau_online"] == pytest.approx(tau)
     assert no.code == 2 and "add --online" in no.err
 
 
@@ -423,7 +423,7 @@ def test_sampling_tau_and_the_drafting_rule_at_that_temperature(pair):
     dep = doc["deployments"][0]
     assert doc["settings"]["temperature"] == 0.8
     assert "argmax at any temperature" in dep["drafting_rule"]
-    assert dep["levels"][0]["acceptance"]["accept_len"] == pytest.approx(spec.tau(run))
+    assert dep["levels"][0]["acceptance"]["tau_online"] == pytest.approx(spec.tau(run))
 
 
 def test_distinct4_and_distinct_answers_come_from_the_outputs(pair):
@@ -453,4 +453,4 @@ def test_counters_read_after_they_settle(pair):
         run = list(spec.log)
     acc = only_level(doc)["acceptance"]
     assert acc["counters"]["drafts"] == sum(len(e["accepted"]) for e in run)
-    assert acc["accept_len"] == pytest.approx(spec.tau(run), abs=1e-12)
+    assert acc["tau_online"] == pytest.approx(spec.tau(run), abs=1e-12)

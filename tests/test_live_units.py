@@ -48,7 +48,7 @@ def test_counter_diff_is_the_runs_share():
     d = after.minus(before)
     assert (d.drafts, d.accepted, d.per_pos) == (10.0, 8.0, [6.0, 2.0, 0.0])
     acc = acceptance(d, [])
-    assert acc["accept_len"] == pytest.approx(1.8)  # 1 + 8 / 10
+    assert acc["tau_online"] == pytest.approx(1.8)  # 1 + 8 / 10
     assert acc["per_position_acceptance"] == pytest.approx([0.6, 0.2, 0.0])
     assert acc["conditional_acceptance"] == pytest.approx([0.6, 0.2 / 0.6, 0.0])
     assert d.plus(before).drafts == 50.0
@@ -79,7 +79,7 @@ def test_per_request_fields_of_both_engines():
     )
     acc = acceptance(None, [v, s], k=3)
     assert acc["source"] == "per-request"
-    assert acc["accept_len"] == pytest.approx(1 + 10 / 8)
+    assert acc["tau_online"] == pytest.approx(1 + 10 / 8)
     assert acc["per_position_acceptance"] == pytest.approx([6 / 8, 4 / 8, 2 / 8])
     assert spec_from_sglang({"spec_verify_ct": 0}) is None  # keys absent when no verify ran
     first = spec_from_sglang({"spec_verify_ct": 4, "spec_accept_token_num": 6})  # PR #11144
@@ -239,7 +239,7 @@ def _bench_doc(tmp_path, **kw):
     doc = {
         "kind": "eagle3kit.bench-live",
         "schema": 1,
-        "accept_len": 2.5,
+        "tau_online": 2.5,
         "depth": 3,
         "cycle_ms": 20.0,
         "decode_ms": 10.0,
@@ -255,12 +255,10 @@ def _bench_doc(tmp_path, **kw):
 def test_plan_reads_the_bench_fields_and_options_win(tmp_path):
     p = _bench_doc(tmp_path)
     assert file_inputs(p)["cycle_ms"] == 20.0
-    got = plan_args_from_file(
-        p, {"accept_len": None, "depth": 5, "decode_ms": None, "baseline_tps": 80.0}
-    )
-    assert got["accept_len"] == 2.5 and got["depth"] == 5 and got["decode_ms"] is None
-    with pytest.raises(Eagle3Error, match="accept_len: expected a number, found none"):
-        file_inputs(_bench_doc(tmp_path, accept_len=None))
+    got = plan_args_from_file(p, {"tau": None, "depth": 5, "decode_ms": None, "baseline_tps": 80.0})
+    assert got["tau"] == 2.5 and got["depth"] == 5 and got["decode_ms"] is None
+    with pytest.raises(Eagle3Error, match="tau_online: expected a number, found none"):
+        file_inputs(_bench_doc(tmp_path, tau_online=None))
 
 
 def test_plan_from_bench_cli(tmp_path, cli):

@@ -48,6 +48,7 @@ def test_probe_loads_a_zoo_name(tiny, tmp_path):
     from eagle3kit.model.target import TargetModel
 
     d_dir = save_drafter_dir(new_drafter(TargetModel.from_pretrained(tiny)), tmp_path / "d")
-    layout, spec, d, new, ref = P._load(d_dir, "llama-v1-tiny", None, "cpu", "float32")
-    assert new.name_or_path == tiny and ref is None and layout == "sglang"
-    assert spec.vocab_size == new.vocab_size and not d.embed_loaded
+    ld = P._load(d_dir, "llama-v1-tiny", None, "cpu", "float32")
+    new, spec = ld.target, ld.spec
+    assert new.name_or_path == tiny and ld.reference is None and ld.layout == "sglang"
+    assert spec.vocab_size == new.vocab_size and not ld.drafter.embed_loaded

@@ -98,7 +98,7 @@ def test_lookup_lossless_and_same_forwards_as_transformers(target):
         hf_tokens, hf_forwards = hf_lookup_forwards(target, ids, 40, eos)
         assert hf_tokens == want
         assert len(st.cycles) == hf_forwards  # same rule, same drafts: same forwards
-        taus.append(st.accept_len)
+        taus.append(st.tau_online)
     assert max(taus) > 1.0  # the tiny targets repeat themselves: lookup gets accepted
 
 

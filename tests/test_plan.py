@@ -35,10 +35,10 @@ SEED = ["--baseline-tps", "82", "--cycle-ms", "30", "--acceptance", "0.64", "--d
 def test_seed_numbers_api():
     r = plan(baseline_tps=82, cycle_ms=30, acceptance=0.64, depth=2, target_tps=[150, 200])
     tau = 1 + 0.64 + 0.64**2  # 2.0496
-    assert r.accept_len == pytest.approx(tau)
+    assert r.tau == pytest.approx(tau)
     assert r.throughput_tps == pytest.approx(tau / 0.030)  # about 68 tok/s
     assert r.speedup == pytest.approx(tau / 0.030 / 82)
-    assert r.break_even_accept_len == pytest.approx(82 * 0.030)  # 2.46
+    assert r.break_even_tau == pytest.approx(82 * 0.030)  # 2.46
     # break-even at depth 2: 1 + p + p^2 = 2.46 -> p = (-1 + sqrt(1 + 4 * 1.46)) / 2
     assert r.break_even_per_step_acceptance_at_depth == pytest.approx((-1 + math.sqrt(6.84)) / 2)
     assert r.break_even_per_step_acceptance == pytest.approx(1 - 1 / 2.46)
@@ -46,9 +46,9 @@ def test_seed_numbers_api():
     assert r.best_depth is None  # cycle given whole: depth costs nothing
     assert not r.pays
     t150, t200 = r.targets
-    assert t150.accept_len == pytest.approx(4.5)
+    assert t150.tau == pytest.approx(4.5)
     assert t150.per_step_acceptance == pytest.approx(1 - 1 / 4.5)  # 0.778
-    assert t200.accept_len == pytest.approx(6.0)
+    assert t200.tau == pytest.approx(6.0)
     assert t200.per_step_acceptance == pytest.approx(1 - 1 / 6.0)  # 0.833
     for t in (t150, t200):  # depth 2 caps tau at 3
         assert t.per_step_acceptance_at_depth is None
@@ -67,26 +67,26 @@ def test_seed_numbers_cli_json():
     for key in (
         "baseline_tps",
         "cycle_ms",
-        "accept_len",
+        "tau",
         "throughput_tps",
         "speedup",
-        "break_even_accept_len",
+        "break_even_tau",
         "best_depth",
         "targets",
     ):
         assert key in doc
     assert doc["baseline_tps"] == 82
     assert doc["cycle_ms"] == 30
-    assert doc["accept_len"] == pytest.approx(2.0496, abs=1e-6)
+    assert doc["tau"] == pytest.approx(2.0496, abs=1e-6)
     assert doc["throughput_tps"] == pytest.approx(2.0496 / 0.030, abs=1e-5)
-    assert doc["break_even_accept_len"] == pytest.approx(2.46, abs=1e-6)
+    assert doc["break_even_tau"] == pytest.approx(2.46, abs=1e-6)
     assert doc["best_depth"] is None
     assert doc["pays"] is False
     t150, t200 = doc["targets"]
-    assert set(t150) >= {"tps", "accept_len", "per_step_acceptance", "per_step_acceptance_at_depth"}
-    assert (t150["tps"], t150["accept_len"]) == (150, pytest.approx(4.5))
+    assert set(t150) >= {"tps", "tau", "per_step_acceptance", "per_step_acceptance_at_depth"}
+    assert (t150["tps"], t150["tau"]) == (150, pytest.approx(4.5))
     assert t150["per_step_acceptance"] == pytest.approx(7 / 9, abs=1e-6)
-    assert (t200["tps"], t200["accept_len"]) == (200, pytest.approx(6.0))
+    assert (t200["tps"], t200["tau"]) == (200, pytest.approx(6.0))
     assert t200["per_step_acceptance"] == pytest.approx(5 / 6, abs=1e-6)
     assert t150["per_step_acceptance_at_depth"] is None
     assert t200["per_step_acceptance_at_depth"] is None
@@ -143,8 +143,8 @@ def test_aq_medai_070_deep_chain():
         "--json",
     )
     doc = json.loads(r.out)
-    assert doc["accept_len"] == pytest.approx(1 / (1 - 0.70), abs=1e-4)  # 3.33
-    assert 3.2 <= doc["accept_len"] <= 3.5  # AQ-MedAI's measured range
+    assert doc["tau"] == pytest.approx(1 / (1 - 0.70), abs=1e-4)  # 3.33
+    assert 3.2 <= doc["tau"] <= 3.5  # AQ-MedAI's measured range
     assert r.code == 0  # 3.33 / 0.030 = 111 tok/s > 82: pays
 
 
@@ -178,7 +178,7 @@ def test_deeper_can_be_slower():
     # steep draft cost: tau grows with depth but throughput falls (what engine users report)
     r = plan(baseline_tps=50, draft_ms=10, verify_fit=(20, 0), acceptance=0.5, depth=1)
     assert r.best_depth == 1
-    taus = [d.accept_len for d in r.depths]
+    taus = [d.tau for d in r.depths]
     speeds = [d.tps for d in r.depths]
     assert taus == sorted(taus) and speeds == sorted(speeds, reverse=True)
 
@@ -217,7 +217,7 @@ def test_per_position_file(tmp_path):
     )
     doc = json.loads(r.out)
     assert doc["depth"] == 3  # defaults to the file's length
-    assert doc["accept_len"] == pytest.approx(tau3, abs=1e-6)
+    assert doc["tau"] == pytest.approx(tau3, abs=1e-6)
     bare = tmp_path / "bare.json"
     bare.write_text("[0.8, 0.6, 0.5]")
     r2 = run_cli(
@@ -232,28 +232,28 @@ def test_per_position_file(tmp_path):
         "2",
         "--json",
     )
-    assert json.loads(r2.out)["accept_len"] == pytest.approx(1 + 0.8 + 0.8 * 0.6, abs=1e-6)
+    assert json.loads(r2.out)["tau"] == pytest.approx(1 + 0.8 + 0.8 * 0.6, abs=1e-6)
 
 
 def test_accept_len_given():
-    r = plan(baseline_tps=82, cycle_ms=30, accept_len=2.05, depth=2)
-    assert r.accept_len == pytest.approx(2.05)
+    r = plan(baseline_tps=82, cycle_ms=30, tau=2.05, depth=2)
+    assert r.tau == pytest.approx(2.05)
     p = r.per_step_acceptance  # 1 + p + p^2 = 2.05
     assert p == pytest.approx((-1 + math.sqrt(1 + 4 * 1.05)) / 2)
 
 
 def test_request_end_to_end():
     """128 tokens: the prefill (40 ms) emits 1, then 127 / 3.5 cycles of 10 ms."""
-    r = plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, depth=4, new_tokens=128, prefill_ms=40)
+    r = plan(baseline_tps=150, cycle_ms=10, tau=3.5, depth=4, new_tokens=128, prefill_ms=40)
     assert r.request.tps == pytest.approx(128 / (0.040 + 127 / 3.5 * 0.010))
     assert r.throughput_tps == pytest.approx(350)  # the decode phase alone
-    assert plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, depth=4).request is None
+    assert plan(baseline_tps=150, cycle_ms=10, tau=3.5, depth=4).request is None
     with pytest.raises(Eagle3Error, match="--prefill-ms"):
-        plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, new_tokens=9, prefill_ms=-1)
+        plan(baseline_tps=150, cycle_ms=10, tau=3.5, new_tokens=9, prefill_ms=-1)
     with pytest.raises(Eagle3Error, match="--prefill-ms: expected it with --new-tokens"):
-        plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, new_tokens=9)
+        plan(baseline_tps=150, cycle_ms=10, tau=3.5, new_tokens=9)
     with pytest.raises(Eagle3Error, match="--new-tokens: expected it with --prefill-ms"):
-        plan(baseline_tps=150, cycle_ms=10, accept_len=3.5, prefill_ms=9)
+        plan(baseline_tps=150, cycle_ms=10, tau=3.5, prefill_ms=9)
 
 
 def test_plot_written(tmp_path):

@@ -21,19 +21,19 @@ EVAL_OFFLINE = {
     "schema": 1,
     "mode": "offline",
     "depth": 3,
-    "accept_len": 2.5,  # 1 + 0.7 + 0.5 + 0.3
-    "tau_walk": 2.5,
+    "tau_walk": 2.5,  # 1 + 0.7 + 0.5 + 0.3
     "tau_every_position": 2.61,
     "per_position_acceptance": [0.7, 0.5, 0.3],
     "conditional_acceptance": [0.7, 0.5 / 0.7, 0.3 / 0.5],
     "cycles": 40,
-    "all_positions": {"accept_len": 2.61, "per_position_acceptance": [0.75, 0.6, 0.5]},
+    "all_positions": {"tau_every_position": 2.61, "per_position_acceptance": [0.75, 0.6, 0.5]},
     "samples": 8,
     "skipped": 0,
 }
 EVAL_ONLINE = {
     **EVAL_OFFLINE,
     "mode": "online",
+    "tau_online": 2.5,
     "method": "chain",
     "tokens_per_s": 110.0,
     "baseline_tokens_per_s": 75.0,
@@ -56,13 +56,18 @@ BENCH = {
     "max_new_tokens": 64,
     "decode_ms": 10.0,
     "methods": [
-        {"name": "greedy", "tokens_per_s": {"median": 98.0}, "accept_len": 1.0, "speedup": 1.0},
+        {
+            "name": "greedy",
+            "tokens_per_s": {"median": 98.0},
+            "tokens_per_forward": 1.0,
+            "speedup": 1.0,
+        },
         {
             "name": "chain",
             "tokens_per_s": {"median": 105.0},
-            "accept_len": 2.19,  # new tokens / forwards: not tau
+            "tokens_per_forward": 2.19,  # new tokens / forwards: not tau
             "depth": 3,
-            "tau": 2.2,  # 1 + 0.6 + 0.4 + 0.2
+            "tau_online": 2.2,  # 1 + 0.6 + 0.4 + 0.2
             "draft_ms": 5.0,
             "verify_ms": 14.0,
             "cycle_ms": 20.0,
@@ -82,7 +87,7 @@ def _level(conc, pos, tau, token_ms, ttft, tokens):
         "acceptance": None
         if tau is None
         else {
-            "accept_len": tau,
+            "tau_online": tau,
             "source": "counters",
             "per_position_acceptance": pos,
             "conditional_acceptance": [],
@@ -115,7 +120,7 @@ def _live(spec_url="http://spec", pos=(0.8, 0.6, 0.4, 0.2)):
         "warnings": [],
         "errors": [],
         # live/summary.py plan_fields: the lowest level of the first speculative deployment
-        "accept_len": 3.0,
+        "tau_online": 3.0,
         "cycle_ms": 30.0,  # tau x token_ms
         "depth": 4,
         "decode_ms": 15.0,
@@ -136,11 +141,11 @@ PROBE = {
             "cond_acc": [0.7, 0.857, 0.833],
             "tau_walk": 1.9,
             "tau_every_position": 2.1,
-            "accept_len": 2.1,
         },
         "reference": None,
     },
-    "accept_len": {"target": 2.1, "reference": None, "online": None},
+    "tau_every_position": {"target": 2.1, "reference": None},
+    "tau_online": None,
     "break_even": {"baseline_tps": 50.0, "cycle_ms": 40.0, "depth": 3},
     "verdict": "fine-tune",
     "reasons": [],
@@ -156,13 +161,13 @@ def _probe_live():
             "levels": [_level(1, [0.9, 0.8, 0.7, 0.4], 3.8, 8.0, 45, 100)],
         }
     )
-    bench.update({"accept_len": 3.0, "cycle_ms": 30.0})
+    bench.update({"tau_online": 3.0, "cycle_ms": 30.0})
     return {
         "kind": "eagle3kit.probe-live",
         "schema": 1,
         "url": "http://new",
         "reference_url": "http://old",
-        "accept_len": {"new": 3.0, "reference": 3.8},
+        "tau_online": {"new": 3.0, "reference": 3.8},
         "retention": 2.0 / 2.8,
         "verdict": "fine-tune",
         "reasons": [],
@@ -189,24 +194,22 @@ def test_eval_acceptance_file_prices_evals_tau(tmp_path):
     """The issue's case: eval's cumulative rates, read as conditional, priced a lower tau."""
     f = _file(tmp_path, EVAL_OFFLINE)
     doc = _plan(*SPEEDS, "--acceptance-file", f)
-    assert abs(doc["accept_len"] - 2.5) < 1e-6  # eval's own tau
+    assert abs(doc["tau"] - 2.5) < 1e-6  # eval's own tau
     assert doc["depth"] == 3
     assert doc["per_position_acceptance"] == pytest.approx([0.7, 0.5 / 0.7, 0.3 / 0.5])
     assert doc["throughput_tps"] == pytest.approx(2.5 / 0.025)  # 100 tok/s
     assert doc["speedup"] == pytest.approx(100 / 80)
     # at depth 2 the chain stops after the second draft: 1 + 0.7 + 0.5
-    assert _plan(*SPEEDS, "--acceptance-file", f, "--depth", "2")["accept_len"] == pytest.approx(
-        2.2
-    )
+    assert _plan(*SPEEDS, "--acceptance-file", f, "--depth", "2")["tau"] == pytest.approx(2.2)
     # the wrong reading, 1 + 0.7 + 0.7*0.5 + 0.7*0.5*0.3 = 2.155, is not what is priced
-    assert abs(doc["accept_len"] - 2.155) > 0.3
+    assert abs(doc["tau"] - 2.155) > 0.3
     assert load_per_position(f) == pytest.approx((0.7, 0.5 / 0.7, 0.6))
 
 
 def test_eval_from_online(tmp_path):
     f = _file(tmp_path, EVAL_ONLINE)
     doc = _plan("--from", f)
-    assert abs(doc["accept_len"] - 2.5) < 1e-6
+    assert abs(doc["tau"] - 2.5) < 1e-6
     assert doc["baseline_tps"] == pytest.approx(1000 / 12.5)  # 80
     assert doc["cycle_ms"] == pytest.approx(20.0)
     assert doc["throughput_tps"] == pytest.approx(2.5 / 0.020)  # 125
@@ -215,43 +218,43 @@ def test_eval_from_online(tmp_path):
     # options given win over the file, per group
     mine = _plan("--from", f, "--cycle-ms", "50")
     assert mine["throughput_tps"] == pytest.approx(2.5 / 0.050)
-    assert _plan("--from", f, "--acceptance", "0.5")["accept_len"] == pytest.approx(1.875)
+    assert _plan("--from", f, "--acceptance", "0.5")["tau"] == pytest.approx(1.875)
 
 
 def test_bench_in_process(tmp_path):
     f = _file(tmp_path, BENCH)
     doc = _plan("--from", f)
-    assert abs(doc["accept_len"] - 2.2) < 1e-6  # the chain's tau, not new/forwards 2.19
+    assert abs(doc["tau"] - 2.2) < 1e-6  # the chain's tau, not new/forwards 2.19
     assert doc["depth"] == 3
     assert doc["baseline_tps"] == pytest.approx(100.0)  # greedy's 10 ms step
     assert doc["throughput_tps"] == pytest.approx(2.2 / 0.020)  # 110
     assert doc["per_position_acceptance"] == pytest.approx([0.6, 0.4 / 0.6, 0.2 / 0.4])
     acc = _plan(*SPEEDS, "--acceptance-file", f)
-    assert acc["accept_len"] == pytest.approx(2.2) and acc["throughput_tps"] == pytest.approx(88)
+    assert acc["tau"] == pytest.approx(2.2) and acc["throughput_tps"] == pytest.approx(88)
 
 
 def test_bench_live(tmp_path):
     f = _file(tmp_path, _live())
     doc = _plan("--from", f)
-    assert abs(doc["accept_len"] - 3.0) < 1e-6 and doc["depth"] == 4
+    assert abs(doc["tau"] - 3.0) < 1e-6 and doc["depth"] == 4
     assert doc["baseline_tps"] == pytest.approx(1000 / 15)
     assert doc["throughput_tps"] == pytest.approx(3.0 / 0.030)  # 100
     # 101 tokens: 50 ms TTFT, then 100 / 3 cycles of 30 ms = 1000 ms
     assert doc["request"]["tps"] == pytest.approx(101 * 1000 / 1050)
     acc = _plan(*SPEEDS, "--acceptance-file", f)
     assert acc["per_position_acceptance"] == pytest.approx([0.8, 0.75, 0.4 / 0.6, 0.5])
-    assert acc["accept_len"] == pytest.approx(3.0)
+    assert acc["tau"] == pytest.approx(3.0)
 
 
 def test_bench_live_without_per_position_prices_its_tau(tmp_path):
     """SGLang without the histogram: no per-position rates; tau alone, at the file's depth."""
     f = _file(tmp_path, _live(pos=()))
     doc = _plan(*SPEEDS, "--acceptance-file", f)
-    assert doc["accept_len"] == pytest.approx(3.0) and doc["depth"] == 4
+    assert doc["tau"] == pytest.approx(3.0) and doc["depth"] == 4
     assert doc["per_position_acceptance"] is None
     # rates that do not give the file's tau (1 + 0.5 != 3) are not priced either
     g = _file(tmp_path, _live(pos=(0.5,)), "g.json")
-    assert _plan(*SPEEDS, "--acceptance-file", g)["accept_len"] == pytest.approx(3.0)
+    assert _plan(*SPEEDS, "--acceptance-file", g)["tau"] == pytest.approx(3.0)
 
 
 def test_probe(tmp_path):
@@ -259,16 +262,16 @@ def test_probe(tmp_path):
     r = run_cli("plan", "--from", f, "--json")
     assert r.code == 1, r.err  # 1.9 / 0.040 s = 47.5 tok/s < 50: below break-even
     doc = json.loads(r.out)
-    assert abs(doc["accept_len"] - 1.9) < 1e-6  # the walked tau, not every-position 2.1
+    assert abs(doc["tau"] - 1.9) < 1e-6  # the walked tau, not every-position 2.1
     assert doc["baseline_tps"] == pytest.approx(50.0) and doc["cycle_ms"] == pytest.approx(40)
     assert doc["throughput_tps"] == pytest.approx(47.5)
-    assert doc["break_even_accept_len"] == pytest.approx(2.0)  # 50 tok/s x 0.040 s
+    assert doc["break_even_tau"] == pytest.approx(2.0)  # 50 tok/s x 0.040 s
 
 
 def test_probe_live(tmp_path):
     f = _file(tmp_path, _probe_live())
     doc = _plan("--from", f)
-    assert abs(doc["accept_len"] - 3.0) < 1e-6  # NEW's tau, not the reference's 3.8
+    assert abs(doc["tau"] - 3.0) < 1e-6  # NEW's tau, not the reference's 3.8
     assert doc["throughput_tps"] == pytest.approx(100.0)
     assert doc["baseline_tps"] == pytest.approx(1000 / 15)
     acc = _plan(*SPEEDS, "--acceptance-file", f)
@@ -282,15 +285,15 @@ def test_probe_live(tmp_path):
         ({"kind": "eagle3kit.compat", "schema": 1}, "--acceptance-file", "kind: expected"),
         ({"kind": "vendor.bench", "accept_len": 2}, "--acceptance-file", "'vendor.bench'"),
         ([0.7, 0.5], "--from", "kind: expected 'eagle3kit.eval', 'eagle3kit.bench'"),
-        ({"kind": "eagle3kit.eval", "schema": 1, "depth": 3}, "--from", "accept_len"),
+        ({"kind": "eagle3kit.eval", "schema": 1, "depth": 3}, "--from", "tau_walk"),
         ({**BENCH, "methods": BENCH["methods"][:1]}, "--from", "'chain' or 'tree'"),
-        ({**EVAL_OFFLINE, "accept_len": "2.5"}, "--from", "accept_len: expected a number"),
+        ({**EVAL_OFFLINE, "tau_walk": "2.5"}, "--from", "tau_walk: expected a number"),
         (
-            {**EVAL_OFFLINE, "per_position_acceptance": [0.3, 0.5, 0.7], "accept_len": 2.5},
+            {**EVAL_OFFLINE, "per_position_acceptance": [0.3, 0.5, 0.7], "tau_walk": 2.5},
             "--acceptance-file",
             "non-increasing",
         ),
-        ({**_live(), "accept_len": None}, "--from", "the servers reported no acceptance"),
+        ({**_live(), "tau_online": None}, "--from", "the servers reported no acceptance"),
     ],
 )
 def test_bad_measurements(tmp_path, doc, option, expect):
@@ -310,8 +313,8 @@ def test_acceptance_file_and_another_acceptance(tmp_path):
 
 def test_rates_short_of_the_depth_price_the_tau_at_the_depth(tmp_path):
     """Two positions reported for a depth-4 server: tau 1 + 0.8 + 0.6 = 2.4, priced at 4."""
-    doc = {**_live(pos=(0.8, 0.6)), "accept_len": 2.4}
-    doc["deployments"][1]["levels"][1]["acceptance"]["accept_len"] = 2.4
+    doc = {**_live(pos=(0.8, 0.6)), "tau_online": 2.4}
+    doc["deployments"][1]["levels"][1]["acceptance"]["tau_online"] = 2.4
     d = _plan("--from", _file(tmp_path, doc))
-    assert d["depth"] == 4 and d["accept_len"] == pytest.approx(2.4)
+    assert d["depth"] == 4 and d["tau"] == pytest.approx(2.4)
     assert d["per_position_acceptance"] is None

@@ -103,7 +103,7 @@ def test_probe_same_target_is_identity(pair):
     assert [s["layer"] for s in r["similarity"]] == [2, 4, 5]
     for s in r["similarity"] + [r["fc_similarity"]]:
         assert s["cosine_mean"] == s["cosine_p10"] == s["cka"] == s["norm_ratio"] == 1.0
-    assert r["accept_len"]["target"] == r["accept_len"]["reference"] > 1.0
+    assert r["tau_every_position"]["target"] == r["tau_every_position"]["reference"] > 1.0
     assert r["verdict"] == "plug-in"
 
 
@@ -130,15 +130,24 @@ def test_probe_v1_drafter_on_v2(pair, cli):
     )
     assert res.code == 0, res.err
     r = json.loads(res.out)
-    assert {"compat", "aux", "similarity", "fc_similarity", "accept_len", "verdict"} <= r.keys()
+    assert {
+        "compat",
+        "aux",
+        "similarity",
+        "fc_similarity",
+        "tau_every_position",
+        "verdict",
+    } <= r.keys()
     assert {"candidates", "acceptance", "chosen"} <= r["aux"].keys()
     assert set(r["similarity"][0]) == {"layer", "cosine_mean", "cosine_p10", "cka", "norm_ratio"}
     assert all(s["cosine_mean"] < 1.0 and s["cka"] < 1.0 for s in r["similarity"])
-    assert r["accept_len"]["target"] < r["accept_len"]["reference"]
+    assert r["tau_every_position"]["target"] < r["tau_every_position"]["reference"]
     assert r["verdict"] in ("plug-in", "fine-tune", "from-scratch")
     be = r["break_even"]
-    assert be["break_even_accept_len"] == pytest.approx(100 * 0.020)  # baseline x cycle
-    assert be["target"]["tps"] == pytest.approx(min(r["accept_len"]["target"], 4) / 0.020, rel=1e-3)
+    assert be["break_even_tau"] == pytest.approx(100 * 0.020)  # baseline x cycle
+    assert be["target"]["tps"] == pytest.approx(
+        min(r["tau_every_position"]["target"], 4) / 0.020, rel=1e-3
+    )
 
 
 def test_the_aux_reading_rule():
@@ -153,17 +162,20 @@ def test_the_aux_reading_rule():
         ]
 
     def acc(x, x1):
-        return {"h[X]": {"accept_len": x, "acc": [0.5]}, "h[X+1]": {"accept_len": x1, "acc": [0.5]}}
+        return {
+            "h[X]": {"tau_every_position": x, "acc": [0.5]},
+            "h[X+1]": {"tau_every_position": x1, "acc": [0.5]},
+        }
 
     c = choose_reading(cands("h[X]"), acc(2.0, 2.0 + CLEAR_MARGIN + 0.01))
     assert (c["reading"], c["layers"], c["clear"]) == ("h[X+1]", [2, 4, 5], True)
     c = choose_reading(cands("h[X]"), acc(2.0, 2.0 + CLEAR_MARGIN - 0.01))
     assert (c["reading"], c["best_by_data"], c["clear"]) == ("h[X]", "h[X+1]", False)
-    assert c["margin_accept_len"] == pytest.approx(CLEAR_MARGIN - 0.01)
+    assert c["margin_tau_every_position"] == pytest.approx(CLEAR_MARGIN - 0.01)
     c = choose_reading(cands(None), acc(2.0, 2.01))
     assert (c["reading"], c["clear"]) == ("h[X+1]", False)
     c = choose_reading(cands("h[X+1]")[1:], {"h[X+1]": acc(0, 1.5)["h[X+1]"]})
-    assert (c["reading"], c["margin_accept_len"], c["clear"]) == ("h[X+1]", None, True)
+    assert (c["reading"], c["margin_tau_every_position"], c["clear"]) == ("h[X+1]", None, True)
 
 
 @pytest.mark.slow
@@ -192,7 +204,7 @@ def test_aux_reading_detected_against_a_lying_config(pair, tmp_path):
     by = {c["reading"]: c for c in aux["candidates"]}
     assert by["h[X]"]["layers"] == [1, 3, 4] and by["h[X]"]["declared"]
     acc = aux["acceptance"]
-    assert acc["h[X+1]"]["accept_len"] > acc["h[X]"]["accept_len"]
+    assert acc["h[X+1]"]["tau_every_position"] > acc["h[X]"]["tau_every_position"]
     assert aux["chosen"]["best_by_data"] == "h[X+1]"
     if not aux["chosen"]["clear"]:
         assert aux["chosen"]["reading"] == "h[X]" and "uncertain" in " ".join(r["reasons"])
@@ -208,7 +220,7 @@ def test_probe_bad_input(tmp_path, cli):
     assert r.code == 2 and "--cycle-ms" in r.err
     bench = tmp_path / "bench.json"
     bench.write_text('{"baseline_tps": 80}')
-    from eagle3kit.measure.probe import read_bench
+    from eagle3kit.measure.verdict import read_bench
 
     with pytest.raises(Eagle3Error, match="cycle_ms: expected a positive number"):
         read_bench(str(bench))
@@ -217,24 +229,24 @@ def test_probe_bad_input(tmp_path, cli):
 def test_probe_bench_reads_what_bench_writes(tmp_path):
     """--bench takes bench's own JSON (in-process and live) by its kind: baseline tok/s is
     1000 / plain decoding's step, the cycle is the speculative one measured (hand-computed)."""
-    from eagle3kit.measure.probe import read_bench
+    from eagle3kit.measure.verdict import read_bench
 
     local = tmp_path / "bench.json"
     local.write_text(json.dumps({
         "kind": "eagle3kit.bench", "schema": 1, "decode_ms": 12.5,
         "methods": [{"name": "greedy"},
-                    {"name": "chain", "tau": 2.0, "depth": 3, "cycle_ms": 30.0}],
+                    {"name": "chain", "tau_online": 2.0, "depth": 3, "cycle_ms": 30.0}],
     }))  # fmt: skip
     assert read_bench(str(local)) == pytest.approx((80.0, 30.0))
     live = tmp_path / "live.json"
     live.write_text(json.dumps({
-        "kind": "eagle3kit.bench-live", "schema": 1, "accept_len": 1.8, "depth": 2,
+        "kind": "eagle3kit.bench-live", "schema": 1, "tau_online": 1.8, "depth": 2,
         "cycle_ms": 25.0, "decode_ms": 10.0, "deployments": [],
     }))  # fmt: skip
     assert read_bench(str(live)) == pytest.approx((100.0, 25.0))
     no_cycle = tmp_path / "nocycle.json"
     no_cycle.write_text(json.dumps({
-        "kind": "eagle3kit.bench-live", "schema": 1, "accept_len": 1.8, "decode_ms": 10.0,
+        "kind": "eagle3kit.bench-live", "schema": 1, "tau_online": 1.8, "decode_ms": 10.0,
     }))  # fmt: skip
     with pytest.raises(Eagle3Error, match="cycle_ms"):
         read_bench(str(no_cycle))

@@ -26,13 +26,13 @@ PROBE = {
             {"reading": "h[X+1]", "layers": [2, 4, 5], "declared": True, "writers": "w"},
         ],
         "acceptance": {
-            "h[X]": {"acc": [0.45, 0.43, 0.44], "accept_len": 1.725},
-            "h[X+1]": {"acc": [0.5, 0.49, 0.46], "accept_len": 1.869},
+            "h[X]": {"acc": [0.45, 0.43, 0.44], "tau_every_position": 1.725},
+            "h[X+1]": {"acc": [0.5, 0.49, 0.46], "tau_every_position": 1.869},
         },
         "chosen": {
             "reading": "h[X+1]",
             "layers": [2, 4, 5],
-            "margin_accept_len": 0.144,
+            "margin_tau_every_position": 0.144,
             "clear": True,
         },
         "engines": {"sglang": {"captures": [2, 4, 5], "ok": True, "fix": None}},
@@ -47,7 +47,7 @@ PROBE = {
         "norm_ratio": 0.975,
     },
     "acceptance": {"target": {"acc": [0.5, 0.49, 0.46]}, "reference": {"acc": [0.77, 0.76, 0.75]}},
-    "accept_len": {"target": 1.869, "reference": 2.786},
+    "tau_every_position": {"target": 1.869, "reference": 2.786},
 }
 BENCH = {
     "kind": "eagle3kit.bench",
@@ -59,7 +59,7 @@ BENCH = {
     "baseline_tps": 100.0,
     "spec_tps": 123.4,
     "speedup": 1.234,
-    "accept_len": 2.5,
+    "tau_online": 2.5,
     "cycle_ms": 20.0,
     "per_position_acceptance": [0.7, 0.5, 0.3],
 }
@@ -69,7 +69,8 @@ def _run_dir(root, name, init, taus, batch=4):
     d = root / "runs" / name
     (d / "state").mkdir(parents=True)
     rows = [
-        {"step": 10 * i, "loss": [3.0 - 0.1 * i], "sim_accept_len": t} for i, t in enumerate(taus)
+        {"step": 10 * i, "loss": [3.0 - 0.1 * i], "tau_every_position": t}
+        for i, t in enumerate(taus)
     ]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
     best = max(range(len(taus)), key=lambda i: taus[i])
@@ -80,7 +81,7 @@ def _run_dir(root, name, init, taus, batch=4):
                 "schema": 1,
                 "steps": 10 * (len(taus) - 1),
                 "best_step": 10 * best,
-                "sim_accept_len": taus[best],
+                "tau_every_position": taus[best],
                 "init_from": init,
                 "tokens_per_s": 400.0,
                 "train_samples": 100,

@@ -29,7 +29,7 @@ def _server(url, engine, draft):
 def _level(tps, tau, token_ms):
     acc = None
     if tau is not None:
-        acc = {"accept_len": tau, "source": "per-request", "per_position_acceptance": [],
+        acc = {"tau_online": tau, "source": "per-request", "per_position_acceptance": [],
                "conditional_acceptance": [], "counters": None, "per_request": None}  # fmt: skip
     return {
         "concurrency": 1, "requests": 6, "failed": 0,
@@ -47,11 +47,11 @@ def bench_live(spec_tps, tau, draft, engine="sglang"):
     base = {"url": "http://base", "role": "baseline",
             "server": _server("http://base", engine, False), "drafting_rule": "greedy",
             "tau_bound": None, "levels": [_level(100.0, None, 10.0)],
-            "server_life_accept_len": None}  # fmt: skip
+            "server_life_tau": None}  # fmt: skip
     spec = {"url": "http://spec", "role": "speculative",
             "server": _server("http://spec", engine, draft), "drafting_rule": "greedy",
             "tau_bound": 4.0, "levels": [_level(spec_tps, tau, token_ms)],
-            "server_life_accept_len": None}  # fmt: skip
+            "server_life_tau": None}  # fmt: skip
     return {
         "kind": "eagle3kit.bench-live", "schema": 1,
         "settings": {"endpoint": "chat", "max_tokens": 64, "temperature": 0.0, "repeats": 3,
@@ -60,17 +60,17 @@ def bench_live(spec_tps, tau, draft, engine="sglang"):
         "comparison": [{"url": "http://spec", "concurrency": 1,
                         "decode_speedup": spec_tps / 100.0, "throughput_speedup": None}],
         "warnings": [], "errors": [],
-        "accept_len": tau, "cycle_ms": tau * token_ms, "depth": 3, "decode_ms": 10.0,
+        "tau_online": tau, "cycle_ms": tau * token_ms, "depth": 3, "decode_ms": 10.0,
         "new_tokens": 64, "prefill_ms": 30.0,
     }  # fmt: skip
 
 
 EVAL = {"kind": "eagle3kit.eval", "schema": 1, "mode": "offline", "source": "store-new",
-        "depth": 3, "accept_len": 2.5, "per_position_acceptance": [0.7, 0.5, 0.3],
+        "depth": 3, "tau_walk": 2.5, "per_position_acceptance": [0.7, 0.5, 0.3],
         "conditional_acceptance": [0.7, 0.714286, 0.6], "cycles": 40, "samples": 32,
         "skipped": 0}  # fmt: skip
 PROBE_LIVE = {"kind": "eagle3kit.probe-live", "schema": 1, "url": "http://new",
-              "reference_url": "http://old", "accept_len": {"new": 2.0, "reference": 2.4},
+              "reference_url": "http://old", "tau_online": {"new": 2.0, "reference": 2.4},
               "retention": 1.0 / 1.4, "per_suite": {}, "verdict": "fine-tune",
               "reasons": ["online: keeps 71% of the reference's gain"],
               "bench": {"errors": ["http://new: 1 of 6 requests failed"]}}  # fmt: skip
@@ -107,7 +107,7 @@ def story(tmp_path):
                                   "from": "eagle3kit", "to": "sglang",
                                   "out": "/srv/k25-ft-sglang"})  # fmt: skip
     _write(run / "ft" / "summary.json", {"kind": "eagle3kit.train", "schema": 1, "steps": 10,
-                                         "best_step": 10, "sim_accept_len": 2.4,
+                                         "best_step": 10, "tau_every_position": 2.4,
                                          "init_from": "/srv/k2-drafter"})  # fmt: skip
     _write(run / "eval.json", EVAL)
     _write(run / "probe-live.json", PROBE_LIVE)
@@ -258,17 +258,17 @@ def test_the_real_producers_story(fakes_pair, tmp_path):
     os.utime(run / "after.json", (1_000, 1_000))  # the files' times point the wrong way
     _plan_from(run / "before.json", run / "plan.json")
     _write(run / "train" / "summary.json", {"kind": "eagle3kit.train", "schema": 1,
-                                            "steps": 30, "best_step": 30, "sim_accept_len": 2.0,
+                                            "steps": 30, "best_step": 30, "tau_every_position": 2.0,
                                             "init_from": "/srv/k2-drafter"})  # fmt: skip
     _write(run / "convert.json", {"kind": "eagle3kit.convert", "schema": 1, "to": "sglang",
                                   "out": "/srv/k25-ft"})  # fmt: skip
     doc, md, _ = _report(run, tmp_path / "out")
     sp = [c["decode_speedup"] for c in (before["comparison"][0], after["comparison"][0])]
-    be = json.loads((run / "plan.json").read_text())["break_even_accept_len"]
+    be = json.loads((run / "plan.json").read_text())["break_even_tau"]
     assert be == pytest.approx(before["cycle_ms"] / before["decode_ms"], rel=1e-5)
     head = (
         f"Before → after: speedup {sp[0]:.2f}x → {sp[1]:.2f}x ({sp[1] - sp[0]:+.2f}x), "
-        f"τ {before['accept_len']:.3f} → {after['accept_len']:.3f}: "
+        f"τ {before['tau_online']:.3f} → {after['tau_online']:.3f}: "
     )
     line = next(x for x in md.splitlines() if x.startswith("Before → after"))
     # The fakes' timings are real, so the verdict (and a note when the measured speedup
@@ -277,7 +277,7 @@ def test_the_real_producers_story(fakes_pair, tmp_path):
     assert f"(break-even τ {be:.3f} [plan.json])" in line, line
     assert line.endswith("[before.json, after.json]."), line
     assert "| drafter | /srv/k2-drafter | /srv/k25-ft |" in md
-    assert after["accept_len"] > before["accept_len"]  # the trained drafter accepts more
+    assert after["tau_online"] > before["tau_online"]  # the trained drafter accepts more
     assert "What next (live)" in md and "[after.json]" in md.split("What next (live)")[1]
     assert doc["found"]["bench_live"] == ["after.json", "before.json"]
 

@@ -239,7 +239,7 @@ def test_probe_from_one_store_with_reference_features(cli, env, drafter, superse
     assert doc["aux"]["not_in_store"] == []
     assert doc["data"]["sequences"] == N and doc["warnings"] == []
     assert "captured from held-out data" in doc["data"]["heldout"]["rule"]
-    assert doc["accept_len"]["target"] == doc["accept_len"]["reference"]
+    assert doc["tau_every_position"]["target"] == doc["tau_every_position"]["reference"]
     assert all(abs(s["cosine_mean"] - 1.0) < 1e-6 for s in doc["similarity"])
     # the plain store holds one reading and its 5% split: 1 sequence, said
     r = cli("probe", "--drafter", drafter / "best", "--features-new", env["tmp"] / "plain",

@@ -29,7 +29,8 @@ def test_run_directory_contract(run):
     assert {
         "steps",
         "best_step",
-        "sim_accept_len",
+        "tau_walk",
+        "tau_every_position",
         "tokens_per_s",
         "peak_memory_mb",
         "init_from",
@@ -45,15 +46,13 @@ def test_run_directory_contract(run):
         for p in r["cond_acc"]:
             run_p *= p
             tau += run_p
-        assert r["sim_accept_len"] == pytest.approx(tau)
-        assert r["tau_every_position"] == r["sim_accept_len"]
-        assert r["tau_walk"] == r["walk_accept_len"]
+        assert r["tau_every_position"] == pytest.approx(tau)
         assert r["tau_walk"] == pytest.approx(1 + sum(r["walk_acc"]))
     # RUN/best is chosen by the walked value (the first evaluation wins a tie)
     best = max(rows, key=lambda r: (r["tau_walk"], -r["step"]))
     assert summary["best_step"] == best["step"]
     assert summary["tau_walk"] == pytest.approx(best["tau_walk"])
-    assert summary["sim_accept_len"] == pytest.approx(best["sim_accept_len"])
+    assert summary["tau_every_position"] == pytest.approx(best["tau_every_position"])
     for d in ("best", "step-4", "step-6"):
         assert (out / d / "config.json").is_file() and (out / d / "model.safetensors").is_file()
     assert (out / "curves.png").read_bytes()[:4] == b"\x89PNG"

@@ -66,7 +66,7 @@ def test_best_is_chosen_by_tau_walk(tmp_path, monkeypatch):
     """Evaluations whose walked and every-position values disagree: best follows tau_walk."""
     s = _scripted_run(tmp_path, monkeypatch, [_acc(1.5, 2.0), _acc(1.8, 1.9), _acc(1.2, 2.5)])
     assert s["best_step"] == 2
-    assert s["tau_walk"] == 1.8 and s["sim_accept_len"] == 1.9
+    assert s["tau_walk"] == 1.8 and s["tau_every_position"] == 1.9
     rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert [r["tau_walk"] for r in rows] == [1.5, 1.8, 1.2]
     assert [r["tau_every_position"] for r in rows] == [2.0, 1.9, 2.5]

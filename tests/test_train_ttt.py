@@ -10,7 +10,7 @@ import torch
 from ckpt_helpers import tiny_spec
 
 from eagle3kit.model.drafter import DraftCache, Eagle3Drafter
-from eagle3kit.train.ttt import Counts, sim_accept_len, ttt_forward, ttt_loss, ttt_metrics
+from eagle3kit.train.ttt import Counts, tau_every_position, ttt_forward, ttt_loss, ttt_metrics
 
 
 def _drafter(seed: int = 0, **kw) -> Eagle3Drafter:
@@ -173,13 +173,13 @@ def test_teacher_top_k_is_renormalised():
     )
 
 
-def test_sim_accept_len():
-    assert sim_accept_len([]) == 1.0
-    assert sim_accept_len([1.0, 1.0, 1.0]) == 4.0
-    assert sim_accept_len([0.5, 0.5]) == pytest.approx(1 + 0.5 + 0.25)
-    assert sim_accept_len([0.8, 0.5, 0.9, 0.1], depth=2) == pytest.approx(1 + 0.8 + 0.4)
+def test_tau_every_position():
+    assert tau_every_position([]) == 1.0
+    assert tau_every_position([1.0, 1.0, 1.0]) == 4.0
+    assert tau_every_position([0.5, 0.5]) == pytest.approx(1 + 0.5 + 0.25)
+    assert tau_every_position([0.8, 0.5, 0.9, 0.1], depth=2) == pytest.approx(1 + 0.8 + 0.4)
     p = 0.7
-    assert sim_accept_len([p] * 200) == pytest.approx(1 / (1 - p))
+    assert tau_every_position([p] * 200) == pytest.approx(1 / (1 - p))
 
 
 def test_counts_add_up_across_batches():

@@ -187,9 +187,9 @@ def test_reference_target_reports_before_and_after(start, tmp_path, cli):
     r = cli(*args)
     assert r.code == 0, r.err
     ref = json.loads(r.out)["reference"]
-    assert ref["before"]["old"] == pytest.approx(own["sim_accept_len"])
+    assert ref["before"]["old"] == pytest.approx(own["tau_every_position"])
     step0 = _rows(tmp_path / "ref")[0]
-    assert ref["before"]["new"] == pytest.approx(step0["sim_accept_len"])
+    assert ref["before"]["new"] == pytest.approx(step0["tau_every_position"])
     assert set(ref["after"]) == {"old", "new"}
 
 

@@ -189,7 +189,7 @@ def _bench(step: Steps, w, drafter, path: Path, out: Path) -> dict:
             "--prompts", str(N_BENCH), "--repeats", "1", "--max-new-tokens", "16",
             "--endpoint", "generate", "--json", out=out,
         )  # fmt: skip
-        assert doc["accept_len"] == pytest.approx(spec.tau())  # the engine's own count
+        assert doc["tau_online"] == pytest.approx(spec.tau())  # the engine's own count
     return doc
 
 
@@ -216,7 +216,7 @@ def test_the_whole_story(cli, monkeypatch, worlds, tmp_path, arch, kind):
     # 2. What does the measured cycle need to pay off?
     plan = step("plan", "plan", "--from", out / "bench-before.json", "--json", codes=(0, 1))
     (out / "plan.json").write_text(json.dumps(plan))
-    assert plan["accept_len"] == pytest.approx(before["accept_len"])  # bench JSON read as such
+    assert plan["tau"] == pytest.approx(before["tau_online"])  # bench JSON read as such
     # 3. Does each engine release read the K2 drafter's layers right on K2.5?
     for engine in ("sglang@0.5.12", "sglang", "vllm@0.21", "vllm"):
         doc = step(f"compat {engine}", "compat", k2d, k25, "--engine", engine, "--json",
@@ -264,7 +264,7 @@ def test_the_whole_story(cli, monkeypatch, worlds, tmp_path, arch, kind):
         "eval", "--drafter", run / "best", "--features", tmp_path / "store", "--target", k25,
         "--heldout", "4", "--json", out=out / "eval.json",
     )  # fmt: skip
-    assert ev["kind"] == "eagle3kit.eval" and ev["accept_len"] >= 1
+    assert ev["kind"] == "eagle3kit.eval" and ev["tau_walk"] >= 1
     assert ev["samples"] == summary["heldout_samples"] == 4  # the samples training left out
     # 10. Written for the serving engine, with K2.5's embedding
     served = tmp_path / "served"
@@ -296,7 +296,7 @@ def _check_report(doc: dict, md: str, out: Path, before: dict, after: dict) -> N
     assert line is not None, md
     sa, sb = before["comparison"][0]["decode_speedup"], after["comparison"][0]["decode_speedup"]
     assert f"speedup {sa:.2f}x → {sb:.2f}x" in line, line
-    assert f"τ {before['accept_len']:.3f} → {after['accept_len']:.3f}" in line, line
+    assert f"τ {before['tau_online']:.3f} → {after['tau_online']:.3f}" in line, line
     assert "[bench-before.json, bench-after.json]" in line, line
 
 

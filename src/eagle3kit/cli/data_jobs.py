@@ -6,6 +6,7 @@ torch/transformers are imported inside the commands only (`eagle3kit --help` sta
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,39 @@ from eagle3kit.cli._checks import check_output
 from eagle3kit.cli._options import Device, TrustRemoteCode
 
 JSON_HELP = "Print one JSON document on stdout (progress stays on stderr)."
+
+
+@dataclass(frozen=True)
+class TargetHere:
+    """The target a command loads in this process: `--target`, `--device`, `--dtype`,
+    `--trust-remote-code` as given."""
+
+    name: str
+    device: str
+    dtype: str
+    trust_remote_code: bool
+
+    def load(self):
+        return _load_target(self.name, self.device, self.dtype, None, self.trust_remote_code)
+
+
+@dataclass(frozen=True)
+class LocalCapture:
+    """`data capture` with the target loaded here: its options, as given."""
+
+    data: Path | None
+    output: Path | None
+    target: TargetHere
+    vocab: Path | None
+    aux_layers: tuple[int, int, int] | None
+    extra_layers: str | None
+    probe_layers: bool
+    drafter: str | None
+    topk: int
+    shard_tokens: int
+    batch_tokens: int
+    heldout_data: bool
+    json_: bool
 
 
 def _load_target(
@@ -115,7 +149,10 @@ def regenerate_cmd(
         raise Eagle3Error("data regenerate: give exactly one of --target or --server")
     check_output(output, "-o", input, kind="file")
     kwargs = parse_template_kwargs(template_kwargs)
-    local = _local_generator(dict(locals()), kwargs) if target else None
+    local = None
+    if target:
+        here = TargetHere(target, device, dtype, trust_remote_code)
+        local = _local_generator(here, max_tokens, temperature, top_p, seed, kwargs)
     with bar(not json_) as progress:
         res = regenerate(
             input,
@@ -143,13 +180,14 @@ def regenerate_cmd(
         raise typer.Exit(1)
 
 
-def _local_generator(o: dict, kwargs: dict):
+def _local_generator(
+    target: TargetHere, max_tokens: int, temperature: float, top_p: float, seed: int, kwargs: dict
+):
     """`data regenerate --target`: the target loaded here, answering turn by turn."""
     from eagle3kit.decode.local import local_generator
 
-    tm = _load_target(o["target"], o["device"], o["dtype"], None, o["trust_remote_code"])
     return local_generator(
-        tm, o["max_tokens"], o["temperature"], o["seed"], template_kwargs=kwargs, top_p=o["top_p"]
+        target.load(), max_tokens, temperature, seed, template_kwargs=kwargs, top_p=top_p
     )
 
 
@@ -338,48 +376,61 @@ def capture_cmd(
         if res is None:
             return
     else:
-        res = _local_capture(dict(locals()))
+        here = TargetHere(target, device, dtype, trust_remote_code)
+        res = _local_capture(
+            LocalCapture(
+                data=data,
+                output=output,
+                target=here,
+                vocab=vocab,
+                aux_layers=aux_layers,
+                extra_layers=extra_layers,
+                probe_layers=probe_layers,
+                drafter=drafter,
+                topk=topk,
+                shard_tokens=shard_tokens,
+                batch_tokens=batch_tokens,
+                heldout_data=heldout_data,
+                json_=json_,
+            )
+        )
     if json_:
         emit_json(res)
         return
     _render_capture(res, output)
 
 
-def _local_capture(o: dict) -> dict:
-    """`data capture` with the target loaded here (``o``: the command's arguments): the
-    drafter's layers first, then the extra and probe layers (`live.capture.capture_layers`)."""
+def _local_capture(o: LocalCapture) -> dict:
+    """`data capture` with the target loaded here: the drafter's layers first, then the extra
+    and probe layers (`live.capture.capture_layers`)."""
     from eagle3kit.cli._progress import bar
     from eagle3kit.data.store import capture
     from eagle3kit.live.capture import capture_layers
     from eagle3kit.model.target import TargetModel
 
-    data, output, vocab, aux_layers = o["data"], o["output"], o["vocab"], o["aux_layers"]
+    data, output, vocab, aux_layers = o.data, o.output, o.vocab, o.aux_layers
     if data is None or output is None:
         from eagle3kit.core.errors import Eagle3Error
 
         raise Eagle3Error("data capture: expected DATA and -o STORE")
     check_output(output, "-o", data, vocab, kind="dir")
-    extra = _int_list(o["extra_layers"], "--extra-layers")
-    tm = _load_target(o["target"], o["device"], o["dtype"], None, o["trust_remote_code"])
+    extra = _int_list(o.extra_layers, "--extra-layers")
+    tm = o.target.load()
     own, every = capture_layers(
-        o["drafter"],
-        list(aux_layers) if aux_layers else None,
-        extra,
-        o["probe_layers"],
-        tm.num_layers,
+        o.drafter, list(aux_layers) if aux_layers else None, extra, o.probe_layers, tm.num_layers
     )
     tm.close()  # the same weights, hooked at every layer the store holds
     tm = TargetModel(tm.model, tm.tokenizer, aux_layers=every, name_or_path=tm.name_or_path)
-    with bar(not o["json_"]) as progress:
+    with bar(not o.json_) as progress:
         return capture(
             data,
             tm,
             output,
             vocab=vocab,
-            topk=o["topk"] or None,
-            shard_tokens=o["shard_tokens"],
-            batch_tokens=o["batch_tokens"],
-            heldout_data=o["heldout_data"] or None,
+            topk=o.topk or None,
+            shard_tokens=o.shard_tokens,
+            batch_tokens=o.batch_tokens,
+            heldout_data=o.heldout_data or None,
             drafter_layers=own,
             progress=progress,
         )

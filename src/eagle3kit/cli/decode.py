@@ -137,7 +137,7 @@ def _show_generation(g, text: str, json_: bool) -> None:
             "prompt_ids": g.prompt_ids,
             "tokens": g.tokens,
             "text": text,
-            "accept_len": g.stats.accept_len,
+            "tau_online": g.stats.tau_online,
             "tokens_per_s": g.stats.tokens_per_s,
             "stats": g.stats.summary(),
         }
@@ -145,7 +145,7 @@ def _show_generation(g, text: str, json_: bool) -> None:
         return
     s = g.stats
     print(
-        f"\n\ntau {s.accept_len:.2f}  {s.tokens_per_s:.1f} tok/s  ({s.new_tokens} tokens, "
+        f"\n\ntau_online {s.tau_online:.2f}  {s.tokens_per_s:.1f} tok/s  ({s.new_tokens} tokens, "
         f"{len(s.cycles)} cycles, draft {s.mean_ms('draft_s'):.2f} ms + verify "
         f"{s.mean_ms('verify_s'):.2f} ms per cycle)",
         file=sys.stderr,
@@ -210,7 +210,23 @@ def eval_(
     if url:
         from eagle3kit.cli import live
 
-        return live.run_eval(dict(locals()))
+        return live.run_eval(
+            live.LiveOptions(
+                urls=url,
+                baseline_url=None,
+                suite=suite,
+                data=data,
+                prompts=limit,
+                max_new_tokens=max_new_tokens,
+                repeats=repeats,
+                endpoint=endpoint,
+                timeout=timeout,
+                json_=json_,
+                temperature=temperature,
+                depth=depth,
+            ),
+            online,
+        )
     from eagle3kit.cli._progress import bar
     from eagle3kit.core.errors import Eagle3Error
     from eagle3kit.measure.evaluate import evaluate, evaluate_store, load_eval_data
@@ -303,7 +319,23 @@ def bench_(
     if url:
         from eagle3kit.cli import live
 
-        return live.run(dict(locals()))
+        return live.run(
+            live.LiveOptions(
+                urls=url,
+                baseline_url=baseline_url,
+                suite=suite,
+                data=data,
+                prompts=prompts,
+                max_new_tokens=max_new_tokens,
+                repeats=repeats,
+                endpoint=endpoint,
+                timeout=timeout,
+                json_=json_,
+                temperature=temperature,
+                concurrency=concurrency,
+                depth=drafter_depth,
+            )
+        )
     if target is None:
         raise typer.BadParameter("expected --target (in-process) or --url (live servers)")
     from eagle3kit.cli._progress import bar
@@ -378,14 +410,16 @@ def _render_eval(r: dict) -> None:
     from eagle3kit.cli._render import out
 
     c = out()
-    c.print(f"[bold]{r['mode']}[/] eval, depth {r['depth']}: accept length {r['accept_len']:.2f}")
+    tau = "tau_online" if r["mode"] == "online" else "tau_walk"  # counted online, walked offline
+    c.print(f"[bold]{r['mode']}[/] eval, depth {r['depth']}: {tau} {r[tau]:.2f}")
     c.print(f"  per-position acceptance  {_fmt_list(r['per_position_acceptance'])}")
     c.print(f"  conditional acceptance   {_fmt_list(r['conditional_acceptance'])}")
     if r["mode"] == "offline":
         u = r["all_positions"]
         c.print(
             f"  {r['cycles']} chain cycles walked on {r['samples']} held-out answers; with "
-            f"every position as a cycle start (training's metric) tau {u['accept_len']:.2f}"
+            f"every position as a cycle start (training's metric) "
+            f"tau_every_position {u['tau_every_position']:.2f}"
         )
         if r.get("heldout"):
             c.print(
@@ -407,9 +441,10 @@ def _render_eval(r: dict) -> None:
         )
         o, f = r["offline_same_answers"], r["offline"]
         c.print(
-            f"  offline simulated tau {o['accept_len']:.2f} on the {o['samples']} answers "
-            f"decoded vs online {r['accept_len']:.2f}: gap {100 * r['offline_online_gap']:+.1f}%"
-            f" (offline on all {f['samples']} held-out samples: {f['accept_len']:.2f})"
+            f"  offline tau_walk {o['tau_walk']:.2f} on the {o['samples']} answers "
+            f"decoded vs tau_online {r['tau_online']:.2f}: "
+            f"gap {100 * r['offline_online_gap']:+.1f}%"
+            f" (offline on all {f['samples']} held-out samples: {f['tau_walk']:.2f})"
         )
         _print_diversity(c, r)
 
@@ -423,7 +458,7 @@ def _render_bench(r: dict) -> None:
     t = Table(
         title=f"{r['prompts']} prompts x {r['max_new_tokens']} tokens, {r['repeats']} repeats"
     )
-    cols = ("method", "tok/s median", "min", "max", "speedup", "tau")
+    cols = ("method", "tok/s median", "min", "max", "speedup", "tokens/forward")
     for col in (*cols, "upper bound", "bound w/ drafting", "of bound"):
         t.add_column(col)
     for m in r["methods"]:
@@ -435,7 +470,7 @@ def _render_bench(r: dict) -> None:
             f"{tps['min']:.1f}",
             f"{tps['max']:.1f}",
             f"{m['speedup']:.2f}x",
-            f"{m['accept_len']:.2f}",
+            f"{m['tokens_per_forward']:.2f}",
             f"{m['upper_bound']:.2f}x" if bound else "-",
             f"{bound:.2f}x" if bound else "-",
             f"{100 * m['fraction_of_bound']:.0f}%" if bound else "-",

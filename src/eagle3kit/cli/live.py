@@ -3,10 +3,30 @@
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from eagle3kit.core.errors import Eagle3Error
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    """A run against live servers (`bench --url`, `eval --online --url`, `probe --url`): the
+    command's options, as given."""
+
+    urls: list[str]
+    baseline_url: str | None
+    suite: str | None
+    data: str | Path | None
+    prompts: int  # at most this many (per suite, and from --data)
+    max_new_tokens: int
+    repeats: int
+    endpoint: str
+    timeout: float
+    json_: bool
+    temperature: float = 0.0
+    concurrency: str = "1"
+    depth: int | None = None  # the drafter's depth, when the server does not say it
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
@@ -45,19 +65,18 @@ def warn_skipped(path: Path, skipped: list) -> None:
         )
 
 
-def _config(o: dict[str, Any], limit: int, depth: int | None):
+def _config(o: LiveOptions):
     from eagle3kit.live.bench import LiveConfig
 
-    data = o.get("data")
     return LiveConfig(
-        prompts=load_prompts(o.get("suite"), Path(data) if data else None, limit),
-        max_tokens=o["max_new_tokens"],
-        temperature=o.get("temperature", 0.0),
-        repeats=o["repeats"],
-        concurrency=parse_levels(o.get("concurrency", "1")),
-        endpoint=o["endpoint"],
-        timeout=o["timeout"],
-        depth=depth,
+        prompts=load_prompts(o.suite, Path(o.data) if o.data else None, o.prompts),
+        max_tokens=o.max_new_tokens,
+        temperature=o.temperature,
+        repeats=o.repeats,
+        concurrency=parse_levels(o.concurrency),
+        endpoint=o.endpoint,
+        timeout=o.timeout,
+        depth=o.depth,
     )
 
 
@@ -76,17 +95,17 @@ def _lines(r: dict) -> None:
         print(f"warning: {line}", file=sys.stderr)
 
 
-def run(o: dict[str, Any]) -> None:
+def run(o: LiveOptions) -> None:
     """`bench --url`: the live A/B; print or emit JSON. Exit 1 when nothing was measured."""
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
     from eagle3kit.live.bench import run_live_bench
 
-    cfg = _config(o, o["prompts"], o["drafter_depth"])
-    with bar(not o["json_"]) as progress:
-        r = run_live_bench(o["url"], o["baseline_url"], cfg, progress, _said)
+    cfg = _config(o)
+    with bar(not o.json_) as progress:
+        r = run_live_bench(o.urls, o.baseline_url, cfg, progress, _said)
     _lines(r)
-    if o["json_"]:
+    if o.json_:
         emit_json(r)
     else:
         render(r)
@@ -96,27 +115,25 @@ def run(o: dict[str, Any]) -> None:
         raise typer.Exit(1)
 
 
-def run_eval(o: dict[str, Any]) -> None:
+def run_eval(o: LiveOptions, online: bool) -> None:
     """`eval --online --url`: acceptance and speed of speculative servers, no baseline."""
-    if not o["online"]:
+    if not online:
         raise Eagle3Error("--url: measures online only (add --online)")
-    o = {**o, "baseline_url": None, "prompts": o["limit"], "drafter_depth": o["depth"]}
     run(o)
 
 
-def run_probe(o: dict[str, Any]) -> None:
+def run_probe(o: LiveOptions, url: str | None, reference_url: str | None) -> None:
     """`probe --url NEW --reference-url OLD`: the drafter's zero-shot tau on NEW vs OLD."""
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json, out
     from eagle3kit.live.probe import run_live_probe
 
-    if not o["url"] or not o["reference_url"]:
+    if not url or not reference_url:
         raise Eagle3Error("--url and --reference-url: expected both (NEW and OLD servers)")
-    cfg = _config(o, o["samples"], o["depth"])
-    with bar(not o["json_out"]) as progress:
-        r = run_live_probe(o["url"], o["reference_url"], cfg, o["baseline_url"], progress, _said)
+    with bar(not o.json_) as progress:
+        r = run_live_probe(url, reference_url, _config(o), o.baseline_url, progress, _said)
     _lines(r["bench"])
-    if o["json_out"]:
+    if o.json_:
         return emit_json(r)
     render(r["bench"])
     c = out()
@@ -141,7 +158,7 @@ def _s(x: dict | None, fmt: str = ".1f") -> str:
 def _tau(acc: dict | None) -> str:
     if not acc:
         return "-"
-    return f"{acc['accept_len']:.2f} ({acc['source']})"
+    return f"{acc['tau_online']:.2f} ({acc['source']})"
 
 
 def render(r: dict) -> None:
@@ -206,12 +223,12 @@ def _render_server(c, d: dict) -> None:
             cond = " ".join(f"{p:.2f}" for p in acc["conditional_acceptance"])
             c.print(f"  concurrency {lv['concurrency']}: per-position {pos}; conditional {cond}")
         per_suite = [
-            f"{k} {v['accept_len']:.2f}"
+            f"{k} {v['tau_online']:.2f}"
             for k, v in lv["suites"].items()
-            if v["accept_len"] is not None
+            if v["tau_online"] is not None
         ]
         if per_suite and len(lv["suites"]) > 1:
             c.print(f"  tau per suite: {', '.join(per_suite)}")
-    life = d["server_life_accept_len"]
+    life = d["server_life_tau"]
     if life and life.get("after") is not None:
         c.print(f"  server's avg_spec_accept_length {life['after']:.2f} ({life['note']})")

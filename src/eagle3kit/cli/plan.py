@@ -215,7 +215,7 @@ class PlanOptions:
     verify_fit: str | None = None
     acceptance: float | None = None
     acceptance_file: Path | None = None
-    accept_len: float | None = None
+    tau: float | None = None  # --accept-len
     depth: int | None = None
     max_depth: int | None = None
     target_tps: tuple[float, ...] = ()
@@ -234,7 +234,7 @@ def plan(
     verify_fit: VerifyFit = None,
     acceptance: Acceptance = None,
     acceptance_file: AcceptanceFile = None,
-    accept_len: AcceptLen = None,
+    tau: AcceptLen = None,
     depth: Depth = None,
     max_depth: MaxDepth = None,
     target_tps: TargetTps = None,
@@ -260,7 +260,7 @@ def plan(
             verify_fit=verify_fit,
             acceptance=acceptance,
             acceptance_file=acceptance_file,
-            accept_len=accept_len,
+            tau=tau,
             depth=depth,
             max_depth=max_depth,
             target_tps=tuple(target_tps or ()),
@@ -287,7 +287,7 @@ def _plan(o: PlanOptions) -> PlanResult:
 
         o = replace(o, **plan_args_from_file(o.from_, asdict(o)))
         if o.per_position is not None:
-            o = replace(o, accept_len=None)  # the file's rates, which give its tau
+            o = replace(o, tau=None)  # the file's rates, which give its tau
     if o.acceptance_file is not None:
         o = _acceptance_file(o)
     verify, fit = o.verify_ms, o.verify_fit
@@ -300,7 +300,7 @@ def _plan(o: PlanOptions) -> PlanResult:
         verify_fit=planmod.parse_verify_fit(fit) if fit is not None else None,
         acceptance=o.acceptance,
         per_position=o.per_position,
-        accept_len=o.accept_len,
+        tau=o.tau,
         depth=o.depth,
         max_depth=o.max_depth,
         target_tps=o.target_tps,
@@ -315,7 +315,7 @@ def _acceptance_file(o: PlanOptions) -> PlanOptions:
     from eagle3kit.plan.from_file import acceptance_from_file
 
     assert o.acceptance_file is not None
-    given = (("--acceptance", o.acceptance), ("--accept-len", o.accept_len))
+    given = (("--acceptance", o.acceptance), ("--accept-len", o.tau))
     other = [n for n, v in given if v is not None]
     if other:
         raise Eagle3Error(
@@ -357,9 +357,7 @@ def _plan_table(r: PlanResult):
     p_note = (
         "" if r.per_position_acceptance is None else " (constant equivalent of the file's rates)"
     )
-    t.add_row(
-        "accept length τ", f"{r.accept_len:.4g}  (per-step p {_pct(r.per_step_acceptance)}{p_note})"
-    )
+    t.add_row("accept length τ", f"{r.tau:.4g}  (per-step p {_pct(r.per_step_acceptance)}{p_note})")
     t.add_row("throughput", f"{r.throughput_tps:.4g} tok/s = τ / cycle")
     if r.request is not None:
         q = r.request
@@ -373,7 +371,7 @@ def _plan_table(r: PlanResult):
     be_k = r.break_even_per_step_acceptance_at_depth
     t.add_row(
         "break-even τ",
-        f"{r.break_even_accept_len:.4g} = baseline × cycle  (p "
+        f"{r.break_even_tau:.4g} = baseline × cycle  (p "
         f"{_pct(be_k) if be_k is not None else f'unreachable at depth {k}'}"
         f" at depth {k}, {_pct(r.break_even_per_step_acceptance)} as k→∞)",
     )
@@ -382,7 +380,7 @@ def _plan_table(r: PlanResult):
         best = "— (cycle given whole: depth costs nothing here, so as deep as acceptance holds)"
     else:
         best = (
-            f"{r.best_depth} → τ {r.best_depth_accept_len:.4g}, {r.best_depth_tps:.4g} tok/s "
+            f"{r.best_depth} → τ {r.best_depth_tau:.4g}, {r.best_depth_tps:.4g} tok/s "
             f"(searched 1..{r.max_depth})"
         )
     t.add_row("best depth", best)
@@ -407,7 +405,7 @@ def _targets_table(r: PlanResult):
             if x.reachable_at_depth
             else f"unreachable at depth {k}"
         )
-        row = [f"{x.tps:g}", f"{x.accept_len:.3g}", at_k, _pct(x.per_step_acceptance)]
+        row = [f"{x.tps:g}", f"{x.tau:.3g}", at_k, _pct(x.per_step_acceptance)]
         if r.depths:
             row.append(
                 "—"
@@ -432,5 +430,5 @@ def _render(r: PlanResult, plot: Path | None) -> None:
         console.print(
             f"[red]below break-even:[/] {r.throughput_tps:.4g} tok/s < {r.baseline_tps:.4g} tok/s "
             "baseline "
-            f"(needs τ > {r.break_even_accept_len:.3g}); exit 1"
+            f"(needs τ > {r.break_even_tau:.3g}); exit 1"
         )

@@ -31,15 +31,13 @@ def _render_probe(r: dict[str, Any]) -> None:
         _render_aux(con, r["aux"])
     if r["similarity"]:
         con.print(_similarity_table(r))
-    al = r["accept_len"]
+    al = r["tau_every_position"]
     if al["target"] is not None:
         ref = f", reference {al['reference']:.3f}" if al["reference"] is not None else ""
-        con.print(f"  accept length (offline, depth {r['depth']}): target {al['target']:.3f}{ref}")
-        for k, v in (al.get("online") or {}).items():
+        con.print(f"  tau_every_position (depth {r['depth']}): target {al['target']:.3f}{ref}")
+        for k, v in (r.get("tau_online") or {}).items():
             if v:
-                con.print(
-                    f"  accept length (online): {k} {v['accept_len']:.3f} over {v['cycles']} cycles"
-                )
+                con.print(f"  tau_online: {k} {v['tau_online']:.3f} over {v['cycles']} cycles")
     for why in r["reasons"]:
         con.print(f"  - {why}")
     for w in r.get("warnings") or []:
@@ -59,11 +57,12 @@ def _render_aux(con: Any, aux: dict[str, Any]) -> None:
         decl = " (the config's reading)" if c["declared"] else ""
         con.print(
             f"  aux {c['reading']} = h{c['layers']}{decl}: acc "
-            f"{[round(x, 3) for x in a['acc']]}, tau {a['accept_len']:.3f}{mark}"
+            f"{[round(x, 3) for x in a['acc']]}, "
+            f"tau_every_position {a['tau_every_position']:.3f}{mark}"
         )
     ch = aux["chosen"]
     con.print(
-        f"  trained on h{ch['layers']} (margin {ch['margin_accept_len']}, "
+        f"  trained on h{ch['layers']} (margin {ch['margin_tau_every_position']}, "
         f"{'clear' if ch['clear'] else 'uncertain'})"
     )
     for eng, e in aux["engines"].items():
@@ -235,7 +234,20 @@ def probe(
     if url or reference_url:
         from eagle3kit.cli import live
 
-        return live.run_probe(dict(locals()))
+        opts = live.LiveOptions(
+            urls=[u for u in (url, reference_url) if u],
+            baseline_url=baseline_url,
+            suite=suite,
+            data=data,
+            prompts=samples,
+            max_new_tokens=max_new_tokens,
+            repeats=repeats,
+            endpoint=endpoint,
+            timeout=timeout,
+            json_=json_out,
+            depth=depth,
+        )
+        return live.run_probe(opts, url, reference_url)
     stores = _from_stores(drafter, target, data, features_new, features_old)
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json

@@ -5,6 +5,8 @@ Also runs under torchrun: `torchrun --nproc-per-node N -m eagle3kit train ...` (
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -20,17 +22,17 @@ def _render(s: dict) -> None:
     from eagle3kit.cli._render import out
 
     o = out()
-    depth = s.get("sim_accept_len_by_depth") or []
+    depth = s.get("tau_every_position_by_depth") or []
     o.print(
         f"trained {s['steps']} steps ({s['source']}, {s['attention']} drafter, "
         f"{s['train_samples']} samples, {s['world_size']} process(es))"
     )
     o.print(
-        f"best step {s['best_step']}: every-position accept length {s['sim_accept_len']:.3f} "
+        f"best step {s['best_step']}: tau_every_position {s['tau_every_position']:.3f} "
         f"(by depth: {', '.join(f'{x:.2f}' for x in depth)})"
     )
     if s.get("tau_walk") is not None:
-        o.print(f"walked accept length (tau_walk, picks best): {s['tau_walk']:.3f}")
+        o.print(f"walked tau (tau_walk, picks best): {s['tau_walk']:.3f}")
     cov = s.get("vocab_coverage")
     if cov:
         o.print(f"DATA's loss tokens in the draft vocab: {cov['fraction']:.1%}")
@@ -190,104 +192,102 @@ PositionWeights = Annotated[
 DflashLoss = Annotated[str, typer.Option("--dflash-loss", help="dflash: ce (data) or kl (target).")]
 
 
-def train(
-    target: Target = None,
-    out_dir: OutDir = ...,
-    data: Data = None,
-    features: Features = None,
-    init_from: InitFrom = None,
-    attention: Attention = "mha",
-    vocab: Vocab = None,
-    draft_vocab_size: DraftVocabSize = None,
-    rebuild_vocab: RebuildVocab = False,
-    l2sp: L2sp = 0.0,
-    reference_target: ReferenceTarget = None,
-    reference_features: ReferenceFeatures = None,
-    ttt_steps: TttSteps = 7,
-    steps: Steps = None,
-    epochs: Epochs = None,
-    batch_size: BatchSize = 8,
-    max_len: MaxLen = 512,
-    max_samples: MaxSamples = None,
-    lr: Lr = 1e-3,
-    warmup: Warmup = None,
-    weight_decay: WeightDecay = 0.0,
-    grad_clip: GradClip = 1.0,
-    heldout: Heldout = "0.05",
-    best_includes_start: BestIncludesStart = False,
-    eval_every: EvalEvery = None,
-    eval_samples: EvalSamples = 64,
-    eval_batch: EvalBatch = 8,
-    save_every: SaveEvery = None,
-    seed: Seed = 0,
-    device: Device = "cpu",
-    target_dtype: TargetDtype = "float32",
-    topk: Topk = None,
-    time_limit: TimeLimit = None,
-    resume: Resume = False,
-    threads: Threads = None,
-    trust_remote_code: TrustRemoteCode = False,
-    json_: Json = False,
-    method: Method = "eagle3",
-    block_size: BlockSize = 8,
-    draft_layers: DraftLayers = 1,
-    anchors: Anchors = 16,
-    gamma: Gamma = 4.0,
-    dflash_loss: DflashLoss = "kl",
-    position_weights: PositionWeights = "exp",
-) -> None:
-    """Train a drafter (training-time test); keeps RUN/best by simulated accept length.
+# The one mapping from TrainConfig's fields to their options, in `--help` order; a field's
+# default is TrainConfig's own (min_lr_ratio has no option). Typer reads the signature that
+# `_signature` builds from it (tests/test_train_cli.py checks it covers the fields).
+CONFIG_OPTIONS = {
+    "target": Target,
+    "out": OutDir,
+    "data": Data,
+    "features": Features,
+    "init_from": InitFrom,
+    "attention": Attention,
+    "vocab": Vocab,
+    "draft_vocab_size": DraftVocabSize,
+    "rebuild_vocab": RebuildVocab,
+    "l2sp": L2sp,
+    "reference_target": ReferenceTarget,
+    "reference_features": ReferenceFeatures,
+    "ttt_steps": TttSteps,
+    "steps": Steps,
+    "epochs": Epochs,
+    "batch_size": BatchSize,
+    "max_len": MaxLen,
+    "max_samples": MaxSamples,
+    "lr": Lr,
+    "warmup": Warmup,
+    "weight_decay": WeightDecay,
+    "grad_clip": GradClip,
+    "heldout": Heldout,
+    "best_includes_start": BestIncludesStart,
+    "eval_every": EvalEvery,
+    "eval_samples": EvalSamples,
+    "eval_batch": EvalBatch,
+    "save_every": SaveEvery,
+    "seed": Seed,
+    "device": Device,
+    "target_dtype": TargetDtype,
+    "topk": Topk,
+    "time_limit": TimeLimit,
+    "trust_remote_code": TrustRemoteCode,
+}
+RUN_OPTIONS = {  # how to run, not saved with the run: (option, default)
+    "resume": (Resume, False),
+    "threads": (Threads, None),
+    "json_": (Json, False),
+    "method": (Method, "eagle3"),
+    "block_size": (BlockSize, 8),
+    "draft_layers": (DraftLayers, 1),
+    "anchors": (Anchors, 16),
+    "gamma": (Gamma, 4.0),
+    "dflash_loss": (DflashLoss, "kl"),
+    "position_weights": (PositionWeights, "exp"),
+}
+
+
+def train(**options) -> None:
+    """Train a drafter (training-time test); keeps RUN/best by the walked accept length.
     --method dflash trains a DFlash block drafter (docs/dflash.md)."""
     from eagle3kit.train.loop import TrainConfig
 
-    cfg = TrainConfig(
-        out=out_dir,
-        target=target,
-        data=data,
-        features=features,
-        init_from=init_from,
-        attention=attention,
-        vocab=vocab,
-        draft_vocab_size=draft_vocab_size,
-        rebuild_vocab=rebuild_vocab,
-        l2sp=l2sp,
-        reference_target=reference_target,
-        reference_features=reference_features,
-        ttt_steps=ttt_steps,
-        steps=steps,
-        epochs=epochs,
-        batch_size=batch_size,
-        max_len=max_len,
-        max_samples=max_samples,
-        lr=lr,
-        warmup=warmup,
-        weight_decay=weight_decay,
-        grad_clip=grad_clip,
-        heldout=heldout,
-        best_includes_start=best_includes_start,
-        eval_every=eval_every,
-        eval_samples=eval_samples,
-        eval_batch=eval_batch,
-        save_every=save_every,
-        seed=seed,
-        device=device,
-        target_dtype=target_dtype,
-        topk=topk,
-        time_limit=time_limit,
-        trust_remote_code=trust_remote_code,
-    )
+    cfg = TrainConfig(**{k: options[k] for k in CONFIG_OPTIONS})
+    run = {k: options[k] for k in ("resume", "threads", "json_")}
+    method = options["method"]
     if method == "dflash":
         from eagle3kit.train.dflash import DFlashOptions
 
+        o = options
         opts = DFlashOptions(
-            block_size, draft_layers, anchors, gamma, dflash_loss, weights=position_weights
-        )
-        return _run(cfg, resume=resume, threads=threads, json_=json_, dflash=opts)
+            o["block_size"], o["draft_layers"], o["anchors"], o["gamma"], o["dflash_loss"],
+            weights=o["position_weights"],
+        )  # fmt: skip
+        return _run(cfg, **run, dflash=opts)
     if method != "eagle3":
         raise typer.BadParameter(
             f"expected eagle3 or dflash, found {method!r}", param_hint="--method"
         )
-    _run(cfg, resume=resume, threads=threads, json_=json_)
+    _run(cfg, **run)
+
+
+def _signature() -> inspect.Signature:
+    """`train`'s parameters for typer: CONFIG_OPTIONS with TrainConfig's defaults (required
+    when it has none), then RUN_OPTIONS."""
+    from eagle3kit.train.config import TrainConfig
+
+    defaults = {
+        f.name: ... if f.default is dataclasses.MISSING else f.default
+        for f in dataclasses.fields(TrainConfig)
+    }
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [inspect.Parameter(n, kw, default=defaults[n], annotation=a)
+              for n, a in CONFIG_OPTIONS.items()]  # fmt: skip
+    params += [
+        inspect.Parameter(n, kw, default=d, annotation=a) for n, (a, d) in RUN_OPTIONS.items()
+    ]
+    return inspect.Signature(params)
+
+
+train.__signature__ = _signature()  # type: ignore[attr-defined]
 
 
 def register(app: typer.Typer) -> None:
@@ -333,5 +333,5 @@ def _render_dflash(s: dict) -> None:
     out().print(
         f"trained a DFlash drafter {s['steps']} steps ({s['source']}, block {s['block_size']}, "
         f"{s['train_samples']} samples); best step {s['best_step']}: expected accept length "
-        f"{s['accept_len']:.3f} (per position: {acc}) -> {s['best']}"
+        f"{s['tau_every_position']:.3f} (per position: {acc}) -> {s['best']}"
     )

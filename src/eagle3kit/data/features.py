@@ -23,11 +23,14 @@ Padding positions (attention_mask False) carry zeros in ``aux``, ``target_argmax
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
+
+if TYPE_CHECKING:
+    from eagle3kit.model.protocols import RunningTarget
 
 
 @dataclass
@@ -94,7 +97,7 @@ def teacher_from_logits(
 
 
 def compute_features(
-    target: Any,
+    target: RunningTarget,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     loss_mask: torch.Tensor,
@@ -103,8 +106,8 @@ def compute_features(
 ) -> Features:
     """Run the target once over a padded batch and return its :class:`Features`.
 
-    ``target`` is a :class:`eagle3kit.model.target.TargetModel`; tensors come back on its
-    device (aux in its dtype, teacher_logp float32).
+    ``target``: the model in process or an engine's states (`RunningTarget`,
+    model/protocols.py); tensors come back on its device (aux in its dtype, teacher_logp float32).
     """
     dev = target.device
     input_ids = torch.as_tensor(input_ids).long().to(dev)  # [B, T]

@@ -31,7 +31,7 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import Eagle3Error, bad
@@ -51,6 +51,9 @@ from eagle3kit.data.openai_servers import (
     ServerUnreachable,
     server_generator,
 )
+
+if TYPE_CHECKING:
+    from eagle3kit.model.target import TargetModel
 
 CUT_FIELD = "cut_at_max_tokens"  # output record: how many of its answers max_tokens cut
 TRUNCATED = ("keep", "drop")  # what to do with a sample holding such an answer
@@ -215,7 +218,7 @@ def read_input(path: Path) -> tuple[list[tuple[str, dict, Messages]], list[dict[
 
 
 # -- the local target ------------------------------------------------------------------------
-def stop_ids(target: Any) -> set[int]:
+def stop_ids(target: TargetModel) -> set[int]:
     """EOS / end-of-turn ids: the tokenizer's eos plus generation_config's (int or list)."""
     ids: set[int] = set()
     tok = target.tokenizer

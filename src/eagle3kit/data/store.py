@@ -37,7 +37,7 @@ import json
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -53,6 +53,9 @@ from eagle3kit.data.prepared import (
     sha256_file,
     split_ids,
 )
+
+if TYPE_CHECKING:
+    from eagle3kit.model.protocols import RunningTarget
 
 FORMAT = "eagle3kit-features/1"
 MANIFEST = "manifest.json"
@@ -89,7 +92,7 @@ def bytes_per_token(k: int, hidden: int, topk: int, draft_vocab_size: int) -> in
 
 
 # -- identities and the manifest -------------------------------------------------------------
-def _vocab(vocab: str | Path | None, target: Any) -> tuple[torch.Tensor, dict[str, Any]]:
+def _vocab(vocab: str | Path | None, target: RunningTarget) -> tuple[torch.Tensor, dict[str, Any]]:
     """(d2t [Vd], identity): a vocab file (d2t/t2d) or, without one, the full target vocab."""
     V = target.vocab_size
     if vocab is None:
@@ -127,7 +130,7 @@ def data_is_heldout(meta: dict[str, Any], declared: bool | None) -> bool:
     return str(meta.get("split") or "").lower() in HELDOUT_SPLITS
 
 
-def target_identity(target: Any) -> dict[str, Any]:
+def target_identity(target: RunningTarget) -> dict[str, Any]:
     """The target's identity with a local path made absolute (a hub id stays as given), so a
     store read from another working directory still finds its target."""
     ident = dict(target.identity())
@@ -138,7 +141,7 @@ def target_identity(target: Any) -> dict[str, Any]:
 
 
 def _fresh_manifest(
-    target: Any,
+    target: RunningTarget,
     data: Any,
     vocab_id: dict,
     topk: int,
@@ -308,7 +311,7 @@ def _write_shard(out: Path, man: dict, parts: list[dict], ids: list[str]) -> Non
 
 def capture(
     data: str | Path,
-    target: Any,
+    target: RunningTarget,
     out: str | Path,
     *,
     vocab: str | Path | None = None,

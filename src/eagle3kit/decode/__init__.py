@@ -2,7 +2,9 @@
 greedy (exactly the target's greedy output) and sampling (exactly the target's distribution).
 A DFlash drafter decodes by blocks (decode/block.py); `speculative_generate` picks the loop."""
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode.block import block_generate
@@ -13,6 +15,11 @@ from eagle3kit.decode.sampling import Sampling
 from eagle3kit.decode.speculative import SpecDecoder, TreeShape
 from eagle3kit.decode.speculative import speculative_generate as chain_or_tree_generate
 from eagle3kit.decode.stats import Cycle, DecodeStats
+
+if TYPE_CHECKING:
+    from eagle3kit.model.dflash import DFlashDrafter
+    from eagle3kit.model.protocols import Drafter
+    from eagle3kit.model.target import TargetModel
 
 __all__ = [
     "Cycle",
@@ -31,7 +38,9 @@ __all__ = [
 ]
 
 
-def speculative_generate(target: Any, drafter: Any, prompt_ids: Any, **kw: Any) -> Generation:
+def speculative_generate(
+    target: TargetModel, drafter: Drafter | DFlashDrafter, prompt_ids: Any, **kw: Any
+) -> Generation:
     """Speculative decoding with any drafter: EAGLE-3 chains/trees (decode/speculative.py),
     DFlash blocks of `depth` drafts (decode/block.py); the keywords of the former."""
     if getattr(drafter, "method", None) != "dflash":

@@ -25,7 +25,7 @@ Greedy output equals the target's greedy decoding token for token, for any draft
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -36,11 +36,16 @@ from eagle3kit.decode.speculative import Draft, Step, timed_cycle
 from eagle3kit.decode.stats import DecodeStats
 from eagle3kit.model.dflash import DFlashCache, DFlashDrafter
 
+if TYPE_CHECKING:
+    from eagle3kit.model.target import TargetModel
+
 
 class BlockDecoder:
     """Target, DFlash drafter, the drafter's cache and pending context, the sampling rule."""
 
-    def __init__(self, target: Any, drafter: DFlashDrafter, k: int, s: Sampling, seed: int = 0):
+    def __init__(
+        self, target: TargetModel, drafter: DFlashDrafter, k: int, s: Sampling, seed: int = 0
+    ):
         self.target, self.drafter, self.k, self.s = target, drafter, k, s
         self.gen = None if s.greedy else make_generator(target.device, seed)
         self.cache = DFlashCache(drafter.spec.num_hidden_layers)
@@ -100,7 +105,7 @@ class BlockDecoder:
 
 
 def block_generate(
-    target: Any,
+    target: TargetModel,
     drafter: DFlashDrafter,
     prompt_ids: list[int] | torch.Tensor,
     *,
@@ -132,7 +137,7 @@ def block_generate(
     return Generation(ids[0].tolist(), out.tokens, stats)
 
 
-def check_block(target: Any, drafter: DFlashDrafter, k: int, max_new_tokens: int) -> None:
+def check_block(target: TargetModel, drafter: DFlashDrafter, k: int, max_new_tokens: int) -> None:
     """Refuse what block decoding cannot do losslessly or at all, naming the field."""
     spec = drafter.spec
     if not 1 <= k <= spec.num_drafts:

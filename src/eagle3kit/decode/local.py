@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.data.conversations import sample_seed
@@ -12,9 +12,12 @@ from eagle3kit.data.regenerate import Generate, Messages, chat_prompt_ids, stop_
 from eagle3kit.decode.plain import plain_generate
 from eagle3kit.decode.sampling import Sampling, make_generator
 
+if TYPE_CHECKING:
+    from eagle3kit.model.target import TargetModel
+
 
 def local_generator(
-    target: Any,
+    target: TargetModel,
     max_tokens: int,
     temperature: float,
     seed: int = 0,

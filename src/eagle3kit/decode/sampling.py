@@ -16,10 +16,14 @@ may still emit them).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
+
+if TYPE_CHECKING:
+    from eagle3kit.model.protocols import Drafter
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ def draw(p: torch.Tensor, gen: torch.Generator | None) -> int:
     return int(torch.multinomial(p, 1, generator=gen))
 
 
-def draft_probs_on_target(q_draft: torch.Tensor, drafter, vocab_size: int) -> torch.Tensor:
+def draft_probs_on_target(q_draft: torch.Tensor, drafter: Drafter, vocab_size: int) -> torch.Tensor:
     """Draft probabilities [n, Vd] scattered onto target ids: [n, V] (0 off the draft vocab)."""
     ids = drafter.to_target_ids(torch.arange(q_draft.shape[-1], device=q_draft.device))  # [Vd]
     q = torch.zeros(q_draft.shape[0], vocab_size, device=q_draft.device)  # [n, V]

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -44,6 +45,10 @@ from eagle3kit.decode.sampling import (
 from eagle3kit.decode.stats import Cycle, DecodeStats
 from eagle3kit.decode.tree import Tree, draft_tree, walk
 from eagle3kit.model.drafter import DraftCache
+
+if TYPE_CHECKING:
+    from eagle3kit.model.protocols import Drafter
+    from eagle3kit.model.target import TargetModel
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,15 @@ class Step:
 class SpecDecoder:
     """Target, drafter, the drafter's cache, the sampling rule and its generator."""
 
-    def __init__(self, target, drafter, depth: int, tree: TreeShape | None, s: Sampling, seed=0):
+    def __init__(
+        self,
+        target: TargetModel,
+        drafter: Drafter,
+        depth: int,
+        tree: TreeShape | None,
+        s: Sampling,
+        seed: int = 0,
+    ):
         self.target, self.drafter, self.depth, self.tree, self.s = target, drafter, depth, tree, s
         self.gen = None if s.greedy else make_generator(target.device, seed)
         self.cache = DraftCache()
@@ -93,7 +106,7 @@ class SpecDecoder:
 
     def _drafter_on(self, ids: torch.Tensor, aux: torch.Tensor) -> None:
         """Run the drafter on pairs (aux_t [1, n, 3Ht], x_{t+1} [1, n]) into its cache."""
-        d = self.drafter(ids, aux.to(self.drafter.fc.weight.dtype), self.cache, from_aux=True)
+        d = self.drafter(ids, aux.to(self.drafter.dtype), self.cache, from_aux=True)
         self.logits, self.hidden = d.logits[0, -1], d.hidden[:, -1:]
 
     def prefill(self, ids: torch.Tensor) -> int:
@@ -171,8 +184,8 @@ class SpecDecoder:
 
 
 def speculative_generate(
-    target,
-    drafter,
+    target: TargetModel,
+    drafter: Drafter,
     prompt_ids: list[int] | torch.Tensor,
     *,
     max_new_tokens: int = 128,

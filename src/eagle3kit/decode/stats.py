@@ -44,7 +44,8 @@ class DecodeStats:
     cycles: list[Cycle] = field(default_factory=list)
 
     @property
-    def accept_len(self) -> float:
+    def tau_online(self) -> float:
+        """Mean tokens emitted per cycle, mean(accepted + 1) (docs/ARCHITECTURE.md, Glossary)."""
         if not self.cycles:
             return 1.0
         return sum(c.accepted + 1 for c in self.cycles) / len(self.cycles)
@@ -76,7 +77,7 @@ class DecodeStats:
             "prompt_tokens": self.prompt_tokens,
             "new_tokens": self.new_tokens,
             "cycles": len(self.cycles),
-            "accept_len": self.accept_len,
+            "tau_online": self.tau_online,
             "per_position_acceptance": self.per_position_acceptance(),
             "conditional_acceptance": self.conditional_acceptance(),
             "tokens_per_s": self.tokens_per_s,

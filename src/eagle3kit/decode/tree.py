@@ -22,8 +22,12 @@ the tree: the accepted path is the longest one whose every token is the target's
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from eagle3kit.model.protocols import Drafter
 
 
 @dataclass
@@ -59,7 +63,7 @@ class Tree:
 
 
 def draft_tree(
-    drafter, cache, logits, hidden, pos: int, topk: int, depth: int, budget: int
+    drafter: Drafter, cache, logits, hidden, pos: int, topk: int, depth: int, budget: int
 ) -> Tree:
     """Grow the tree (module docstring) from the drafter's state after the root.
 

@@ -57,9 +57,9 @@ def seed_plan(out: Path, say: Callable[[str], None]) -> dict[str, Any]:
     )
     png = plot_plan(res, out / "plan-seed.png")
     say(
-        f"   plan: tau {res.accept_len:.2f} -> {res.throughput_tps:.1f} tok/s "
-        f"({res.speedup:.2f}x); break-even needs tau {res.break_even_accept_len:.2f}; "
-        + ", ".join(f"{t.tps:g} tok/s needs tau {t.accept_len:.2f}" for t in res.targets)
+        f"   plan: tau {res.tau:.2f} -> {res.throughput_tps:.1f} tok/s "
+        f"({res.speedup:.2f}x); break-even needs tau {res.break_even_tau:.2f}; "
+        + ", ".join(f"{t.tps:g} tok/s needs tau {t.tau:.2f}" for t in res.targets)
     )
     return {"step": "plan", "result": res.to_json(), "plot": str(png)}
 

@@ -8,10 +8,15 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json, atomic_write_text
 from eagle3kit.core.progress import Progress
+
+if TYPE_CHECKING:
+    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.model.protocols import EmbeddedTarget
+    from eagle3kit.model.target import TargetModel
 
 PAIR = ("dsv3-v1", "dsv3-v2")
 
@@ -242,7 +247,7 @@ def held_out_prompts(data_dir: Path, n: int) -> list[list[int]]:
     return out
 
 
-def load_drafter(path: Path, target: Any) -> Any:
+def load_drafter(path: Path, target: EmbeddedTarget) -> Eagle3Drafter:
     """An Eagle3Drafter for inference, sharing ``target``'s embedding."""
     from eagle3kit.model.drafter import Eagle3Drafter
 
@@ -252,7 +257,7 @@ def load_drafter(path: Path, target: Any) -> Any:
 
 
 def bench_drafter(
-    target: Any,
+    target: TargetModel,
     drafter_dir: Path,
     prompts: list[list[int]],
     r: Recipe,
@@ -282,7 +287,7 @@ def bench_drafter(
             "baseline_tps": round(g["tokens_per_s"]["median"], 3),
             "spec_tps": round(c["tokens_per_s"]["median"], 3),
             "speedup": round(c["speedup"], 4),
-            "accept_len": round(c["tau"], 4),
+            "tau_online": round(c["tau_online"], 4),
             "cycle_ms": round(c["cycle_ms"], 3),
             "draft_ms": round(c["draft_ms"], 3),
             "verify_ms": round(c["verify_ms"], 3),
@@ -300,6 +305,6 @@ def headline_row(name: str, b: dict[str, Any], src: str) -> dict[str, Any]:
         "tps": b["spec_tps"],
         "plain": b["baseline_tps"],
         "speedup": b["speedup"],
-        "accept_len": b["accept_len"],
+        "tau_online": b["tau_online"],
         "source": src,
     }

@@ -149,7 +149,8 @@ def bench_step(out, target, drafter_dir, prompts, r: Recipe, say: Say, progress,
     atomic_write_json(out / f"bench-{role}.json", doc)
     say(
         f"   {label}: {doc['spec_tps']:.1f} tok/s vs plain {doc['baseline_tps']:.1f} "
-        f"({doc['speedup']:.2f}x), tau {doc['accept_len']:.2f}, cycle {doc['cycle_ms']:.1f} ms "
+        f"({doc['speedup']:.2f}x), tau_online {doc['tau_online']:.2f}, "
+        f"cycle {doc['cycle_ms']:.1f} ms "
         f"(draft {doc['draft_ms']:.1f} + verify {doc['verify_ms']:.1f}); medians of "
         f"{r.bench_repeats}; output identical to plain greedy: {doc['lossless']}; the target's "
         f"distinct-4 {doc['target_distinct4']:.2f} (a looping target is easy to predict) "
@@ -172,7 +173,7 @@ def baseline_row(b: dict[str, Any]) -> dict[str, Any]:
         "tps": b["baseline_tps"],
         "plain": b["baseline_tps"],
         "speedup": 1.0,
-        "accept_len": 1.0,
+        "tau_online": 1.0,
         "source": "bench-stale.json",
     }
 
@@ -185,14 +186,14 @@ def plan_step(out: Path, b: dict[str, Any], say: Say) -> dict[str, Any]:
     res = plan(
         baseline_tps=b["baseline_tps"],
         cycle_ms=b["cycle_ms"],
-        accept_len=min(b["accept_len"], b["depth"] + 1),
+        tau=min(b["tau_online"], b["depth"] + 1),
         depth=b["depth"],
     )
     atomic_write_json(out / "plan.json", res.to_json())
     plot_plan(res, out / "plan.png")
     say(
         f"   cycle {b['cycle_ms']:.1f} ms, plain {b['baseline_tps']:.1f} tok/s: break-even tau "
-        f"{res.break_even_accept_len:.2f}; the stale drafter's {b['accept_len']:.2f} gives "
+        f"{res.break_even_tau:.2f}; the stale drafter's {b['tau_online']:.2f} gives "
         f"{res.throughput_tps:.1f} tok/s modelled ({res.speedup:.2f}x) [plan.json]"
     )
     return {"step": "plan zoo", "result": res.to_json()}
@@ -243,13 +244,16 @@ def probe_step(out, k2, p2, p1, v2_data, r: Recipe, say: Say, progress) -> dict[
     )
     say(f"   similarity v1 vs v2 at {sims}; fc(aux) cos {res['fc_similarity']['cosine_mean']:.3f}")
     ch = res["aux"]["chosen"]
-    say(f"   trained on h{ch['layers']} ({ch['reading']}; margin {ch['margin_accept_len']} in tau)")
-    al = res["accept_len"]
-    say(f"   offline tau: v2 {al['target']:.3f}, v1 {al['reference']:.3f}")
+    say(
+        f"   trained on h{ch['layers']} ({ch['reading']}; margin "
+        f"{ch['margin_tau_every_position']} in tau_every_position)"
+    )
+    al = res["tau_every_position"]
+    say(f"   offline tau_every_position: v2 {al['target']:.3f}, v1 {al['reference']:.3f}")
     for why in res["reasons"]:
         say(f"   - {why}")
     say(f"   verdict: {res['verdict']} [probe.json]")
-    keep = ("verdict", "accept_len", "similarity", "reasons")
+    keep = ("verdict", "tau_every_position", "similarity", "reasons")
     return {"step": "probe", "result": {k: res[k] for k in keep}}
 
 
@@ -263,7 +267,8 @@ def train_step(out, k2, p2, v2_data, r: Recipe, say: Say, progress) -> dict[str,
     for name in ("finetune", "scratch"):
         s = done[name]
         say(
-            f"   {name}: best held-out simulated tau {s['sim_accept_len']:.3f} at step "
+            f"   {name}: best held-out tau_walk {s['tau_walk']:.3f} "
+            f"(every position {s['tau_every_position']:.3f}) at step "
             f"{s['best_step']}/{s['steps']} ({done[name + '_seconds']:.0f} s) "
             f"[runs/{name}/summary.json]"
         )
@@ -295,7 +300,7 @@ def eval_bench_step(out, v2, p2, k2, v2_data, prompts, r: Recipe, say: Say, prog
         d = load_drafter(p, v2)
         acc = offline_acceptance(d, target_features(v2, batch, d), r.depth)
         ev["drafters"][label] = {"path": str(p), **acc}
-        say(f"   {label}: offline tau {acc['accept_len']:.3f}, acc {acc['acc']} [eval.json]")
+        say(f"   {label}: offline tau_walk {acc['tau_walk']:.3f}, acc {acc['acc']} [eval.json]")
     atomic_write_json(out / "eval.json", ev)
     rows = []
     for label, role, run in (
@@ -317,7 +322,7 @@ def report_step(out: Path, headline: list[dict[str, Any]], say: Say) -> dict[str
     for h in headline:
         say(
             f"{h['name']:22} {h['tps']:8.1f} {h['plain']:8.1f} {h['speedup']:7.2f}x "
-            f"{h['accept_len']:6.2f}   {h['source']}"
+            f"{h['tau_online']:6.2f}   {h['source']}"
         )
     say("(speedup: against plain decoding measured in the same bench run, interleaved)")
     say(f"report: {paths['report_html']}")

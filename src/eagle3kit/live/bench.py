@@ -33,7 +33,7 @@ from eagle3kit.live.server import (
     ServerInfo,
     SpecCounters,
     detect,
-    sglang_life_accept_len,
+    sglang_life_tau,
     sglang_state,
     vllm_counters,
 )
@@ -193,7 +193,7 @@ def _life(dep: Deployment, dl: Deadline, when: str) -> None:
         doc = sglang_state(dep.url, dl)
     except ServerFault:
         doc = None
-    dep.life[when] = sglang_life_accept_len(doc) if doc else None
+    dep.life[when] = sglang_life_tau(doc) if doc else None
 
 
 def _detect_all(deps: list[Deployment], dl: Deadline, errors: list[str]) -> list[Deployment]:

@@ -24,6 +24,7 @@ import hashlib
 import json
 import shlex
 from array import array
+from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +37,7 @@ from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress
 from eagle3kit.live import capture_client as C
 from eagle3kit.live.heads import OutputHead, TargetShape, target_shape
+from eagle3kit.model.protocols import JsonConfig
 
 CONNECTOR = "ExampleHiddenStatesConnector"
 # The engine's log-prob of its own greedy token at the last position, against ours from the
@@ -82,7 +84,7 @@ def layer_plan(
     *,
     family: str = "llama",
     version: tuple[int, ...] | None = None,
-    drafter: Any = None,
+    drafter: Sequence[int] | None = None,  # the drafter's h-indices, when aux holds more
 ) -> LayerPlan:
     """vLLM ids for these aux h-indices (under the rule of the engine table,
     `checkpoint/engines.py`, for this vLLM release and target family) plus L; ``layer_ids``
@@ -166,7 +168,8 @@ class EngineOutput:
 
 
 class EngineTarget:
-    """A target for `compute_features` whose forward asks vLLM for the hidden states."""
+    """A target for `compute_features` whose forward asks vLLM for the hidden states (a
+    `RunningTarget`, model/protocols.py)."""
 
     def __init__(self, head: OutputHead, plan: LayerPlan, data: Any, opts: dict[str, Any]):
         self.head, self.plan, self.opts = head, plan, opts
@@ -182,6 +185,10 @@ class EngineTarget:
         self._ahead = max(1, int(opts.get("concurrency", 8)))
         self._pool = ThreadPoolExecutor(self._ahead)
         self._pending: dict[int, Future] = {}  # data index -> its request, sent ahead
+
+    @property
+    def config(self) -> JsonConfig:
+        return JsonConfig(self.head.shape.config)
 
     @property
     def vocab_size(self) -> int:
@@ -300,19 +307,17 @@ def capture_layers(
     ``extra`` ones, then with ``probe`` the probe's candidate readings of the drafter's ids
     (h[X] and h[X+1], `measure.probe.aux_candidates`), each once: one store then serves
     `probe`, `train` and `eval`, each picking the layers it needs."""
-    from types import SimpleNamespace
-
     aux = drafter_aux(drafter, aux_layers, num_layers)
     more = [int(x) for x in extra or ()]
     if probe:
-        from eagle3kit.measure.probe import aux_candidates
+        from eagle3kit.measure.probe import AuxIds, aux_candidates
 
         if drafter is not None:
             from eagle3kit.checkpoint.reader import drafter_header
 
             spec = drafter_header(drafter).spec
         else:
-            spec = SimpleNamespace(aux_layers_raw=None, aux_layers=tuple(aux))
+            spec = AuxIds(aux_layers_raw=None, aux_layers=tuple(aux))
         more += [int(i) for c in aux_candidates(spec, num_layers) for i in c["layers"]]
     return aux, (*aux, *dict.fromkeys(i for i in more if i not in aux))
 

@@ -29,7 +29,7 @@ def _lowest(doc: dict, url: str) -> dict | None:
 
 def _tau(level: dict | None) -> float | None:
     acc = level["acceptance"] if level else None
-    return acc["accept_len"] if acc else None
+    return acc["tau_online"] if acc else None
 
 
 def _retention(new: float | None, ref: float | None) -> float | None:
@@ -42,7 +42,7 @@ def verdict(
     retention: float | None, speedup: float | None, taus: tuple[float | None, float | None]
 ) -> tuple[str, list[str]]:
     """plug-in | fine-tune | from-scratch | unknown, with the numbers that decided it."""
-    from eagle3kit.measure.probe import PLUG_IN_RETENTION, WARM_START_RETENTION
+    from eagle3kit.measure.verdict import PLUG_IN_RETENTION, WARM_START_RETENTION
 
     if retention is None:
         new, ref = taus
@@ -83,15 +83,15 @@ def run_live_probe(
     v, reasons = verdict(ret, speed if baseline_url else None, (_tau(new), _tau(ref)))
     suites = {}
     for s in (new or {}).get("suites", {}):
-        tn = new["suites"][s]["accept_len"]
-        tr = ref["suites"][s]["accept_len"] if ref and s in ref["suites"] else None
+        tn = new["suites"][s]["tau_online"]
+        tr = ref["suites"][s]["tau_online"] if ref and s in ref["suites"] else None
         suites[s] = {"new": tn, "reference": tr, "retention": _retention(tn, tr)}
     return {
         "kind": PROBE_KIND,
         "schema": 1,
         "url": url,
         "reference_url": reference_url,
-        "accept_len": {"new": _tau(new), "reference": _tau(ref)},
+        "tau_online": {"new": _tau(new), "reference": _tau(ref)},
         "retention": ret,
         "per_suite": suites,
         "verdict": v,

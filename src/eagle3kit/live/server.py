@@ -136,7 +136,7 @@ def sglang_speculative(doc: dict) -> dict[str, Any] | None:
     }
 
 
-def sglang_life_accept_len(doc: dict) -> float | None:
+def sglang_life_tau(doc: dict) -> float | None:
     """Mean of `internal_states[].avg_spec_accept_length`: CUMULATIVE over the server's life
     (every request since start), never this run's tau."""
     vals = [

@@ -4,14 +4,14 @@ Per deployment and concurrency level:
 - decode tok/s per request = (completion tokens - 1) / (last content chunk - first), so the
   prefill and the queue stay out of it; throughput = all tokens / block wall time per round;
   TTFT; inter-chunk latency (a speculative step sends up to k+1 tokens in one chunk);
-- acceptance: tau = 1 + accepted drafts / verify steps (the bonus token counted, the prefill's
-  first token not), per-position P(a >= i) and conditional P(a >= i | a >= i-1), from the
+- acceptance: tau_online = 1 + accepted drafts / verify steps (the bonus token counted, the
+  prefill's first token not), per-position P(a >= i) and conditional P(a >= i | a >= i-1), from the
   counters diffed around this run's blocks (vLLM) or from the per-request fields
   (vLLM `metrics.speculative_decoding`, SGLang `spec_verify_ct`/`spec_num_correct_drafts`
   and the histogram of correct drafts per step);
 - distinct-4 of the outputs (word 4-grams) and the number of distinct answers: a loop makes
   drafting easy and inflates tau.
-Top level: `accept_len`, `depth`, `cycle_ms`, `decode_ms`, `new_tokens`, `prefill_ms` for
+Top level: `tau_online`, `depth`, `cycle_ms`, `decode_ms`, `new_tokens`, `prefill_ms` for
 `eagle3kit plan --from`, taken from the first speculative deployment at the lowest level;
 `started` (UTC, added by live/bench.py) orders before/after runs in `report`.
 """
@@ -63,7 +63,7 @@ def _per_request(specs: list[dict]) -> dict[str, Any] | None:
     ]
     engine = [s.get("engine_accept_length") for s in specs]
     return {
-        "accept_len": 1 + acc / steps,
+        "tau_online": 1 + acc / steps,
         "steps": steps,
         "accepted": acc,
         "requests": len(specs),
@@ -76,7 +76,7 @@ def _counted(c) -> dict[str, Any] | None:
     if c is None or c.drafts <= 0:
         return None
     return {
-        "accept_len": 1 + c.accepted / c.drafts,
+        "tau_online": 1 + c.accepted / c.drafts,
         "drafts": c.drafts,
         "draft_tokens": c.draft_tokens,
         "accepted": c.accepted,
@@ -103,7 +103,7 @@ def acceptance(counters, specs: list[dict], k: int | None = None) -> dict[str, A
         return None
     pos = best["per_position_acceptance"] or []
     return {
-        "accept_len": best["accept_len"],
+        "tau_online": best["tau_online"],
         "source": "counters" if cnt else "per-request",
         "per_position_acceptance": pos,
         "conditional_acceptance": conditional(pos),
@@ -138,7 +138,7 @@ def _suite_json(dep, c: int, suite: str) -> dict[str, Any]:
     acc = acceptance(dep.counters.get((c, suite)), [s.spec for s in ok], _depth(dep))
     return {
         "requests": len(ok),
-        "accept_len": acc["accept_len"] if acc else None,
+        "tau_online": acc["tau_online"] if acc else None,
         "accept_source": acc["source"] if acc else None,
         "decode_tokens_per_s": _med(spread([s.decode_tps() for s in ok])),
     }
@@ -280,7 +280,7 @@ def deployment_json(dep, cfg, suites: list[str]) -> tuple[dict[str, Any], list[s
         "drafting_rule": drafting_rule(dep.info.engine, cfg.temperature),
         "tau_bound": bound,
         "levels": levels,
-        "server_life_accept_len": ({**dep.life, "note": LIFE_NOTE} if dep.life else None),
+        "server_life_tau": ({**dep.life, "note": LIFE_NOTE} if dep.life else None),
     }
     errors = _fault_lines(dep) + [f"{dep.url}: {e}" for e in dep.errors] + _missing(dep, levels)
     return doc, _deployment_warnings(dep, cfg, levels), errors
@@ -318,9 +318,9 @@ def plan_fields(docs: list[dict]) -> dict[str, Any]:
     lv = min(spec["levels"], key=lambda x: x["concurrency"])
     acc = lv["acceptance"]
     if acc:
-        out["accept_len"] = acc["accept_len"]
+        out["tau_online"] = acc["tau_online"]
         if lv["token_ms"]:
-            out["cycle_ms"] = acc["accept_len"] * lv["token_ms"]
+            out["cycle_ms"] = acc["tau_online"] * lv["token_ms"]
     sp = spec["server"]["speculative"]
     if sp and sp.get("num_steps"):
         out["depth"] = int(spec["tau_bound"] - 1) if spec["tau_bound"] else sp["num_steps"]

@@ -5,7 +5,8 @@ inflate accept length), `repeats` times, through the shared timing harness
 (measure/timing.py): prompt i of repeat r runs the methods in an order rotated by r + i, so
 drift in machine speed hits them alike. Per method: tok/s = new tokens / wall time (prefill
 included) over all prompts of one repeat, median/min/max over repeats; speedup = median /
-greedy's median; tau = new tokens per target forward after the prefill.
+greedy's median; tokens_per_forward = new tokens per target forward after the prefill (1
+for greedy); tau_online = mean tokens emitted per cycle, for the speculative methods.
 
 Prompt lookup runs twice: "lookup" is eagle3kit's own KV-cache loop (decode/lookup.py, the
 n-gram rule of transformers' PromptLookupCandidateGenerator), "lookup-hf" is transformers'
@@ -13,8 +14,8 @@ n-gram rule of transformers' PromptLookupCandidateGenerator), "lookup-hf" is tra
 
 For eagle3kit's own speculative methods (lookup, chain, tree), two bounds on the speedup:
 
-    upper_bound           = tau * t_decode / t_verify                   (drafting free)
-    bound_with_draft_cost = tau * t_decode / (t_draft_cycle + t_verify)  (drafting paid)
+    upper_bound           = tau_online * t_decode / t_verify                   (drafting free)
+    bound_with_draft_cost = tau_online * t_decode / (t_draft_cycle + t_verify)  (drafting paid)
 
 with t_decode greedy's median step and t_draft_cycle (~ k * t_draft), t_verify the method's
 measured means per cycle: the first is what tau could give at best, the second what is left
@@ -211,7 +212,7 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
         row = {
             "name": m,
             "tokens_per_s": T.spread(tps),
-            "accept_len": new / fwd if fwd else 1.0,
+            "tokens_per_forward": new / fwd if fwd else 1.0,
         }
         if greedy_tokens:
             row["same_tokens_as_greedy"] = T.same_tokens(runs, m, "greedy")
@@ -248,13 +249,13 @@ def _bound(st, t_decode: float | None) -> dict[str, Any]:
     draft, verify = st.mean_ms("draft_s"), st.mean_ms("verify_s")
     out = {
         "depth": st.depth,
-        "tau": st.accept_len,
+        "tau_online": st.tau_online,
         "draft_ms": draft,
         "verify_ms": verify,
         "cycle_ms": st.mean_ms("cycle_s"),
         "per_position_acceptance": st.per_position_acceptance(),
     }
     if t_decode:
-        out["upper_bound"] = st.accept_len * 1e3 * t_decode / verify
-        out["bound_with_draft_cost"] = st.accept_len * 1e3 * t_decode / (draft + verify)
+        out["upper_bound"] = st.tau_online * 1e3 * t_decode / verify
+        out["bound_with_draft_cost"] = st.tau_online * 1e3 * t_decode / (draft + verify)
     return out

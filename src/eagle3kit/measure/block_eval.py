@@ -18,7 +18,7 @@ The JSON carries the names `eval` uses for EAGLE-3 drafters, with "method": "dfl
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,10 +28,16 @@ from eagle3kit.core.progress import Progress, emit
 from eagle3kit.plan.forecast import conditional
 from eagle3kit.train.dflash import block_logits, blocks_at
 
+if TYPE_CHECKING:
+    from eagle3kit.model.dflash import DFlashDrafter
+    from eagle3kit.model.target import TargetModel
+
 CHUNK = 64  # anchors per pass (bounds the block mask's size)
 
 
-def _runs(target: Any, drafter: Any, ids: torch.Tensor, lm: torch.Tensor) -> torch.Tensor:
+def _runs(
+    target: TargetModel, drafter: DFlashDrafter, ids: torch.Tensor, lm: torch.Tensor
+) -> torch.Tensor:
     """r_a for every position a of one sample ([T], -1 where a is no answer position)."""
     from eagle3kit.data.features import compute_features
 
@@ -68,8 +74,8 @@ def _walk(runs: torch.Tensor) -> list[int]:
 
 
 def evaluate_offline_dflash(
-    target: Any,
-    drafter: Any,
+    target: TargetModel,
+    drafter: DFlashDrafter,
     data: Any,
     depth: int | None = None,
     *,
@@ -97,14 +103,13 @@ def evaluate_offline_dflash(
         "method": "dflash",
         "depth": k,
         "block_size": drafter.spec.block_size,
-        "accept_len": tau_walk,
         "tau_walk": tau_walk,
         "tau_every_position": tau_every,
         "per_position_acceptance": acc_w,
         "conditional_acceptance": conditional(acc_w),
         "cycles": len(walked),
         "all_positions": {
-            "accept_len": tau_every,
+            "tau_every_position": tau_every,
             "per_position_acceptance": acc_e,
             "conditional_acceptance": conditional(acc_e),
             "counted": len(every),

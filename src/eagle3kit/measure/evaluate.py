@@ -3,20 +3,18 @@
 Offline, on DATA's held-out samples: the training-time-test metrics of `eagle3kit.train.ttt`
 on features from `eagle3kit.data.features.compute_features` (the same code training uses):
 the cycles greedy chain decoding of depth k goes through on each held-out answer (`ttt.walk`:
-a cycle starts where the previous one ended), their accept length tau_walk = mean(a + 1)
-(`accept_len`, also as `tau_walk`),
+a cycle starts where the previous one ended), their accept length tau_walk = mean(a + 1),
 per-position acceptance P(a >= i) and conditional acceptance P(a >= i | a >= i-1); on answers
 the target wrote itself with greedy decoding this replays online chain decoding exactly.
 `all_positions` has training's metric beside it: every position as a cycle start,
 
-    tau_every_position = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j
-    (`all_positions.accept_len`, also as `tau_every_position`),
+    tau_every_position = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j,
 
 which reads higher, since real cycles often start right after a token the drafter missed.
 
 Online, on DATA's prompts (each conversation up to its first assistant turn, chat-templated):
 real greedy chain decoding against plain greedy decoding of the same prompts, `repeats` times
-in alternating order. tau (tau_online, the decoder's own count) = tokens per target forward;
+in alternating order. tau_online (the decoder's own count) = mean tokens emitted per cycle;
 tok/s = new tokens / wall time (prefill included) over all prompts of one repeat;
 median/min/max over repeats. decode_ms is the median plain decode step, cycle_ms the mean
 speculative cycle (draft + verify + bookkeeping), so `eagle3kit plan --from` can predict
@@ -141,14 +139,13 @@ def evaluate_offline(
     doc = {
         "mode": "offline",
         "depth": depth,
-        "accept_len": a.tau_walk,  # the walked cycles (tau_walk)
         "tau_walk": a.tau_walk,
         "tau_every_position": a.tau_every_position,
         "per_position_acceptance": a.walk_acc,
         "conditional_acceptance": conditional(a.walk_acc),
         "cycles": a.cycles,
         "all_positions": {  # every position as a cycle start
-            "accept_len": a.tau_every_position,
+            "tau_every_position": a.tau_every_position,
             "per_position_acceptance": a.acc,
             "conditional_acceptance": a.cond_acc,
             "counted": a.counted,
@@ -206,7 +203,7 @@ def evaluate_online(
         "mode": "online",
         "method": pooled.method,
         "depth": depth,
-        "accept_len": pooled.accept_len,
+        "tau_online": pooled.tau_online,
         "per_position_acceptance": pooled.per_position_acceptance(),
         "conditional_acceptance": pooled.conditional_acceptance(),
         "tokens_per_s": statistics.median(spec_tps),
@@ -258,7 +255,6 @@ def evaluate(
         progress=progress,
     )
     keys = (
-        "accept_len",
         "per_position_acceptance",
         "conditional_acceptance",
         "cycles",
@@ -270,7 +266,7 @@ def evaluate(
     on["offline"] = {k: off[k] for k in keys}
     off_same = evaluate_offline(target, drafter, same, depth)
     on["offline_same_answers"] = {k: off_same[k] for k in keys}
-    on["offline_online_gap"] = off_same["accept_len"] / on["accept_len"] - 1.0
+    on["offline_online_gap"] = off_same["tau_walk"] / on["tau_online"] - 1.0
     on["warnings"] = off["warnings"]
     return on
 
@@ -313,7 +309,7 @@ def evaluate_store(
     training leaves out); the document's ``heldout`` says which."""
     from eagle3kit.measure import store_features as S
     from eagle3kit.plan.forecast import conditional
-    from eagle3kit.train.ttt import sim_accept_len, ttt_counts
+    from eagle3kit.train.ttt import tau_every_position, ttt_counts
 
     store = S.open_store(features)
     d, spec, _, _ = S.drafter_for(drafter, target, store, device)
@@ -330,12 +326,13 @@ def evaluate_store(
         "mode": "offline",
         "source": str(features),
         "depth": depth,
-        "accept_len": m["walk_tau"],
+        "tau_walk": m["tau_walk"],
+        "tau_every_position": tau_every_position(m["cond_acc"], depth),
         "per_position_acceptance": m["walk_acc"],
         "conditional_acceptance": conditional(m["walk_acc"]),
         "cycles": m["walk_cycles"],
         "all_positions": {
-            "accept_len": sim_accept_len(m["cond_acc"], depth),
+            "tau_every_position": tau_every_position(m["cond_acc"], depth),
             "per_position_acceptance": m["acc"],
             "conditional_acceptance": m["cond_acc"],
             "counted": m["counted"],

@@ -14,8 +14,9 @@ The user's "Phase 0": plug the K2 drafter into K2.5 and measure, before training
 4. D's zero-shot acceptance on NEW beside OLD: offline, teacher-forced (`ttt_metrics` over
    `compute_features`: per-position acc_i, conditional acceptance p_i and
    tau = 1 + sum_{i=1..k} prod_{j<=i} p_j), and online when `eagle3kit.decode` is available.
-5. A verdict, plug-in / fine-tune / from-scratch, with its reasons in numbers (see `decide`),
-   and the break-even comparison from `plan`'s cycle model when the speeds are known.
+5. A verdict, plug-in / fine-tune / from-scratch, with its reasons in numbers
+   (measure/verdict.py `decide`), and the break-even comparison from `plan`'s cycle model
+   when the speeds are known.
 
 Token sequences come from a prepared data dir (`--data`, its held-out split) or, by default,
 built-in conversations (measure/probe_batches.py); only assistant tokens are scored.
@@ -24,22 +25,28 @@ built-in conversations (measure/probe_batches.py); only assistant tokens are sco
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from eagle3kit.core.artifacts import few_sequences, kind_of, stamp
-from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.artifacts import few_sequences, stamp
+from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.measure.probe_batches import Batch, builtin_batch, data_batch
+from eagle3kit.measure.verdict import break_even, decide, speed_inputs
 
-# Verdict thresholds (see `decide`).
-PLUG_IN_RETENTION = 0.9  # NEW keeps >= 90% of D's gain on OLD (tau - 1): plug in as is
-WARM_START_RETENTION = 0.25  # keeps >= 25% of the gain: D still knows something: fine-tune it
-WARM_START_FC_COSINE = 0.5  # or fc(aux) still points the same way on average
+if TYPE_CHECKING:
+    from eagle3kit.core.spec import DraftSpec
+    from eagle3kit.data.features import Features
+    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.model.protocols import Target
+    from eagle3kit.model.target import TargetModel
+
 CLEAR_MARGIN = 0.05  # tau difference under which the aux reading is called uncertain
 DEFAULT_DEPTH = 3
+STAGES = 5  # progress: compat and loading, aux readings, similarity, reference, online
 
 
-def _with_aux(target: Any, layers: Sequence[int]) -> Any:
+def _with_aux(target: TargetModel, layers: Sequence[int]) -> TargetModel:
     """A TargetModel over the same weights that captures ``layers`` instead."""
     from eagle3kit.model.target import TargetModel
 
@@ -48,7 +55,9 @@ def _with_aux(target: Any, layers: Sequence[int]) -> Any:
     )
 
 
-def target_features(target: Any, batch: Batch, drafter: Any, chunk: int = 8) -> list[Any]:
+def target_features(
+    target: TargetModel, batch: Batch, drafter: Eagle3Drafter, chunk: int = 8
+) -> list[Features]:
     from eagle3kit.data.features import compute_features
 
     out = []
@@ -61,18 +70,27 @@ def target_features(target: Any, batch: Batch, drafter: Any, chunk: int = 8) -> 
     return out
 
 
-def offline_acceptance(drafter: Any, feats: list[Any], depth: int) -> dict[str, Any]:
-    """Teacher-forced acceptance over feature batches (`train.acceptance`); ``accept_len`` is
-    the every-position value probe has always reported (its verdict and aux reading use it)."""
+def offline_acceptance(drafter: Eagle3Drafter, feats: list[Features], depth: int) -> dict[str, Any]:
+    """Teacher-forced acceptance over feature batches (`train.acceptance`); probe's verdict
+    and aux reading use its ``tau_every_position``."""
     from eagle3kit.train.acceptance import acceptance
 
     d = acceptance(drafter, feats, depth).rounded(6)
     out = {k: d[k] for k in ("acc", "cond_acc", "counted", "loss")}  # loss: CE to the target
     taus = {k: d[k] for k in ("tau_every_position", "tau_walk")}
-    return {**out, "accept_len": taus["tau_every_position"], **taus}
+    return {**out, **taus}
 
 
-def aux_candidates(spec: Any, num_layers: int) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class AuxIds:
+    """A drafter's aux ids as `aux_candidates` reads them, without its spec (a `DraftSpec`
+    offers the same two fields)."""
+
+    aux_layers_raw: tuple[int, ...] | None  # as the file wrote them
+    aux_layers: tuple[int, ...] | None  # h-indices, when the file says which reading
+
+
+def aux_candidates(spec: DraftSpec | AuxIds, num_layers: int) -> list[dict[str, Any]]:
     """The readings of D's aux ids: h[X] (HF index) and h[X+1] (layer output), valid ones only.
 
     X are the ids as the file wrote them (``aux_layers_raw``); with none written, the engines'
@@ -108,8 +126,9 @@ def choose_reading(cands: list[dict[str, Any]], acc: dict[str, dict]) -> dict[st
     """The reading D was trained on, from its acceptance under each measured one (``acc``):
     the data overrides the config's reading only by a clear margin (CLEAR_MARGIN in accept
     length); otherwise the declared reading stands, and with none declared the best by data."""
-    order = sorted(acc, key=lambda r: (acc[r]["accept_len"], acc[r]["acc"][0]), reverse=True)
-    margin = acc[order[0]]["accept_len"] - acc[order[1]]["accept_len"] if len(order) > 1 else None
+    tau = {r: a["tau_every_position"] for r, a in acc.items()}
+    order = sorted(acc, key=lambda r: (tau[r], acc[r]["acc"][0]), reverse=True)
+    margin = tau[order[0]] - tau[order[1]] if len(order) > 1 else None
     clear = margin is None or margin >= CLEAR_MARGIN
     declared = [c["reading"] for c in cands if c["declared"] and c["reading"] in acc]
     chosen = order[0] if clear or not declared else declared[0]
@@ -117,12 +136,14 @@ def choose_reading(cands: list[dict[str, Any]], acc: dict[str, dict]) -> dict[st
         "reading": chosen,
         "layers": next(c["layers"] for c in cands if c["reading"] == chosen),
         "best_by_data": order[0],
-        "margin_accept_len": None if margin is None else round(margin, 6),
+        "margin_tau_every_position": None if margin is None else round(margin, 6),
         "clear": clear,
     }
 
 
-def detect_aux(drafter: Any, target: Any, batch: Batch, spec: Any, depth: int) -> dict[str, Any]:
+def detect_aux(
+    drafter: Eagle3Drafter, target: TargetModel, batch: Batch, spec: DraftSpec, depth: int
+) -> dict[str, Any]:
     """D's offline acceptance on ``target`` under each reading; the winner and its margin."""
     cands = aux_candidates(spec, target.num_layers)
     acc, feats = {}, {}
@@ -159,7 +180,7 @@ def _fix_ids(engine: str, family: str, chosen: list[int], num_layers: int) -> li
 
 
 def engine_capture(
-    spec: Any, layout: str, target: Any, chosen: Sequence[int], src: str
+    spec: DraftSpec, layout: str, target: Target, chosen: Sequence[int], src: str
 ) -> dict[str, Any]:
     """What each engine captures for D as written, whether that is ``chosen``, and the fix."""
     from eagle3kit.checkpoint import engines as E
@@ -194,7 +215,10 @@ def engine_capture(
 
 
 def hidden_similarity(
-    ref_feats: list[Any], new_feats: list[Any], drafter: Any, layers: Sequence[int]
+    ref_feats: list[Features],
+    new_feats: list[Features],
+    drafter: Eagle3Drafter,
+    layers: Sequence[int],
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """OLD vs NEW at ``layers`` on the batch's real tokens, from each target's features of the
     same batch; and on fc(aux), D's view of them."""
@@ -214,11 +238,17 @@ def hidden_similarity(
     return rows, compare(fa, fb)
 
 
-def online_accept_len(
-    drafter: Any, target: Any, batch: Batch, depth: int, n_prompts: int, max_new: int
+def online_tau(
+    drafter: Eagle3Drafter,
+    target: TargetModel,
+    batch: Batch,
+    depth: int,
+    n_prompts: int,
+    max_new: int,
 ) -> dict[str, Any] | None:
     """Real chain decoding on the first ``n_prompts`` prompts (the tokens before the first
-    assistant token): tau = emitted tokens / target verifies. None without `eagle3kit.decode`."""
+    assistant token): tau_online = emitted tokens / target verifies. None without
+    `eagle3kit.decode`."""
     if n_prompts <= 0:
         return None
     try:
@@ -240,196 +270,96 @@ def online_accept_len(
         cycles += len(r.stats.cycles)
         tokens += r.stats.new_tokens
     tau = accepted / cycles if cycles else 1.0  # tokens emitted per target verify
-    return {"accept_len": round(tau, 6), "tokens": tokens, "cycles": cycles}
-
-
-# ---------------------------------------------------------------- verdict
-
-
-def speed_inputs(
-    bench: str | None, baseline_tps: float | None, cycle_ms: float | None
-) -> tuple[float | None, float | None]:
-    """(baseline tok/s, cycle ms) from --bench or from both --baseline-tps and --cycle-ms."""
-    if bench is not None and (baseline_tps is not None or cycle_ms is not None):
-        raise Eagle3Error("probe: give --bench or --baseline-tps/--cycle-ms, not both")
-    if (baseline_tps is None) != (cycle_ms is None):
-        raise Eagle3Error("probe: --baseline-tps and --cycle-ms go together")
-    return read_bench(bench) if bench is not None else (baseline_tps, cycle_ms)
-
-
-def read_bench(path: str) -> tuple[float, float]:
-    """(baseline tok/s, cycle ms) from a bench JSON: `bench --json` or `bench --url --json`
-    (by its kind: plain decoding's step and the speculative cycle it measured), or a
-    hand-written document with top-level ``baseline_tps`` and ``cycle_ms``."""
-    from eagle3kit.plan.from_file import measured, read_doc
-
-    doc = read_doc(path)
-    if isinstance(doc, dict) and kind_of(doc) in ("bench", "bench-live"):
-        f = measured(path, doc).figures
-        if not f.get("decode_ms") or not f.get("cycle_ms"):
-            raise bad(path, "decode_ms, cycle_ms: expected both measured, found "
-                      f"{f.get('decode_ms')!r}, {f.get('cycle_ms')!r}")  # fmt: skip
-        return 1000.0 / f["decode_ms"], f["cycle_ms"]
-    vals = []
-    for key in ("baseline_tps", "cycle_ms"):
-        v = doc.get(key) if isinstance(doc, dict) else None
-        if not isinstance(v, int | float) or isinstance(v, bool) or v <= 0:
-            raise bad(path, f"{key}: expected a positive number, found {v!r}")
-        vals.append(float(v))
-    return vals[0], vals[1]
-
-
-def break_even(
-    baseline_tps: float, cycle_ms: float, taus: dict[str, float | None], depth: int
-) -> dict[str, Any]:
-    """plan's cycle model at each measured tau: throughput tau / cycle_s, speedup, break-even."""
-    from eagle3kit.plan import plan
-
-    out: dict[str, Any] = {"baseline_tps": baseline_tps, "cycle_ms": cycle_ms, "depth": depth}
-    for name, tau in taus.items():
-        if tau is None:
-            continue
-        r = plan(
-            baseline_tps=baseline_tps,
-            cycle_ms=cycle_ms,
-            accept_len=min(tau, depth + 1),
-            depth=depth,
-        )
-        out["break_even_accept_len"] = round(r.break_even_accept_len, 6)
-        out[name] = {
-            "accept_len": tau,
-            "tps": round(r.throughput_tps, 3),
-            "speedup": round(r.speedup, 4),
-            "pays": r.pays,
-        }
-    return out
-
-
-def decide(
-    compatible: bool,
-    tau: float | None,
-    tau_ref: float | None,
-    fc_cosine: float | None,
-    be: dict[str, Any] | None,
-) -> tuple[str, list[str]]:
-    """plug-in | fine-tune | from-scratch, with the numbers that decided it.
-
-    retention = (tau_NEW - 1) / (tau_OLD - 1), the share of D's gain that survives the move.
-    - from-scratch: D cannot run on NEW (compat errors in shapes or vocab), or it keeps
-      < WARM_START_RETENTION of its gain and fc(aux) cosine < WARM_START_FC_COSINE;
-    - plug-in: retention >= PLUG_IN_RETENTION (or no reference) and, when the speeds are
-      known, tau_NEW is at or above plan's break-even;
-    - fine-tune: otherwise (D is a better start than nothing).
-    """
-    reasons: list[str] = []
-    if not compatible or tau is None:
-        return "from-scratch", [
-            "compat: the drafter cannot run on the new target (see compat findings)"
-        ]
-    retention = None
-    if tau_ref is not None and tau_ref > 1:
-        retention = (tau - 1) / (tau_ref - 1)
-        reasons.append(
-            f"offline accept length {tau:.3f} on the new target vs {tau_ref:.3f} on the "
-            f"reference: keeps {retention:.0%} of the gain (plug-in needs >= "
-            f"{PLUG_IN_RETENTION:.0%})"
-        )
-    else:
-        reasons.append(
-            f"offline accept length {tau:.3f} on the new target (no reference to compare)"
-        )
-    if fc_cosine is not None:
-        reasons.append(
-            f"fc(aux) cosine old vs new {fc_cosine:.3f} (warm start needs >= "
-            f"{WARM_START_FC_COSINE})"
-        )
-    pays = None
-    if be is not None and "target" in be:
-        pays = be["target"]["pays"]
-        reasons.append(
-            f"plan: break-even accept length {be['break_even_accept_len']:.2f} "
-            f"({be['baseline_tps']:g} tok/s x {be['cycle_ms']:g} ms); at {tau:.2f}: "
-            f"{be['target']['tps']:.1f} tok/s, {be['target']['speedup']:.2f}x"
-        )
-    lost = retention is not None and retention < WARM_START_RETENTION
-    if lost and (fc_cosine is None or fc_cosine < WARM_START_FC_COSINE):
-        return "from-scratch", reasons
-    if (retention is None or retention >= PLUG_IN_RETENTION) and pays is not False:
-        return "plug-in", reasons
-    return "fine-tune", reasons
+    return {"tau_online": round(tau, 6), "tokens": tokens, "cycles": cycles}
 
 
 # ---------------------------------------------------------------- the probe
 
 
-def _load(drafter: str, target: str, reference: str | None, device: str, dtype: str):
+@dataclass
+class Loaded:
+    """What the in-process probe loads: the drafter (its checkpoint read once) and both targets."""
+
+    layout: str
+    spec: DraftSpec
+    drafter: Eagle3Drafter
+    target: TargetModel  # NEW
+    reference: TargetModel | None  # OLD
+
+
+@dataclass
+class Run:
+    """One in-process probe after loading: what each stage reads."""
+
+    loaded: Loaded
+    batch: Batch
+    depth: int
+    own_embed: bool  # the drafter carries its own input embedding (engines then keep it)
+    online_prompts: int
+    online_tokens: int
+    progress: Progress | None
+
+
+@dataclass
+class Against:
+    """The figures against OLD: similarity to NEW, D's offline acceptance, online decoding."""
+
+    similarity: list[dict[str, Any]]
+    fc_similarity: dict[str, float] | None
+    acceptance: dict[str, Any] | None  # D on OLD (None without a reference)
+    online: dict[str, Any]  # {"target": ..., "reference": ...}
+
+
+def _load(drafter: str, target: str, reference: str | None, device: str, dtype: str) -> Loaded:
     from eagle3kit.model.loading import load_drafter, load_target
 
     ld = load_drafter(drafter, device=device, dtype=dtype)  # the checkpoint is read once
     new = load_target(target, device=device, dtype=dtype)
     ref = load_target(reference, device=device, dtype=dtype) if reference else None
-    return ld.layout, ld.spec, ld.drafter, new, ref
+    return Loaded(ld.layout, ld.spec, ld.drafter, new, ref)
 
 
-def _runs_on(spec: Any, target: Any) -> bool:
+def _runs_on(spec: DraftSpec, target: TargetModel) -> bool:
     return spec.target_hidden_size == target.hidden_size and spec.vocab_size == target.vocab_size
 
 
-def _on(drafter: Any, target: Any, own_embed: bool) -> Any:
+def _on(drafter: Eagle3Drafter, target: TargetModel, own_embed: bool) -> Eagle3Drafter:
     """Engines feed the drafter the serving target's embedding unless it carries its own."""
     if not own_embed:
         drafter.set_embedding(target.embed_tokens.weight)
     return drafter
 
 
-def _online(
-    d: Any,
-    target: Any,
-    layers: Sequence[int],
-    own_embed: bool,
-    batch: Batch,
-    depth: int,
-    n: int,
-    max_new: int,
-) -> dict[str, Any] | None:
+def _online(run: Run, target: TargetModel, layers: Sequence[int]) -> dict[str, Any] | None:
+    """Real chain decoding on ``target`` capturing ``layers`` (`online_tau`)."""
     t = _with_aux(target, layers)
+    d = _on(run.loaded.drafter, t, run.own_embed)
     try:
-        return online_accept_len(_on(d, t, own_embed), t, batch, depth, n, max_new)
+        return online_tau(d, t, run.batch, run.depth, run.online_prompts, run.online_tokens)
     finally:
         t.close()
 
 
-def _against_reference(
-    d: Any,
-    new: Any,
-    ref: Any,
-    batch: Batch,
-    layers: Sequence[int],
-    own_embed: bool,
-    depth: int,
-    online_args: tuple[int, int],
-    progress: Progress | None,
-    new_feats: list[Any],
-):
+def _against_reference(run: Run, layers: Sequence[int], new_feats: list[Features]) -> Against:
     """Similarity OLD vs NEW, D's offline acceptance on OLD, and online decoding on both.
     ``new_feats``: NEW's features of the batch at ``layers`` (from detect_aux)."""
-    stages = 5
-    emit(progress, "probe", 2, stages, "stage", doing="similarity")
-    sim, fc_sim, acc_ref = [], None, None
+    d, new, ref = run.loaded.drafter, run.loaded.target, run.loaded.reference
+    emit(run.progress, "probe", 2, STAGES, "stage", doing="similarity")
+    out = Against([], None, None, {})
     if ref is not None:
         tref = _with_aux(ref, layers)
         try:
-            ref_feats = target_features(tref, batch, d)
+            ref_feats = target_features(tref, run.batch, d)
         finally:
             tref.close()
-        sim, fc_sim = hidden_similarity(ref_feats, new_feats, d, layers)
-        emit(progress, "probe", 3, stages, "stage", doing="reference acceptance")
-        acc_ref = offline_acceptance(_on(d, ref, own_embed), ref_feats, depth)
-    emit(progress, "probe", 4, stages, "stage", doing="online decoding")
-    online = {"target": _online(d, new, layers, own_embed, batch, depth, *online_args)}
+        out.similarity, out.fc_similarity = hidden_similarity(ref_feats, new_feats, d, layers)
+        emit(run.progress, "probe", 3, STAGES, "stage", doing="reference acceptance")
+        out.acceptance = offline_acceptance(_on(d, ref, run.own_embed), ref_feats, run.depth)
+    emit(run.progress, "probe", 4, STAGES, "stage", doing="online decoding")
+    out.online = {"target": _online(run, new, layers)}
     if ref is not None:
-        online["reference"] = _online(d, ref, layers, own_embed, batch, depth, *online_args)
-    return sim, fc_sim, acc_ref, online
+        out.online["reference"] = _online(run, ref, layers)
+    return out
 
 
 def probe(
@@ -453,12 +383,11 @@ def probe(
     """Run the Phase 0 probe; returns the `probe --json` document (module docstring).
     Stages: compat and loading, aux readings, similarity and acceptance against the
     reference, verdict."""
-    baseline_tps, cycle_ms = speed_inputs(bench, baseline_tps, cycle_ms)
-    emit(progress, "probe", 0, _STAGES, "stage", doing="compat")
-    doc, (layout, spec, d, new, ref) = _compat_and_load(
-        drafter, target, reference, depth, device, dtype
-    )
-    if not _runs_on(spec, new):
+    speeds = speed_inputs(bench, baseline_tps, cycle_ms)
+    emit(progress, "probe", 0, STAGES, "stage", doing="compat")
+    doc, loaded = _compat_and_load(drafter, target, reference, depth, device, dtype)
+    new = loaded.target
+    if not _runs_on(loaded.spec, new):
         return not_runnable(doc)
     batch = (
         data_batch(data, samples, max_len, target=new)
@@ -466,54 +395,47 @@ def probe(
         else builtin_batch(new.tokenizer, samples, max_len)
     )
     doc["data"] = _data_figures(batch)
-    emit(progress, "probe", 1, _STAGES, "stage", doing="aux readings")
-    own_embed = bool(d.embed_loaded)
-    aux, new_feats = _aux_reading(d, new, batch, spec, layout, depth, drafter, own_embed)
-    layers = aux["chosen"]["layers"]
-    acc_new = aux["acceptance"][aux["chosen"]["reading"]]
-    sim, fc_sim, acc_ref, online = _against_reference(
-        d,
-        new,
-        ref,
-        batch,
-        layers,
-        own_embed,
-        depth,
-        (online_prompts, online_tokens),
-        progress,
-        new_feats,
-    )
-    acc = {"target": acc_new, "reference": acc_ref}
-    return _result(doc, aux, sim, fc_sim, acc, online, (baseline_tps, cycle_ms), depth, progress)
+    own_embed = bool(loaded.drafter.embed_loaded)
+    run = Run(loaded, batch, depth, own_embed, online_prompts, online_tokens, progress)
+    emit(progress, "probe", 1, STAGES, "stage", doing="aux readings")
+    aux, new_feats = _aux_reading(run, drafter)
+    against = _against_reference(run, aux["chosen"]["layers"], new_feats)
+    return _result(doc, aux, against, speeds, run)
 
 
-_STAGES = 5
-
-
-def _aux_reading(d, new, batch: Batch, spec, layout, depth: int, drafter: str, own_embed: bool):
+def _aux_reading(run: Run, drafter: str) -> tuple[dict[str, Any], list[Features]]:
     """The aux readings tried on NEW, the engines' capture of the chosen one, and its features."""
-    aux = detect_aux(_on(d, new, own_embed), new, batch, spec, depth)
-    aux["engines"] = engine_capture(spec, layout, new, aux["chosen"]["layers"], drafter)
+    ld, new = run.loaded, run.loaded.target
+    aux = detect_aux(_on(ld.drafter, new, run.own_embed), new, run.batch, ld.spec, run.depth)
+    aux["engines"] = engine_capture(ld.spec, ld.layout, new, aux["chosen"]["layers"], drafter)
     new_feats = aux.pop("target_features")  # the chosen reading's features, for the similarity
     return aux, new_feats
 
 
-def _result(doc, aux, sim, fc_sim, acc, online, speeds, depth: int, progress) -> dict[str, Any]:
+def _result(
+    doc: dict[str, Any],
+    aux: dict[str, Any],
+    against: Against,
+    speeds: tuple[float | None, float | None],
+    run: Run,
+) -> dict[str, Any]:
     """Break-even and verdict from the figures; the stamped `probe --json` document."""
-    acc_new, acc_ref = acc["target"], acc["reference"]  # D's offline acceptance on NEW, OLD
-    tau, tau_ref = acc_new["accept_len"], acc_ref["accept_len"] if acc_ref else None
+    acc_new = aux["acceptance"][aux["chosen"]["reading"]]  # D on NEW, the chosen reading
+    acc_ref = against.acceptance  # D on OLD
+    tau, tau_ref = acc_new["tau_every_position"], acc_ref["tau_every_position"] if acc_ref else None
     be = None
-    if speeds[0] is not None:
-        be = break_even(speeds[0], speeds[1], {"target": tau, "reference": tau_ref}, depth)
-    verdict, reasons = _verdict(aux, tau, tau_ref, fc_sim, be)
-    emit(progress, "probe", _STAGES, _STAGES, "stage", doing="done")
+    if speeds[0] is not None and speeds[1] is not None:
+        be = break_even(speeds[0], speeds[1], {"target": tau, "reference": tau_ref}, run.depth)
+    verdict, reasons = _verdict(aux, tau, tau_ref, against.fc_similarity, be)
+    emit(run.progress, "probe", STAGES, STAGES, "stage", doing="done")
     doc = {
         **doc,
         "aux": aux,
-        "similarity": sim,
-        "fc_similarity": fc_sim,
-        "acceptance": acc,
-        "accept_len": {"target": tau, "reference": tau_ref, "online": online},
+        "similarity": against.similarity,
+        "fc_similarity": against.fc_similarity,
+        "acceptance": {"target": acc_new, "reference": acc_ref},
+        "tau_every_position": {"target": tau, "reference": tau_ref},
+        "tau_online": against.online,
         "break_even": be,
         "verdict": verdict,
         "reasons": reasons,
@@ -522,9 +444,11 @@ def _result(doc, aux, sim, fc_sim, acc, online, speeds, depth: int, progress) ->
     return stamp(doc, "probe")
 
 
-def _compat_and_load(drafter, target, reference, depth: int, device: str, dtype: str):
-    """Check the targets' configs, run compat, load everything: (the document's head,
-    (layout, spec, drafter, target, reference))."""
+def _compat_and_load(
+    drafter: str, target: str, reference: str | None, depth: int, device: str, dtype: str
+) -> tuple[dict[str, Any], Loaded]:
+    """Check the targets' configs, run compat, load everything: (the document's head, what
+    was loaded)."""
     from eagle3kit.checkpoint.compat import compat
     from eagle3kit.measure.similarity import check_targets
     from eagle3kit.model.loading import resolve_target
@@ -532,9 +456,9 @@ def _compat_and_load(drafter, target, reference, depth: int, device: str, dtype:
     check_targets(target, reference)  # from the configs, before any weight is read
     c = compat(drafter, resolve_target(target), "both")
     loaded = _load(drafter, target, reference, device, dtype)
-    new, ref = loaded[3], loaded[4]
-    if ref is not None:
-        check_targets(target, reference, new.hidden_size, ref.hidden_size)
+    if loaded.reference is not None:
+        hs = (loaded.target.hidden_size, loaded.reference.hidden_size)
+        check_targets(target, reference, *hs)
     doc = {
         "drafter": drafter,
         "target": target,
@@ -556,7 +480,8 @@ def not_runnable(doc: dict[str, Any]) -> dict[str, Any]:
         "fc_similarity": None,
         "data": None,
         "acceptance": None,
-        "accept_len": {"target": None, "reference": None},
+        "tau_every_position": {"target": None, "reference": None},
+        "tau_online": None,
         "break_even": None,
         "verdict": v,
         "reasons": why,
@@ -577,7 +502,8 @@ def _verdict(aux, tau, tau_ref, fc_sim, be) -> tuple[str, list[str]]:
     verdict, reasons = decide(True, tau, tau_ref, fc_sim["cosine_mean"] if fc_sim else None, be)
     if not aux["chosen"]["clear"]:
         reasons.append(
-            f"aux reading uncertain: margin {aux['chosen']['margin_accept_len']} < {CLEAR_MARGIN} "
-            "in accept length; kept the config's reading"
+            f"aux reading uncertain: margin {aux['chosen']['margin_tau_every_position']} < "
+            f"{CLEAR_MARGIN} "
+            "in tau_every_position; kept the config's reading"
         )
     return verdict, reasons

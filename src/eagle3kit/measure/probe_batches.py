@@ -7,9 +7,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core.errors import Eagle3Error
+
+if TYPE_CHECKING:
+    from eagle3kit.model.target import TargetModel
 
 
 @dataclass
@@ -59,7 +62,9 @@ def builtin_batch(tokenizer: Any, n: int = 16, max_len: int = 256) -> Batch:
     return _pad(rows, "built-in stdlib conversations", torch)
 
 
-def data_batch(path: str, n: int = 16, max_len: int = 256, target: Any = None) -> Batch:
+def data_batch(
+    path: str, n: int = 16, max_len: int = 256, target: TargetModel | None = None
+) -> Batch:
     """The first ``n`` held-out samples of a prepared data dir, truncated; checked against
     ``target`` first (`data.prepared.check_data_matches_target`)."""
     import torch

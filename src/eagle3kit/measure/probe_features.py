@@ -20,8 +20,8 @@ Figures differ from the in-process probe only by the stores' rounding (fp8 aux, 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 from eagle3kit.core.artifacts import few_sequences, stamp
@@ -29,6 +29,8 @@ from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.measure import probe as P
 from eagle3kit.measure import store_features as S
+from eagle3kit.measure import verdict as V
+from eagle3kit.model.protocols import JsonConfig
 
 
 def _rows(store: Any, n: int, max_len: int) -> tuple[list[int], dict[str, Any]]:
@@ -62,14 +64,29 @@ def detect_aux_store(d: Any, spec: Any, store: Any, rows: list[int], depth: int,
     return aux, feats[chosen["reading"]]
 
 
-def _shim(store: Any, path: str | None) -> Any:
-    """What `probe.engine_capture` reads of a target: its config and layer count."""
+@dataclass(frozen=True)
+class StoreTarget:
+    """A store's record of its target (a `Target`, model/protocols.py): what
+    `probe.engine_capture` reads of it, with no weight loaded."""
+
+    config: JsonConfig
+    vocab_size: int
+    num_layers: int
+    aux_layers: tuple[int, ...]
+
+
+def store_target(store: Any, path: str | None) -> StoreTarget:
+    """The target of ``store`` from its manifest, its config.json read from ``path`` (the
+    target's directory) when there is one, else its model type alone."""
     tgt = store.manifest.get("target") or {}
     cfg: dict[str, Any] = {"model_type": tgt.get("model_type")}
     if path and (Path(path) / "config.json").is_file():
         cfg = json.loads((Path(path) / "config.json").read_text())
-    return SimpleNamespace(
-        config=SimpleNamespace(to_dict=lambda: cfg), num_layers=int(tgt.get("num_layers") or 0)
+    return StoreTarget(
+        JsonConfig(cfg),
+        vocab_size=int(tgt.get("vocab_size") or 0),
+        num_layers=int(tgt.get("num_layers") or 0),
+        aux_layers=tuple(int(i) for i in store.layers),
     )
 
 
@@ -122,7 +139,7 @@ def probe_features(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """The probe from feature stores (module doc); the `probe --json` document."""
-    baseline_tps, cycle_ms = P.speed_inputs(bench, baseline_tps, cycle_ms)
+    baseline_tps, cycle_ms = V.speed_inputs(bench, baseline_tps, cycle_ms)
     emit(progress, "probe", 0, 4, "stage", doing="compat")
     new = S.open_store(features_new)
     old = S.open_store(features_old) if features_old else None
@@ -146,7 +163,7 @@ def probe_features(
     emit(progress, "probe", 1, 4, "stage", doing="aux readings")
     aux, new_feats = detect_aux_store(d, spec, new, rows, depth, max_len)
     layers = aux["chosen"]["layers"]
-    aux["engines"] = P.engine_capture(spec, layout, _shim(new, tpath), layers, drafter)
+    aux["engines"] = P.engine_capture(spec, layout, store_target(new, tpath), layers, drafter)
     doc["data"] = {**_data_figures(features_new, rows, new_feats), "heldout": how}
     return _finish(
         doc,
@@ -188,15 +205,15 @@ def _finish(
         _same_tokens(new, old, rows)
         ref_feats, acc_ref = _reference(d, spec, own, old, rows, layers, depth, max_len, rpath)
         sim, fc_sim = P.hidden_similarity(ref_feats, new_feats, d, layers)
-    tau, tau_ref = acc_new["accept_len"], acc_ref["accept_len"] if acc_ref else None
+    tau, tau_ref = acc_new["tau_every_position"], acc_ref["tau_every_position"] if acc_ref else None
     be = None
     if speeds[0] is not None:
-        be = P.break_even(speeds[0], speeds[1], {"target": tau, "reference": tau_ref}, depth)
-    verdict, reasons = P.decide(True, tau, tau_ref, fc_sim["cosine_mean"] if fc_sim else None, be)
+        be = V.break_even(speeds[0], speeds[1], {"target": tau, "reference": tau_ref}, depth)
+    verdict, reasons = V.decide(True, tau, tau_ref, fc_sim["cosine_mean"] if fc_sim else None, be)
     if not aux["chosen"]["clear"]:
         reasons.append(
-            f"aux reading uncertain: margin {aux['chosen']['margin_accept_len']} < "
-            f"{P.CLEAR_MARGIN} in accept length; kept the config's reading"
+            f"aux reading uncertain: margin {aux['chosen']['margin_tau_every_position']} < "
+            f"{P.CLEAR_MARGIN} in tau_every_position; kept the config's reading"
         )
     if aux["not_in_store"]:
         reasons.append(f"readings not in the store, not tested: {aux['not_in_store']}")
@@ -207,7 +224,8 @@ def _finish(
         "similarity": sim,
         "fc_similarity": fc_sim,
         "acceptance": {"target": acc_new, "reference": acc_ref},
-        "accept_len": {"target": tau, "reference": tau_ref, "online": None},
+        "tau_every_position": {"target": tau, "reference": tau_ref},
+        "tau_online": None,
         "break_even": be,
         "verdict": verdict,
         "reasons": reasons,

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from eagle3kit.core.errors import bad
+
+if TYPE_CHECKING:
+    from eagle3kit.model.drafter import Eagle3Drafter
 
 
 def open_store(path: str | Path) -> Any:
@@ -35,7 +38,7 @@ def target_num_layers(store: Any) -> int:
     return int((store.manifest.get("target") or {}).get("num_layers") or 0)
 
 
-def check_vocab(store: Any, drafter: Any, where: str) -> None:
+def check_vocab(store: Any, drafter: Eagle3Drafter, where: str) -> None:
     """The store's teacher columns must be the drafter's draft vocab (same d2t)."""
     from eagle3kit.train.sources import store_vocab
 
@@ -87,7 +90,7 @@ def features(
     store: Any,
     rows: list[int],
     layers: list[int],
-    drafter: Any,
+    drafter: Eagle3Drafter,
     where: str,
     *,
     max_len: int | None = None,

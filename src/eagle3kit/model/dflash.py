@@ -35,7 +35,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -44,6 +44,9 @@ from torch import nn
 from eagle3kit.core.atomic import atomic_write_json, save_safetensors
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.model.attention import DraftCache, RMSNorm, apply_rope, inv_freq
+
+if TYPE_CHECKING:
+    from eagle3kit.model.target import TargetModel
 
 METHOD = "dflash"
 
@@ -288,7 +291,7 @@ class DFlashDrafter(nn.Module):
 
     # ------------------------------------------------------------ the target's embedding/head
 
-    def attach_target(self, target: Any) -> None:
+    def attach_target(self, target: TargetModel) -> None:
         """Use the target's input embedding and lm_head (not copied, not trained)."""
         emb = target.embed_tokens.weight
         head = target.model.get_output_embeddings().weight
@@ -359,7 +362,7 @@ class DFlashDrafter(nn.Module):
     @classmethod
     def for_target(
         cls,
-        target: Any,
+        target: TargetModel,
         *,
         num_hidden_layers: int = 1,
         block_size: int = 8,

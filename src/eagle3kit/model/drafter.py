@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -37,6 +37,9 @@ from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter
     make_attention,
 )
 from eagle3kit.model.completeness import tensor_problems
+
+if TYPE_CHECKING:
+    from eagle3kit.model.protocols import EmbeddedTarget
 
 DRAFTER_FIX = "`eagle3kit inspect` lists its tensors; eagle3kit never runs a random weight"
 
@@ -176,6 +179,11 @@ class Eagle3Drafter(nn.Module):
         logits = self.lm_head(normed)  # [B, T, Vd]
         return DraftOutput(logits=logits, hidden=normed if self.spec.norm_output else h)
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype its input states are cast to (its fc's)."""
+        return self.fc.weight.dtype
+
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocabulary ids to target ids with the d2t offsets."""
         return draft_ids + self.d2t[draft_ids]
@@ -197,7 +205,7 @@ class Eagle3Drafter(nn.Module):
     @classmethod
     def for_target(
         cls,
-        target: Any,
+        target: EmbeddedTarget,
         *,
         attention: str = "mha",
         draft_vocab_size: int | None = None,
@@ -206,7 +214,7 @@ class Eagle3Drafter(nn.Module):
         dtype: torch.dtype | None = None,
         **spec_overrides: Any,
     ) -> Eagle3Drafter:
-        """A fresh drafter sized for `target` (a TargetModel), with the target's embedding.
+        """A fresh drafter sized for `target`, with the target's embedding.
 
         Weights are PyTorch's default init; d2t is the identity (set it from the vocab map).
         The spec comes from `spec_for_target(target.config, ...)`; aux_layers default to the

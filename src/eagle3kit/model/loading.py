@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core.errors import bad
 from eagle3kit.model.target import parse_dtype
+
+if TYPE_CHECKING:
+    from eagle3kit.core.spec import DraftSpec
+    from eagle3kit.model.drafter import Eagle3Drafter
 
 __all__ = [
     "LoadedDrafter",
@@ -39,8 +43,8 @@ def resolve_target(name_or_path: str) -> str:
 class LoadedDrafter:
     """A drafter as read from its checkpoint: the module, its spec and the file's layout."""
 
-    drafter: Any  # Eagle3Drafter, eval mode, no grad
-    spec: Any  # DraftSpec
+    drafter: Eagle3Drafter  # eval mode, no grad
+    spec: DraftSpec
     layout: str
 
 

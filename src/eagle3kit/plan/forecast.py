@@ -199,7 +199,7 @@ class TargetResult:
     """What a target throughput needs: tau = tps * cycle_s, and the per-step rate for it."""
 
     tps: float
-    accept_len: float  # tau needed at the planned depth's cycle time
+    tau: float  # needed at the planned depth's cycle time
     per_step_acceptance: float  # constant p needed as k -> inf (1 - 1/tau), same cycle time
     per_step_acceptance_at_depth: float | None  # None: unreachable at depth k (tau > k+1)
     depth: int
@@ -215,14 +215,14 @@ class TargetResult:
         if self.reachable_at_depth:
             return ""
         return (
-            f"unreachable at depth {self.depth}: needs accept length "
-            f"{self.accept_len:.3g} > {self.depth + 1} (every draft accepted)"
+            f"unreachable at depth {self.depth}: needs tau "
+            f"{self.tau:.3g} > {self.depth + 1} (every draft accepted)"
         )
 
     def to_json(self) -> dict[str, Any]:
         return {
             "tps": self.tps,
-            "accept_len": _r(self.accept_len),
+            "tau": _r(self.tau),
             "per_step_acceptance": _r(self.per_step_acceptance),
             "per_step_acceptance_at_depth": _r(self.per_step_acceptance_at_depth),
             "unreachable_at_depth": not self.reachable_at_depth,
@@ -236,7 +236,7 @@ class TargetResult:
 class DepthPoint:
     depth: int
     cycle_ms: float
-    accept_len: float
+    tau: float
     tps: float
 
 
@@ -248,17 +248,17 @@ class PlanResult:
     cycle: CycleModel
     depth: int
     cycle_ms: float  # at `depth`
-    accept_len: float
+    tau: float  # the accept length given (any kind: docs/ARCHITECTURE.md, Glossary)
     per_step_acceptance: float  # constant p (given, or the one implied at `depth`)
     per_position_acceptance: tuple[float, ...] | None
     throughput_tps: float
-    break_even_accept_len: float
+    break_even_tau: float
     break_even_per_step_acceptance_at_depth: float | None
     break_even_per_step_acceptance: float
     ideal_tps: float
     best_depth: int | None
     best_depth_tps: float | None
-    best_depth_accept_len: float | None
+    best_depth_tau: float | None
     max_depth: int
     targets: tuple[TargetResult, ...] = ()
     depths: tuple[DepthPoint, ...] = field(default=())  # composed cycle only
@@ -281,10 +281,10 @@ class PlanResult:
         doc = {
             "baseline_tps": _r(self.baseline_tps),
             "cycle_ms": _r(self.cycle_ms),
-            "accept_len": _r(self.accept_len),
+            "tau": _r(self.tau),
             "throughput_tps": _r(self.throughput_tps),
             "speedup": _r(self.speedup),
-            "break_even_accept_len": _r(self.break_even_accept_len),
+            "break_even_tau": _r(self.break_even_tau),
             "best_depth": self.best_depth,
             "targets": [t.to_json() for t in self.targets],
             "pays": self.pays,
@@ -298,10 +298,10 @@ class PlanResult:
                 self.break_even_per_step_acceptance_at_depth
             ),
             "break_even_per_step_acceptance": _r(self.break_even_per_step_acceptance),
-            "ideal_accept_len": self.depth + 1,
+            "ideal_tau": self.depth + 1,
             "ideal_tps": _r(self.ideal_tps),
             "best_depth_tps": _r(self.best_depth_tps),
-            "best_depth_accept_len": _r(self.best_depth_accept_len),
+            "best_depth_tau": _r(self.best_depth_tau),
             "max_depth": self.max_depth if self.cycle.composed else None,
             "depths": [{k: _r(v) for k, v in asdict(d).items()} for d in self.depths],
             "request": {k: _r(v) for k, v in asdict(self.request).items()}
@@ -341,7 +341,7 @@ def plan(
     verify_fit: tuple[float, float] | None = None,
     acceptance: float | None = None,
     per_position: Sequence[float] | None = None,
-    accept_len: float | None = None,
+    tau: float | None = None,
     depth: int | None = None,
     max_depth: int | None = None,
     target_tps: Sequence[float] = (),
@@ -352,14 +352,14 @@ def plan(
 
     Give one baseline (`baseline_tps` | `decode_ms`), one cycle (`cycle_ms` | `draft_ms` with
     `verify_ms` points or `verify_fit`), one acceptance (`acceptance` p | `per_position`
-    [p1..pk] | `accept_len` tau). `depth` defaults to len(per_position), else 3. A given tau is
+    [p1..pk] | `tau`). `depth` defaults to len(per_position), else 3. A given tau is
     read as the constant p it implies at `depth` when other depths are priced. With
     `new_tokens` and `prefill_ms`, also one request's end-to-end tok/s (`RequestResult`).
     """
     _check_request(new_tokens, prefill_ms)
     base = make_baseline(baseline_tps, decode_ms)
     cycle = make_cycle(cycle_ms, draft_ms, verify_ms, verify_fit)
-    acc = make_acceptance(acceptance, per_position, accept_len)
+    acc = make_acceptance(acceptance, per_position, tau)
     k, kmax = _depths(acc, cycle, depth, max_depth)
 
     # tau, throughput = tau / cycle_s, and the break-even accept length baseline_tps * cycle_s
@@ -377,17 +377,17 @@ def plan(
         cycle=cycle,
         depth=k,
         cycle_ms=cyc_ms,
-        accept_len=tau,
+        tau=tau,
         per_step_acceptance=acc.const_rate(k),
         per_position_acceptance=acc.per_position[:k] if acc.per_position else None,
         throughput_tps=tps,
-        break_even_accept_len=tau_be,
+        break_even_tau=tau_be,
         break_even_per_step_acceptance_at_depth=rate_for_accept_len(tau_be, k),
         break_even_per_step_acceptance=rate_for_accept_len(tau_be, math.inf),  # type: ignore[arg-type]
         ideal_tps=(k + 1) / cycle_s,  # every draft accepted: tau = k + 1
         best_depth=best.depth if best else None,
         best_depth_tps=best.tps if best else None,
-        best_depth_accept_len=best.accept_len if best else None,
+        best_depth_tau=best.tau if best else None,
         max_depth=kmax,
         targets=tuple(targets),
         depths=tuple(depths),
@@ -455,7 +455,7 @@ def _target(
             easiest = (dp.depth, p_d)
     return TargetResult(
         tps=t,
-        accept_len=need,
+        tau=need,
         per_step_acceptance=rate_for_accept_len(need, math.inf),  # type: ignore[arg-type]
         per_step_acceptance_at_depth=rate_for_accept_len(need, k),
         depth=k,

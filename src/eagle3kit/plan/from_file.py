@@ -6,21 +6,23 @@ whose i-th draft was accepted, so tau = 1 + sum_i P(a >= i). The cycle model (fo
 takes *conditional* rates p_i = P(a >= i) / P(a >= i-1); `measured` converts, and uses the
 per-position rates only where they give back the file's own tau (to 1e-6), else its tau alone.
 
-- "eagle3kit.eval" (offline, online, from a store): accept_len (tau walked or decoded),
+- "eagle3kit.eval" (offline, online, from a store): tau_walk offline, tau_online online,
   depth, per_position_acceptance; online also cycle_ms, decode_ms, new_tokens, prefill_ms.
 - "eagle3kit.bench" (in-process `bench --json`): the "chain" method's row (else "tree"):
-  tau, depth, cycle_ms, per_position_acceptance; decode_ms is greedy's median step.
-- "eagle3kit.bench-live" (`bench --url --json`): the top-level accept_len, depth, cycle_ms,
+  tau_online, depth, cycle_ms, per_position_acceptance; decode_ms is greedy's median step.
+- "eagle3kit.bench-live" (`bench --url --json`): the top-level tau_online, depth, cycle_ms,
   decode_ms, new_tokens, prefill_ms (live/summary.py `plan_fields`: the first speculative
   deployment at its lowest level, whose acceptance also gives the per-position rates).
 - "eagle3kit.probe" (`probe --json`, models or stores): the drafter on the new target:
   acceptance.target.tau_walk (the walked tau, what decoding sees; the probe's verdict reads
   the every-position tau, which reads higher), depth; with speeds, break_even's baseline_tps
   and cycle_ms.
-- "eagle3kit.probe-live" (`probe --url --json`): accept_len.new, and from its bench the NEW
+- "eagle3kit.probe-live" (`probe --url --json`): tau_online.new, and from its bench the NEW
   deployment's figures as for bench-live.
 
-A figure from the file is used only where the user gave none of its group of options.
+A figure from the file is used only where the user gave none of its group of options; the
+file's tau is the plan's `tau` (`--accept-len`). Files written before the accept lengths got
+one name each are read with `core.retired.current`.
 """
 
 from __future__ import annotations
@@ -34,15 +36,16 @@ from typing import Any
 
 from eagle3kit.core.artifacts import kind_of
 from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.retired import current
 from eagle3kit.plan.forecast import conditional, rates_of
 
-FIELDS = ("accept_len", "depth", "cycle_ms", "decode_ms", "new_tokens", "prefill_ms")
+FIELDS = ("tau", "depth", "cycle_ms", "decode_ms", "new_tokens", "prefill_ms")
 GROUPS = {  # a figure from the file is used only when the user gave none of its group
     "new_tokens": ("new_tokens",),
     "prefill_ms": ("prefill_ms",),
     "decode_ms": ("baseline_tps", "decode_ms"),
     "cycle_ms": ("cycle_ms", "draft_ms", "verify_ms", "verify_fit"),
-    "accept_len": ("acceptance", "acceptance_file", "accept_len"),
+    "tau": ("acceptance", "acceptance_file", "tau"),
     "depth": ("depth",),
 }
 TAU_TOL = 1e-6  # per-position rates are used only when 1 + sum P(a >= i) gives the file's tau
@@ -107,9 +110,15 @@ def _per_position(cum: Any, tau: float | None, where: str) -> tuple[float, ...] 
     return tuple(conditional(cum))
 
 
+def _tau(doc: dict, key: str, where: str) -> dict[str, float]:
+    """{"tau": doc[key]} when the document carries it, else {}."""
+    return {"tau": v} if (v := _num(doc, key, where)) is not None else {}
+
+
 def _eval(doc: dict, where: str) -> Measured:
     f = _figures(doc, FIELDS, where)
-    pp = _per_position(doc.get("per_position_acceptance"), f.get("accept_len"), where)
+    f |= _tau(doc, "tau_online" if doc.get("mode") == "online" else "tau_walk", where)
+    pp = _per_position(doc.get("per_position_acceptance"), f.get("tau"), where)
     return Measured("eval", f, pp)
 
 
@@ -121,9 +130,9 @@ def _bench(doc: dict, where: str) -> Measured:
         raise bad(
             where, f"methods: expected a 'chain' or 'tree' row (bench --drafter), found {found}"
         )
-    f = {"accept_len": v} if (v := _num(row, "tau", where)) is not None else {}
+    f = _tau(row, "tau_online", where)
     f |= _figures(row, ("depth", "cycle_ms"), where) | _figures(doc, ("decode_ms",), where)
-    pp = _per_position(row.get("per_position_acceptance"), f.get("accept_len"), where)
+    pp = _per_position(row.get("per_position_acceptance"), f.get("tau"), where)
     return Measured("bench", f, pp)
 
 
@@ -141,9 +150,9 @@ def _lowest_acceptance(doc: dict, url: str | None) -> dict | None:
 
 
 def _bench_live(doc: dict, where: str) -> Measured:
-    f = _figures(doc, FIELDS, where)
+    f = _figures(doc, FIELDS, where) | _tau(doc, "tau_online", where)
     acc = _lowest_acceptance(doc, None) or {}
-    pp = _per_position(acc.get("per_position_acceptance"), f.get("accept_len"), where)
+    pp = _per_position(acc.get("per_position_acceptance"), f.get("tau"), where)
     return Measured("bench-live", f, pp)
 
 
@@ -151,8 +160,8 @@ def _probe(doc: dict, where: str) -> Measured:
     target = ((doc.get("acceptance") or {}).get("target")) or {}
     tau = _num(target, "tau_walk", where)
     if tau is None:
-        tau = _num(doc.get("accept_len") or {}, "target", where)
-    f = _figures(doc, ("depth",), where) | ({"accept_len": tau} if tau is not None else {})
+        tau = _num(doc.get("tau_every_position") or {}, "target", where)
+    f = _figures(doc, ("depth",), where) | ({"tau": tau} if tau is not None else {})
     be = doc.get("break_even") or {}
     if (b := _num(be, "baseline_tps", where)) is not None and b > 0:
         f["decode_ms"] = 1000.0 / b
@@ -162,15 +171,14 @@ def _probe(doc: dict, where: str) -> Measured:
 
 
 def _probe_live(doc: dict, where: str) -> Measured:
-    tau = _num(doc.get("accept_len") or {}, "new", where)
+    tau = _num(doc.get("tau_online") or {}, "new", where)
     bench, url = doc.get("bench") or {}, doc.get("url")
     first = next(
         (d for d in bench.get("deployments") or [] if d.get("role") == "speculative"), None
     )
     f = _figures(bench, FIELDS, where) if first and first.get("url") == url else {}
-    f.pop("accept_len", None)
-    if tau is not None:
-        f["accept_len"] = tau
+    f.pop("tau", None)
+    f |= {"tau": tau} if tau is not None else {}
     acc = _lowest_acceptance(bench, url) or {}
     pp = _per_position(acc.get("per_position_acceptance"), tau, where)
     return Measured("probe-live", f, pp)
@@ -188,7 +196,7 @@ READERS: dict[str, tuple[str, Callable[[dict, str], Measured]]] = {
 def measured(path: str | Path, doc: Any = None) -> Measured:
     """The figures of the measurement at ``path``, by its kind; exit 2 on any other kind or
     when it carries no accept length."""
-    doc = read_doc(path) if doc is None else doc
+    doc = current(read_doc(path) if doc is None else doc)
     kind = kind_of(doc)
     if kind not in READERS:
         found = doc.get("kind") if isinstance(doc, dict) else type(doc).__name__
@@ -198,47 +206,48 @@ def measured(path: str | Path, doc: Any = None) -> Measured:
     k = m.figures.get("depth")
     if m.per_position is not None and k is not None and len(m.per_position) < k:
         m = Measured(m.kind, m.figures, None)  # rates short of the depth: its tau alone
-    if "accept_len" not in m.figures:
+    if "tau" not in m.figures:
         why = " (the servers reported no acceptance; see the run's errors)" * kind.endswith("live")
-        raise bad(str(path), f"accept_len: expected a number, found none{why}")
+        want = {"eval": "tau_walk or tau_online", "bench": "methods[].tau_online"}
+        raise bad(str(path), f"{want.get(kind, 'tau_online')}: expected a number, found none{why}")
     return m
 
 
 def file_inputs(path: str | Path) -> dict[str, Any]:
-    """The plan inputs (FIELDS) the measurement at ``path`` carries (accept_len required)."""
+    """The plan inputs (FIELDS) the measurement at ``path`` carries (tau required)."""
     return dict(measured(path).figures)
 
 
 def plan_args_from_file(path: str | Path, given: dict[str, Any]) -> dict[str, Any]:
     """`plan`'s options filled from the file where the user gave nothing for that group. When
-    the file's acceptance is taken, ``accept_len`` is its tau and ``per_position`` its
+    the file's acceptance is taken, ``tau`` is its tau and ``per_position`` its
     conditional rates when they give that tau (else None); plan() takes one of the two."""
     m = measured(path)
     out = {k: given.get(k) for k in FIELDS} | {"per_position": None}
     for key, group in GROUPS.items():
         if key in m.figures and all(given.get(g) is None for g in group):
             out[key] = m.figures[key]
-    if out["accept_len"] is not None and given.get("accept_len") is None and m.per_position:
-        out["per_position"] = m.per_position  # its tau stays in accept_len: give plan() one
+    if out["tau"] is not None and given.get("tau") is None and m.per_position:
+        out["per_position"] = m.per_position  # its tau stays in tau: give plan() one
     return out
 
 
 def acceptance_from_file(path: str | Path, depth: int | None) -> dict[str, Any]:
-    """`--acceptance-file FILE`: ``per_position`` (conditional rates) or ``accept_len`` (with
+    """`--acceptance-file FILE`: ``per_position`` (conditional rates) or ``tau`` (with
     the file's depth when ``depth`` is None). An eagle3kit document is read by its kind; a
     bare list or {"per_position_acceptance": [...]} without a kind holds conditional rates."""
     doc = read_doc(path)
     if isinstance(doc, dict) and "kind" in doc:
         m = measured(path, doc)
         if m.per_position:
-            return {"per_position": m.per_position, "accept_len": None, "depth": depth}
+            return {"per_position": m.per_position, "tau": None, "depth": depth}
         file_depth = m.figures.get("depth")
         return {
             "per_position": None,
-            "accept_len": m.figures["accept_len"],
+            "tau": m.figures["tau"],
             "depth": depth if depth is not None else file_depth,
         }
-    return {"per_position": rates_of(str(path), doc), "accept_len": None, "depth": depth}
+    return {"per_position": rates_of(str(path), doc), "tau": None, "depth": depth}
 
 
 def load_per_position(path: str | Path) -> tuple[float, ...]:
@@ -253,6 +262,6 @@ def load_per_position(path: str | Path) -> tuple[float, ...]:
     if m.per_position is None:
         raise Eagle3Error(
             f"{path}: per_position_acceptance: expected per-position rates that give the file's "
-            f"accept length {m.figures['accept_len']:g}, found none (plan --from takes its tau)"
+            f"tau {m.figures['tau']:g}, found none (plan --from takes its tau)"
         )
     return m.per_position

@@ -22,7 +22,7 @@ def plot_plan(result: PlanResult, path: str | os.PathLike[str]) -> Path:
     if not out.parent.is_dir():
         raise Eagle3Error(f"--plot: expected a file in an existing directory, found {str(out)!r}")
     r, k, cycle_s = result, result.depth, result.cycle_ms / 1000.0
-    taus = [k + 1.0, r.break_even_accept_len, r.accept_len] + [t.accept_len for t in r.targets]
+    taus = [k + 1.0, r.break_even_tau, r.tau] + [t.tau for t in r.targets]
     top = max(2.0, max(taus) * 1.3)  # room right of the last target for its label
     ymax = max([top / cycle_s, r.baseline_tps] + [d.tps for d in r.depths]) * 1.05
 
@@ -39,18 +39,18 @@ def plot_plan(result: PlanResult, path: str | os.PathLike[str]) -> Path:
     ax.axhline(
         r.baseline_tps, color="C3", label=f"baseline (plain decode) {r.baseline_tps:.4g} tok/s"
     )
-    ax.axvline(r.break_even_accept_len, color="C3", lw=1, ls=":")
-    be = f"break-even τ {r.break_even_accept_len:.3g}"
-    ax.annotate(be, (r.break_even_accept_len, ymax * 0.02), xytext=(4, 0), color="C3", **off)
+    ax.axvline(r.break_even_tau, color="C3", lw=1, ls=":")
+    be = f"break-even τ {r.break_even_tau:.3g}"
+    ax.annotate(be, (r.break_even_tau, ymax * 0.02), xytext=(4, 0), color="C3", **off)
     if r.depths:
         each = f"each depth k, own cycle time (best k={r.best_depth}: {r.best_depth_tps:.4g} tok/s)"
-        xs, ys = [d.accept_len for d in r.depths], [d.tps for d in r.depths]
+        xs, ys = [d.tau for d in r.depths], [d.tps for d in r.depths]
         ax.plot(xs, ys, "C4s-", ms=4, lw=1, label=each)
         for d in r.depths[:: max(1, math.ceil(len(r.depths) / 5))]:
-            xy = (d.accept_len, d.tps)
+            xy = (d.tau, d.tps)
             ax.annotate(f"k={d.depth}", xy, xytext=(0, -11), color="C4", ha="center", **off)
-    now = f"now: τ {r.accept_len:.3g} → {r.throughput_tps:.4g} tok/s ({r.speedup:.2f}× baseline)"
-    ax.plot([r.accept_len], [r.throughput_tps], "C1o", ms=10, zorder=5, label=now)
+    now = f"now: τ {r.tau:.3g} → {r.throughput_tps:.4g} tok/s ({r.speedup:.2f}× baseline)"
+    ax.plot([r.tau], [r.throughput_tps], "C1o", ms=10, zorder=5, label=now)
     _plot_targets(ax, r, off)
     ax.set_xlim(1.0, top)
     ax.set_ylim(0, ymax)
@@ -71,11 +71,11 @@ def _plot_targets(ax, r: PlanResult, off: dict) -> None:
     k = r.depth
     for i, t in enumerate(r.targets):
         star = "target: τ it needs at this cycle time" if i == 0 else None
-        ax.plot([t.accept_len], [t.tps], "C2*", ms=14, zorder=5, label=star)
+        ax.plot([t.tau], [t.tps], "C2*", ms=14, zorder=5, label=star)
         p_k = t.per_step_acceptance_at_depth
         at_k = f"unreachable at depth {k}" if p_k is None else f"{p_k:.1%} at depth {k}"
         text = (
-            f"{t.tps:g} tok/s needs τ {t.accept_len:.3g}\nper-step p {at_k}\n"
+            f"{t.tps:g} tok/s needs τ {t.tau:.3g}\nper-step p {at_k}\n"
             f"p {t.per_step_acceptance:.1%} as depth → ∞"
         )
-        ax.annotate(text, (t.accept_len, t.tps), xytext=(10, -6), va="top", color="C2", **off)
+        ax.annotate(text, (t.tau, t.tps), xytext=(10, -6), va="top", color="C2", **off)

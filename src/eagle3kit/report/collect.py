@@ -16,6 +16,7 @@ from typing import Any
 
 from eagle3kit.core.artifacts import kind_of
 from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.retired import current, current_row
 
 MAX_JSON_BYTES = 20 * 2**20
 # JSON that lives in run directories but is not ours to classify (model and tokenizer files)
@@ -61,7 +62,7 @@ def read_json(p: Path) -> tuple[Any, str | None]:
     try:
         if p.stat().st_size > MAX_JSON_BYTES:
             return None, f"larger than {MAX_JSON_BYTES >> 20} MiB"
-        return json.loads(p.read_text()), None
+        return current(json.loads(p.read_text())), None  # today's keys (core/retired.py)
     except (OSError, UnicodeDecodeError) as e:
         return None, f"unreadable ({type(e).__name__})"
     except ValueError as e:
@@ -73,7 +74,7 @@ def metrics_rows(path: Path) -> list[dict]:
     if path.is_file():
         for line in path.read_text().splitlines():
             try:
-                rows.append(json.loads(line))
+                rows.append(current_row(json.loads(line)))
             except ValueError:
                 continue  # a torn last line of a killed run
     return rows
@@ -83,14 +84,14 @@ def bench_summary(doc: dict) -> dict | None:
     """The report's bench keys from an `eagle3kit bench --json` document (greedy + chain/tree)."""
     rows = {m.get("name"): m for m in doc.get("methods") or [] if isinstance(m, dict)}
     g, c = rows.get("greedy"), rows.get("chain") or rows.get("tree")
-    if not g or not c or "tau" not in c:
+    if not g or not c or "tau_online" not in c:
         return None
     return {
         "label": c["name"],
         "baseline_tps": g["tokens_per_s"]["median"],
         "spec_tps": c["tokens_per_s"]["median"],
         "speedup": c["speedup"],
-        "accept_len": c["tau"],
+        "tau_online": c["tau_online"],
         "cycle_ms": c["cycle_ms"],
         "depth": c["depth"],
         "per_position_acceptance": c["per_position_acceptance"],

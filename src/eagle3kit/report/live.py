@@ -34,7 +34,7 @@ def _rows(doc: dict, cite: str) -> list[list[str]]:
                     str(lv["concurrency"]),
                     _spread(lv["decode_tokens_per_s"]),
                     _spread(lv["throughput_tokens_per_s"]),
-                    f"{acc['accept_len']:.2f} ({acc['source']})" if acc else "-",
+                    f"{acc['tau_online']:.2f} ({acc['source']})" if acc else "-",
                     _n(lv["distinct4"], ".2f"),
                     f"{sp:.2f}x" if sp else "-",
                     cite,
@@ -55,7 +55,7 @@ def _notes(doc: dict, cite: str) -> list[str]:
             else "no speculation"
         )
         out.append(f"{d['url']}: {cfg}; {d['drafting_rule']} [{cite}]")
-        life = d.get("server_life_accept_len") or {}
+        life = d.get("server_life_tau") or {}
         if life.get("after") is not None:
             out.append(f"{d['url']}: server's average {life['after']:.2f}, {life['note']} [{cite}]")
     out += [f"warning: {w} [{cite}]" for w in doc.get("warnings") or []]

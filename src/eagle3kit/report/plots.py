@@ -53,7 +53,7 @@ def training_curves(runs: dict[str, list[dict[str, Any]]]) -> bytes | None:
     for label, rows in runs.items():
         steps = [r["step"] for r in rows]
         a1.plot(steps, [r["loss"][0] for r in rows], "o-", ms=3, label=label)
-        a2.plot(steps, [r["sim_accept_len"] for r in rows], "o-", ms=3, label=label)
+        a2.plot(steps, [r["tau_every_position"] for r in rows], "o-", ms=3, label=label)
     a1.set_title("held-out loss, step 0")
     a2.set_title("held-out simulated accept length")
     for a in (a1, a2):

@@ -52,7 +52,7 @@ def headline(f: Found) -> list[tuple]:
                 _n(b["spec_tps"], ".1f"),
                 _n(b["baseline_tps"], ".1f"),
                 _n(b["speedup"], ".2f") + "x",
-                _n(b["accept_len"], ".2f"),
+                _n(b["tau_online"], ".2f"),
                 cite,
             ]
         )
@@ -77,11 +77,11 @@ def probe_blocks(f: Found) -> list[tuple]:
             out += _aux_blocks(p["aux"], cite)
         if p.get("similarity"):
             out += _similarity_blocks(p, cite)
-        al = p.get("accept_len") or {}
+        al = p.get("tau_every_position") or {}
         out.append(
             (
                 "p",
-                f"Offline accept length (depth {p.get('depth')}): new target "
+                f"Offline tau_every_position (depth {p.get('depth')}): new target "
                 f"{_n(al.get('target'))}, reference {_n(al.get('reference'))} [{cite}].",
             )
         )
@@ -95,7 +95,7 @@ def _aux_blocks(aux: dict, cite: str) -> list[tuple]:
             c["reading"],
             str(c["layers"]),
             "yes" if c["declared"] else "",
-            _n(aux["acceptance"][c["reading"]]["accept_len"]),
+            _n(aux["acceptance"][c["reading"]]["tau_every_position"]),
             "chosen" if c["reading"] == aux["chosen"]["reading"] else "",
             cite,
         ]
@@ -140,7 +140,7 @@ def _similarity_blocks(p: dict, cite: str) -> list[tuple]:
 def _samples_to(rows: list[dict], batch: int, tau: float) -> int | None:
     """Samples seen (step x batch) at the first evaluation reaching ``tau``."""
     for r in rows:
-        if r["sim_accept_len"] >= tau:
+        if r["tau_every_position"] >= tau:
             return int(r["step"]) * batch
     return None
 
@@ -150,7 +150,7 @@ def train_blocks(f: Found) -> list[tuple]:
         return []
     rows = []
     for cite, s, m, cfg in f.runs:
-        first = m[0]["sim_accept_len"] if m else None
+        first = m[0]["tau_every_position"] if m else None
         rows.append(
             [
                 _run_name(cite),
@@ -159,7 +159,7 @@ def train_blocks(f: Found) -> list[tuple]:
                 str(cfg.get("batch_size", "-")),
                 _n(s.get("train_samples"), "d"),
                 _n(first),
-                _n(s["sim_accept_len"]),
+                _n(s["tau_every_position"]),
                 _n(s.get("best_step"), "d"),
                 cite,
             ]
@@ -206,9 +206,9 @@ def _run_path(f: Found, name: str, cite: str, s: dict, m: list, cfg: dict) -> st
     """One training path of the game plan: the run's best held-out τ, the samples (and time)
     it took, and its bench where one was measured."""
     batch = int(cfg.get("batch_size") or 0)
-    n = _samples_to(m, batch, s["sim_accept_len"]) if batch else None
+    n = _samples_to(m, batch, s["tau_every_position"]) if batch else None
     b = next(((bc, bb) for bc, bb in f.benches if bb.get("run") == _run_name(cite)), None)
-    t = f"{name} ({_run_name(cite)}): best held-out τ {s['sim_accept_len']:.3f} after "
+    t = f"{name} ({_run_name(cite)}): best held-out τ {s['tau_every_position']:.3f} after "
     state = Path(cite).parent / "state" / "state.json"
     if n is None:
         t += f"{s.get('best_step')} steps (samples seen unknown: no batch size or metrics)"
@@ -225,7 +225,7 @@ def _run_path(f: Found, name: str, cite: str, s: dict, m: list, cfg: dict) -> st
     if b:
         bm = b[1]
         t += f"; measured {bm['spec_tps']:.1f} tok/s, {bm['speedup']:.2f}x, "
-        t += f"τ {bm['accept_len']:.2f} [{b[0]}]"
+        t += f"τ {bm['tau_online']:.2f} [{b[0]}]"
     return t
 
 
@@ -238,7 +238,7 @@ def game_plan(f: Found) -> list[tuple]:
         c, b = stale
         items.append(
             f"Plug in as is: 0 samples; measured {b['spec_tps']:.1f} tok/s, {b['speedup']:.2f}x, "
-            f"τ {b['accept_len']:.2f} [{c}]"
+            f"τ {b['tau_online']:.2f} [{c}]"
             + (f"; probe verdict {probe[1]['verdict']} [{probe[0]}]" if probe else "")
         )
     warm = [r for r in f.runs if r[1].get("init_from")]
@@ -247,7 +247,7 @@ def game_plan(f: Found) -> list[tuple]:
         items += [_run_path(f, name, *run) for run in group]
     if warm and cold:
         (wc, _, wm, wcfg), (cc, cs, cm, ccfg) = warm[0], cold[0]
-        target = cs["sim_accept_len"]
+        target = cs["tau_every_position"]
         nw = _samples_to(wm, int(wcfg.get("batch_size") or 0), target)
         nc = _samples_to(cm, int(ccfg.get("batch_size") or 0), target)
         if nw is not None and nc:
@@ -260,7 +260,7 @@ def game_plan(f: Found) -> list[tuple]:
         if m and s.get("best_step") == m[-1]["step"] and len(m) >= 3:
             a, z = m[len(m) // 2], m[-1]
             batch = int(cfg.get("batch_size") or 1)
-            gain = (z["sim_accept_len"] - a["sim_accept_len"]) / max(
+            gain = (z["tau_every_position"] - a["tau_every_position"]) / max(
                 1, (z["step"] - a["step"]) * batch
             )
             items.append(
@@ -298,7 +298,7 @@ def figure_blocks(f: Found) -> list[tuple]:
     )
     if f.benches:
         b0 = f.benches[0][1]
-        pts = {b.get("label", c): (b["accept_len"], b["spec_tps"]) for c, b in f.benches}
+        pts = {b.get("label", c): (b["tau_online"], b["spec_tps"]) for c, b in f.benches}
         out.append(
             (
                 "img",
@@ -322,7 +322,7 @@ def figure_blocks(f: Found) -> list[tuple]:
         batch = int(cfg.get("batch_size") or 0)
         if batch and m:
             label = ("warm start" if s.get("init_from") else "from scratch") + f" ({_run_name(c)})"
-            ws[label] = ([r["step"] * batch for r in m], [r["sim_accept_len"] for r in m])
+            ws[label] = ([r["step"] * batch for r in m], [r["tau_every_position"] for r in m])
     out.append(("img", "warm_vs_scratch.png", rp.warm_vs_scratch(ws), "Warm start vs scratch"))
     return [b for b in out if b[2] is not None]
 

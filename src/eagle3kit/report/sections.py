@@ -23,15 +23,15 @@ def _plan_rows(p: dict, cite: str) -> list[list[str]]:
     rows = [
         ["baseline", f"{_n(p.get('baseline_tps'), '.4g')} tok/s"],
         ["cycle", f"{_n(p.get('cycle_ms'), '.4g')} ms at depth {k} ({p.get('cycle_model')})"],
-        ["accept length τ", f"{_n(p.get('accept_len'))} (per-step p "
+        ["accept length τ", f"{_n(p.get('tau'))} (per-step p "
                             f"{_pct(p.get('per_step_acceptance'))})"],
         ["throughput", f"{_n(p.get('throughput_tps'), '.4g')} tok/s = τ / cycle"],
         ["speedup", f"{_n(p.get('speedup'), '.3f')}x, {verdict}"],
-        ["break-even τ", f"{_n(p.get('break_even_accept_len'))} = baseline × cycle"],
+        ["break-even τ", f"{_n(p.get('break_even_tau'))} = baseline × cycle"],
     ]  # fmt: skip
     if p.get("best_depth") is not None:
         rows.append(
-            ["best depth", f"{p['best_depth']} → τ {_n(p.get('best_depth_accept_len'))}, "
+            ["best depth", f"{p['best_depth']} → τ {_n(p.get('best_depth_tau'))}, "
                            f"{_n(p.get('best_depth_tps'), '.4g')} tok/s"]
         )  # fmt: skip
     if p.get("request"):
@@ -42,9 +42,7 @@ def _plan_rows(p: dict, cite: str) -> list[list[str]]:
     for t in p.get("targets") or []:
         at_k = ("unreachable at depth " + str(k) if t.get("unreachable_at_depth")
                 else f"p {_pct(t.get('per_step_acceptance_at_depth'))} at depth {k}")  # fmt: skip
-        rows.append(
-            [f"target {t.get('tps'):g} tok/s", f"needs τ {_n(t.get('accept_len'))}, {at_k}"]
-        )
+        rows.append([f"target {t.get('tps'):g} tok/s", f"needs τ {_n(t.get('tau'))}, {at_k}"])
     return [[a, b, cite] for a, b in rows]
 
 
@@ -66,7 +64,7 @@ def _eval_row(cite: str, e: dict) -> list[str]:
     return [
         mode,
         _n(e.get("depth"), "d"),
-        _n(e.get("accept_len")),
+        _n(e.get("tau_online" if e.get("mode") == "online" else "tau_walk")),
         " ".join(f"{x:.3f}" for x in pos) or "-",
         _n(count, "d"),
         speed,
@@ -90,7 +88,7 @@ def eval_blocks(f: Found) -> list[tuple]:
 def probe_live_blocks(f: Found) -> list[tuple]:
     out: list[tuple] = []
     for cite, p in f.probe_lives:
-        al = p.get("accept_len") or {}
+        al = p.get("tau_online") or {}
         out.append(("h2", f"Live probe: verdict {p.get('verdict')}"))
         out.append(
             ("p", f"The drafter on the new target's server {p.get('url')} against the reference "

@@ -12,7 +12,7 @@ the servers do not name their drafters, the order the files were given on the co
 decides, else the runs' start times (bench --url's ``started``; a file without one: its
 mtime), oldest first, and the report says so.
 
-Break-even tau: the plan JSON's ``break_even_accept_len`` when one is given (the cycle the
+Break-even tau: the plan JSON's ``break_even_tau`` when one is given (the cycle the
 user planned with), else each run's own cycle costs, cycle_ms / decode_ms (= baseline tok/s
 x cycle s, docs/plan.md); with neither, the measured speedup against 1.
 """
@@ -73,7 +73,7 @@ def live_run(cite: str, doc: dict) -> LiveRun:
         drafter=(server.get("speculative") or {}).get("draft_model"),
         engine=f"{server.get('engine', '-')} {server.get('version') or ''}".strip(),
         concurrency=conc,
-        tau=(lv.get("acceptance") or {}).get("accept_len"),
+        tau=(lv.get("acceptance") or {}).get("tau_online"),
         spec_tps=_med(lv.get("decode_tokens_per_s")),
         plain_tps=plain,
         speedup=speed,
@@ -127,8 +127,8 @@ def ordered_docs(f: Found) -> list[tuple[str, dict]]:
 
 def break_even(f: Found, r: LiveRun) -> tuple[float | None, str]:
     """(break-even tau, its source)."""
-    if f.plans and f.plans[0][1].get("break_even_accept_len"):
-        return f.plans[0][1]["break_even_accept_len"], f.plans[0][0]
+    if f.plans and f.plans[0][1].get("break_even_tau"):
+        return f.plans[0][1]["break_even_tau"], f.plans[0][0]
     if r.cycle_ms and r.decode_ms:
         return r.cycle_ms / r.decode_ms, r.cite
     return None, ""

@@ -8,12 +8,12 @@ Three accept lengths exist in the product; each has one name:
                         cycles = 1 + sum_i P(a >= i). On answers the target wrote itself with
                         greedy decoding this is exactly what online chain decoding does.
     tau_every_position  every position as a cycle start:
-                        1 + sum_{i=1..k} prod_{j<=i} cond_acc_j (`ttt.sim_accept_len`).
+                        1 + sum_{i=1..k} prod_{j<=i} cond_acc_j (`ttt.tau_every_position`).
                         It reads higher than tau_walk: real cycles often start right after a
                         token the drafter missed, where it is weaker.
     tau_online          the decoder's own count (not computed here): tokens emitted per target
-                        forward in real decoding, `decode.stats.DecodeStats.accept_len`, which
-                        `eval --online` reports as its "accept_len".
+                        forward in real decoding, `decode.stats.DecodeStats.tau_online`, which
+                        `eval --online`, `bench` and `generate` report as "tau_online".
 
 `acceptance(drafter, batches, k)` sums the TTT counts of the batches (`ttt.ttt_counts`) and
 returns an `Acceptance`. Training keeps RUN/best by `tau_walk`.
@@ -22,9 +22,15 @@ returns an `Acceptance`. Training keeps RUN/best by `tau_walk`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from eagle3kit.train.ttt import Counts, sim_accept_len, ttt_counts
+from eagle3kit.train.ttt import Counts, tau_every_position, ttt_counts
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from eagle3kit.data.features import Features
+    from eagle3kit.model.drafter import Eagle3Drafter
 
 
 @dataclass
@@ -64,7 +70,7 @@ def from_counts(counts: Counts) -> Acceptance:
     """An `Acceptance` from summed counts (`ttt.Counts`, summed over batches and ranks)."""
     m = counts.finish()
     k = counts.k
-    by_depth = [sim_accept_len(m["cond_acc"], d) for d in range(1, k + 1)]
+    by_depth = [tau_every_position(m["cond_acc"], d) for d in range(1, k + 1)]
     return Acceptance(
         depth=k,
         acc=m["acc"],
@@ -73,13 +79,13 @@ def from_counts(counts: Counts) -> Acceptance:
         counted=m["counted"],
         walk_acc=m["walk_acc"],
         cycles=m["walk_cycles"],
-        tau_walk=m["walk_tau"],
-        tau_every_position=sim_accept_len(m["cond_acc"]),
+        tau_walk=m["tau_walk"],
+        tau_every_position=tau_every_position(m["cond_acc"]),
         tau_every_position_by_depth=by_depth,
     )
 
 
-def count(drafter: Any, batches: Any, k: int) -> Counts:
+def count(drafter: Eagle3Drafter, batches: Iterable[Features], k: int) -> Counts:
     """Summed TTT counts of `drafter` over feature batches, in eval mode (mode restored)."""
     total = Counts(k)
     was = drafter.training
@@ -92,26 +98,23 @@ def count(drafter: Any, batches: Any, k: int) -> Counts:
     return total
 
 
-def acceptance(drafter: Any, batches: Any, k: int) -> Acceptance:
+def acceptance(drafter: Eagle3Drafter, batches: Iterable[Features], k: int) -> Acceptance:
     """Offline acceptance of `drafter` over feature batches (`Features`) at depth k."""
     return from_counts(count(drafter, batches, k))
 
 
 def metrics_row(step: int, a: Acceptance) -> dict[str, Any]:
-    """One line of RUN/metrics.jsonl. `sim_accept_len` (every position) and `walk_accept_len`
-    (walked) are the fields runs have always carried; `tau_walk` and `tau_every_position` name
-    the same two values plainly."""
+    """One line of RUN/metrics.jsonl (lines written before the names were settled are read by
+    `core.retired.current_row`)."""
     return {
         "step": step,
         "loss": a.loss,
         "acc": a.acc,
         "cond_acc": a.cond_acc,
-        "sim_accept_len": a.tau_every_position,
-        "sim_accept_len_by_depth": a.tau_every_position_by_depth,
-        "counted": a.counted,
-        "walk_accept_len": a.tau_walk,
         "tau_walk": a.tau_walk,
         "tau_every_position": a.tau_every_position,
+        "tau_every_position_by_depth": a.tau_every_position_by_depth,
+        "counted": a.counted,
         "walk_acc": a.walk_acc,
         "cycles": a.cycles,
     }

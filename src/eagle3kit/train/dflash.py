@@ -28,7 +28,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -36,6 +36,9 @@ import torch.nn.functional as F
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.model.dflash import DFlashDrafter, default_target_layer_ids
+
+if TYPE_CHECKING:
+    from eagle3kit.model.target import TargetModel
 
 
 @dataclass
@@ -207,11 +210,11 @@ def acceptance(runs: torch.Tensor, depth: int) -> dict[str, Any]:
     """From the runs of the counted blocks: per-position acceptance P(r ≥ i), τ, and the
     conditional acceptance P(r ≥ i | r ≥ i-1)."""
     if runs.numel() == 0:
-        return {"accept_len": None, "per_position_acceptance": [], "blocks": 0}
+        return {"tau_every_position": None, "per_position_acceptance": [], "blocks": 0}
     acc = [float((runs >= i).float().mean()) for i in range(1, depth + 1)]
     cond = [a / p if p > 0 else 0.0 for a, p in zip(acc, [1.0] + acc[:-1], strict=True)]
     return {
-        "accept_len": 1.0 + sum(acc),
+        "tau_every_position": 1.0 + sum(acc),
         "per_position_acceptance": acc,
         "conditional_acceptance": cond,
         "blocks": int(runs.numel()),
@@ -242,7 +245,7 @@ def evaluate_blocks(drafter, batches, opts: DFlashOptions, seed: int = 0) -> dic
 # ---------------------------------------------------------------- the run
 
 
-def new_drafter(target: Any, opts: DFlashOptions, init_from: str | None, device: str):
+def new_drafter(target: TargetModel, opts: DFlashOptions, init_from: str | None, device: str):
     """A warm start from a DFlash checkpoint (z-lab layout), or a fresh drafter."""
     if init_from:
         d = DFlashDrafter.from_pretrained(init_from, device=device)
@@ -278,7 +281,7 @@ class DFlashRun:
 
     cfg: Any  # TrainConfig
     opts: DFlashOptions
-    target: Any
+    target: TargetModel
     source: Any  # OnlineSource / OfflineSource: Features per list of sample indices
     train_idx: list[int]
     eval_batches: list[Any]
@@ -287,12 +290,12 @@ class DFlashRun:
     n_steps: int
     step: int = 0
     best_step: int = -1
-    best_accept_len: float = -1.0
+    best_tau_every_position: float = -1.0
     busy_s: float = 0.0
     tokens: int = 0
 
 
-def _source(cfg: Any, target: Any) -> Any:
+def _source(cfg: Any, target: TargetModel) -> Any:
     """Online features (the target runs on each batch) or a feature store with the layers."""
     from eagle3kit.train.setup import _data, _store
     from eagle3kit.train.sources import OfflineSource, OnlineSource
@@ -375,13 +378,20 @@ def evaluate_and_keep(r: DFlashRun, progress: Progress | None) -> dict[str, Any]
     d.eval()
     row = {"step": r.step, **evaluate_blocks(d, r.eval_batches, r.opts, seed=r.cfg.seed)}
     d.train()
-    tau = row["accept_len"] if row["accept_len"] is not None else -1.0
-    if tau > r.best_accept_len:
-        r.best_accept_len, r.best_step = tau, r.step
+    tau = row["tau_every_position"] if row["tau_every_position"] is not None else -1.0
+    if tau > r.best_tau_every_position:
+        r.best_tau_every_position, r.best_step = tau, r.step
         d.save_pretrained(Path(r.cfg.out) / "best")
     with open(Path(r.cfg.out) / "metrics.jsonl", "a") as f:
         f.write(json.dumps(row) + "\n")
-    emit(progress, "eval", r.step, r.n_steps, accept_len=row["accept_len"], loss=row["loss"])
+    emit(
+        progress,
+        "eval",
+        r.step,
+        r.n_steps,
+        tau_every_position=row["tau_every_position"],
+        loss=row["loss"],
+    )
     return row
 
 
@@ -394,7 +404,7 @@ def save_state(r: DFlashRun) -> None:
         "method": "dflash",
         "step": r.step,
         "best_step": r.best_step,
-        "best_accept_len": r.best_accept_len,
+        "best_tau_every_position": r.best_tau_every_position,
         "tokens": r.tokens,
         "busy_s": r.busy_s,
         "config": asdict(r.cfg),
@@ -416,7 +426,11 @@ def restore(r: DFlashRun, saved: dict[str, Any]) -> None:
     dist_.load_optim_state(r.drafter, r.opt, saved["optim"])
     torch.set_rng_state(saved["rng"]["torch_cpu"])
     m = saved["meta"]
-    r.step, r.best_step, r.best_accept_len = m["step"], m["best_step"], m["best_accept_len"]
+    r.step, r.best_step, r.best_tau_every_position = (
+        m["step"],
+        m["best_step"],
+        m["best_tau_every_position"],
+    )
     r.tokens, r.busy_s = m["tokens"], m["busy_s"]
 
 
@@ -488,7 +502,7 @@ def summary(r: DFlashRun) -> dict[str, Any]:
         "target_layer_ids": list(r.drafter.spec.target_layer_ids),
         "loss": r.opts.loss,
         "best_step": r.best_step,
-        "accept_len": best["accept_len"],
+        "tau_every_position": best["tau_every_position"],
         "per_position_acceptance": best["per_position_acceptance"],
         "conditional_acceptance": best.get("conditional_acceptance", []),
         "best": str(Path(r.cfg.out) / "best"),

@@ -34,6 +34,7 @@ from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
+from eagle3kit.core.retired import current_row
 from eagle3kit.train import distributed as dist_
 from eagle3kit.train import outputs, setup, state
 from eagle3kit.train.acceptance import Acceptance, acceptance, metrics_row
@@ -62,7 +63,7 @@ class Run:
     step: int = 0  # optimizer steps done (kept on every rank)
     best_step: int | None = None
     best_tau_walk: float = -1.0
-    best_sim_accept_len: float = -1.0  # tau_every_position of the best step
+    best_tau_every_position: float = -1.0  # of the best step
     tokens: torch.Tensor | None = None  # real tokens trained on by this rank (on its device)
     busy: float = 0.0  # seconds of training steps
     t_mark: float = 0.0  # start of the current stretch of steps
@@ -175,9 +176,9 @@ def _restore(r: Run, saved: dict) -> None:
     if r.anchor is not None and saved["anchor"] is not None:
         r.anchor = {n: dist_.like(saved["anchor"][n], a) for n, a in r.anchor.items()}
     torch.set_rng_state(saved["rng"]["torch_cpu"])
-    meta = saved["meta"]
+    meta = current_row(saved["meta"])
     r.step, r.best_step = meta["step"], meta["best_step"]
-    r.best_sim_accept_len = meta["best_sim_accept_len"]
+    r.best_tau_every_position = meta["best_tau_every_position"]
     r.ctx.init_info = meta["init"]
     path = r.dir / "metrics.jsonl"
     rows = outputs.read_metrics(path, r.step)
@@ -185,7 +186,7 @@ def _restore(r: Run, saved: dict) -> None:
         r.best_tau_walk = meta["best_tau_walk"]
     else:  # a state saved before best was chosen by tau_walk: its best row's walked value
         best = [x for x in rows if x["step"] == r.best_step]
-        r.best_tau_walk = best[0].get("walk_accept_len", -1.0) if best else -1.0
+        r.best_tau_walk = best[0].get("tau_walk", -1.0) if best else -1.0
     if r.d.main:
         outputs.write_metrics(path, rows)
 
@@ -223,7 +224,7 @@ def _after_eval(r: Run, met: Acceptance, step_dir: bool) -> None:
     candidate = r.step > 0 or r.cfg.best_includes_start
     if candidate and met.tau_walk > r.best_tau_walk:
         r.best_step, r.best_tau_walk = r.step, met.tau_walk
-        r.best_sim_accept_len = met.tau_every_position
+        r.best_tau_every_position = met.tau_every_position
         if r.d.main:
             outputs.save_servable(r.dir / "best", r.ctx.spec, tensors, r.cfg.target)
     if r.d.main:
@@ -247,7 +248,7 @@ def _save_point(r: Run, *, step_dir: bool, tensors: dict | None = None) -> None:
         "step": r.step,
         "best_step": r.best_step,
         "best_tau_walk": r.best_tau_walk,
-        "best_sim_accept_len": r.best_sim_accept_len,
+        "best_tau_every_position": r.best_tau_every_position,
         "init": r.ctx.init_info,
         "data_position": r.step * r.cfg.batch_size,
         "param_groups": groups,
@@ -282,9 +283,8 @@ def _finish(r: Run) -> dict[str, Any]:
         "steps": r.step,
         "planned_steps": r.n_steps,
         "best_step": r.best_step,
-        "sim_accept_len": r.best_sim_accept_len,
         "tau_walk": r.best_tau_walk,
-        "tau_every_position": r.best_sim_accept_len,
+        "tau_every_position": r.best_tau_every_position,
         "tokens_per_s": tokens / r.busy if r.busy > 0 else None,
         "peak_memory_mb": _peak_memory_mb(r.d.device),
         "init_from": r.cfg.init_from,
@@ -302,7 +302,7 @@ def _finish(r: Run) -> dict[str, Any]:
     rows = outputs.read_metrics(r.dir / "metrics.jsonl")
     best = next((x for x in rows if x["step"] == r.best_step), None)
     if best is not None:
-        summary["sim_accept_len_by_depth"] = best.get("sim_accept_len_by_depth")
+        summary["tau_every_position_by_depth"] = best.get("tau_every_position_by_depth")
         summary["best_acc"] = best["acc"]
     if ctx.reference is not None:
         summary["reference"] = setup.reference_after(ctx, r.dir / "best")

@@ -9,6 +9,7 @@ from typing import Any
 import torch
 
 from eagle3kit.core.atomic import atomic_dir, atomic_open, atomic_write_with
+from eagle3kit.core.retired import current_row
 
 
 def save_servable(
@@ -37,7 +38,7 @@ def read_metrics(path: Path, upto: int | None = None) -> list[dict[str, Any]]:
             except json.JSONDecodeError:
                 continue  # a torn last line of a killed run (appends are not atomic)
             if upto is None or row.get("step", 0) <= upto:
-                rows.append(row)
+                rows.append(current_row(row))
     return rows
 
 
@@ -65,8 +66,8 @@ def plot_curves(path: Path, rows: list[dict[str, Any]], k: int) -> None:
         return
     steps = [r["step"] for r in rows]
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.6))
-    a.plot(steps, [r["sim_accept_len"] for r in rows], marker="o")
-    a.set(xlabel="optimizer step", ylabel="simulated accept length", title="held-out tau")
+    a.plot(steps, [r["tau_every_position"] for r in rows], marker="o")
+    a.set(xlabel="optimizer step", ylabel="tau_every_position", title="held-out tau")
     for i in range(k):
         b.plot(steps, [r["acc"][i] for r in rows], label=f"step {i}")
     b.set(xlabel="optimizer step", ylabel="accuracy", title="held-out acc per draft step")

@@ -8,21 +8,39 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from eagle3kit.core.artifacts import few_sequences
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
+from eagle3kit.model.protocols import Embedding, JsonConfig
 from eagle3kit.train import warmstart
 from eagle3kit.train.acceptance import acceptance
 from eagle3kit.train.sources import OfflineSource, OnlineSource, store_vocab
 
+if TYPE_CHECKING:
+    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.model.target import TargetModel
+
+
+@dataclass(frozen=True)
+class FeaturesTarget:
+    """What offline training (--features) reads of the target without loading it: its
+    config.json and input embedding, read by header (engine capture's targets never fit in one
+    process). An `EmbeddedTarget` (model/protocols.py), as `TargetModel` is."""
+
+    config: JsonConfig
+    embed_tokens: Embedding  # weight [V, H]
+    vocab_size: int
+    num_layers: int
+    aux_layers: tuple[int, ...]
+
 
 @dataclass
 class Context:
-    drafter: Any
+    drafter: Eagle3Drafter
     spec: Any
     source: Any
     train_idx: list[int]
@@ -38,10 +56,13 @@ def _chunks(xs: list[int], n: int) -> list[list[int]]:
     return [xs[i : i + n] for i in range(0, len(xs), n)]
 
 
-def _open_source(cfg: Any, target: Any, data: Any, d2t: torch.Tensor, aux_layers: Any):
+def _open_source(
+    cfg: Any, target: TargetModel | FeaturesTarget, data: Any, d2t: torch.Tensor, aux_layers: Any
+):
     if cfg.features:
         store = _store(cfg.features, d2t)
         return OfflineSource(store, max_len=cfg.max_len, layers=aux_layers)
+    assert not isinstance(target, FeaturesTarget)  # online: the target runs here
     return OnlineSource(data, target, d2t, max_len=cfg.max_len, topk=cfg.topk)
 
 
@@ -71,7 +92,7 @@ def store_drafter_layers(path: str) -> list[int]:
     return [int(i) for i in man.get("drafter_layers") or man.get("aux_layers") or []]
 
 
-def _data(cfg: Any, target: Any) -> Any:
+def _data(cfg: Any, target: TargetModel | FeaturesTarget) -> Any:
     """DATA (PreparedData) or None for a store; either checked against the target first
     (`data.prepared.check_data_matches_target`, the check `data capture` runs)."""
     from eagle3kit.data.prepared import META, check_data_matches_target, load_prepared
@@ -91,7 +112,9 @@ def _data(cfg: Any, target: Any) -> Any:
     return data
 
 
-def _vocab(cfg: Any, init: Any, target: Any, data: Any) -> tuple[torch.Tensor, torch.Tensor] | None:
+def _vocab(
+    cfg: Any, init: Any, target: TargetModel | FeaturesTarget, data: Any
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(d2t, t2d) for the run, or None to keep the warm-start checkpoint's."""
     from eagle3kit.core.vocab import build_vocab, load_vocab, validate_vocab
 
@@ -138,15 +161,12 @@ def _target(cfg: Any, name: str, aux: Any, device: str):
     )
 
 
-def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> Any:
-    """What offline training (--features) needs of the target, without loading it: its
-    config.json and input embedding, read by header (engine capture's targets never fit in
-    one process). Has the TargetModel attributes `prepare` uses."""
-    from types import SimpleNamespace
-
+def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> FeaturesTarget:
+    """The target of `--features` training, read by header (`FeaturesTarget`)."""
     from eagle3kit.checkpoint.hub_files import open_target
     from eagle3kit.checkpoint.tensor_read import read_tensor
     from eagle3kit.core.spec import default_aux_layers
+    from eagle3kit.model.target import parse_dtype
 
     ckpt = open_target(path)  # partial: only the embedding's shard is read
     conf = ckpt.config
@@ -154,13 +174,14 @@ def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> Any:
     names = sorted((n for n in ckpt.names() if n.endswith("embed_tokens.weight")), key=len)
     if not names:
         raise bad(ckpt.source, "embed_tokens.weight: expected the target's input embedding")
-    dt = {"bfloat16": torch.bfloat16, "bf16": torch.bfloat16, "float16": torch.float16}
-    emb = read_tensor(ckpt, names[0]).to(dt.get(str(dtype), torch.float32))  # [V, H]
+    dt = parse_dtype(dtype)  # the one dtype-name table (core/dtypes.py); "auto": float32
+    emb = read_tensor(ckpt, names[0]).to(dt if isinstance(dt, torch.dtype) else torch.float32)
     layers = int(text.get("num_hidden_layers") or 0)
-    return SimpleNamespace(
-        config=SimpleNamespace(to_dict=lambda: dict(conf)),
-        embed_tokens=SimpleNamespace(weight=emb),
+    return FeaturesTarget(
+        config=JsonConfig(dict(conf)),
+        embed_tokens=Embedding(emb),
         vocab_size=int(emb.shape[0]),
+        num_layers=layers,
         aux_layers=tuple(aux_layers) if aux_layers else default_aux_layers(layers),
     )
 
@@ -239,7 +260,9 @@ def _warnings(cfg: Any, src: Any, n_held: int, progress: Progress | None) -> lis
     return out
 
 
-def _drafter(cfg: Any, init: Any, target: Any, data: Any) -> tuple[Any, dict | None]:
+def _drafter(
+    cfg: Any, init: Any, target: TargetModel | FeaturesTarget, data: Any
+) -> tuple[Eagle3Drafter, dict | None]:
     """The drafter to train (fresh, warm, or warm with a rebuilt vocab) with the target's
     embedding, and what the summary says about its start."""
     emb = target.embed_tokens.weight  # [V, H]

@@ -7,20 +7,29 @@ up to the store's aux quantisation.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from eagle3kit.core.errors import bad
 
+if TYPE_CHECKING:
+    from eagle3kit.model.protocols import RunningTarget
+
 
 class OnlineSource:
-    """DATA dir + a TargetModel: `compute_features` per batch, nothing written to disk."""
+    """DATA dir + a target run here: `compute_features` per batch, nothing written to disk."""
 
     kind = "online"
 
     def __init__(
-        self, data: Any, target: Any, d2t: torch.Tensor, *, max_len: int, topk: int | None = None
+        self,
+        data: Any,
+        target: RunningTarget,
+        d2t: torch.Tensor,
+        *,
+        max_len: int,
+        topk: int | None = None,
     ) -> None:
         self.data, self.target, self.d2t, self.max_len, self.topk = data, target, d2t, max_len, topk
 

@@ -1,7 +1,7 @@
 """Trainer state on disk (RUN/state/): enough to continue a run exactly after kill -9.
 
     RUN/state/state.json        {"format": "eagle3kit-train-state/1", "step", "data_position",
-                                 "best_step", "best_tau_walk", "best_sim_accept_len",
+                                 "best_step", "best_tau_walk", "best_tau_every_position",
                                  "param_groups", "config"}
     RUN/state/model.safetensors the drafter's canonical tensors (trainable + d2t/t2d), fp32
     RUN/state/optim.safetensors AdamW moments and step per parameter: "<name>::exp_avg", ...

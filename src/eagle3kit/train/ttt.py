@@ -26,7 +26,7 @@ hit_i(t)): a chain through a prompt token is not one decoding would draft.
 
     acc_i      = |{t in M_i: hit_i}| / |M_i|
     cond_acc_i = |{t in M_i: chain_i}| / |{t in M_i: chain_{i-1}}|       (chain_{-1} = true)
-    tau        = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j                 (sim_accept_len)
+    tau        = 1 + sum_{i=1..k} prod_{j<=i} cond_acc_j                 (tau_every_position)
 
 tau is the accept length a greedy chain of k drafts would reach from a position drawn
 uniformly from the data. Decoding does not start cycles uniformly: a cycle starts right after
@@ -37,7 +37,7 @@ a(t)+1 tokens (fewer when the span ends first, as decoding stops at EOS), so the
 starts at t + a(t) + 1, until t + 2 >= e. Over the C cycles
 walked:
 
-    walk_acc_i = #{cycles: a >= i} / C,   walk_tau = 1 + sum_i walk_acc_i
+    walk_acc_i = #{cycles: a >= i} / C,   tau_walk = 1 + sum_i walk_acc_i
 
 On data the target wrote itself with greedy decoding, this is exactly the cycle sequence greedy
 chain decoding of those prompts goes through.
@@ -47,12 +47,15 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from eagle3kit.model.drafter import DraftCache
+
+if TYPE_CHECKING:
+    from eagle3kit.model.drafter import Eagle3Drafter
 
 STEP_DECAY = 0.8  # step weights 0.8^i (EAGLE)
 
@@ -86,7 +89,7 @@ def shift(x: torch.Tensor, n: int, fill: int | float | bool = 0) -> torch.Tensor
     return torch.cat([x[:, n:], pad], dim=1)
 
 
-def unroll(drafter: Any, input_ids: torch.Tensor, aux: torch.Tensor, k: int):
+def unroll(drafter: Eagle3Drafter, input_ids: torch.Tensor, aux: torch.Tensor, k: int):
     """Yield the logits [B, T, Vd] of steps 0..k-1 (see the module docstring)."""
     b, t = input_ids.shape
     bias = ttt_bias(t, k, str(input_ids.device), _dtype(drafter))  # [T, (i+1)*T] per step
@@ -100,12 +103,12 @@ def unroll(drafter: Any, input_ids: torch.Tensor, aux: torch.Tensor, k: int):
         yield out.logits
 
 
-def ttt_forward(drafter: Any, feats: Any, k: int) -> list[torch.Tensor]:
+def ttt_forward(drafter: Eagle3Drafter, feats: Any, k: int) -> list[torch.Tensor]:
     """Logits [B, T, Vd] of each of the k unrolled steps."""
     return list(unroll(drafter, feats.input_ids, feats.aux.to(_dtype(drafter)), k))
 
 
-def _dtype(drafter: Any) -> torch.dtype:
+def _dtype(drafter: Eagle3Drafter) -> torch.dtype:
     return drafter.fc.weight.dtype
 
 
@@ -144,7 +147,7 @@ class Counts:
 
     def finish(self) -> dict[str, list[float]]:
         """acc, cond_acc, loss, counted, walk_acc per step (0.0 where nothing was counted),
-        and walk_tau and walk_cycles."""
+        and tau_walk and walk_cycles."""
 
         def ratio(a: torch.Tensor, b: torch.Tensor) -> list[float]:
             return [float(x / y) if y > 0 else 0.0 for x, y in zip(a, b, strict=True)]
@@ -155,7 +158,7 @@ class Counts:
             "loss": ratio(self.loss_sum, self.loss_n),
             "counted": [int(c) for c in self.counted],
             "walk_acc": ratio(self.walk_ge, self.walk_n),
-            "walk_tau": 1.0 + sum(ratio(self.walk_ge, self.walk_n)),
+            "tau_walk": 1.0 + sum(ratio(self.walk_ge, self.walk_n)),
             "walk_cycles": int(self.walk_n[0]) if self.k else 0,
         }
 
@@ -169,7 +172,7 @@ def teacher_probs(feats: Any, vd: int) -> torch.Tensor:
 
 
 def step_terms(
-    drafter: Any,
+    drafter: Eagle3Drafter,
     feats: Any,
     logits: torch.Tensor,
     i: int,
@@ -206,7 +209,12 @@ def step_terms(
 
 
 def ttt_loss(
-    drafter: Any, feats: Any, k: int, *, norm: torch.Tensor | None = None, counts: bool = True
+    drafter: Eagle3Drafter,
+    feats: Any,
+    k: int,
+    *,
+    norm: torch.Tensor | None = None,
+    counts: bool = True,
 ) -> tuple[torch.Tensor, Counts]:
     """(sum_i 0.8^i L_i, the step's Counts). The loss keeps autograd; counts are detached.
 
@@ -278,18 +286,18 @@ def loss_positions(t2d: torch.Tensor, feats: Any, k: int) -> torch.Tensor:
     return torch.stack(out).float()
 
 
-def ttt_counts(drafter: Any, feats: Any, k: int) -> Counts:
+def ttt_counts(drafter: Eagle3Drafter, feats: Any, k: int) -> Counts:
     """Counts of one batch without gradients (evaluation)."""
     with torch.no_grad():
         return ttt_loss(drafter, feats, k)[1]
 
 
-def ttt_metrics(drafter: Any, feats: Any, k: int) -> dict[str, list[float]]:
+def ttt_metrics(drafter: Eagle3Drafter, feats: Any, k: int) -> dict[str, list[float]]:
     """acc [k], cond_acc [k], loss [k], counted [k] of one batch (see the module docstring)."""
     return ttt_counts(drafter, feats, k).finish()
 
 
-def sim_accept_len(cond_acc: list[float], depth: int | None = None) -> float:
+def tau_every_position(cond_acc: list[float], depth: int | None = None) -> float:
     """tau = 1 + sum_{i=1..d} prod_{j<=i} cond_acc_j, d = depth (default: all steps)."""
     tau, run = 1.0, 1.0
     for p in cond_acc[: depth if depth is not None else len(cond_acc)]:
