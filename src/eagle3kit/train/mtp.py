@@ -1,0 +1,247 @@
+"""`train --method mtp`: fine-tune a target's MTP head, FastMTP's recipe (docs/mtp.md).
+
+FastMTP (arXiv 2509.18362; speculators ``models/mtp/core.py``): one head, K teacher-forced
+recursive steps (default 3), the target frozen. With h the target's final hidden states and x
+the sample's tokens, over the positions t < T - K - 1::
+
+    z_0 = h_t
+    step k = 0..K-1:  z_{k+1}, logits_k = head(z_k, embed(x_{t+k+1}))      positions t
+                      loss_k = CE(logits_k, x_{t+k+2}) over loss-masked targets
+    loss = sum_k w_k loss_k,   w_k = beta^k / sum_j beta^j,  beta = 0.6  -> [0.51, 0.31, 0.18]
+
+Offline acceptance (eval, and the numbers this loop reports): a drafted token i at anchor t is
+accepted when every step j <= i predicted the target's own greedy token at t+j+1
+(``acceptance``); tau = 1 + sum_i acc_i, as the chain decoder walks it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from eagle3kit.core.artifacts import stamp
+from eagle3kit.core.atomic import atomic_dir, atomic_write_json
+from eagle3kit.core.errors import bad
+from eagle3kit.core.progress import Progress, emit
+from eagle3kit.model.mtp import FinalNormTap, MTPHead, causal, load_mtp_head, mtp_layers
+
+BETA = 0.6
+STEPS_K = 3
+
+
+def step_weights(k: int = STEPS_K, beta: float = BETA) -> list[float]:
+    """FastMTP's normalised exponential decay: beta^i / sum_j beta^j, i = 0..k-1."""
+    raw = [beta**i for i in range(k)]
+    return [w / sum(raw) for w in raw]
+
+
+@dataclass
+class MTPTrainConfig:
+    target: str
+    data: str
+    out: str
+    init_from: str | None = None  # a head dir (ours); default: the target's own head, else fresh
+    steps: int = 200
+    batch_size: int = 8
+    max_len: int = 256
+    lr: float = 1e-3
+    k: int = STEPS_K
+    beta: float = BETA
+    heldout: float = 0.05
+    eval_samples: int = 32
+    seed: int = 0
+    device: str = "cpu"
+
+
+def target_hidden(target: Any, tap: FinalNormTap, ids: torch.Tensor, attn: torch.Tensor):
+    """(final hidden [B, T, H], the target's greedy next token [B, T]) for a padded batch."""
+    out = target.forward(ids, attn.long())
+    return tap.take().detach(), out.logits.argmax(-1)
+
+
+def unroll(head: MTPHead, h: torch.Tensor, ids: torch.Tensor, k: int) -> list[torch.Tensor]:
+    """The K teacher-forced recursive steps over positions 0..n-1, n = T - k - 1; logits
+    [B, n, V] per step (module docstring)."""
+    b, t = ids.shape
+    n = t - k - 1
+    pos = torch.arange(n, device=ids.device).expand(b, n)
+    mask = causal(n, 0, ids.device).expand(b, 1, n, n)
+    z, out = h[:, :n], []
+    for step in range(k):
+        o = head(ids[:, step + 1 : step + 1 + n], z, None, position_ids=pos, attn_mask=mask)
+        out.append(o.logits)
+        z = o.hidden
+    return out
+
+
+def mtp_loss(logits: list[torch.Tensor], ids, loss_mask, weights: list[float]) -> torch.Tensor:
+    """sum_k w_k CE(logits_k, x_{t+k+2}) averaged over loss-masked targets."""
+    n = logits[0].shape[1]
+    total = logits[0].new_zeros(())
+    for step, (lg, w) in enumerate(zip(logits, weights, strict=True)):
+        tgt = ids[:, step + 2 : step + 2 + n]
+        m = loss_mask[:, step + 2 : step + 2 + n]
+        ce = F.cross_entropy(lg.flatten(0, 1).float(), tgt.flatten(), reduction="none")
+        total = total + w * (ce * m.flatten()).sum() / m.sum().clamp(min=1)
+    return total
+
+
+def acceptance(logits: list[torch.Tensor], greedy: torch.Tensor, loss_mask) -> dict[str, Any]:
+    """Per-position acceptance [acc_1..acc_K] over anchors t whose first target t+2 is
+    loss-masked: draft i accepted iff steps 1..i all equal the target's greedy tokens."""
+    n = logits[0].shape[1]
+    anchors = loss_mask[:, 2 : 2 + n]  # [B, n]
+    alive = anchors.clone()
+    acc = []
+    for step, lg in enumerate(logits):
+        alive = alive & (lg.argmax(-1) == greedy[:, step + 1 : step + 1 + n])
+        acc.append(float(alive.sum()) / max(1, int(anchors.sum())))
+    return {"per_position_acceptance": acc, "tau": 1.0 + sum(acc), "anchors": int(anchors.sum())}
+
+
+def initial_head(target: Any, init_from: str | None) -> tuple[MTPHead, str]:
+    """(head, where it came from): a head dir, the target's own MTP layer, or fresh weights."""
+    if init_from:
+        return load_mtp_head(target, init_from).trainable(), init_from
+    if mtp_layers(target.config) > 0:
+        return load_mtp_head(target).trainable(), "target"
+    return MTPHead.for_target(target), "fresh"
+
+
+def _batches(data: Any, idx: list[int], size: int, max_len: int):
+    from eagle3kit.data.prepared import Sample, collate
+
+    for i in range(0, len(idx), size):
+        samples = [data[j] for j in idx[i : i + size]]
+        yield collate([Sample(s.id, s.input_ids[:max_len], s.loss_mask[:max_len]) for s in samples])
+
+
+def evaluate_head(target, head, data, idx, *, k: int, batch: int, max_len: int) -> dict:
+    """Offline per-position acceptance of ``head`` on samples ``idx`` (pooled over anchors)."""
+    tap = FinalNormTap(target)
+    hits, anchors = [0.0] * k, 0
+    try:
+        with torch.no_grad():
+            for ids, attn, lm in _batches(data, idx, batch, max_len):
+                if ids.shape[1] < k + 3:
+                    continue
+                ids, attn, lm = (x.to(target.device) for x in (ids, attn, lm))
+                h, greedy = target_hidden(target, tap, ids, attn)
+                a = acceptance(unroll(head, h, ids, k), greedy, lm & attn)
+                anchors += a["anchors"]
+                hits = [
+                    x + y * a["anchors"]
+                    for x, y in zip(hits, a["per_position_acceptance"], strict=True)
+                ]
+    finally:
+        tap.close()
+    acc = [x / max(1, anchors) for x in hits]
+    return {"per_position_acceptance": acc, "tau": 1.0 + sum(acc), "anchors": anchors}
+
+
+def save_head(head: MTPHead, target: Any, out: Path, extra: dict[str, Any]) -> None:
+    """A head dir: model.safetensors (the target checkpoint's own names), config.json (the
+    target's, declaring the layer) and mtp.json (what it is). Written whole or not at all."""
+    from eagle3kit.core.atomic import save_safetensors
+
+    cfg = target.config.to_dict()
+    cfg["num_nextn_predict_layers"] = max(1, int(cfg.get("num_nextn_predict_layers") or 0))
+    tensors = {n: t.to("cpu") for n, t in head.checkpoint_tensors().items()}
+    with atomic_dir(out) as tmp:
+        save_safetensors(tmp / "model.safetensors", tensors, {"format": "pt"})
+        atomic_write_json(tmp / "config.json", cfg)
+        doc = {
+            "method": "mtp",
+            "style": head.style,
+            "prefix": head.prefix,
+            "target": target.name_or_path,
+            **extra,
+        }
+        atomic_write_json(tmp / "mtp.json", stamp(doc, "mtp_head"))
+
+
+def train_mtp(cfg: MTPTrainConfig, progress: Progress | None = None, target: Any = None) -> dict:
+    """Fine-tune (or train) the MTP head; writes OUT/head (servable by stitching) and
+    OUT/summary.json; returns the summary. ``target``: an already loaded TargetModel."""
+    from eagle3kit.data.prepared import load_prepared
+    from eagle3kit.model.loading import load_target
+
+    if cfg.k < 1 or cfg.steps < 0:
+        raise bad(
+            "train --method mtp", f"expected k >= 1 and steps >= 0, found {cfg.k}, {cfg.steps}"
+        )
+    torch.manual_seed(cfg.seed)
+    target = target or load_target(cfg.target, device=cfg.device)
+    data = load_prepared(cfg.data)
+    train_idx, held = data.split(cfg.heldout, cfg.seed)
+    held = held[: cfg.eval_samples]
+    head, init = initial_head(target, cfg.init_from)
+    ev = dict(k=cfg.k, batch=cfg.batch_size, max_len=cfg.max_len)
+    before = evaluate_head(target, head, data, held, **ev)
+    losses = _fit(cfg, target, head, data, train_idx, progress)
+    after = evaluate_head(target, head, data, held, **ev)
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    save_head(head, target, out / "head", {"init": init, "steps": cfg.steps})
+    summary = stamp(
+        {
+            "method": "mtp",
+            "init": init,
+            "config": asdict(cfg),
+            "step_weights": step_weights(cfg.k, cfg.beta),
+            "loss": losses,
+            "before": before,
+            "after": after,
+            "head": str(out / "head"),
+        },
+        "train",
+    )
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def _fit(cfg, target, head, data, train_idx, progress) -> dict[str, float]:
+    """``cfg.steps`` AdamW steps (cosine decay) on the head's own weights."""
+    weights = step_weights(cfg.k, cfg.beta)
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    tap = FinalNormTap(target)
+    head.train()
+    first = last = float("nan")
+    t0 = time.perf_counter()
+    try:
+        for step in range(cfg.steps):
+            pick = torch.randint(len(train_idx), (cfg.batch_size,), generator=gen).tolist()
+            ids, attn, lm = next(
+                _batches(data, [train_idx[i] for i in pick], cfg.batch_size, cfg.max_len)
+            )
+            if ids.shape[1] < cfg.k + 3:
+                continue
+            ids, attn, lm = (x.to(target.device) for x in (ids, attn, lm))
+            h, _ = target_hidden(target, tap, ids, attn)
+            loss = mtp_loss(unroll(head, h, ids, cfg.k), ids, lm & attn, weights)
+            for g in opt.param_groups:
+                g["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / max(1, cfg.steps)))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            last = float(loss.detach())
+            first = last if step == 0 else first
+            emit(progress, "train mtp", step + 1, cfg.steps, "steps", loss=last)
+    finally:
+        tap.close()
+        head.eval()
+    return {"first": first, "last": last, "seconds": time.perf_counter() - t0}
+
+
+def read_summary(run: str | Path) -> dict:
+    return json.loads((Path(run) / "summary.json").read_text())
