@@ -177,6 +177,17 @@ Resume = Annotated[
 ]
 Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads.")]
 Json = Annotated[bool, typer.Option("--json", help="Print RUN/summary.json as one JSON document.")]
+Method = Annotated[
+    str,
+    typer.Option(
+        "--method",
+        help="eagle3 (a drafter), or mtp: fine-tune the target's MTP head, FastMTP's recipe "
+        "(--init-from: a head dir; default the target's own head, else fresh weights).",
+    ),
+]
+MtpSteps = Annotated[
+    int, typer.Option("--mtp-steps", min=1, help="mtp: teacher-forced recursive steps (3).")
+]
 
 
 def train(
@@ -217,9 +228,20 @@ def train(
     threads: Threads = None,
     trust_remote_code: TrustRemoteCode = False,
     json_: Json = False,
+    method: Method = "eagle3",
+    mtp_steps: MtpSteps = 3,
 ) -> None:
-    """Train a drafter (training-time test); keeps RUN/best by simulated accept length."""
+    """Train a drafter (training-time test); keeps RUN/best by simulated accept length.
+    --method mtp: fine-tune the target's own MTP head instead (docs/mtp.md)."""
     from eagle3kit.train.loop import TrainConfig
+
+    if method == "mtp":
+        return _run_mtp(
+            target, out_dir, data, init_from, steps, batch_size, max_len, lr, mtp_steps,
+            eval_samples, seed, device, threads, json_,
+        )  # fmt: skip
+    if method != "eagle3":
+        raise typer.BadParameter(f"expected eagle3 or mtp, found {method!r}", param_hint="--method")
 
     cfg = TrainConfig(
         out=out_dir,
@@ -287,3 +309,36 @@ def _run(cfg: TrainConfig, *, resume: bool, threads: int | None, json_: bool) ->
         emit_json(summary)
     else:
         _render(summary)
+
+
+def _run_mtp(target, out, data, init_from, steps, batch, max_len, lr, k, evals, seed, device,
+             threads, json_) -> None:  # fmt: skip
+    """`train --method mtp` (train/mtp.py): RUN/head (the target's names) + RUN/summary.json."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json
+    from eagle3kit.cli._render import out as console
+    from eagle3kit.core.errors import bad
+    from eagle3kit.train.mtp import MTPTrainConfig, train_mtp
+
+    if target is None or data is None:
+        raise bad("train --method mtp", "expected --target and --data (a DATA dir)")
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(threads)
+    cfg = MTPTrainConfig(
+        target=target, data=str(data), out=out, init_from=init_from, steps=steps or 200,
+        batch_size=batch, max_len=max_len, lr=lr, k=k, eval_samples=evals, seed=seed,
+        device=device,
+    )  # fmt: skip
+    with bar(not json_) as progress:
+        s = train_mtp(cfg, progress)
+    if json_:
+        return emit_json(s)
+    b, a = s["before"], s["after"]
+    console().print(
+        f"mtp head ({s['init']}): {cfg.steps} steps, loss {s['loss']['first']:.3f} -> "
+        f"{s['loss']['last']:.3f}; held-out tau {b['tau']:.3f} -> {a['tau']:.3f} "
+        f"(per position {', '.join(f'{x:.2f}' for x in a['per_position_acceptance'])}); "
+        f"head: {s['head']}"
+    )

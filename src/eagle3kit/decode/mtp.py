@@ -95,9 +95,12 @@ def mtp_generate(
     eos_token_id: int | None = None,
     seed: int = 0,
     on_tokens: Callable[[list[int]], None] | None = None,
+    tree: Any = None,
 ) -> Generation:
     """Decode up to ``max_new_tokens`` after ``prompt_ids`` drafting ``depth`` tokens a cycle
     with ``head`` (see the module docstring); stats.method is "mtp"."""
+    if tree is not None:
+        raise Eagle3Error("mtp: drafts a chain (one head, recursively); a tree is not supported")
     if depth < 1:
         raise Eagle3Error(f"depth: expected >= 1, found {depth}")
     if max_new_tokens < 1:

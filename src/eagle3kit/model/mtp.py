@@ -42,49 +42,19 @@ from torch import nn
 
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.model.completeness import tensor_problems
+from eagle3kit.model.mtp_config import (  # noqa: F401  (re-exported)
+    STYLES,
+    drop_mtp_keys,
+    mtp_layers,
+    mtp_prefix,
+    mtp_style,
+    text_config,
+)
 
-STYLES = ("deepseek", "qwen3_next")
-_QWEN_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
 _FUSED = re.compile(r"^(.*\.experts)\.(gate_up_proj|down_proj)$")
 _PER_EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.(gate_proj|up_proj|down_proj)\.weight$")
 # tensors a DeepSeek-style layer may omit: they are the target's own (filled from it)
 _SHARED = ("embed_tokens.weight", "shared_head.head.weight")
-
-
-def text_config(config: Any) -> Any:
-    """The language model's config (``text_config`` of a multimodal wrapper, else itself)."""
-    get = config.get if isinstance(config, dict) else lambda k, d=None: getattr(config, k, d)
-    inner = get("text_config")
-    return inner if inner is not None else config
-
-
-def _get(config: Any, key: str, default: Any = None) -> Any:
-    if isinstance(config, dict):
-        return config.get(key, default)
-    return getattr(config, key, default)
-
-
-def mtp_style(config: Any) -> str:
-    """ "qwen3_next" for Qwen3-Next / Qwen3.5 configs (``mtp.*``), else "deepseek"."""
-    return "qwen3_next" if _get(text_config(config), "model_type") in _QWEN_TYPES else "deepseek"
-
-
-def mtp_layers(config: Any) -> int:
-    """How many MTP layers the config declares (``num_nextn_predict_layers``, or Qwen3.5's
-    ``mtp_num_hidden_layers``; under ``text_config`` too); 0 when none."""
-    for c in (text_config(config), config):
-        for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
-            n = _get(c, key)
-            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-                return n
-    return 0
-
-
-def mtp_prefix(config: Any, index: int = 0) -> str:
-    """Where MTP layer ``index`` lives in the target's checkpoint."""
-    if mtp_style(config) == "qwen3_next":
-        return "mtp."
-    return f"model.layers.{int(_get(text_config(config), 'num_hidden_layers')) + index}."
 
 
 @dataclass
@@ -140,6 +110,8 @@ class MTPHead(nn.Module):
     ``layer`` holds the parameters under the checkpoint's names; ``embed``, ``lm_head`` and
     ``rotary`` are the target's modules, shared and frozen (not in ``state_dict``).
     """
+
+    method = "mtp"  # what decoders and measurements dispatch on
 
     def __init__(
         self,
@@ -403,17 +375,6 @@ class FinalNormTap:
         self._hook.remove()
 
 
-def drop_mtp_keys(info: dict[str, Any], config: Any) -> dict[str, Any]:
-    """transformers' load account without the target's own MTP layers among its unexpected
-    keys: transformers never loads them (an MTP head is read by ``load_mtp_head``)."""
-    n = mtp_layers(config)
-    if not n or not info.get("unexpected_keys"):
-        return info
-    prefixes = tuple({mtp_prefix(config, i) for i in range(n)})
-    keep = [k for k in info["unexpected_keys"] if not str(k).startswith(prefixes)]
-    return {**info, "unexpected_keys": keep}
-
-
 def read_head_tensors(model_dir: str | Path, prefix: str) -> dict[str, torch.Tensor]:
     """Every tensor under ``prefix`` in a local target dir (safetensors headers, then only
     those tensors). A private reader until checkpoint/ has the MTP layer's own."""
@@ -441,3 +402,18 @@ def load_mtp_head(target: Any, source: str | Path | None = None, *, index: int =
     head = MTPHead.for_target(target, index=index)
     head.load_checkpoint_tensors(read_head_tensors(src, head.prefix), str(src))
     return head.eval().requires_grad_(False)
+
+
+def is_head_dir(path: str | Path | None) -> bool:
+    """A head dir written by ``train --method mtp`` (its mtp.json)."""
+    return path is not None and (Path(path) / "mtp.json").is_file()
+
+
+def load_mtp(
+    target: str, head: str | None = None, *, device: str = "cpu", dtype: Any = "float32"
+) -> tuple[Any, MTPHead]:
+    """(TargetModel, its MTP head): the head from ``head`` (a head dir) or the target's own."""
+    from eagle3kit.model.loading import load_target
+
+    tm = load_target(target, device=device, dtype=dtype)
+    return tm, load_mtp_head(tm, head)

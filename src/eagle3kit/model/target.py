@@ -28,7 +28,7 @@ from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import default_aux_layers
 from eagle3kit.model.completeness import ENGINE_ROUTE, check_loading_info, check_target_files
-from eagle3kit.model.mtp import drop_mtp_keys
+from eagle3kit.model.mtp_config import drop_mtp_keys
 
 _DTYPES = {n: getattr(torch, n) for n in NAME_BYTES} | {
     a: getattr(torch, n) for a, n in ALIASES.items()

@@ -93,17 +93,46 @@ def mtp_loss(logits: list[torch.Tensor], ids, loss_mask, weights: list[float]) -
     return total
 
 
-def acceptance(logits: list[torch.Tensor], greedy: torch.Tensor, loss_mask) -> dict[str, Any]:
-    """Per-position acceptance [acc_1..acc_K] over anchors t whose first target t+2 is
-    loss-masked: draft i accepted iff steps 1..i all equal the target's greedy tokens."""
+def accepted(logits: list[torch.Tensor], greedy: torch.Tensor) -> torch.Tensor:
+    """Drafts a cycle anchored at t would accept, [B, n] in 0..K: the leading steps whose
+    argmax equals the target's greedy token at t+step+1."""
     n = logits[0].shape[1]
-    anchors = loss_mask[:, 2 : 2 + n]  # [B, n]
-    alive = anchors.clone()
-    acc = []
+    alive = torch.ones_like(greedy[:, :n], dtype=torch.bool)  # [B, n]
+    count = torch.zeros_like(greedy[:, :n])
     for step, lg in enumerate(logits):
         alive = alive & (lg.argmax(-1) == greedy[:, step + 1 : step + 1 + n])
-        acc.append(float(alive.sum()) / max(1, int(anchors.sum())))
-    return {"per_position_acceptance": acc, "tau": 1.0 + sum(acc), "anchors": int(anchors.sum())}
+        count += alive
+    return count
+
+
+def walk(count: torch.Tensor, anchors: torch.Tensor) -> list[int]:
+    """The cycles chain decoding walks through one answer: from its first anchor, accept
+    count[t] drafts, then the next cycle starts count[t] + 1 further on. [n] -> accepted."""
+    idx = anchors.nonzero()
+    out, t = [], int(idx[0]) if len(idx) else len(anchors)
+    while t < len(anchors) and bool(anchors[t]):
+        out.append(int(count[t]))
+        t += int(count[t]) + 1
+    return out
+
+
+def acceptance(logits: list[torch.Tensor], greedy: torch.Tensor, loss_mask) -> dict[str, Any]:
+    """Per-position acceptance [acc_1..acc_K] over every anchor t whose first drafted token
+    t+2 is loss-masked (draft i accepted iff steps 1..i all equal the target's greedy
+    tokens), and the cycles a chain decoder walks (``walk``) per sample."""
+    n, k = logits[0].shape[1], len(logits)
+    anchors = loss_mask[:, 2 : 2 + n]  # [B, n]
+    count = accepted(logits, greedy)
+    acc = [
+        float((anchors & (count >= i)).sum()) / max(1, int(anchors.sum())) for i in range(1, k + 1)
+    ]
+    cycles = [a for c, m in zip(count, anchors, strict=True) for a in walk(c, m)]
+    return {
+        "per_position_acceptance": acc,
+        "tau": 1.0 + sum(acc),
+        "anchors": int(anchors.sum()),
+        "cycles": cycles,
+    }
 
 
 def initial_head(target: Any, init_from: str | None) -> tuple[MTPHead, str]:
@@ -124,9 +153,10 @@ def _batches(data: Any, idx: list[int], size: int, max_len: int):
 
 
 def evaluate_head(target, head, data, idx, *, k: int, batch: int, max_len: int) -> dict:
-    """Offline per-position acceptance of ``head`` on samples ``idx`` (pooled over anchors)."""
+    """Offline acceptance of ``head`` on samples ``idx``: per position over every anchor
+    (``per_position_acceptance``, ``tau``) and over the walked cycles (``walk``)."""
     tap = FinalNormTap(target)
-    hits, anchors = [0.0] * k, 0
+    hits, anchors, cycles = [0.0] * k, 0, []
     try:
         with torch.no_grad():
             for ids, attn, lm in _batches(data, idx, batch, max_len):
@@ -136,6 +166,7 @@ def evaluate_head(target, head, data, idx, *, k: int, batch: int, max_len: int) 
                 h, greedy = target_hidden(target, tap, ids, attn)
                 a = acceptance(unroll(head, h, ids, k), greedy, lm & attn)
                 anchors += a["anchors"]
+                cycles += a["cycles"]
                 hits = [
                     x + y * a["anchors"]
                     for x, y in zip(hits, a["per_position_acceptance"], strict=True)
@@ -143,7 +174,14 @@ def evaluate_head(target, head, data, idx, *, k: int, batch: int, max_len: int) 
     finally:
         tap.close()
     acc = [x / max(1, anchors) for x in hits]
-    return {"per_position_acceptance": acc, "tau": 1.0 + sum(acc), "anchors": anchors}
+    walked = [sum(c >= i for c in cycles) / max(1, len(cycles)) for i in range(1, k + 1)]
+    walk_doc = {"per_position_acceptance": walked, "tau": 1.0 + sum(walked), "cycles": len(cycles)}
+    return {
+        "per_position_acceptance": acc,
+        "tau": 1.0 + sum(acc),
+        "anchors": anchors,
+        "walk": walk_doc,
+    }
 
 
 def save_head(head: MTPHead, target: Any, out: Path, extra: dict[str, Any]) -> None:
