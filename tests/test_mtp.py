@@ -270,3 +270,19 @@ def test_sampled_decoding_emits_the_target_law():
     assert 0 in accepted and max(accepted) >= 2
     for j in range(n_new):
         fits(counts[j], P_LAW[2 + j])
+
+
+def test_head_dir_round_trip_in_the_extract_layout(target, head, tmp_path):
+    """train's head dir is convert's extract layout: canonical names (the name after the
+    layer's prefix), config.json eagle3kit_mtp.names -> the target's names; it loads back."""
+    from eagle3kit.model.mtp import head_config, is_head_dir, load_mtp_head
+    from eagle3kit.train.mtp import save_head
+
+    save_head(head, target, tmp_path / "h", {"steps": 0})
+    rec = head_config(tmp_path / "h")
+    assert is_head_dir(tmp_path / "h") and not is_head_dir(tiny_target())
+    stored = head.checkpoint_tensors()
+    assert rec["names"] == {k[len("model.layers.8.") :]: k for k in stored}
+    assert set(load_file(str(tmp_path / "h" / "model.safetensors"))) == set(rec["names"])
+    got = load_mtp_head(target, tmp_path / "h").checkpoint_tensors()
+    assert all(torch.equal(v, stored[k]) for k, v in got.items())

@@ -375,13 +375,58 @@ class FinalNormTap:
         self._hook.remove()
 
 
+# The standalone head dir (checkpoint/ ``extract_mtp``'s layout, which ``stitch_mtp`` puts
+# back): tensors under canonical names, config.json's ``eagle3kit_mtp.names`` mapping each
+# canonical name to the target checkpoint's. Qwen3-Next's shared tensors take DeepSeek's roles.
+HEAD_KEY = "eagle3kit_mtp"
+MTP_ARCH = "Eagle3kitMTPHead"
+_QWEN_CANON = {
+    "pre_fc_norm_embedding.weight": "enorm.weight",
+    "pre_fc_norm_hidden.weight": "hnorm.weight",
+    "fc.weight": "eh_proj.weight",
+    "norm.weight": "shared_head.norm.weight",
+}
+
+
+def canonical_names(head: MTPHead) -> dict[str, str]:
+    """canonical name -> the target checkpoint's name, for every tensor of ``head``."""
+    out = {}
+    for stored in head.checkpoint_tensors():
+        rel = stored[len(head.prefix) :]
+        if head.style == "qwen3_next":
+            rel = _QWEN_CANON.get(rel, rel.removeprefix("layers.0."))
+        out[rel] = stored
+    return out
+
+
+def head_config(path: str | Path) -> dict[str, Any] | None:
+    """A head dir's ``eagle3kit_mtp`` record, or None when ``path`` is not one."""
+    import json
+
+    try:
+        doc = json.loads((Path(path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    rec = doc.get(HEAD_KEY) if isinstance(doc, dict) else None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("names"), dict) else None
+
+
 def read_head_tensors(model_dir: str | Path, prefix: str) -> dict[str, torch.Tensor]:
-    """Every tensor under ``prefix`` in a local target dir (safetensors headers, then only
-    those tensors). A private reader until checkpoint/ has the MTP layer's own."""
+    """The head's tensors by the target checkpoint's names: from a head dir (canonical names
+    mapped back by its config), else every tensor under ``prefix`` of a target dir (headers
+    first, then only those tensors)."""
     from eagle3kit.checkpoint.safetensors_io import load_local
     from eagle3kit.checkpoint.tensor_read import read_tensor
 
     ckpt = load_local(model_dir)
+    rec = head_config(model_dir)
+    if rec is not None:
+        names = rec["names"]
+        lost = sorted(set(names) - set(ckpt.names()))
+        if lost:
+            raise bad(str(model_dir), f"{len(lost)} tensor(s) its config names are missing "
+                      f"({', '.join(lost[:3])})")  # fmt: skip
+        return {stored: read_tensor(ckpt, canon) for canon, stored in names.items()}
     names = [n for n in ckpt.names() if n.startswith(prefix)]
     if not names:
         raise bad(str(model_dir), f"expected MTP tensors {prefix}*, found none")
@@ -405,8 +450,8 @@ def load_mtp_head(target: Any, source: str | Path | None = None, *, index: int =
 
 
 def is_head_dir(path: str | Path | None) -> bool:
-    """A head dir written by ``train --method mtp`` (its mtp.json)."""
-    return path is not None and (Path(path) / "mtp.json").is_file()
+    """A standalone MTP head dir (``train --method mtp``, ``convert`` extract)."""
+    return path is not None and head_config(path) is not None
 
 
 def load_mtp(

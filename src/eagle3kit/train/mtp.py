@@ -185,23 +185,31 @@ def evaluate_head(target, head, data, idx, *, k: int, batch: int, max_len: int) 
 
 
 def save_head(head: MTPHead, target: Any, out: Path, extra: dict[str, Any]) -> None:
-    """A head dir: model.safetensors (the target checkpoint's own names), config.json (the
-    target's, declaring the layer) and mtp.json (what it is). Written whole or not at all."""
+    """A standalone head dir, the layout convert's extract writes and its stitch reads back:
+    model.safetensors (canonical names, the target checkpoint's dtype), config.json (the
+    target's, with ``eagle3kit_mtp.names``: canonical -> the target's names) and mtp.json
+    (how it was trained). Written whole or not at all."""
     from eagle3kit.core.atomic import save_safetensors
+    from eagle3kit.model.mtp import HEAD_KEY, MTP_ARCH, canonical_names
+    from eagle3kit.model.target import parse_dtype
 
     cfg = target.config.to_dict()
+    names = canonical_names(head)
+    stored = head.checkpoint_tensors()
+    dtype = parse_dtype(str(cfg.get("dtype") or cfg.get("torch_dtype") or "float32"))
+    tensors = {c: stored[s].to("cpu", dtype) for c, s in names.items()}
+    layer = int(cfg["num_hidden_layers"]) if head.style == "deepseek" else None
+    cfg["architectures"] = [MTP_ARCH]
     cfg["num_nextn_predict_layers"] = max(1, int(cfg.get("num_nextn_predict_layers") or 0))
-    tensors = {n: t.to("cpu") for n, t in head.checkpoint_tensors().items()}
+    cfg[HEAD_KEY] = {
+        "style": head.style, "index": 0, "layer": layer, "prefix": head.prefix,
+        "names": dict(sorted(names.items())), "target": str(target.name_or_path),
+        "target_architectures": getattr(target.config, "architectures", None),
+    }  # fmt: skip
     with atomic_dir(out) as tmp:
         save_safetensors(tmp / "model.safetensors", tensors, {"format": "pt"})
         atomic_write_json(tmp / "config.json", cfg)
-        doc = {
-            "method": "mtp",
-            "style": head.style,
-            "prefix": head.prefix,
-            "target": target.name_or_path,
-            **extra,
-        }
+        doc = {"method": "mtp", "style": head.style, "prefix": head.prefix, **extra}
         atomic_write_json(tmp / "mtp.json", stamp(doc, "mtp_head"))
 
 

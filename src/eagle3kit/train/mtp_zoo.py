@@ -66,7 +66,7 @@ def add_mtp_layer(
     from safetensors.torch import load_file
 
     from eagle3kit.model.loading import load_target
-    from eagle3kit.model.mtp import mtp_layers, mtp_style
+    from eagle3kit.model.mtp import mtp_layers, mtp_style, read_head_tensors
 
     member_dir, out_dir = Path(member_dir), Path(out_dir)
     if not (member_dir / WEIGHTS).is_file():
@@ -87,7 +87,7 @@ def add_mtp_layer(
             batch_size=batch_size, max_len=max_len, lr=lr, seed=seed, device=device,
         )  # fmt: skip
         summary = train_mtp(cfg, progress, target=target)
-        head = load_file(work / "run" / "head" / WEIGHTS)
+        head = read_head_tensors(work / "run" / "head", "")  # the target's names
         main = load_file(member_dir / WEIGHTS)
         _write(member_dir, out_dir, main, head, summary, samples)
     return summary
