@@ -122,7 +122,7 @@ def generate(
     if not prompt:
         raise bad("--prompt", "expected some text, found an empty prompt")
     _check_depth(depth)
-    if drafter is None and method != "mtp":
+    if drafter is None and method == "eagle3":
         raise bad("--drafter", "expected a drafter dir (or --method mtp), found none")
     tm, d = _load(target, drafter, device, threads, method)
     tok = tm.tokenizer
@@ -241,6 +241,9 @@ def eval_(
     _check_depth(depth)
     if drafter is None and method != "mtp":
         raise typer.BadParameter("expected --drafter (or --method mtp, or --online --url)")
+    if features is not None and (method == "mtp" or drafter is None):
+        raise bad("--features", "mtp: expected --data (a feature store keeps aux layers, not the "
+                  "final hidden states an MTP head reads)")  # fmt: skip
     if features is not None:
         if data is not None or online:
             raise Eagle3Error("eval --features: offline only, and without --data")

@@ -253,8 +253,16 @@ def train_mtp(cfg: MTPTrainConfig, progress: Progress | None = None, target: Any
     return summary
 
 
+def lr_at(step: int, steps: int, peak: float) -> float:
+    """Linear warm-up over the first 5% of steps (at least one), then cosine decay to 0."""
+    warm = max(1, steps // 20)
+    if step < warm:
+        return peak * (step + 1) / warm
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
 def _fit(cfg, target, head, data, train_idx, progress) -> dict[str, float]:
-    """``cfg.steps`` AdamW steps (cosine decay) on the head's own weights."""
+    """``cfg.steps`` AdamW steps (``lr_at``) on the head's own weights."""
     weights = step_weights(cfg.k, cfg.beta)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
@@ -275,7 +283,7 @@ def _fit(cfg, target, head, data, train_idx, progress) -> dict[str, float]:
             h, _ = target_hidden(target, tap, ids, attn)
             loss = mtp_loss(unroll(head, h, ids, cfg.k), ids, lm & attn, weights)
             for g in opt.param_groups:
-                g["lr"] = cfg.lr * 0.5 * (1 + math.cos(math.pi * step / max(1, cfg.steps)))
+                g["lr"] = lr_at(step, cfg.steps, cfg.lr)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
