@@ -11,7 +11,8 @@ train/mtp_zoo.add_mtp_layer's recipe); the child (dsv3-v2, trained further on sh
 inherits it. Arms, all scored on the child:
 - random: a freshly initialised head (what an untrained layer gives);
 - shipped: the parent's head as it is;
-- fine-tuned: the shipped head after --tune-steps FastMTP steps on the child's data;
+- fine-tuned: the shipped head after --tune-steps FastMTP steps on the child's data, at a
+  third of --lr (a warm start's learning rate, as the demo's EAGLE-3 fine-tune takes);
 - fresh: FastMTP from fresh weights on the child's data for --ship-steps.
 Per arm: offline per-position acceptance and tau on held-out samples of the child's data
 (teacher-forced K steps, train/mtp.evaluate_head), and online greedy decoding (decode/mtp.py,
@@ -71,13 +72,13 @@ def requests(target_dir: Path, target, n: int) -> list[list[int]]:
     return [chat_prompt_ids(target.tokenizer, r["messages"]) for r in reqs]
 
 
-def train(target, data: Path, out: Path, steps: int, init: str | None, a) -> Path:
+def train(target, data: Path, out: Path, steps: int, init: str | None, a, lr=None) -> Path:
     from eagle3kit.train.mtp import MTPTrainConfig, train_mtp
 
     if not (out / "head" / "model.safetensors").is_file():
         cfg = MTPTrainConfig(
             target=target.name_or_path, data=str(data), out=str(out), init_from=init,
-            steps=steps, batch_size=a.batch_size, max_len=a.max_len, lr=a.lr,
+            steps=steps, batch_size=a.batch_size, max_len=a.max_len, lr=lr or a.lr,
         )  # fmt: skip
         train_mtp(cfg, target=target)
     return out / "head"
@@ -144,7 +145,7 @@ def run(a) -> None:
     del parent
     child = load_target(str(child_dir))
     data_dir = prepared(child_dir, work, "child", a.samples, a.max_len)
-    tuned = train(child, data_dir, work / "tuned", a.tune_steps, str(shipped), a)
+    tuned = train(child, data_dir, work / "tuned", a.tune_steps, str(shipped), a, a.lr / 3)
     fresh = train(child, data_dir, work / "fresh", a.ship_steps, None, a)
     data = load_prepared(data_dir)
     _, held = data.split(0.05, 0)
