@@ -176,11 +176,12 @@ class MTPHead(nn.Module):
         """Normal(0, initializer_range) for matrices, ones for norms (Qwen3-Next's zero-centred
         norms: zeros), as transformers initialises the target."""
         std = float(getattr(self.config, "initializer_range", 0.02))
-        g = torch.Generator().manual_seed(0)
+        dev = next(self.layer.parameters()).device
+        g = torch.Generator(device=dev).manual_seed(0)  # on the weights' device
         with torch.no_grad():
             for name, p in self.layer.named_parameters():
                 if p.ndim >= 2:
-                    p.copy_(torch.randn(p.shape, generator=g) * std)
+                    p.copy_(torch.randn(p.shape, generator=g, device=dev, dtype=p.dtype) * std)
                 elif "norm" in name or name.endswith("layernorm.weight"):
                     p.fill_(0.0 if self.style == "qwen3_next" else 1.0)
                 else:
