@@ -14,6 +14,8 @@ inherits it. Arms, all scored on the child:
 - fine-tuned: the shipped head after --tune-steps FastMTP steps on the child's data, at a
   third of --lr (a warm start's learning rate, as the demo's EAGLE-3 fine-tune takes);
 - fresh: FastMTP from fresh weights on the child's data for --ship-steps.
+--targets target trains every head on the target's own next-token law instead of the data's
+tokens (the zoo's chat data is the stdlib's source, not the member's answers).
 Per arm: offline per-position acceptance and tau on held-out samples of the child's data
 (teacher-forced K steps, train/mtp.evaluate_head), and online greedy decoding (decode/mtp.py,
 depth --depth) on held-out requests (functions of the slice's held-out files): tau, whether
@@ -79,6 +81,7 @@ def train(target, data: Path, out: Path, steps: int, init: str | None, a, lr=Non
         cfg = MTPTrainConfig(
             target=target.name_or_path, data=str(data), out=str(out), init_from=init,
             steps=steps, batch_size=a.batch_size, max_len=a.max_len, lr=lr or a.lr,
+            targets=a.targets,
         )  # fmt: skip
         train_mtp(cfg, target=target)
     return out / "head"
@@ -120,6 +123,7 @@ def main() -> None:
     p.add_argument("--prompts", type=int, default=8)
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--depth", type=int, default=3)
+    p.add_argument("--targets", default="data", choices=["data", "target"])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--work")
     p.add_argument("--json")

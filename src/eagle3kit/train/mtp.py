@@ -54,6 +54,7 @@ class MTPTrainConfig:
     lr: float = 1e-3
     k: int = STEPS_K
     beta: float = BETA
+    targets: str = "data"  # "data": FastMTP's CE on the sample's tokens; "target": distil
     heldout: float = 0.05
     eval_samples: int = 32
     seed: int = 0
@@ -61,9 +62,9 @@ class MTPTrainConfig:
 
 
 def target_hidden(target: Any, tap: FinalNormTap, ids: torch.Tensor, attn: torch.Tensor):
-    """(final hidden [B, T, H], the target's greedy next token [B, T]) for a padded batch."""
+    """(final hidden [B, T, H], the target's next-token logits [B, T, V]) for a padded batch."""
     out = target.forward(ids, attn.long())
-    return tap.take().detach(), out.logits.argmax(-1)
+    return tap.take().detach(), out.logits.detach()
 
 
 def unroll(head: MTPHead, h: torch.Tensor, ids: torch.Tensor, k: int) -> list[torch.Tensor]:
@@ -81,14 +82,20 @@ def unroll(head: MTPHead, h: torch.Tensor, ids: torch.Tensor, k: int) -> list[to
     return out
 
 
-def mtp_loss(logits: list[torch.Tensor], ids, loss_mask, weights: list[float]) -> torch.Tensor:
-    """sum_k w_k CE(logits_k, x_{t+k+2}) averaged over loss-masked targets."""
+def mtp_loss(logits, ids, loss_mask, weights: list[float], teacher=None) -> torch.Tensor:
+    """sum_k w_k CE(logits_k, x_{t+k+2}) averaged over loss-masked targets; with ``teacher``
+    (the target's logits [B, T, V]) the CE is against the target's own law at t+k+1 instead
+    (self-distillation, for DATA that is not the target's own answers)."""
     n = logits[0].shape[1]
     total = logits[0].new_zeros(())
     for step, (lg, w) in enumerate(zip(logits, weights, strict=True)):
-        tgt = ids[:, step + 2 : step + 2 + n]
         m = loss_mask[:, step + 2 : step + 2 + n]
-        ce = F.cross_entropy(lg.flatten(0, 1).float(), tgt.flatten(), reduction="none")
+        if teacher is None:
+            tgt = ids[:, step + 2 : step + 2 + n]
+            ce = F.cross_entropy(lg.flatten(0, 1).float(), tgt.flatten(), reduction="none")
+        else:
+            p = torch.softmax(teacher[:, step + 1 : step + 1 + n].float(), -1)  # [B, n, V]
+            ce = -(p * torch.log_softmax(lg.float(), -1)).sum(-1).flatten()
         total = total + w * (ce * m.flatten()).sum() / m.sum().clamp(min=1)
     return total
 
@@ -163,7 +170,8 @@ def evaluate_head(target, head, data, idx, *, k: int, batch: int, max_len: int) 
                 if ids.shape[1] < k + 3:
                     continue
                 ids, attn, lm = (x.to(target.device) for x in (ids, attn, lm))
-                h, greedy = target_hidden(target, tap, ids, attn)
+                h, t_logits = target_hidden(target, tap, ids, attn)
+                greedy = t_logits.argmax(-1)
                 a = acceptance(unroll(head, h, ids, k), greedy, lm & attn)
                 anchors += a["anchors"]
                 cycles += a["cycles"]
@@ -219,6 +227,8 @@ def train_mtp(cfg: MTPTrainConfig, progress: Progress | None = None, target: Any
     from eagle3kit.data.prepared import load_prepared
     from eagle3kit.model.loading import load_target
 
+    if cfg.targets not in ("data", "target"):
+        raise bad("--mtp-targets", f"expected data or target, found {cfg.targets!r}")
     if cfg.k < 1 or cfg.steps < 0:
         raise bad(
             "train --method mtp", f"expected k >= 1 and steps >= 0, found {cfg.k}, {cfg.steps}"
@@ -280,8 +290,9 @@ def _fit(cfg, target, head, data, train_idx, progress) -> dict[str, float]:
             if ids.shape[1] < cfg.k + 3:
                 continue
             ids, attn, lm = (x.to(target.device) for x in (ids, attn, lm))
-            h, _ = target_hidden(target, tap, ids, attn)
-            loss = mtp_loss(unroll(head, h, ids, cfg.k), ids, lm & attn, weights)
+            h, t_logits = target_hidden(target, tap, ids, attn)
+            teacher = t_logits if cfg.targets == "target" else None
+            loss = mtp_loss(unroll(head, h, ids, cfg.k), ids, lm & attn, weights, teacher)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, cfg.steps, cfg.lr)
             opt.zero_grad(set_to_none=True)
