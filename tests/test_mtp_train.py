@@ -19,6 +19,35 @@ def test_fastmtp_step_weights():
     assert step_weights(3, 0.6) == pytest.approx([1 / 1.96, 0.6 / 1.96, 0.36 / 1.96])
 
 
+def test_walk_and_accepted_counts_by_hand():
+    from eagle3kit.train.mtp import accepted, walk
+
+    # target greedy tokens g[t]; the head's three steps at anchor t guess g[t+1], g[t+2], g[t+3]
+    g = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
+    right = [g[:, 1 + k : 1 + k + 3] for k in range(3)]  # anchors 0..2 all right
+    logits = [torch.nn.functional.one_hot(r, 12).float() for r in right]
+    logits[1][0, 1] = torch.nn.functional.one_hot(torch.tensor(0), 12).float()  # step 2 wrong at 1
+    count = accepted(logits, g)
+    assert count.tolist() == [[3, 1, 3]]
+    assert walk(count[0], torch.tensor([True, True, True])) == [3]  # one cycle covers 0..3
+    assert walk(torch.tensor([0, 1, 0]), torch.tensor([True, True, True])) == [0, 1]
+
+
+def test_distilling_a_one_hot_teacher_is_the_data_loss():
+    from eagle3kit.train.mtp import mtp_loss
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 9, (2, 8))
+    mask = torch.ones(2, 8, dtype=torch.bool)
+    logits = [torch.randn(2, 4, 9) for _ in range(3)]
+    teacher = torch.full((2, 8, 9), -1e4)
+    teacher[:, :-1].scatter_(-1, ids[:, 1:, None], 0.0)  # the law at t predicts x_{t+1}
+    w = step_weights(3)
+    torch.testing.assert_close(
+        mtp_loss(logits, ids, mask, w, teacher), mtp_loss(logits, ids, mask, w)
+    )
+
+
 @pytest.mark.slow  # ~25 s: 60 training steps, then offline + online eval
 def test_train_method_mtp_raises_tau_and_decodes_losslessly(cli, tmp_path):
     target, data = tiny_target(), tiny_data()
