@@ -1,9 +1,12 @@
 """One MTP layer for a zoo DeepSeek-architecture member, so ``--method mtp`` runs offline.
 
 ``add_mtp_layer(member_dir, out_dir, steps)`` trains a fresh DeepSeek-V3-style MTP layer on
-the member (its weights frozen) with FastMTP's recipe (train/mtp.py) on chat samples of the
-member's own stdlib slice, and writes ``out_dir``: the member with the layer at index
-L = num_hidden_layers (``model.layers.{L}.*``, as DeepSeek-V3 ships it) and
+the member (its weights frozen) with FastMTP's recipe (train/mtp.py: 3 recursive steps,
+weights 0.6^k) on chat samples of the member's own stdlib slice, distilling the member's own
+next-token law by default (``targets="target"``: the samples are the stdlib's source, not the
+member's answers; docs/mtp.md measures both losses), and writes ``out_dir``: the member
+with the layer at index L = num_hidden_layers (``model.layers.{L}.*``, as DeepSeek-V3 ships
+it) and
 ``num_nextn_predict_layers: 1`` in config.json. Every main tensor is written unchanged;
 zoo.json records the layer (steps, data, offline tau before and after).
 """
@@ -57,6 +60,7 @@ def add_mtp_layer(
     batch_size: int = 8,
     max_len: int = 256,
     lr: float = 1e-3,
+    targets: str = "target",
     device: str = "cpu",
     seed: int = 0,
     progress: Progress | None = None,
@@ -85,6 +89,7 @@ def add_mtp_layer(
         cfg = MTPTrainConfig(
             target=str(member_dir), data=str(data), out=str(work / "run"), steps=steps,
             batch_size=batch_size, max_len=max_len, lr=lr, seed=seed, device=device,
+            targets=targets,
         )  # fmt: skip
         summary = train_mtp(cfg, progress, target=target)
         head = read_head_tensors(work / "run" / "head", "")  # the target's names
@@ -109,6 +114,7 @@ def _write(member_dir: Path, out_dir: Path, main, head, summary: dict, samples: 
             "layers": 1,
             "prefix": f"model.layers.{config['num_hidden_layers']}.",
             "recipe": "FastMTP (train/mtp.py)",
+            "targets": summary["config"]["targets"],
             "steps": summary["config"]["steps"],
             "samples": samples,
             "tau_before": summary["before"]["tau"],
