@@ -25,14 +25,22 @@ LIVE_ENDPOINT_HELP = "Live: chat, completions, or generate (SGLang's native endp
 LIVE_DEPTH_HELP = "Live: the drafter's trained depth (warns when the server's settings cap tau)."
 
 
-def _load(target: str, drafter: str | None, device: str, threads: int | None):
-    """(TargetModel, drafter) on `device`, torch using `threads` CPU threads when given."""
+def _load(
+    target: str, drafter: str | None, device: str, threads: int | None, method: str = "eagle3"
+):
+    """(TargetModel, drafter) on `device`, torch using `threads` CPU threads when given; for
+    --method mtp (or a head dir as --drafter) the drafter is an MTP head (model/mtp.py)."""
     from eagle3kit.model.loading import load_pair
+    from eagle3kit.model.mtp import is_head_dir, load_mtp
 
+    if method not in METHODS:
+        raise bad("--method", f"expected one of {', '.join(METHODS)}, found {method!r}")
     if threads is not None:
         import torch
 
         torch.set_num_threads(threads)
+    if method == "mtp" or is_head_dir(drafter):
+        return load_mtp(target, drafter, device=device)
     return load_pair(target, drafter, device=device)
 
 
@@ -56,6 +64,15 @@ def _tree(tree: bool, topk: int, budget: int):
     return TreeShape(topk, budget) if tree else None
 
 
+METHODS = ("eagle3", "mtp")
+Method = Annotated[
+    str,
+    typer.Option(
+        "--method",
+        help="eagle3 (--drafter: a drafter dir) or mtp (the target's own MTP head; --drafter: "
+        "a head dir from `train --method mtp`).",
+    ),
+]
 Target = Annotated[str, typer.Option("--target", help=TARGET_HELP)]
 LocalTarget = Annotated[str, typer.Option("--target", help=TARGET_HELP + " (not with --url)")]
 Drafter = Annotated[str, typer.Option("--drafter", help=DRAFTER_HELP)]
@@ -81,8 +98,9 @@ TopP = Annotated[float, typer.Option("--top-p", callback=top_p)]
 
 def generate(
     target: Target,
-    drafter: Drafter,
     prompt: Prompt,
+    drafter: Drafter = None,
+    method: Method = "eagle3",
     chat: Chat = False,
     max_new_tokens: MaxNewTokens = 128,
     depth: GenDepth = 4,
@@ -99,11 +117,14 @@ def generate(
     """Generate with speculative decoding; streams the text, ends with tau and tok/s."""
     from eagle3kit.data.regenerate import chat_prompt_ids
     from eagle3kit.decode import Sampling, speculative_generate
+    from eagle3kit.decode.mtp import mtp_generate
 
     if not prompt:
         raise bad("--prompt", "expected some text, found an empty prompt")
     _check_depth(depth)
-    tm, d = _load(target, drafter, device, threads)
+    if drafter is None and method == "eagle3":
+        raise bad("--drafter", "expected a drafter dir (or --method mtp), found none")
+    tm, d = _load(target, drafter, device, threads, method)
     tok = tm.tokenizer
     if tok is None:
         raise typer.BadParameter("the target has no tokenizer", param_hint="--target")
@@ -112,7 +133,8 @@ def generate(
     if not ids:
         raise bad("--prompt", f"expected text that makes at least one token, found {prompt!r}")
     stream = None if json_ else _Streamer(tok)
-    g = speculative_generate(
+    gen = mtp_generate if getattr(d, "method", None) == "mtp" else speculative_generate
+    g = gen(
         tm,
         d,
         ids,
@@ -188,6 +210,7 @@ EvalSuite = Annotated[
 def eval_(
     target: LocalTarget = None,
     drafter: Drafter = None,
+    method: Method = "eagle3",
     data: EvalData = None,
     features: Features = None,
     heldout: EvalHeldout = None,
@@ -232,8 +255,11 @@ def eval_(
     from eagle3kit.measure.evaluate import evaluate, evaluate_store, load_eval_data
 
     _check_depth(depth)
-    if drafter is None:
-        raise typer.BadParameter("expected --drafter (or --online --url)")
+    if drafter is None and method != "mtp":
+        raise typer.BadParameter("expected --drafter (or --method mtp, or --online --url)")
+    if features is not None and (method == "mtp" or drafter is None):
+        raise bad("--features", "mtp: expected --data (a feature store keeps aux layers, not the "
+                  "final hidden states an MTP head reads)")  # fmt: skip
     if features is not None:
         if data is not None or online:
             raise Eagle3Error("eval --features: offline only, and without --data")
@@ -250,7 +276,7 @@ def eval_(
         return _output(r, json_, _render_eval)
     if target is None or data is None:
         raise Eagle3Error("eval: expected --target and --data (or --features STORE)")
-    tm, d = _load(target, drafter, device, threads)
+    tm, d = _load(target, drafter, device, threads, method)
     kw = {} if heldout is None else {"heldout": heldout}
     ev = load_eval_data(data, tm.tokenizer, vocab_size=tm.vocab_size, **kw)
     with bar(not json_) as progress:
@@ -293,6 +319,7 @@ DrafterDepth = Annotated[int, typer.Option("--drafter-depth", help=LIVE_DEPTH_HE
 def bench_(
     target: LocalTarget = None,
     drafter: Drafter = None,
+    method: Method = "eagle3",
     data: BenchData = None,
     prompts: Prompts = 8,
     repeats: BenchRepeats = 5,
@@ -344,7 +371,7 @@ def bench_(
 
     _check_depth(depth)
     _check_depth(tree_depth, "--tree-depth")
-    tm, d = _load(target, drafter, device, threads)
+    tm, d = _load(target, drafter, device, threads, method)
     if data is not None:
         from eagle3kit.cli.live import warn_skipped
 
@@ -363,8 +390,11 @@ def bench_(
             tree=TreeShape(topk, budget),
             tree_depth=tree_depth,
             lookup=lookup,
+            methods=("greedy", "lookup", "lookup-hf", "chain") if method == "mtp" else None,
             progress=progress,
         )
+    if method == "mtp" or getattr(d, "method", None) == "mtp":
+        r["method"] = "mtp"  # its chain row drafts with the target's MTP head
     _output(r, json_, _render_bench)
 
 

@@ -34,6 +34,7 @@ from eagle3kit.core.artifacts import few_sequences, stamp
 from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
+from eagle3kit.measure.mtp import evaluate_mtp_offline
 
 if TYPE_CHECKING:
     import torch
@@ -132,6 +133,8 @@ def evaluate_offline(
         return evaluate_offline_dflash(target, drafter, data, depth, progress=progress)
     if depth < 1:
         raise Eagle3Error(f"depth: expected draft steps >= 1, found {depth}")
+    if getattr(drafter, "method", None) == "mtp":  # a target's MTP head: measure/mtp.py
+        return evaluate_mtp_offline(target, drafter, data, depth, batch_size=batch_size)
     from eagle3kit.plan.forecast import conditional
     from eagle3kit.train.acceptance import acceptance
 

@@ -57,11 +57,15 @@ def lookup_runner(target, max_new_tokens: int, eos: int | None, k: int) -> Runne
 
 
 def spec_runner(target, drafter, max_new_tokens: int, eos: int | None, depth: int, tree) -> Runner:
-    """Greedy speculative decoding, chain (tree None) or tree."""
+    """Greedy speculative decoding, chain (tree None) or tree; an MTP head (its ``method``
+    "mtp") drafts through decode/mtp.py."""
     from eagle3kit.decode import speculative_generate
+    from eagle3kit.decode.mtp import mtp_generate
+
+    gen = mtp_generate if getattr(drafter, "method", None) == "mtp" else speculative_generate
 
     def run(ids: list[int]) -> Timed:
-        g = speculative_generate(
+        g = gen(
             target,
             drafter,
             ids,

@@ -28,6 +28,7 @@ from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import default_aux_layers
 from eagle3kit.model.completeness import ENGINE_ROUTE, check_loading_info, check_target_files
+from eagle3kit.model.mtp_config import drop_mtp_keys
 
 _DTYPES = {n: getattr(torch, n) for n in NAME_BYTES} | {
     a: getattr(torch, n) for a, n in ALIASES.items()
@@ -163,7 +164,8 @@ class TargetModel:
             raise bad(
                 f"{src}/config.json", f"expected a model transformers loads, found: {first}"
             ) from e
-        check_loading_info(src, info)  # no weight initialised at random
+        # no weight initialised at random; its own MTP head is model/mtp.py's to read
+        check_loading_info(src, drop_mtp_keys(info, model.config))
         tokenizer = None
         if not local.is_dir() or any(
             (local / f).is_file() for f in ("tokenizer.json", "tokenizer_config.json")
