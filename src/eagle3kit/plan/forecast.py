@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from eagle3kit.core.artifacts import stamp
@@ -263,6 +263,7 @@ class PlanResult:
     targets: tuple[TargetResult, ...] = ()
     depths: tuple[DepthPoint, ...] = field(default=())  # composed cycle only
     request: RequestResult | None = None  # with new_tokens and prefill_ms
+    method: str | None = None  # plan --method: whose drafting cost the cycle has
 
     @property
     def speedup(self) -> float:
@@ -279,6 +280,7 @@ class PlanResult:
 
     def to_json(self) -> dict[str, Any]:
         doc = {
+            "method": self.method,
             "baseline_tps": _r(self.baseline_tps),
             "cycle_ms": _r(self.cycle_ms),
             "accept_len": _r(self.accept_len),
@@ -347,6 +349,7 @@ def plan(
     target_tps: Sequence[float] = (),
     new_tokens: float | None = None,
     prefill_ms: float | None = None,
+    method: str | None = None,
 ) -> PlanResult:
     """Plan speculation: tau, throughput, break-even, targets and best depth.
 
@@ -359,6 +362,10 @@ def plan(
     _check_request(new_tokens, prefill_ms)
     base = make_baseline(baseline_tps, decode_ms)
     cycle = make_cycle(cycle_ms, draft_ms, verify_ms, verify_fit)
+    if method is not None:  # the method's drafting cost: k, one or no drafter passes per cycle
+        from eagle3kit.plan.methods import method as method_row
+
+        cycle = replace(cycle, passes=method_row(method).passes)
     acc = make_acceptance(acceptance, per_position, accept_len)
     k, kmax = _depths(acc, cycle, depth, max_depth)
 
@@ -391,6 +398,7 @@ def plan(
         max_depth=kmax,
         targets=tuple(targets),
         depths=tuple(depths),
+        method=method,
         request=None if new_tokens is None else request_tps(new_tokens, prefill_ms, tau, cyc_ms),
     )
 
