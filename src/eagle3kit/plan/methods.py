@@ -107,8 +107,9 @@ METHODS: dict[str, Method] = {
             "ngram",
             "0",
             "prompt lookup (n-gram match in the context)",
-            '{{"method": "ngram", "num_speculative_tokens": {k}, "prompt_lookup_max": 4, '
-            '"prompt_lookup_min": 2}}',
+            # eagle3kit's lookup matches the last 2 tokens, else the last 1 (decode/lookup.py)
+            '{{"method": "ngram", "num_speculative_tokens": {k}, "prompt_lookup_max": 2, '
+            '"prompt_lookup_min": 1}}',
             "--speculative-algorithm NGRAM --speculative-num-draft-tokens {k1}",
             needs_draft=False,
         ),
