@@ -280,7 +280,6 @@ class PlanResult:
 
     def to_json(self) -> dict[str, Any]:
         doc = {
-            "method": self.method,
             "baseline_tps": _r(self.baseline_tps),
             "cycle_ms": _r(self.cycle_ms),
             "accept_len": _r(self.accept_len),
@@ -310,6 +309,8 @@ class PlanResult:
             if self.request
             else None,
         }
+        if self.method is not None:  # plan --method: whose drafting cost the cycle has
+            doc["method"] = self.method
         return stamp(doc, "plan")
 
 

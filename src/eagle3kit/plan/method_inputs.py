@@ -90,6 +90,11 @@ def read_costs(path: str | Path) -> tuple[list[LevelCosts], float | None, float 
             "costs: expected an object with levels (eagle3kit bench --levels ... --json), "
             "found none",
         )
+    return costs_of(costs, where)
+
+
+def costs_of(costs: dict, where: str) -> tuple[list[LevelCosts], float | None, float | None]:
+    """(levels, prefill_ms, new_tokens) of a ``"costs"`` object (read_costs, the demo)."""
     levels = costs.get("levels")
     if not isinstance(levels, list) or not levels:
         raise bad(where, f"costs.levels: expected a non-empty list, found {levels!r:.60}")
