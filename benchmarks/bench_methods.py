@@ -10,11 +10,11 @@ trained briefly on the target's own greedy text (tests/decode_helpers.py), as
 benchmarks/live_fake_ab.py does.
 
 In-process: every method (plain, prompt lookup `ngram`, EAGLE-3 chain and tree) decodes A and B
-in one timing harness (measure/timing.py: rotated order, so drift in the machine's speed hits
-A and B alike). A's runs alone are summarised as `eagle3kit bench --concurrency 1,L --json`
-summarises them, costs included (measure/costs.py), and written to the result directory; `plan
---methods` reads that file (plan/method_inputs.py) and predicts each method's tok/s per
-request at the depth it ran; B's runs give the measured tok/s.
+in one timing harness (measure/timing.py: rotated order), the prompts of A and B alternating, so
+drift in the machine's speed hits both halves alike. A's runs alone are summarised as `eagle3kit
+bench --concurrency 1,L --json` summarises them, costs included (measure/costs.py), and written
+to the result directory; `plan --methods` reads that file (plan/method_inputs.py) and predicts
+each method's tok/s per request at the depth it ran; B's runs give the measured tok/s.
 
 Live: the tests' fake vLLM server (tests/fake_engine.py, dev mode so it says its method) serves
 plain decoding, EAGLE-3 and prompt lookup; one `bench --url` run has A and B as two suites at
@@ -41,6 +41,11 @@ from _env import environment  # noqa: E402
 NAMES = ("greedy", "lookup", "chain", "tree")
 
 
+def _renumber(x):
+    x.prompt //= 2  # its index within its half
+    return x
+
+
 def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
     from eagle3kit.decode import TreeShape
     from eagle3kit.measure import bench as MB
@@ -58,9 +63,12 @@ def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
     runners = MB._runners(NAMES, tm, d, cfg)
     for r in runners.values():  # warm-up, discarded
         r(A[0])
-    runs = T.time_methods(runners, A + B, a.repeats, label="bench")
-    ra = [x for x in runs if x.prompt < len(A)]
-    rb = [x for x in runs if x.prompt >= len(A)]
+    # A and B alternate in the harness's order (A0, B0, A1, B1, ...), so drift in the
+    # machine's speed hits both halves alike; runs are split back by the prompt's half
+    mixed = [p for pair in zip(A, B, strict=True) for p in pair]
+    runs = T.time_methods(runners, mixed, a.repeats, label="bench")
+    ra = [_renumber(x) for x in runs if x.prompt % 2 == 0]
+    rb = [_renumber(x) for x in runs if x.prompt % 2 == 1]
     doc_a = MB._summarise(ra, list(NAMES), A, a.repeats, cfg)
     doc_a["costs"] = MB._costs(tm, d, A, ra, doc_a, (1, a.level))
     file_a = out_dir / "plan-methods-inprocess-A.json"  # what `bench --json` would write
@@ -227,6 +235,7 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--lookup", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--live-repeats", type=int, default=3, help="rounds of the live run")
     ap.add_argument("--level", type=int, default=4, help="the higher concurrency level")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-live", action="store_true")
