@@ -117,9 +117,10 @@ def _live(tm, d, A, B, a, out_dir: Path) -> dict:
     from eagle3kit.plan.method_inputs import read_live
     from eagle3kit.plan.methods import plan_methods
 
+    n = a.live_prompts  # fewer prompts, more rounds: A's and B's blocks alternate more often
     prompts = [
         Prompt(s, str(i), (tm.tokenizer.decode(p),))
-        for s, half in (("A", A), ("B", B))
+        for s, half in (("A", A[:n]), ("B", B[:n]))
         for i, p in enumerate(half)
     ]
     cfg = LiveConfig(
@@ -235,7 +236,8 @@ def main() -> None:
     ap.add_argument("--depth", type=int, default=3)
     ap.add_argument("--lookup", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--live-repeats", type=int, default=3, help="rounds of the live run")
+    ap.add_argument("--live-prompts", type=int, default=8, help="per half, in the live run")
+    ap.add_argument("--live-repeats", type=int, default=6, help="rounds of the live run")
     ap.add_argument("--level", type=int, default=4, help="the higher concurrency level")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--no-live", action="store_true")

@@ -92,6 +92,7 @@ def _check_costs(doc):
     assert doc["costs"]["new_tokens"] > 0
 
 
+@pytest.mark.slow  # a second bench run (seconds); the fast subset keeps the contract test
 def test_plan_methods_reads_bench(cli, pair, tmp_path):
     path, d = pair
     out = tmp_path / "bench.json"

@@ -338,8 +338,9 @@ def report_step(out: Path, headline: list[dict[str, Any]], say: Say) -> dict[str
     say(f"{'':22} {'tok/s':>8} {'predicted':>9} {'plain':>8} {'speedup':>8} {'tau':>6}   source")
     for h in headline:
         pred = h.get("predicted_tps")
+        pred_s = "—" if pred is None else f"{pred:.1f}"
         say(
-            f"{h['name']:22} {h['tps']:8.1f} {pred if pred is None else f'{pred:9.1f}':>9} "
+            f"{h['name']:22} {h['tps']:8.1f} {pred_s:>9} "
             f"{h['plain']:8.1f} {h['speedup']:7.2f}x {h['accept_len']:6.2f}   {h['source']}"
         )
     say("(speedup: against plain decoding measured in the same bench run, interleaved;")
