@@ -241,3 +241,15 @@ def test_cli_plain_wins_exit_1(tmp_path):
     )
     assert r.code == 2 and "concurrency 1" in r.err
     assert not (tmp_path / "s.json").exists()
+
+
+def test_plan_from_a_dflash_eval_prices_one_pass(tmp_path):
+    """`plan --from` a DFlash eval: the file's "method" sets the drafting cost (one pass)."""
+    ev = _eval_doc(tmp_path, "df.json", "dflash", [0.8, 0.6, 0.4], accept_len=2.8)
+    args = ["--decode-ms", "10", "--draft-ms", "3", "--verify-ms", "4:12", "--json"]
+    r = run_cli("plan", "--from", ev, *args)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["method"] == "dflash" and doc["depth"] == 3
+    assert doc["cycle_ms"] == pytest.approx(3 + 12)  # one pass, not 3 x 3
+    assert doc["throughput_tps"] == pytest.approx(2.8 / 0.015, rel=1e-4)
