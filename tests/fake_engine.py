@@ -31,6 +31,9 @@ Protocols, with the field names of the engines' sources:
   `/get_server_info`: flat ServerArgs with `speculative_*`, `version` and
   `internal_states[0].avg_spec_accept_length` cumulative over the server's life.
 
+`drafter="ngram"` serves prompt lookup (vLLM `"method": "ngram"`, SGLang `NGRAM`) with
+eagle3kit's lookup loop at `depth` drafts per cycle, greedy only; its counters are kept as
+for a drafter (a cycle that found no match drafted nothing).
 `stats_lag=S` moves the counters S seconds after the answer went out.
 Faults (`fault=`): "drop" (every `fault_every`-th generation request: connection closed
 without an answer), "500" (every `fault_every`-th answers HTTP 500), "stall" (the
@@ -50,7 +53,7 @@ import torch
 from local_server import LocalServer, send_json
 
 from eagle3kit.data.regenerate import chat_prompt_ids
-from eagle3kit.decode import Sampling, speculative_generate
+from eagle3kit.decode import Sampling, lookup_generate, speculative_generate
 from eagle3kit.decode.sampling import draw, probs
 
 MODEL_LOCK = threading.Lock()  # one generation at a time in this process (shared target)
@@ -143,6 +146,18 @@ class FakeEngine(LocalServer):
         """Decode under the model lock; `on_tokens(new)` once per decode step."""
         eos = self.target.tokenizer.eos_token_id
         with MODEL_LOCK:
+            if self.drafter == "ngram":
+                g = lookup_generate(
+                    self.target,
+                    ids,
+                    max_new_tokens=max_tokens,
+                    num_output_tokens=self.depth,
+                    eos_token_id=eos,
+                    on_tokens=on_tokens,
+                )
+                entry = self._record(g.stats, len(g.tokens), path)
+                entry["tokens_ids"] = g.tokens
+                return g.tokens, entry
             if self.speculative:
                 g = speculative_generate(
                     self.target,
@@ -235,7 +250,9 @@ class FakeEngine(LocalServer):
         return {
             "model_path": self.name,
             "tp_size": 1,
-            "speculative_algorithm": "EAGLE3" if spec else None,
+            "speculative_algorithm": ("NGRAM" if self.drafter == "ngram" else "EAGLE3")
+            if spec
+            else None,
             "speculative_draft_model_path": self.draft_path if spec else None,
             "speculative_num_steps": self.depth if spec else None,
             "speculative_eagle_topk": 1 if spec else None,
@@ -311,8 +328,8 @@ class _Base(BaseHTTPRequestHandler):
             return self._json(200, eng.server_info())
         if eng.engine == "vllm" and eng.dev_mode and path == "/server_info":
             spec = {
-                "method": "eagle3",
-                "model": eng.draft_path,
+                "method": "ngram" if eng.drafter == "ngram" else "eagle3",
+                "model": None if eng.drafter == "ngram" else eng.draft_path,
                 "num_speculative_tokens": eng.depth,
             }
             cfg = {"speculative_config": spec if eng.speculative else None}

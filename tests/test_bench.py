@@ -42,10 +42,13 @@ def test_bench_json_contract(cli, pair):
         "2",
         "--budget",
         "4",
+        "--concurrency",
+        "1,2",
         "--json",
     )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
+    _check_costs(doc)
     assert {"python", "torch", "transformers", "cpu"} <= set(doc["environment"])
     names = [m["name"] for m in doc["methods"]]
     assert names == ["greedy", "lookup", "lookup-hf", "chain", "tree"]
@@ -70,6 +73,40 @@ def test_bench_json_contract(cli, pair):
         assert m["fraction_of_bound"] == pytest.approx(m["speedup"] / with_draft, rel=1e-9)
         assert "ideal_speedup" not in m and "fraction_of_ideal" not in m
     assert 0 < doc["target_distinct4"] <= 1
+
+
+def _check_costs(doc):
+    """The costs `plan --methods` reads (docs/methods.md): level 1 from the loops, level 2
+    scaled by batched forwards; each loop's overhead is its cycle minus the composed parts."""
+    levels = doc["costs"]["levels"]
+    assert [lv["concurrency"] for lv in levels] == [1, 2]
+    lv1 = levels[0]
+    assert lv1["plain_ms"] > 0 and lv1["pass_ms"]["eagle3"] > 0
+    chain = next(m for m in doc["methods"] if m["name"] == "chain")
+    assert (chain["method"], chain["label"], chain["drafted_per_cycle"]) == ("eagle3", "eagle3", 2)
+    # depth 2: two drafter passes and a verify of 3 tokens (a measured point)
+    parts = 2 * lv1["pass_ms"]["eagle3"] + lv1["verify_ms"]["3"]
+    assert lv1["overhead_ms"]["eagle3"] == pytest.approx(chain["cycle_ms"] - parts, rel=1e-9)
+    assert set(lv1["overhead_ms"]) >= {"ngram", "eagle3", "eagle3 (tree)"}
+    assert levels[1]["isolated"]["concurrency"] == 2
+    assert doc["costs"]["new_tokens"] > 0
+
+
+@pytest.mark.slow  # a second bench run (seconds); the fast subset keeps the contract test
+def test_plan_methods_reads_bench(cli, pair, tmp_path):
+    path, d = pair
+    out = tmp_path / "bench.json"
+    args = ["--prompts", "1", "--repeats", "1", "--max-new-tokens", "8", "--depth", "2"]
+    r = cli("bench", "--target", path, "--drafter", d, *args, "--concurrency", "1,2", "--json")
+    assert r.code == 0, r.err
+    out.write_text(r.out)
+    r = cli("plan", "--methods", "eagle3,ngram,dflash", "--costs", out, "--accept", out, "--json")
+    assert r.code in (0, 1), r.err
+    doc = json.loads(r.out)
+    assert [lv["concurrency"] for lv in doc["levels"]] == [1, 2]
+    labels = {m["label"] for m in doc["levels"][0]["methods"]}
+    assert labels == {"plain", "eagle3", "eagle3 (tree)", "ngram"}
+    assert any(n.startswith("dflash:") for n in doc["notes"])  # asked for, not measured
 
 
 def test_bench_without_drafter_and_table(cli, pair):

@@ -38,7 +38,17 @@ def test_demo_quick_end_to_end(tmp_path):
         assert (out / f).is_file(), f
     assert steps["probe"]["verdict"] in ("plug-in", "fine-tune", "from-scratch")
     names = [h["name"] for h in doc["headline"]]
-    assert names == ["baseline (plain)", "stale K2 drafter", "fine-tuned", "from scratch"]
+    assert names == [
+        "baseline (plain)",
+        "prompt lookup",
+        "stale K2 drafter",
+        "fine-tuned",
+        "from scratch",
+    ]
+    for h in doc["headline"]:  # predicted (plan --methods) beside measured, for every row
+        assert h["predicted_tps"] > 0 and h["predicted_from"]
+    stale = json.loads((out / "bench-stale.json").read_text())
+    assert [lv["concurrency"] for lv in stale["costs"]["levels"]] == [1]
     for role in ("stale", "finetuned", "scratch"):
         b = json.loads((out / f"bench-{role}.json").read_text())
         assert b["lossless"] is True  # greedy speculative output == plain greedy output

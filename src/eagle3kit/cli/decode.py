@@ -312,7 +312,14 @@ Lookup = Annotated[
 BenchUrl = Annotated[list[str], typer.Option("--url", help=LIVE_URL_HELP)]
 BaselineUrl = Annotated[str, typer.Option("--baseline-url", help=LIVE_BASE_HELP)]
 BenchSuite = Annotated[str, typer.Option("--suite", help=LIVE_SUITE_HELP)]
-Concurrency = Annotated[str, typer.Option("--concurrency", help="Live: levels, e.g. 1,4,16.")]
+Concurrency = Annotated[
+    str,
+    typer.Option(
+        "--concurrency",
+        help="Levels, e.g. 1,4,16. Live: each level's requests run that many at a time; "
+        "in-process: the costs plan --methods reads, measured at each level.",
+    ),
+]
 DrafterDepth = Annotated[int, typer.Option("--drafter-depth", help=LIVE_DEPTH_HELP)]
 
 
@@ -391,11 +398,22 @@ def bench_(
             tree_depth=tree_depth,
             lookup=lookup,
             methods=("greedy", "lookup", "lookup-hf", "chain") if method == "mtp" else None,
+            levels=_levels(concurrency),
             progress=progress,
         )
     if method == "mtp" or getattr(d, "method", None) == "mtp":
         r["method"] = "mtp"  # its chain row drafts with the target's MTP head
     _output(r, json_, _render_bench)
+
+
+def _levels(text: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        out = ()
+    if not out or min(out) < 1:
+        raise typer.BadParameter(f"expected levels >= 1 such as 1,4,16, found {text!r}")
+    return out
 
 
 def register(app: typer.Typer) -> None:

@@ -203,6 +203,80 @@ From = Annotated[
 ]
 
 
+_M = "Methods: which pays at which load (docs/plan.md)"
+MethodOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--method",
+        help="eagle3, eagle3.1, peagle, dflash, mtp or ngram: the drafting cost of the cycle "
+        "(k, one or no drafter passes per cycle); with --costs, that method's rows only.",
+        rich_help_panel=_M,
+    ),
+]
+MethodsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--methods",
+        help="Compare these methods (comma-separated) from --costs/--live and --accept.",
+        rich_help_panel=_M,
+    ),
+]
+CostsOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--costs",
+        help="Measured costs per concurrency level: `bench --concurrency 1,4 --json` output.",
+        metavar="FILE.json",
+        rich_help_panel=_M,
+    ),
+]
+AcceptOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--accept",
+        help='A candidate\'s measured acceptance: an eval or bench JSON with "method" and '
+        "per_position_acceptance; LABEL=FILE names it (repeat).",
+        metavar="[LABEL=]FILE.json",
+        rich_help_panel=_M,
+    ),
+]
+LiveOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--live",
+        help="Costs and candidates from `bench --url ... --baseline-url ... --json`.",
+        metavar="FILE.json",
+        rich_help_panel=_M,
+    ),
+]
+SuiteOpt = Annotated[
+    str | None,
+    typer.Option("--suite", help="With --live: one suite's figures.", rich_help_panel=_M),
+]
+ModelOpt = Annotated[
+    str,
+    typer.Option("--model", help="The target, in the launch lines.", rich_help_panel=_M),
+]
+ScheduleOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--vllm-schedule",
+        help="Write vLLM's --speculative-config with num_speculative_tokens_per_batch_size "
+        "(the best k per measured level; 0 where plain decoding wins).",
+        metavar="FILE.json",
+        rich_help_panel=_M,
+    ),
+]
+MaxBatch = Annotated[
+    int,
+    typer.Option(
+        "--max-batch",
+        help="vLLM's --max-num-seqs: the schedule's last range ends there.",
+        rich_help_panel=_M,
+    ),
+]
+
+
 @dataclass(frozen=True)
 class PlanOptions:
     """`plan`'s options as given (None: not given), and the per-position rates a file adds."""
@@ -223,6 +297,7 @@ class PlanOptions:
     prefill_ms: float | None = None
     from_: Path | None = None
     per_position: tuple[float, ...] | None = None
+    method: str | None = None
 
 
 def plan(
@@ -242,14 +317,46 @@ def plan(
     new_tokens: NewTokens = None,
     prefill_ms: PrefillMs = None,
     from_: From = None,
+    method: MethodOpt = None,
+    methods: MethodsOpt = None,
+    costs: CostsOpt = None,
+    accept: AcceptOpt = None,
+    live: LiveOpt = None,
+    suite: SuiteOpt = None,
+    model: ModelOpt = "TARGET_MODEL",
+    vllm_schedule: ScheduleOpt = None,
+    max_batch: MaxBatch = 256,
     json_: JsonFlag = False,
 ) -> None:
     """Will speculation pay, and what would it take? (cycle model -> speedup, break-even)
 
     tau = 1 + sum_i prod_{j<=i} p_j; throughput = tau / cycle; break-even tau =
     baseline_tps * cycle. Exit 0 when speculation at least matches the baseline, 1 when it
-    is below break-even (throughput < baseline), 2 on bad input.
+    is below break-even (throughput < baseline), 2 on bad input. With --methods (or --costs,
+    --live): every method x depth x concurrency level from measured costs; exit 1 when plain
+    decoding wins at every level.
     """
+    if methods is not None or costs is not None or live is not None:
+        from eagle3kit.cli.plan_methods import MethodsOptions, run
+
+        names = [m.strip() for m in (methods or method or "").split(",") if m.strip()]
+        pays = run(
+            MethodsOptions(
+                tuple(names),
+                costs,
+                tuple(accept or ()),
+                live,
+                suite,
+                depth,
+                model,
+                vllm_schedule,
+                max_batch,
+            ),
+            json_,
+        )
+        if not pays:
+            raise typer.Exit(1)
+        return
     result = _plan(
         PlanOptions(
             baseline_tps=baseline_tps,
@@ -267,6 +374,7 @@ def plan(
             new_tokens=new_tokens,
             prefill_ms=prefill_ms,
             from_=from_,
+            method=method,
         )
     )
     _show(result, plot, json_)
@@ -306,6 +414,7 @@ def _plan(o: PlanOptions) -> PlanResult:
         target_tps=o.target_tps,
         new_tokens=o.new_tokens,
         prefill_ms=o.prefill_ms,
+        method=o.method,
     )
 
 

@@ -23,6 +23,8 @@ which varies by cycle and is 0 when nothing matched), so tau = tokens per target
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
@@ -67,8 +69,10 @@ def lookup_generate(
     num_output_tokens: int = 10,
     max_matching_ngram_size: int = 2,
     eos_token_id: int | None = None,
+    on_tokens: Callable[[list[int]], None] | None = None,
 ) -> Generation:
-    """Greedy decoding drafted by prompt lookup (module docstring); output == plain greedy."""
+    """Greedy decoding drafted by prompt lookup (module docstring); output == plain greedy.
+    Each cycle's tokens go to ``on_tokens`` as they come."""
     if max_new_tokens < 1:
         raise Eagle3Error(f"max_new_tokens: expected >= 1, found {max_new_tokens}")
     if num_output_tokens < 1 or max_matching_ngram_size < 1:
@@ -79,7 +83,7 @@ def lookup_generate(
     ids = prompt_tensor(prompt_ids, target.device)  # [1, P]
     prompt = ids[0].tolist()
     stats = DecodeStats(depth=num_output_tokens, method="lookup", prompt_tokens=len(prompt))
-    out = Output(stop_set(eos_token_id), max_new_tokens)
+    out = Output(stop_set(eos_token_id), max_new_tokens, on_tokens)
     clock = Clock(target.device)
     with torch.inference_mode():
         done = out.add([int(target.prefill(ids).logits[0, -1].argmax())])[0]

@@ -263,9 +263,12 @@ def bench_drafter(
     r: Recipe,
     progress: Progress | None,
     labels: dict[str, Any],
+    lookup: bool = False,
 ) -> dict[str, Any]:
     """`eagle3kit bench` (greedy and chain, interleaved, `bench_repeats` repeats) with the
-    drafter at ``drafter_dir``; its document plus ``labels`` and the demo's summary keys."""
+    drafter at ``drafter_dir``; its document plus ``labels`` and the demo's summary keys. With
+    ``lookup``, prompt lookup runs in the same rotation and the costs `plan --methods` prices
+    with are measured at concurrency 1 (`costs`)."""
     from eagle3kit.measure.bench import bench
 
     doc = bench(
@@ -275,7 +278,9 @@ def bench_drafter(
         repeats=r.bench_repeats,
         max_new_tokens=r.bench_tokens,
         depth=r.depth,
-        methods=("greedy", "chain"),
+        lookup=LOOKUP_K,
+        methods=("greedy", "lookup", "chain") if lookup else ("greedy", "chain"),
+        levels=(1,) if lookup else (),
         progress=progress,
     )
     rows = {m["name"]: m for m in doc["methods"]}
@@ -298,13 +303,80 @@ def bench_drafter(
     return doc
 
 
+LOOKUP_K = 4  # prompt lookup's drafts per cycle in the demo (vLLM's ngram num_speculative_tokens)
+
+
+def lookup_row(b: dict[str, Any], src: str) -> dict[str, Any]:
+    """The headline row of prompt lookup, measured in the stale drafter's bench run."""
+    row = next(m for m in b["methods"] if m["name"] == "lookup")
+    return {
+        "name": "prompt lookup",
+        "method": "ngram",
+        "tps": row["tokens_per_s"]["median"],
+        "plain": b["baseline_tps"],
+        "speedup": row["speedup"],
+        "tau_online": row["tau_online"],
+        "source": src,
+    }
+
+
 def headline_row(name: str, b: dict[str, Any], src: str) -> dict[str, Any]:
     """One row of the demo's headline table from a bench document."""
     return {
         "name": name,
+        "method": "eagle3",
         "tps": b["spec_tps"],
         "plain": b["baseline_tps"],
         "speedup": b["speedup"],
         "tau_online": b["tau_online"],
         "source": src,
     }
+
+
+def predict_headline(
+    headline: list[dict[str, Any]], stale: dict[str, Any], ev: dict[str, Any], depth: int
+) -> None:
+    """Add each row's predicted tok/s (`plan --methods`, plan/methods.py) beside the measured:
+    the costs measured in the stale bench, each drafter's walked offline acceptance from
+    eval.json (so a drafter's prediction is made without its bench), and for prompt lookup its
+    acceptance in the stale bench (there is no offline measure of it), said in `predicted_from`."""
+    from eagle3kit.plan.method_inputs import costs_of
+    from eagle3kit.plan.methods import Candidate, plain, predict
+
+    levels, prefill, new = costs_of(stale["costs"], "bench-stale.json")
+    lv = levels[0]
+    for h in headline:
+        if h.get("method") == "eagle3" and h["name"] in ev["drafters"]:
+            pp = tuple(ev["drafters"][h["name"]]["walk_acc"][:depth])
+            p = predict(Candidate(h["name"], "eagle3", pp), lv, depth, new, prefill)
+            h["predicted_from"] = "eval.json (offline, walked)"
+        elif h.get("method") == "ngram":
+            row = next(m for m in stale["methods"] if m["name"] == "lookup")
+            cand = Candidate(
+                "ngram",
+                "ngram",
+                tuple(row["per_position_acceptance"]),
+                drafted=row["drafted_per_cycle"],
+            )
+            p = predict(cand, lv, cand.depth, new, prefill)
+            h["predicted_from"] = "its acceptance in bench-stale.json"
+        else:
+            p = plain(lv, new, prefill)
+            h["predicted_from"] = "the plain step in bench-stale.json"
+        h["predicted_tps"] = round(p.request_tps, 3) if p.request_tps else None
+
+
+def lookup_verdict(headline: list[dict[str, Any]]) -> str | None:
+    """A line when no trained drafter beats prompt lookup (measured), else None."""
+    look = next((h for h in headline if h.get("method") == "ngram"), None)
+    drafters = [h for h in headline if h.get("method") == "eagle3"]
+    if look is None or not drafters:
+        return None
+    best = max(drafters, key=lambda h: h["tps"])
+    if best["tps"] > look["tps"]:
+        return None
+    return (
+        f"no trained drafter beats prompt lookup here: the best, {best['name']}, gives "
+        f"{best['tps']:.1f} tok/s against lookup's {look['tps']:.1f} (free: no drafter to train "
+        "or serve; vLLM `ngram`, SGLang `NGRAM`)"
+    )

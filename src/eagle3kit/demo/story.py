@@ -25,6 +25,9 @@ from eagle3kit.demo.steps import (
     held_out_prompts,
     k2_drafter,
     load_drafter,
+    lookup_row,
+    lookup_verdict,
+    predict_headline,
     prepare_data,
     train_run,
 )
@@ -84,8 +87,14 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
     prompts = held_out_prompts(v2_data, r.bench_prompts)
 
     step(f"bench: plain vs speculative decoding on {PAIR[1]} with the stale K2 drafter")
-    stale = bench_step(out, v2, k2, prompts, r, say, progress, ("stale K2 drafter", "stale", None))
-    headline = [baseline_row(stale), headline_row("stale K2 drafter", stale, "bench-stale.json")]
+    stale = bench_step(
+        out, v2, k2, prompts, r, say, progress, ("stale K2 drafter", "stale", None), lookup=True
+    )
+    headline = [
+        baseline_row(stale),
+        lookup_row(stale, "bench-stale.json"),
+        headline_row("stale K2 drafter", stale, "bench-stale.json"),
+    ]
     steps.append({"step": "bench stale", "result": stale})
 
     step("plan: what does the measured cycle need?")
@@ -102,6 +111,7 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
     step("eval and bench: stale, fine-tuned and scratch drafters on the same held-out v2 samples")
     ev, rows = eval_bench_step(out, v2, p2, k2, v2_data, prompts, r, say, progress)
     headline += rows
+    predict_headline(headline, stale, ev, r.depth)
     steps.append({"step": "eval", "result": ev})
 
     step("report: report.md and report.html from the JSON artefacts")
@@ -140,11 +150,19 @@ def _summary(out: Path, size: str, steps, headline, report, t0: float) -> dict[s
     return summary
 
 
-def bench_step(out, target, drafter_dir, prompts, r: Recipe, say: Say, progress, labels):
+def bench_step(
+    out, target, drafter_dir, prompts, r: Recipe, say: Say, progress, labels, lookup: bool = False
+):
     """`bench` of one drafter, written to OUT/bench-ROLE.json and told in one line."""
     label, role, run = labels
     doc = bench_drafter(
-        target, drafter_dir, prompts, r, progress, {"label": label, "role": role, "run": run}
+        target,
+        drafter_dir,
+        prompts,
+        r,
+        progress,
+        {"label": label, "role": role, "run": run},
+        lookup,
     )
     atomic_write_json(out / f"bench-{role}.json", doc)
     say(
@@ -296,10 +314,14 @@ def eval_bench_step(out, v2, p2, k2, v2_data, prompts, r: Recipe, say: Say, prog
         "sequences": int(batch.input_ids.shape[0]),
         "drafters": {},
     }
+    from eagle3kit.train.acceptance import acceptance
+
     for label, p in paths.items():
         d = load_drafter(p, v2)
-        acc = offline_acceptance(d, target_features(v2, batch, d), r.depth)
-        ev["drafters"][label] = {"path": str(p), **acc}
+        feats = target_features(v2, batch, d)
+        acc = offline_acceptance(d, feats, r.depth)
+        walk = acceptance(d, feats, r.depth).walk_acc  # P(a >= i), walked: what decoding sees
+        ev["drafters"][label] = {"path": str(p), **acc, "walk_acc": [round(x, 6) for x in walk]}
         say(f"   {label}: offline tau_walk {acc['tau_walk']:.3f}, acc {acc['acc']} [eval.json]")
     atomic_write_json(out / "eval.json", ev)
     rows = []
@@ -318,13 +340,19 @@ def report_step(out: Path, headline: list[dict[str, Any]], say: Say) -> dict[str
 
     paths = report([out], out, title=f"eagle3kit demo: {PAIR[0]} -> {PAIR[1]}")
     say("")
-    say(f"{'':22} {'tok/s':>8} {'plain':>8} {'speedup':>8} {'tau':>6}   source")
+    say(f"{'':22} {'tok/s':>8} {'predicted':>9} {'plain':>8} {'speedup':>8} {'tau':>6}   source")
     for h in headline:
+        pred = h.get("predicted_tps")
+        pred_s = "—" if pred is None else f"{pred:.1f}"
         say(
-            f"{h['name']:22} {h['tps']:8.1f} {h['plain']:8.1f} {h['speedup']:7.2f}x "
-            f"{h['tau_online']:6.2f}   {h['source']}"
+            f"{h['name']:22} {h['tps']:8.1f} {pred_s:>9} "
+            f"{h['plain']:8.1f} {h['speedup']:7.2f}x {h['tau_online']:6.2f}   {h['source']}"
         )
-    say("(speedup: against plain decoding measured in the same bench run, interleaved)")
+    say("(speedup: against plain decoding measured in the same bench run, interleaved;")
+    say(" predicted: plan --methods from that run's costs and each drafter's offline eval)")
+    verdict = lookup_verdict(headline)
+    if verdict:
+        say(verdict)
     say(f"report: {paths['report_html']}")
     return paths
 

@@ -140,6 +140,7 @@ def _suite_json(dep, c: int, suite: str) -> dict[str, Any]:
         "requests": len(ok),
         "tau_online": acc["tau_online"] if acc else None,
         "accept_source": acc["source"] if acc else None,
+        "per_position_acceptance": acc["per_position_acceptance"] if acc else None,
         "decode_tokens_per_s": _med(spread([s.decode_tps() for s in ok])),
     }
 

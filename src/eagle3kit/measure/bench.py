@@ -40,6 +40,12 @@ from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress
 
 METHODS = ("greedy", "lookup", "lookup-hf", "chain", "tree")  # also accepted: "hf-greedy"
+# plan's method name and label of each of our speculative loops (plan/methods.py)
+PLAN_NAMES = {
+    "lookup": ("ngram", "ngram"),
+    "chain": ("eagle3", "eagle3"),
+    "tree": ("eagle3", "eagle3 (tree)"),
+}
 
 
 def environment() -> dict[str, Any]:
@@ -168,9 +174,12 @@ def bench(
     tree_depth: int = 5,
     lookup: int = 10,
     methods: tuple[str, ...] | None = None,
+    levels: tuple[int, ...] = (),
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Measure every method on `prompts` (module docstring); returns the JSON document."""
+    """Measure every method on `prompts` (module docstring); returns the JSON document. With
+    `levels`, also the costs `plan --methods` reads, at each concurrency level
+    (measure/costs.py)."""
     from eagle3kit.decode import TreeShape
     from eagle3kit.measure import timing as T
 
@@ -194,7 +203,27 @@ def bench(
     }
     runners = _runners(names, target, drafter, cfg)
     runs = T.time_methods(runners, prompts, repeats, progress=progress, label="bench")
-    return _summarise(runs, names, prompts, repeats, cfg)
+    doc = _summarise(runs, names, prompts, repeats, cfg)
+    if levels:
+        doc["costs"] = _costs(target, drafter, prompts, runs, doc, levels)
+    return doc
+
+
+def _costs(target, drafter, prompts, runs, doc, levels) -> dict[str, Any]:
+    """The `costs` block `plan --methods` reads: level 1 from the loops, higher levels scaled
+    by isolated batched forwards (measure/costs.py), the mean prefill and answer length."""
+    from eagle3kit.measure import costs as C
+    from eagle3kit.measure import timing as T
+
+    level1 = C.loop_costs(runs, doc["methods"])
+    stats = [x.stats for x in T.of(runs, "greedy")]
+    if level1["plain_ms"] is None or not stats:
+        raise Eagle3Error("bench: the costs need the greedy method (plain decoding's step)")
+    return {
+        "levels": C.level_table(target, drafter, prompts[0], levels, level1),
+        "prefill_ms": 1e3 * statistics.fmean(s.prefill_s for s in stats),
+        "new_tokens": statistics.fmean(s.new_tokens for s in stats),
+    }
 
 
 def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
@@ -220,8 +249,9 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
             depth = {"lookup": cfg["lookup"], "chain": cfg["depth"]}.get(m, cfg["tree_depth"])
             st = T.pooled(runs, m, depth)
             row.update(_bound(st, t_decode))
-            if st.method == "dflash":  # the chain row ran a DFlash drafter's blocks
-                row["method"] = "dflash"
+            row["method"], row["label"] = PLAN_NAMES[m]
+            if st.method in ("dflash", "mtp"):  # the chain row ran a block drafter / MTP head
+                row["method"] = row["label"] = st.method
         methods.append(row)
     base = next((x["tokens_per_s"]["median"] for x in methods if x["name"] == "greedy"), None)
     for row in methods:
@@ -254,6 +284,8 @@ def _bound(st, t_decode: float | None) -> dict[str, Any]:
         "verify_ms": verify,
         "cycle_ms": st.mean_ms("cycle_s"),
         "per_position_acceptance": st.per_position_acceptance(),
+        "cycles": len(st.cycles),
+        "drafted_per_cycle": statistics.fmean(c.drafted for c in st.cycles) if st.cycles else 0,
     }
     if t_decode:
         out["upper_bound"] = st.tau_online * 1e3 * t_decode / verify

@@ -103,11 +103,17 @@ class VerifyPoints:
 
 @dataclass(frozen=True)
 class CycleModel:
-    """Either a whole cycle time, or k * draft_ms + verify(k+1)."""
+    """Either a whole cycle time, or passes(k) * draft_ms + verify(k+1): passes(k) = k for a
+    sequential drafter (eagle3, eagle3.1, mtp), 1 for one-pass drafters (peagle, dflash),
+    0 for prompt lookup (ngram); plan/methods.py's table."""
 
     cycle_ms: float | None = None
     draft_ms: float | None = None
     verify: VerifyFit | VerifyPoints | None = None
+    passes: str = "k"  # "k" | "1" | "0"
+
+    def draft_passes(self, depth: int) -> int:
+        return {"k": depth, "1": 1, "0": 0}[self.passes]
 
     @property
     def composed(self) -> bool:
@@ -118,7 +124,7 @@ class CycleModel:
         if self.cycle_ms is not None:
             return self.cycle_ms
         assert self.draft_ms is not None and self.verify is not None
-        return depth * self.draft_ms + self.verify.ms(depth + 1)
+        return self.draft_passes(depth) * self.draft_ms + self.verify.ms(depth + 1)
 
     def valid(self, depth: int) -> bool:
         """Whether the model can price depth k (measured points refuse below their smallest n)."""
@@ -128,8 +134,9 @@ class CycleModel:
         if self.cycle_ms is not None:
             return f"cycle {_fmt(self.cycle_ms)} ms, given whole"
         assert self.draft_ms is not None and self.verify is not None
+        n = {"k": "k*", "1": "1*", "0": "0*"}[self.passes]
         return (
-            f"cycle(k) = k*{_fmt(self.draft_ms)} ms draft + verify(k+1); {self.verify.describe()}"
+            f"cycle(k) = {n}{_fmt(self.draft_ms)} ms draft + verify(k+1); {self.verify.describe()}"
         )
 
 

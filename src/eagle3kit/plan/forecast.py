@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from eagle3kit.core.artifacts import stamp
@@ -263,6 +263,7 @@ class PlanResult:
     targets: tuple[TargetResult, ...] = ()
     depths: tuple[DepthPoint, ...] = field(default=())  # composed cycle only
     request: RequestResult | None = None  # with new_tokens and prefill_ms
+    method: str | None = None  # plan --method: whose drafting cost the cycle has
 
     @property
     def speedup(self) -> float:
@@ -308,6 +309,8 @@ class PlanResult:
             if self.request
             else None,
         }
+        if self.method is not None:  # plan --method: whose drafting cost the cycle has
+            doc["method"] = self.method
         return stamp(doc, "plan")
 
 
@@ -347,6 +350,7 @@ def plan(
     target_tps: Sequence[float] = (),
     new_tokens: float | None = None,
     prefill_ms: float | None = None,
+    method: str | None = None,
 ) -> PlanResult:
     """Plan speculation: tau, throughput, break-even, targets and best depth.
 
@@ -359,6 +363,10 @@ def plan(
     _check_request(new_tokens, prefill_ms)
     base = make_baseline(baseline_tps, decode_ms)
     cycle = make_cycle(cycle_ms, draft_ms, verify_ms, verify_fit)
+    if method is not None:  # the method's drafting cost: k, one or no drafter passes per cycle
+        from eagle3kit.plan.methods import method as method_row
+
+        cycle = replace(cycle, passes=method_row(method).passes)
     acc = make_acceptance(acceptance, per_position, tau)
     k, kmax = _depths(acc, cycle, depth, max_depth)
 
@@ -391,6 +399,7 @@ def plan(
         max_depth=kmax,
         targets=tuple(targets),
         depths=tuple(depths),
+        method=method,
         request=None if new_tokens is None else request_tps(new_tokens, prefill_ms, tau, cyc_ms),
     )
 

@@ -229,7 +229,18 @@ def plan_args_from_file(path: str | Path, given: dict[str, Any]) -> dict[str, An
             out[key] = m.figures[key]
     if out["tau"] is not None and given.get("tau") is None and m.per_position:
         out["per_position"] = m.per_position  # its tau stays in tau: give plan() one
+    out["method"] = given.get("method") or _method_of(path)
     return out
+
+
+def _method_of(path: str | Path) -> str | None:
+    """The file's "method" when it names one of plan/methods.py's (a DFlash eval: "dflash"),
+    so its cycle is priced with that method's drafting cost."""
+    from eagle3kit.plan.methods import METHODS
+
+    doc = read_doc(path)
+    name = doc.get("method") if isinstance(doc, dict) else None
+    return name if name in METHODS else None
 
 
 def acceptance_from_file(path: str | Path, depth: int | None) -> dict[str, Any]:

@@ -1,0 +1,257 @@
+"""`plan --methods` checked on prompts it was not made from: predicted vs measured tok/s per
+method, in-process at concurrency 1 and against the live fakes at 1 and a higher level.
+
+    python benchmarks/bench_methods.py [--member llama-v1] [--size tiny] [--prompts 8]
+        [--max-new 48] [--repeats 2] [--level 4] [--json benchmarks/results/plan-methods.json]
+
+Chat requests of the zoo's held-out files (measure/bench.py `default_prompts`) are split in two
+disjoint halves, alternating, A (the plan is made from it) and B (the check). The drafter is
+trained briefly on the target's own greedy text (tests/decode_helpers.py), as
+benchmarks/live_fake_ab.py does.
+
+In-process: every method (plain, prompt lookup `ngram`, EAGLE-3 chain and tree) decodes A and B
+in one timing harness (measure/timing.py: rotated order), the prompts of A and B alternating, so
+drift in the machine's speed hits both halves alike. A's runs alone are summarised as `eagle3kit
+bench --concurrency 1,L --json` summarises them, costs included (measure/costs.py), and written
+to the result directory; `plan --methods` reads that file (plan/method_inputs.py) and predicts
+each method's tok/s per request at the depth it ran; B's runs give the measured tok/s.
+
+Live: the tests' fake vLLM server (tests/fake_engine.py, dev mode so it says its method) serves
+plain decoding, EAGLE-3 and prompt lookup; one `bench --url` run has A and B as two suites at
+levels 1 and L (interleaved block by block, live/bench.py); `plan --methods` reads suite A
+(`read_live`: the plain step and each server's whole cycle per level, each server's
+per-position acceptance) and predicts each method's decode tok/s per request at each level;
+suite B measures it. The fake decodes one request at a time (a lock
+around generation), so its per-request decode rate does not fall with load and its total
+throughput does not grow: the check is of the bookkeeping end to end, not of an engine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+from _env import environment  # noqa: E402
+
+NAMES = ("greedy", "lookup", "chain", "tree")
+
+
+def _renumber(x):
+    x.prompt //= 2  # its index within its half
+    return x
+
+
+def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
+    from eagle3kit.decode import TreeShape
+    from eagle3kit.measure import bench as MB
+    from eagle3kit.measure import timing as T
+    from eagle3kit.plan.method_inputs import read_candidates, read_costs
+    from eagle3kit.plan.methods import plan_methods
+
+    cfg = {
+        "max_new_tokens": a.max_new,
+        "depth": a.depth,
+        "tree": TreeShape(4, 16),
+        "tree_depth": 4,
+        "lookup": a.lookup,
+    }
+    runners = MB._runners(NAMES, tm, d, cfg)
+    for r in runners.values():  # warm-up, discarded
+        r(A[0])
+    # A and B alternate in the harness's order (A0, B0, A1, B1, ...), so drift in the
+    # machine's speed hits both halves alike; runs are split back by the prompt's half
+    mixed = [p for pair in zip(A, B, strict=True) for p in pair]
+    runs = T.time_methods(runners, mixed, a.repeats, label="bench")
+    ra = [_renumber(x) for x in runs if x.prompt % 2 == 0]
+    rb = [_renumber(x) for x in runs if x.prompt % 2 == 1]
+    doc_a = MB._summarise(ra, list(NAMES), A, a.repeats, cfg)
+    doc_a["costs"] = MB._costs(tm, d, A, ra, doc_a, (1, a.level))
+    file_a = out_dir / "plan-methods-inprocess-A.json"  # what `bench --json` would write
+    file_a.write_text(json.dumps(doc_a, indent=1))
+    doc_b = MB._summarise(rb, list(NAMES), B, a.repeats, cfg)
+    levels, prefill, new = read_costs(file_a)
+    mp = plan_methods(read_candidates(file_a), levels, new_tokens=new, prefill_ms=prefill)
+    depth = {"plain": 0, "ngram": a.lookup, "eagle3": a.depth, "eagle3 (tree)": 4}
+    rows = []
+    for m in doc_b["methods"]:
+        label = m.get("label", "plain")
+        pred = next(
+            p
+            for p in mp.rows + mp.best[1]
+            if p.concurrency == 1 and p.label == label and p.depth == depth[label]
+        )
+        meas = m["tokens_per_s"]["median"]
+        rows.append(
+            {
+                "method": label,
+                "concurrency": 1,
+                "depth": depth[label],
+                "predicted_tokens_per_s": pred.request_tps,
+                "predicted_interval": pred.request_tps_interval,
+                "measured_tokens_per_s": meas,
+                "measured_spread": m["tokens_per_s"],
+                "tau_A": pred.tau,
+                "tau_B": m["tau_online"],
+                "error": meas / pred.request_tps - 1,
+            }
+        )
+    return {
+        "plan_input": file_a.name,
+        "rows": rows,
+        "plan": mp.to_json(),
+        "target_diversity_B": doc_b["target_diversity"],
+        "lossless_B": all(m.get("same_tokens_as_greedy", True) for m in doc_b["methods"]),
+    }
+
+
+def _live(tm, d, A, B, a, out_dir: Path) -> dict:
+    from fake_engine import FakeEngine
+
+    from eagle3kit.live.bench import LiveConfig, run_live_bench
+    from eagle3kit.live.suites import Prompt
+    from eagle3kit.plan.method_inputs import read_live
+    from eagle3kit.plan.methods import plan_methods
+
+    n = a.live_prompts  # fewer prompts, more rounds: A's and B's blocks alternate more often
+    prompts = [
+        Prompt(s, str(i), (tm.tokenizer.decode(p),))
+        for s, half in (("A", A[:n]), ("B", B[:n]))
+        for i, p in enumerate(half)
+    ]
+    cfg = LiveConfig(
+        prompts=prompts,
+        max_tokens=a.max_new,
+        repeats=a.repeats,
+        endpoint="completions",
+        timeout=3600,
+        concurrency=(1, a.level),
+    )
+    kw = {"engine": "vllm", "lifetime": 7200, "dev_mode": True}
+    with (
+        FakeEngine(tm, None, **kw) as base,
+        FakeEngine(tm, d, depth=a.depth, **kw) as eag,
+        FakeEngine(tm, "ngram", depth=a.lookup, **kw) as ng,
+    ):
+        doc = run_live_bench([eag.url, ng.url], base.url, cfg)
+    file_ = out_dir / "plan-methods-live.json"
+    file_.write_text(json.dumps(doc, indent=1))
+    levels, cands = read_live(file_, suite="A")
+    mp = plan_methods(cands, levels)
+    rows = []
+    for dep in doc["deployments"]:
+        algo = ((dep["server"] or {}).get("speculative") or {}).get("algorithm")
+        label = algo if algo in ("eagle3", "ngram") else "plain"
+        for lv in dep["levels"]:
+            c, b = lv["concurrency"], lv["suites"]["B"]
+            pred = next(p for p in mp.best[c] if p.label == label)
+            meas = b["decode_tokens_per_s"]
+            rows.append(
+                {
+                    "method": label,
+                    "concurrency": c,
+                    "depth": pred.depth,
+                    "predicted_tokens_per_s": pred.user_tps,
+                    "predicted_interval": pred.user_tps_interval,
+                    "measured_tokens_per_s": meas,
+                    "tau_A": pred.tau,
+                    "tau_B": b.get("tau_online"),
+                    "error": meas / pred.user_tps - 1,
+                }
+            )
+    return {
+        "plan_input": f"{file_.name} (suite A)",
+        "rows": rows,
+        "plan": mp.to_json(),
+        "errors": doc.get("errors"),
+    }
+
+
+def run(a) -> dict:
+    import torch
+    from decode_helpers import self_text, train_drafter
+
+    from eagle3kit import zoo
+    from eagle3kit.measure.bench import default_prompts
+    from eagle3kit.model.target import TargetModel
+
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(0)
+    tm = TargetModel.from_pretrained(zoo.get(a.member, size=a.size, progress=False))
+    d = train_drafter(tm, self_text(tm, n=32), steps=60)
+    ps = default_prompts(tm.tokenizer, 2 * a.prompts)
+    A, B = ps[0::2], ps[1::2]  # alternate: both halves span the same held-out files
+    a.out.mkdir(parents=True, exist_ok=True)
+    doc = {
+        "settings": {k: str(v) for k, v in vars(a).items() if k != "json"},
+        "prompts": {
+            "A": len(A),
+            "B": len(B),
+            "disjoint": not set(map(tuple, A)) & set(map(tuple, B)),
+        },
+    }
+    doc["inprocess"] = _inprocess(tm, d, A, B, a, a.out)
+    if not a.no_live:
+        doc["live"] = _live(tm, d, A, B, a, a.out)
+    rows = doc["inprocess"]["rows"] + doc.get("live", {}).get("rows", [])
+    doc["max_abs_error"] = max(abs(r["error"]) for r in rows)
+    doc["within_10pct"] = doc["max_abs_error"] <= 0.10
+    return doc
+
+
+def report(doc: dict) -> None:
+    for part in ("inprocess", "live"):
+        if part not in doc:
+            continue
+        print(f"{part}: plan from {doc[part]['plan_input']} (prompts A), measured on prompts B")
+        print(
+            f"  {'method':16} {'c':>3} {'k':>3} {'predicted':>10} {'measured':>10} {'error':>7}"
+            f" {'tau A':>6} {'tau B':>6}"
+        )
+        for r in doc[part]["rows"]:
+            tb = r["tau_B"] if r["tau_B"] is not None else float("nan")
+            print(
+                f"  {r['method']:16} {r['concurrency']:>3} {r['depth']:>3} "
+                f"{r['predicted_tokens_per_s']:>10.1f} {r['measured_tokens_per_s']:>10.1f} "
+                f"{100 * r['error']:>+6.1f}% {r['tau_A']:>6.2f} {tb:>6.2f}"
+            )
+        for c in doc[part]["plan"]["levels"]:
+            print(
+                f"  winner at concurrency {c['concurrency']}: {c['winner']} "
+                f"(k = {c['winner_depth']})"
+            )
+    print(f"max |error| {100 * doc['max_abs_error']:.1f}%; within 10%: {doc['within_10pct']}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--member", default="llama-v1")
+    ap.add_argument("--size", default="tiny")
+    ap.add_argument("--prompts", type=int, default=8, help="per half (A and B)")
+    ap.add_argument("--max-new", type=int, default=48)
+    ap.add_argument("--depth", type=int, default=3)
+    ap.add_argument("--lookup", type=int, default=4)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--live-prompts", type=int, default=8, help="per half, in the live run")
+    ap.add_argument("--live-repeats", type=int, default=6, help="rounds of the live run")
+    ap.add_argument("--level", type=int, default=4, help="the higher concurrency level")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--no-live", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"))
+    ap.add_argument("--json", type=Path, help="write the result file here")
+    a = ap.parse_args()
+    print("environment: " + environment())
+    doc = run(a)
+    report(doc)
+    if a.json:
+        from _results import write_result
+
+        write_result(a.json, "eagle3kit.bench_methods", doc)
+
+
+if __name__ == "__main__":
+    main()
