@@ -181,7 +181,7 @@ def run(a) -> dict:
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    tm = TargetModel.from_pretrained(zoo.get(a.member, size=a.size, progress=False))
+    tm = TargetModel.from_pretrained(zoo.get(a.member, size=a.size))
     d = train_drafter(tm, self_text(tm, n=32), steps=60)
     ps = default_prompts(tm.tokenizer, 2 * a.prompts)
     A, B = ps[0::2], ps[1::2]  # alternate: both halves span the same held-out files

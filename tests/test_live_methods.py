@@ -22,7 +22,7 @@ def test_live_ngram_server_priced_per_level(tmp_path):
     from eagle3kit import zoo
     from eagle3kit.model.target import TargetModel
 
-    tm = TargetModel.from_pretrained(zoo.get("llama-v1", size="tiny", progress=False))
+    tm = TargetModel.from_pretrained(zoo.get("llama-v1", size="tiny"))
     ps = [Prompt(s, str(i), (CODE[i],)) for s in ("A", "B") for i in range(len(CODE))]
     cfg = LiveConfig(
         prompts=ps,
