@@ -22,7 +22,8 @@ def _render(s: dict) -> None:
     o = out()
     depth = s.get("sim_accept_len_by_depth") or []
     o.print(
-        f"trained {s['steps']} steps ({s['source']}, {s['attention']} drafter, "
+        f"trained {s['steps']} steps ({s['source']}, {s.get('method', 'eagle3')} "
+        f"{s['attention']} drafter, "
         f"{s['train_samples']} samples, {s['world_size']} process(es))"
     )
     o.print(
@@ -86,6 +87,37 @@ InitFrom = Annotated[
 Attention = Annotated[
     str, typer.Option("--attention", help="Fresh drafter's attention: mha or mla.")
 ]
+Method = Annotated[
+    str,
+    typer.Option(
+        "--method",
+        help="eagle3, eagle3.1 (fc_norm + norm_output) or peagle (parallel drafting); "
+        "default: a warm start's own, else eagle3.",
+    ),
+]
+FcNorm = Annotated[
+    bool,
+    typer.Option("--fc-norm/--no-fc-norm", help="EAGLE 3.1: one RMSNorm per aux state before fc."),
+]
+NormBeforeFc = Annotated[
+    bool,
+    typer.Option("--norm-before-fc/--no-norm-before-fc", help="One RMSNorm over cat(aux)."),
+]
+NormOutput = Annotated[
+    bool,
+    typer.Option(
+        "--norm-output/--no-norm-output",
+        help="EAGLE 3.1: feed norm(h) to the next step and the head (speculators, vLLM).",
+    ),
+]
+MaskTokenId = Annotated[
+    int,
+    typer.Option("--mask-token-id", help="peagle: the parallel slots' token (default: pad)."),
+]
+CodRatio = Annotated[
+    float, typer.Option("--cod-ratio", help="peagle: COD keeps n*max(r^d, min) at depth d.")
+]
+CodMin = Annotated[float, typer.Option("--cod-min", help="peagle: COD's floor r_min.")]
 Vocab = Annotated[
     str,
     typer.Option(
@@ -121,7 +153,10 @@ ReferenceFeatures = Annotated[
         "before/after, no target loaded.",
     ),
 ]
-TttSteps = Annotated[int, typer.Option("--ttt-steps", help="Unrolled draft steps (weights 0.8^i).")]
+TttSteps = Annotated[
+    int,
+    typer.Option("--ttt-steps", help="Unrolled draft steps (weights 0.8^i); peagle: depths K."),
+]
 Steps = Annotated[int, typer.Option("--steps", help="Exactly this many optimizer steps.")]
 Epochs = Annotated[
     float, typer.Option("--epochs", help="Or: passes over the training split (default 1).")
@@ -186,6 +221,13 @@ def train(
     features: Features = None,
     init_from: InitFrom = None,
     attention: Attention = "mha",
+    method: Method = None,
+    fc_norm: FcNorm = None,
+    norm_before_fc: NormBeforeFc = None,
+    norm_output: NormOutput = None,
+    mask_token_id: MaskTokenId = None,
+    cod_ratio: CodRatio = 0.7,
+    cod_min: CodMin = 0.2,
     vocab: Vocab = None,
     draft_vocab_size: DraftVocabSize = None,
     rebuild_vocab: RebuildVocab = False,
@@ -228,6 +270,13 @@ def train(
         features=features,
         init_from=init_from,
         attention=attention,
+        method=method,
+        fc_norm=fc_norm,
+        norm_before_fc=norm_before_fc,
+        norm_output=norm_output,
+        mask_token_id=mask_token_id,
+        cod_ratio=cod_ratio,
+        cod_min=cod_min,
         vocab=vocab,
         draft_vocab_size=draft_vocab_size,
         rebuild_vocab=rebuild_vocab,
