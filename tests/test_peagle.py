@@ -158,3 +158,86 @@ def test_tree_with_a_parallel_drafter_is_refused(target):
 
     with pytest.raises(Eagle3Error, match="P-EAGLE"):
         speculative_generate(target, random_peagle(target), [1, 2], tree=TreeShape(2, 4))
+
+
+def test_cod_training_learns_the_slots(target):
+    """A few AdamW steps on the COD loss lower it on a fixed batch, and mask_hidden moves
+    (the slots' own state is trained, not only the shared weights)."""
+    from eagle3kit.data.features import compute_features
+    from eagle3kit.train.peagle import cod_loss
+
+    d = random_peagle(target, seed=5, norm_output=True).train()
+    ids, _ = _features(target, n=16)
+    am = torch.ones_like(ids, dtype=torch.bool)
+    feats = compute_features(target, ids, am, am, d.d2t)
+    before = d.mask_hidden.detach().clone()
+    opt = torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=3e-3)
+    losses = []
+    for _ in range(6):
+        g = torch.Generator().manual_seed(0)  # the same sample each step: a fair comparison
+        s, n = cod_loss(d, feats, 4, gen=g)
+        loss = s / n
+        losses.append(float(loss.detach()))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert losses[-1] < losses[0]
+    assert not torch.equal(d.mask_hidden.detach(), before)
+
+
+@pytest.mark.slow
+def test_train_peagle_warm_start_and_eval(tmp_path):
+    """`train --method peagle --init-from EAGLE3_RUN/best` keeps the vocab map, writes a
+    speculators peagle checkpoint; `eval` reads it and says method peagle, per position."""
+    import json
+
+    from conftest import run_cli
+    from test_train_helpers import tiny_data, tiny_target, train_args
+
+    data, target = tiny_data(), tiny_target()
+    r = run_cli(*train_args(tmp_path / "e3", data, target), "--steps", "2", "--json")
+    assert r.code == 0, r.err
+    warm = [
+        a
+        for a in train_args(tmp_path / "pe", data, target)
+        if a not in ("--draft-vocab-size", "96")
+    ]
+    r = run_cli(
+        *warm,
+        "--init-from",
+        str(tmp_path / "e3" / "best"),
+        "--method",
+        "peagle",
+        "--ttt-steps",
+        "4",
+        "--steps",
+        "2",
+        "--json",
+    )
+    assert r.code == 0, r.err
+    s = json.loads(r.out)
+    assert s["method"] == "peagle" and s["init"]["peagle"]["mask_hidden"] == "added"
+    cfg = json.loads((tmp_path / "pe" / "best" / "config.json").read_text())
+    assert cfg["speculators_model_type"] == "peagle" and isinstance(cfg["mask_token_id"], int)
+    from eagle3kit.model.loading import load_drafter
+
+    e3 = load_drafter(str(tmp_path / "e3" / "best")).drafter
+    pe = load_drafter(str(tmp_path / "pe" / "best")).drafter
+    assert torch.equal(e3.d2t, pe.d2t)  # the vocab map kept
+    r = run_cli(
+        "eval",
+        "--target",
+        str(target),
+        "--drafter",
+        str(tmp_path / "pe" / "best"),
+        "--data",
+        str(data),
+        "--heldout",
+        "6",
+        "--depth",
+        "4",
+        "--json",
+    )
+    assert r.code == 0, r.err
+    e = json.loads(r.out)
+    assert e["method"] == "peagle" and len(e["per_position_acceptance"]) == 4

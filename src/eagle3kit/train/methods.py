@@ -39,6 +39,14 @@ def method_of(spec: Any, *, parallel: bool = False) -> str:
     return "eagle3.1" if (spec.fc_norm or spec.norm_output) else "eagle3"
 
 
+def drafter_method(drafter: Any) -> str:
+    """The method name of a loaded drafter module (what eval and bench JSON say)."""
+    own = getattr(drafter, "method", None)
+    if isinstance(own, str):  # drafters of other families name themselves
+        return own
+    return method_of(drafter.spec, parallel=getattr(drafter, "parallel", False))
+
+
 def check_method(method: str | None) -> None:
     if method is not None and method not in METHODS:
         raise Eagle3Error(f"--method: expected one of {', '.join(METHODS)}, found {method!r}")
