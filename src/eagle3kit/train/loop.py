@@ -43,7 +43,15 @@ from eagle3kit.train.peagle import cod_loss
 from eagle3kit.train.ttt import loss_positions, ttt_loss
 from eagle3kit.train.warmstart import add_l2sp_grad, anchor_of
 
-__all__ = ["Run", "TrainConfig", "batch_indices", "lr_at", "total_steps", "train"]
+__all__ = [
+    "Run",
+    "TrainConfig",
+    "batch_indices",
+    "lr_at",
+    "total_steps",
+    "train",
+    "train_peagle_from",
+]
 
 
 @dataclass
@@ -323,3 +331,28 @@ def _finish(r: Run) -> dict[str, Any]:
         summary = stamp(summary, "train")
         atomic_write_json(r.dir / "summary.json", summary)
     return json.loads(json.dumps(summary))
+
+
+def train_peagle_from(
+    init_from: str,
+    target: str,
+    data: str,
+    out: str,
+    *,
+    steps: int,
+    progress: Progress | None = None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """A P-EAGLE drafter fine-tuned from an EAGLE-3 one (the demo's K2 drafter, say): the
+    run's summary (`method` "peagle"; RUN/best in speculators' peagle layout). `settings`: any
+    other TrainConfig field (ttt_steps = the depths K, batch_size, lr, mask_token_id, ...)."""
+    cfg = TrainConfig(
+        out=str(out),
+        target=str(target),
+        data=str(data),
+        init_from=str(init_from),
+        method="peagle",
+        steps=steps,
+        **settings,
+    )
+    return train(cfg, progress=progress)
