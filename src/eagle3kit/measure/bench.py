@@ -177,6 +177,8 @@ def bench(
         raise Eagle3Error(f"repeats: expected >= 1, found {repeats}")
     prompts = prompts or default_prompts(target.tokenizer)
     names = list(methods or (METHODS if drafter is not None else METHODS[:3]))
+    if getattr(drafter, "parallel", False) and methods is None:
+        names.remove("tree")  # P-EAGLE drafts a chain in one pass (decode/parallel.py)
     unknown = [m for m in names if m not in (*METHODS, "hf-greedy")]
     if unknown:
         raise Eagle3Error(f"bench: unknown methods {unknown}, expected some of {list(METHODS)}")
@@ -191,7 +193,15 @@ def bench(
     }
     runners = _runners(names, target, drafter, cfg)
     runs = T.time_methods(runners, prompts, repeats, progress=progress, label="bench")
-    return _summarise(runs, names, prompts, repeats, cfg)
+    doc = _summarise(runs, names, prompts, repeats, cfg)
+    if drafter is not None:  # which draft method the chain/tree rows ran
+        from eagle3kit.train.methods import drafter_method
+
+        doc["method"] = drafter_method(drafter)
+        for row in doc["methods"]:
+            if row["name"] in ("chain", "tree"):
+                row["method"] = doc["method"]
+    return doc
 
 
 def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
