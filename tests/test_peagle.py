@@ -241,3 +241,24 @@ def test_train_peagle_warm_start_and_eval(tmp_path):
     assert r.code == 0, r.err
     e = json.loads(r.out)
     assert e["method"] == "peagle" and len(e["per_position_acceptance"]) == 4
+
+
+def test_sampled_decoding_checks_every_slot_against_its_own_law(target, monkeypatch):
+    """Sampling: each parallel slot's draft is drawn from its own q, and verification gets
+    those K laws (the min(1, p/q) rule's input), in order."""
+    from eagle3kit.decode import Sampling
+    from eagle3kit.decode import speculative as S
+
+    seen = []
+    real = S.draft_probs_on_target
+
+    def spy(q, drafter, v):
+        seen.append(q.shape)
+        return real(q, drafter, v)
+
+    monkeypatch.setattr(S, "draft_probs_on_target", spy)
+    d = random_peagle(target, seed=6)
+    ids = target.tokenizer("def main(")["input_ids"]
+    got = speculative_generate(target, d, ids, max_new_tokens=10, depth=3, sampling=Sampling(1.0))
+    assert got.stats.new_tokens == 10 and seen
+    assert all(s == (3, d.spec.draft_vocab_size) for s in seen)
