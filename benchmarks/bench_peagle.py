@@ -1,10 +1,11 @@
 """P-EAGLE warm-started from the demo's K2 EAGLE-3 drafter, beside an EAGLE-3 fine-tune of it.
 
     python benchmarks/bench_peagle.py [--size tiny] [--samples 128] [--seeds 0,1]
-        [--min-steps 200] [--json benchmarks/results/peagle-tiny.json]
+        [--min-steps 200] [--v1-steps N] [--json benchmarks/results/peagle-tiny.json]
 
 On the v2 member (dsv3-v2; the K2 -> K2.5 situation in miniature), from the same start (the
-demo's K2 drafter, trained on dsv3-v1: `demo.steps.k2_drafter`), two fine-tunes that differ
+demo's K2 drafter, trained on dsv3-v1: `demo.steps.k2_drafter`; or with --v1-steps N a K2-like
+drafter trained here on dsv3-v1 for N steps), two fine-tunes that differ
 only in their method: `--method eagle3` (TTT, its flags kept) and `--method peagle` (mask_hidden
 added, COD over --ttt-steps depths). Same data (the first n training samples of v2's slice),
 steps, learning rate, schedule, batch and seed; RUN/best chosen on the validation split among
@@ -54,6 +55,22 @@ def untrained_peagle(k2: str, out: Path, seed: int) -> str:
     return str(out)
 
 
+def v1_drafter(a: argparse.Namespace) -> str:
+    """A K2-like EAGLE-3 drafter trained here on the v1 member (`--v1-steps` steps, the
+    demo's draft vocab of 256, this script's batch and length): the demo's own K2 drafter
+    takes its recipe's 200 steps of batch 16 x 256 tokens, too long for a loaded machine."""
+    from eagle3kit import zoo
+
+    v1 = a.member.replace("-v2", "-v1")
+    target = str(zoo.build(v1, size=a.size))
+    kw = dict(files=a.files, max_length=a.max_len, size=a.size)
+    data = R.zoo_data(v1, Path(a.work) / f"data-v1-{a.size}", held_out=False, **kw)
+    out = Path(a.work) / "v1-drafter"
+    settings = {**R.train_settings(a, target), "data": str(data)}
+    R.train_run(out, draft_vocab_size=256, steps=a.v1_steps, seed=0, **settings)
+    return str(out / "best")
+
+
 def run(a: argparse.Namespace) -> dict:
     import torch
 
@@ -62,7 +79,7 @@ def run(a: argparse.Namespace) -> dict:
 
     torch.set_num_threads(a.threads)
     target = str(zoo.build(a.member, size=a.size))
-    k2 = a.v1_drafter or str(k2_drafter(a.size))
+    k2 = a.v1_drafter or (v1_drafter(a) if a.v1_steps else str(k2_drafter(a.size)))
     common = {**R.train_settings(a, target), "data": str(R.training_data(a))}
     test = R.held_out_set(a, target)
     d = a.ttt_steps
@@ -114,6 +131,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=128)
     ap.add_argument("--epochs", type=float, default=2.0, help="passes over the samples")
     ap.add_argument("--min-steps", type=int, default=200)
+    ap.add_argument(
+        "--v1-steps", type=int, default=0, help="train a K2-like v1 drafter here (0: the demo's)"
+    )
     a = ap.parse_args()
     print("environment: " + environment())
     doc = run(a)
