@@ -24,7 +24,8 @@ def _render(s: dict) -> None:
     o = out()
     depth = s.get("tau_every_position_by_depth") or []
     o.print(
-        f"trained {s['steps']} steps ({s['source']}, {s['attention']} drafter, "
+        f"trained {s['steps']} steps ({s['source']}, {s.get('method', 'eagle3')} "
+        f"{s['attention']} drafter, "
         f"{s['train_samples']} samples, {s['world_size']} process(es))"
     )
     o.print(
@@ -88,6 +89,39 @@ InitFrom = Annotated[
 Attention = Annotated[
     str, typer.Option("--attention", help="Fresh drafter's attention: mha or mla.")
 ]
+Method = Annotated[
+    str,
+    typer.Option(
+        "--method",
+        help="eagle3, eagle3.1 (fc_norm + norm_output), peagle (parallel drafting), dflash (a "
+        "block drafter, docs/dflash.md) or mtp (fine-tune the target's MTP head, FastMTP's "
+        "recipe; --init-from: a head dir, default the target's own head, else fresh weights; "
+        "docs/mtp.md); default: a warm start's own, else eagle3.",
+    ),
+]
+FcNorm = Annotated[
+    bool,
+    typer.Option("--fc-norm/--no-fc-norm", help="EAGLE 3.1: one RMSNorm per aux state before fc."),
+]
+NormBeforeFc = Annotated[
+    bool,
+    typer.Option("--norm-before-fc/--no-norm-before-fc", help="One RMSNorm over cat(aux)."),
+]
+NormOutput = Annotated[
+    bool,
+    typer.Option(
+        "--norm-output/--no-norm-output",
+        help="EAGLE 3.1: feed norm(h) to the next step and the head (speculators, vLLM).",
+    ),
+]
+MaskTokenId = Annotated[
+    int,
+    typer.Option("--mask-token-id", help="peagle: the parallel slots' token (default: pad)."),
+]
+CodRatio = Annotated[
+    float, typer.Option("--cod-ratio", help="peagle: COD keeps n*max(r^d, min) at depth d.")
+]
+CodMin = Annotated[float, typer.Option("--cod-min", help="peagle: COD's floor r_min.")]
 Vocab = Annotated[
     str,
     typer.Option(
@@ -123,7 +157,10 @@ ReferenceFeatures = Annotated[
         "before/after, no target loaded.",
     ),
 ]
-TttSteps = Annotated[int, typer.Option("--ttt-steps", help="Unrolled draft steps (weights 0.8^i).")]
+TttSteps = Annotated[
+    int,
+    typer.Option("--ttt-steps", help="Unrolled draft steps (weights 0.8^i); peagle: depths K."),
+]
 Steps = Annotated[int, typer.Option("--steps", help="Exactly this many optimizer steps.")]
 Epochs = Annotated[
     float, typer.Option("--epochs", help="Or: passes over the training split (default 1).")
@@ -179,15 +216,6 @@ Resume = Annotated[
 ]
 Threads = Annotated[int, typer.Option("--threads", help="torch CPU threads.")]
 Json = Annotated[bool, typer.Option("--json", help="Print RUN/summary.json as one JSON document.")]
-Method = Annotated[
-    str,
-    typer.Option(
-        "--method",
-        help="eagle3 (default), dflash (a block drafter, docs/dflash.md) or mtp (fine-tune the "
-        "target's MTP head, FastMTP's recipe; --init-from: a head dir, default the target's own "
-        "head, else fresh weights; docs/mtp.md).",
-    ),
-]
 MtpTargets = Annotated[
     str,
     typer.Option(
@@ -220,6 +248,13 @@ CONFIG_OPTIONS = {
     "features": Features,
     "init_from": InitFrom,
     "attention": Attention,
+    "method": Method,
+    "fc_norm": FcNorm,
+    "norm_before_fc": NormBeforeFc,
+    "norm_output": NormOutput,
+    "mask_token_id": MaskTokenId,
+    "cod_ratio": CodRatio,
+    "cod_min": CodMin,
     "vocab": Vocab,
     "draft_vocab_size": DraftVocabSize,
     "rebuild_vocab": RebuildVocab,
@@ -249,11 +284,11 @@ CONFIG_OPTIONS = {
     "time_limit": TimeLimit,
     "trust_remote_code": TrustRemoteCode,
 }
+TRAIN_METHODS = ("eagle3", "eagle3.1", "peagle", "dflash", "mtp")
 RUN_OPTIONS = {  # how to run, not saved with the run: (option, default)
     "resume": (Resume, False),
     "threads": (Threads, None),
     "json_": (Json, False),
-    "method": (Method, "eagle3"),
     "block_size": (BlockSize, 8),
     "draft_layers": (DraftLayers, 1),
     "anchors": (Anchors, 16),
@@ -267,15 +302,22 @@ RUN_OPTIONS = {  # how to run, not saved with the run: (option, default)
 
 def train(**options) -> None:
     """Train a drafter (training-time test); keeps RUN/best by the walked accept length.
-    --method dflash trains a DFlash block drafter (docs/dflash.md); --method mtp fine-tunes
-    the target's own MTP head (docs/mtp.md)."""
+    --method eagle3.1 / peagle train those EAGLE variants (docs/train.md), dflash a DFlash
+    block drafter (docs/dflash.md), mtp fine-tunes the target's own MTP head (docs/mtp.md)."""
     from eagle3kit.train.loop import TrainConfig
 
-    if options["method"] == "mtp":
-        return _run_mtp(options)
-    cfg = TrainConfig(**{k: options[k] for k in CONFIG_OPTIONS})
-    run = {k: options[k] for k in ("resume", "threads", "json_")}
     method = options["method"]
+    if method not in (None, *TRAIN_METHODS):
+        raise typer.BadParameter(
+            f"expected one of {', '.join(TRAIN_METHODS)}, found {method!r}", param_hint="--method"
+        )
+    if method == "mtp":
+        return _run_mtp(options)
+    fields = {k: options[k] for k in CONFIG_OPTIONS}
+    if method == "dflash":
+        fields["method"] = None  # DFlash has its own loop (train/dflash.py)
+    cfg = TrainConfig(**fields)
+    run = {k: options[k] for k in ("resume", "threads", "json_")}
     if method == "dflash":
         from eagle3kit.train.dflash import DFlashOptions
 
@@ -285,10 +327,6 @@ def train(**options) -> None:
             weights=o["position_weights"],
         )  # fmt: skip
         return _run(cfg, **run, dflash=opts)
-    if method != "eagle3":
-        raise typer.BadParameter(
-            f"expected eagle3, dflash or mtp, found {method!r}", param_hint="--method"
-        )
     _run(cfg, **run)
 
 

@@ -33,6 +33,7 @@ import torch
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode.generation import Clock, Generation, Output, prompt_tensor, stop_set
+from eagle3kit.decode.parallel import parallel_chain
 from eagle3kit.decode.sampling import (
     GREEDY,
     Sampling,
@@ -129,6 +130,10 @@ class SpecDecoder:
 
     def _draft_chain(self) -> tuple[list[int], torch.Tensor | None]:
         """k draft tokens (target ids) and, when sampling, their draft laws q [k, Vd]."""
+        if getattr(self.drafter, "parallel", False):  # P-EAGLE: one pass (decode/parallel.py)
+            return parallel_chain(
+                self.drafter, self.cache, self.logits, self.depth, self.s, self.gen
+            )
         logits, hidden, drafts, qs = self.logits, self.hidden, [], []
         for i in range(self.depth):
             if self.s.greedy:
@@ -240,6 +245,8 @@ def _check(drafter, depth: int, tree: TreeShape | None, max_new_tokens: int) -> 
         raise Eagle3Error(f"depth: expected >= 1, found {depth}")
     if max_new_tokens < 1:
         raise Eagle3Error(f"max_new_tokens: expected >= 1, found {max_new_tokens}")
+    if tree is not None and getattr(drafter, "parallel", False):
+        raise Eagle3Error("tree: a P-EAGLE drafter drafts a chain in one pass; drop the tree")
     if tree is not None and (tree.topk < 1 or tree.budget < 1):
         raise Eagle3Error(f"tree: expected topk >= 1 and budget >= 1, found {tree}")
     if not getattr(drafter, "embed_loaded", True):

@@ -187,8 +187,10 @@ def bench(
         raise Eagle3Error(f"repeats: expected >= 1, found {repeats}")
     prompts = prompts or default_prompts(target.tokenizer)
     names = list(methods or (METHODS if drafter is not None else METHODS[:3]))
-    if getattr(drafter, "method", None) == "dflash" and methods is None:
-        names.remove("tree")  # a block drafter proposes a chain; "chain" runs its blocks
+    if methods is None and (
+        getattr(drafter, "method", None) == "dflash" or getattr(drafter, "parallel", False)
+    ):
+        names.remove("tree")  # DFlash blocks and P-EAGLE's one pass draft a chain, not a tree
     unknown = [m for m in names if m not in (*METHODS, "hf-greedy")]
     if unknown:
         raise Eagle3Error(f"bench: unknown methods {unknown}, expected some of {list(METHODS)}")
@@ -204,6 +206,13 @@ def bench(
     runners = _runners(names, target, drafter, cfg)
     runs = T.time_methods(runners, prompts, repeats, progress=progress, label="bench")
     doc = _summarise(runs, names, prompts, repeats, cfg)
+    if drafter is not None:  # which draft method the chain/tree rows ran
+        from eagle3kit.train.methods import drafter_method
+
+        doc["method"] = drafter_method(drafter)
+        for row in doc["methods"]:
+            if row["name"] in ("chain", "tree"):
+                row["method"] = doc["method"]
     if levels:
         doc["costs"] = _costs(target, drafter, prompts, runs, doc, levels)
     return doc

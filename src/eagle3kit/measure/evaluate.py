@@ -137,10 +137,12 @@ def evaluate_offline(
         return evaluate_mtp_offline(target, drafter, data, depth, batch_size=batch_size)
     from eagle3kit.plan.forecast import conditional
     from eagle3kit.train.acceptance import acceptance
+    from eagle3kit.train.methods import drafter_method
 
     a = acceptance(drafter, _offline_batches(target, drafter, data, batch_size, progress), depth)
     doc = {
         "mode": "offline",
+        "method": drafter_method(drafter),  # eagle3 | eagle3.1 | peagle
         "depth": depth,
         "tau_walk": a.tau_walk,
         "tau_every_position": a.tau_every_position,
@@ -188,6 +190,7 @@ def evaluate_online(
     """Real decoding of `prompts`: speculative (chain, or tree) against plain greedy, timed by
     the shared harness (measure/timing.py: alternating order)."""
     from eagle3kit.measure import timing as T
+    from eagle3kit.train.methods import drafter_method
 
     if not prompts:
         raise Eagle3Error("online eval: expected at least one prompt, found none")
@@ -204,7 +207,8 @@ def evaluate_online(
     answers = [x.tokens for x in T.of(runs, "base") if x.repeat == 0]
     doc = {
         "mode": "online",
-        "method": pooled.method,
+        "method": drafter_method(drafter),  # eagle3 | eagle3.1 | peagle
+        "decoding": pooled.method,  # chain | tree
         "depth": depth,
         "tau_online": pooled.tau_online,
         "per_position_acceptance": pooled.per_position_acceptance(),
@@ -312,6 +316,7 @@ def evaluate_store(
     training leaves out); the document's ``heldout`` says which."""
     from eagle3kit.measure import store_features as S
     from eagle3kit.plan.forecast import conditional
+    from eagle3kit.train.methods import drafter_method
     from eagle3kit.train.ttt import tau_every_position, ttt_counts
 
     store = S.open_store(features)
@@ -327,6 +332,7 @@ def evaluate_store(
     m = total.finish()
     doc = {
         "mode": "offline",
+        "method": drafter_method(d),
         "source": str(features),
         "depth": depth,
         "tau_walk": m["tau_walk"],

@@ -286,6 +286,12 @@ class Eagle3Drafter(nn.Module):
         self.load_state_dict(sd, strict=False)
         self.embed_loaded = "embed_tokens.weight" in sd
 
+    def blank(self, spec: DraftSpec) -> Eagle3Drafter:
+        """A freshly initialised drafter of the same kind under `spec`, on this one's device
+        and dtype (subclasses carry their own settings over)."""
+        w = self.fc.weight
+        return type(self)(spec, device=w.device, dtype=w.dtype)
+
     def canonical_state(self, *, with_embedding: bool | None = None) -> dict[str, torch.Tensor]:
         """Tensors to save, by canonical name (embed_tokens only if loaded, unless told)."""
         keep_embed = self.embed_loaded if with_embedding is None else with_embedding

@@ -23,6 +23,14 @@ class TrainConfig:
     features: str | None = None
     init_from: str | None = None
     attention: str = "mha"
+    # the draft method (train/methods.py): None keeps a warm start's, eagle3 when fresh
+    method: str | None = None
+    fc_norm: bool | None = None  # None: the method's (or the warm start's) value
+    norm_before_fc: bool | None = None
+    norm_output: bool | None = None
+    mask_token_id: int | None = None  # peagle: the token of the parallel slots
+    cod_ratio: float = 0.7  # peagle: depth d keeps n * max(r^d, r_min) anchors (COD)
+    cod_min: float = 0.2
     vocab: str | None = None
     draft_vocab_size: int | None = None
     rebuild_vocab: bool = False
@@ -76,6 +84,12 @@ class TrainConfig:
         h = self.heldout
         if isinstance(h, float) and not 0.0 < h < 1.0:
             raise Eagle3Error(f"--heldout: expected a fraction in (0, 1) or a count, found {h:g}")
+        for name in ("cod_ratio", "cod_min"):
+            if getattr(self, name) > 1.0:
+                flag = "--" + name.replace("_", "-")
+                raise Eagle3Error(
+                    f"{flag}: expected a fraction in (0, 1], found {getattr(self, name):g}"
+                )
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise Eagle3Error(f"min_lr_ratio: expected 0..1, found {self.min_lr_ratio:g}")
 
@@ -101,6 +115,9 @@ _RANGES = (
     ("time_limit", 0, False, True),
     ("topk", 1, False, True),
     ("draft_vocab_size", 1, False, True),
+    ("mask_token_id", 0, False, True),
+    ("cod_ratio", 0, True, False),
+    ("cod_min", 0, True, False),
 )
 _INTS = {
     "steps",
@@ -115,6 +132,7 @@ _INTS = {
     "save_every",
     "topk",
     "draft_vocab_size",
+    "mask_token_id",
 }
 
 

@@ -39,10 +39,20 @@ from eagle3kit.train import distributed as dist_
 from eagle3kit.train import outputs, setup, state
 from eagle3kit.train.acceptance import Acceptance, acceptance, metrics_row
 from eagle3kit.train.config import TrainConfig, lr_at, total_steps
+from eagle3kit.train.methods import method_of, spec_flags
+from eagle3kit.train.peagle import cod_loss
 from eagle3kit.train.ttt import loss_positions, ttt_loss
 from eagle3kit.train.warmstart import add_l2sp_grad, anchor_of
 
-__all__ = ["Run", "TrainConfig", "batch_indices", "lr_at", "total_steps", "train"]
+__all__ = [
+    "Run",
+    "TrainConfig",
+    "batch_indices",
+    "lr_at",
+    "total_steps",
+    "train",
+    "train_peagle_from",
+]
 
 
 @dataclass
@@ -110,8 +120,12 @@ def train(
 def _train_step(r: Run, feats: Any) -> torch.Tensor:
     """Forward, backward and update on this rank's slice; the loss (detached, on the device)."""
     m, k = r.model, r.cfg.ttt_steps
-    norm = dist_.all_sum(loss_positions(m.t2d, feats, k), r.d)  # global |C_i|, float32 [k]
-    loss, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1), counts=False)
+    if getattr(r.ctx.drafter, "parallel", False):  # P-EAGLE: COD over k depths, one pass
+        s, n = cod_loss(m, feats, k, ratio=r.cfg.cod_ratio, floor=r.cfg.cod_min)
+        loss = s / dist_.all_sum(n, r.d).clamp(min=1)
+    else:
+        norm = dist_.all_sum(loss_positions(m.t2d, feats, k), r.d)  # global |C_i|, float32 [k]
+        loss, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1), counts=False)
     (loss * r.d.world).backward()
     if r.anchor is not None:
         add_l2sp_grad(m, r.anchor, r.cfg.l2sp)
@@ -226,7 +240,7 @@ def _after_eval(r: Run, met: Acceptance, step_dir: bool) -> None:
         r.best_step, r.best_tau_walk = r.step, met.tau_walk
         r.best_tau_every_position = met.tau_every_position
         if r.d.main:
-            outputs.save_servable(r.dir / "best", r.ctx.spec, tensors, r.cfg.target)
+            outputs.save_servable(r.dir / "best", r.ctx.spec, tensors, r.cfg.target, _mask(r))
     if r.d.main:
         outputs.append_metrics(r.dir / "metrics.jsonl", metrics_row(r.step, met))
         rows = outputs.read_metrics(r.dir / "metrics.jsonl")
@@ -242,7 +256,7 @@ def _save_point(r: Run, *, step_dir: bool, tensors: dict | None = None) -> None:
     if not r.d.main:
         return
     if step_dir:
-        outputs.save_servable(r.dir / f"step-{r.step}", r.ctx.spec, tensors, r.cfg.target)
+        outputs.save_servable(r.dir / f"step-{r.step}", r.ctx.spec, tensors, r.cfg.target, _mask(r))
     groups = [{k: v for k, v in g.items() if k != "params"} for g in r.opt.param_groups]
     meta = {
         "step": r.step,
@@ -255,6 +269,11 @@ def _save_point(r: Run, *, step_dir: bool, tensors: dict | None = None) -> None:
         "config": asdict(r.cfg),
     }
     state.save_state(r.dir / "state", model=tensors, optim=optim, anchor=anchor, meta=meta)
+
+
+def _mask(r: Run) -> int | None:
+    """The P-EAGLE drafter's mask token (its checkpoints are written as P-EAGLE), else None."""
+    return getattr(r.ctx.drafter, "mask_token_id", None)
 
 
 def _peak_memory_mb(device: str) -> float:
@@ -289,6 +308,8 @@ def _finish(r: Run) -> dict[str, Any]:
         "peak_memory_mb": _peak_memory_mb(r.d.device),
         "init_from": r.cfg.init_from,
         "attention": getattr(ctx.spec, "attention", "mha"),
+        "method": method_of(ctx.spec, parallel=getattr(ctx.drafter, "parallel", False)),
+        "flags": spec_flags(ctx.spec),
         "source": ctx.source.kind,
         "train_samples": len(ctx.train_idx),
         "heldout_samples": ctx.heldout_n,
@@ -310,3 +331,28 @@ def _finish(r: Run) -> dict[str, Any]:
         summary = stamp(summary, "train")
         atomic_write_json(r.dir / "summary.json", summary)
     return json.loads(json.dumps(summary))
+
+
+def train_peagle_from(
+    init_from: str,
+    target: str,
+    data: str,
+    out: str,
+    *,
+    steps: int,
+    progress: Progress | None = None,
+    **settings: Any,
+) -> dict[str, Any]:
+    """A P-EAGLE drafter fine-tuned from an EAGLE-3 one (the demo's K2 drafter, say): the
+    run's summary (`method` "peagle"; RUN/best in speculators' peagle layout). `settings`: any
+    other TrainConfig field (ttt_steps = the depths K, batch_size, lr, mask_token_id, ...)."""
+    cfg = TrainConfig(
+        out=str(out),
+        target=str(target),
+        data=str(data),
+        init_from=str(init_from),
+        method="peagle",
+        steps=steps,
+        **settings,
+    )
+    return train(cfg, progress=progress)

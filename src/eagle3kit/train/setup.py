@@ -16,7 +16,7 @@ from eagle3kit.core.artifacts import few_sequences
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.model.protocols import Embedding, JsonConfig
-from eagle3kit.train import warmstart
+from eagle3kit.train import methods, warmstart
 from eagle3kit.train.acceptance import acceptance
 from eagle3kit.train.sources import OfflineSource, OnlineSource, store_vocab
 
@@ -200,6 +200,7 @@ def _check_options(cfg: Any, d: Any) -> None:
         )
     if cfg.reference_features and not cfg.features:
         raise Eagle3Error("--reference-features goes with --features (online: --reference-target)")
+    methods.check_method(cfg.method)
     if cfg.attention not in ("mha", "mla"):
         raise Eagle3Error(f"--attention: expected 'mha' or 'mla', found {cfg.attention!r}")
     if cfg.batch_size < d.world:
@@ -221,6 +222,11 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         target = _target(cfg, cfg.target, aux0, d.device)
     data = _data(cfg, target)
     m, info = _drafter(cfg, init, target, data)
+    if getattr(m, "parallel", False) and d.world > 1:
+        raise Eagle3Error(
+            "--method peagle: P-EAGLE trains in one process for now (its mask_hidden is not "
+            "sharded by the FSDP2 units); run it without torchrun"
+        )
     m = m.to(d.device)
     coverage = vocab_coverage(cfg, m, data, progress)
     src = _open_source(cfg, target, data, m.d2t.cpu(), m.spec.aux_layers)
@@ -240,16 +246,19 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         emit(progress, "held-out features", j + 1, -(-len(held) // cfg.eval_batch), "batches")
     ctx = Context(m, m.spec, src, train_idx, len(held), eval_batches, info)
     ctx.vocab_coverage = coverage
-    ctx.warnings = _warnings(cfg, src, len(held), progress)
+    ctx.warnings = _warnings(cfg, src, len(held), progress, _method_warnings(cfg, info))
     if cfg.reference_target or cfg.reference_features:
         ctx.reference = _reference_before(cfg, ctx, data, held, d.device)
     return ctx
 
 
-def _warnings(cfg: Any, src: Any, n_held: int, progress: Progress | None) -> list[str]:
-    """What the summary's ``warnings`` say (each also a "warning" progress event): a best
-    chosen on few sequences, a store of held-out data trained on."""
-    out = few_sequences(n_held, "choosing RUN/best (held-out accept length)")
+def _warnings(
+    cfg: Any, src: Any, n_held: int, progress: Progress | None, first: list[str]
+) -> list[str]:
+    """What the summary's ``warnings`` say (each also a "warning" progress event): `first`
+    (a fine-tune that changes its checkpoint's flags), a best chosen on few sequences, a
+    store of held-out data trained on."""
+    out = list(first) + few_sequences(n_held, "choosing RUN/best (held-out accept length)")
     if cfg.features and src.store.heldout_data:
         out.append(
             f"{cfg.features} was captured from held-out data (--heldout-data): training on "
@@ -264,9 +273,12 @@ def _drafter(
     cfg: Any, init: Any, target: TargetModel | FeaturesTarget, data: Any
 ) -> tuple[Eagle3Drafter, dict | None]:
     """The drafter to train (fresh, warm, or warm with a rebuilt vocab) with the target's
-    embedding, and what the summary says about its start."""
+    embedding, its method's flags (train/methods.py), and what the summary says about its
+    start."""
     emb = target.embed_tokens.weight  # [V, H]
     info = None
+    start = methods.spec_flags(init.spec) if init is not None else None
+    flags = methods.wanted_flags(cfg, start)
     if init is not None:
         warmstart.check_against_target(
             init.spec, target.vocab_size, emb.shape[1], str(cfg.init_from)
@@ -279,6 +291,7 @@ def _drafter(
             target.aux_layers,
             *vocab,
             attention=cfg.attention,
+            flags=flags,
             seed=cfg.seed,
         )
     elif vocab is not None:
@@ -289,8 +302,23 @@ def _drafter(
         }
     else:
         m = init
+    if init is not None and methods.flag_changes(start, flags):
+        info["flags_changed"] = methods.flag_changes(start, flags)
+        m = methods.with_flags(m, flags)
     m.set_embedding(emb.detach().cpu())
-    return m, info
+    return methods.as_method(m, cfg, target, info), info
+
+
+def _method_warnings(cfg: Any, info: dict | None) -> list[str]:
+    """A fine-tune that changes the flags its checkpoint declared ships a drafter the engine
+    runs differently from the one it started from: say so."""
+    if not info or not info.get("flags_changed"):
+        return []
+    return [
+        f"{cfg.init_from}: the fine-tune changes the checkpoint's flags "
+        f"({'; '.join(info['flags_changed'])}); RUN/best declares the new ones and engines "
+        "run it with them"
+    ]
 
 
 COVERAGE_WARN = 0.5  # below this share of DATA's loss tokens in the draft vocab: warn
@@ -389,11 +417,11 @@ def _reference_store_batches(cfg: Any, ctx: Context, held: list[int]) -> list[An
 
 def reference_after(ctx: Context, best_dir: Path) -> dict[str, Any]:
     """{"target", "before": {"old", "new"}, "after": {"old", "new"}, "tau_walk": {...}}."""
-    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.model.loading import load_drafter
 
     ref = ctx.reference
     dev = ctx.eval_batches[0].input_ids.device
-    best = Eagle3Drafter.from_pretrained(best_dir, device=dev, dtype=torch.float32)
+    best = load_drafter(str(best_dir), device=dev).drafter
     best.set_embedding(ctx.drafter.embed_tokens.weight.detach())
     k = ref["k"]
     after = {

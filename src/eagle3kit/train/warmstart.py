@@ -36,10 +36,12 @@ def fresh_drafter(
     t2d: torch.Tensor,
     *,
     attention: str = "mha",
+    flags: dict[str, bool] | None = None,
     seed: int = 0,
     device: str = "cpu",
 ) -> Eagle3Drafter:
-    """A new drafter for the target: `spec_for_target` shapes, seeded init, the given vocab."""
+    """A new drafter for the target: `spec_for_target` shapes, the norm `flags` (EAGLE 3.1:
+    train/methods.py), seeded init, the given vocab."""
     from eagle3kit.core.spec import spec_for_target
 
     spec = spec_for_target(
@@ -47,7 +49,7 @@ def fresh_drafter(
         attention=attention,
         draft_vocab_size=int(d2t.numel()),
         aux_layers=tuple(aux_layers),
-    ).replace(dtype="float32")
+    ).replace(dtype="float32", **(flags or {}))
     torch.manual_seed(seed)
     m = Eagle3Drafter(spec, device=device, dtype=torch.float32)
     _set_vocab(m, d2t, t2d)
@@ -72,7 +74,10 @@ def warm_drafter(path: str, *, device: str = "cpu") -> Eagle3Drafter:
     A checkpoint with d2t but no t2d (engines never read t2d, so some writers leave it out)
     loads with t2d all false: every position would count as outside the draft vocabulary and
     the loss would be 0. t2d is then derived from d2t (`t2d_derived` is set)."""
-    m = Eagle3Drafter.from_pretrained(path, device=device, dtype=torch.float32)
+    from eagle3kit.model.loading import load_drafter
+
+    m = load_drafter(path, device=device).drafter.train().requires_grad_(True)
+    m.embed_tokens.weight.requires_grad_(False)  # the target's, frozen
     if m.spec.aux_layers is None:
         raise bad(str(path), "aux layers: the checkpoint does not say which target layers it reads")
     m.t2d_derived = not bool(m.t2d.any())
@@ -111,7 +116,7 @@ def rebuild_vocab(m: Eagle3Drafter, d2t: torch.Tensor, t2d: torch.Tensor) -> Eag
             new[j] = old[row_of[t]]
             kept += 1
     spec = m.spec.replace(draft_vocab_size=int(d2t.numel()))
-    out = Eagle3Drafter(spec, device=m.d2t.device, dtype=torch.float32)
+    out = m.blank(spec)
     tensors = {k: v for k, v in m.canonical_state(with_embedding=True).items()}
     tensors.update({"lm_head.weight": new, "d2t": d2t, "t2d": t2d})
     out.load_canonical(tensors)
