@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file
 from test_train_helpers import tiny_target
 
+from eagle3kit.checkpoint.mtp_layout import mtp_count, mtp_prefix
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode import greedy_generate
 from eagle3kit.decode.mtp import FinalHidden, mtp_generate
@@ -19,8 +20,6 @@ from eagle3kit.model.mtp import (
     MTPCache,
     MTPHead,
     fuse_experts,
-    mtp_layers,
-    mtp_prefix,
     split_experts,
 )
 
@@ -96,15 +95,15 @@ def test_qwen3_next_head_carries_mtp_names():
     assert own | {"mtp.norm.weight"} <= names
     assert "mtp.layers.0.self_attn.q_proj.weight" in names
     assert "mtp.layers.0.mlp.experts.1.down_proj.weight" in names
-    assert all(n.startswith("mtp.") for n in names) and mtp_layers(cfg) == 1
+    assert all(n.startswith("mtp.") for n in names) and mtp_count(cfg) == 1
     out = h(torch.tensor([[1, 2, 3]]), torch.randn(1, 3, 32), MTPCache())
     assert out.logits.shape == (1, 3, 64)
 
 
 def test_counts_read_under_text_config_too():
-    assert mtp_layers({"text_config": {"num_nextn_predict_layers": 2}}) == 2
-    assert mtp_layers({"mtp_num_hidden_layers": 1, "model_type": "qwen3_5"}) == 1
-    assert mtp_layers({"num_nextn_predict_layers": 0}) == 0
+    assert mtp_count({"text_config": {"num_nextn_predict_layers": 2}}) == 2
+    assert mtp_count({"mtp_num_hidden_layers": 1, "model_type": "qwen3_5"}) == 1
+    assert mtp_count({"num_nextn_predict_layers": 0}) == 0
 
 
 def test_strict_load_refuses_missing_extra_and_misshapen(target, head):
