@@ -9,6 +9,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_sampling_deep import LAW_P as P_LAW
+from test_sampling_deep import LAW_Q as Q_LAW
+from test_sampling_deep import PositionTarget
 from test_train_helpers import tiny_target
 
 from eagle3kit.checkpoint.mtp_layout import mtp_count, mtp_prefix
@@ -202,38 +205,11 @@ def test_a_target_without_a_head_is_refused(target):
 
 # -- sampled: the decode loop with an MTP drafter emits the target's law ---------------------
 V = 6
-P_LAW = torch.stack([torch.tensor([0.40, 0.25, 0.15, 0.10, 0.07, 0.03]).roll(t) for t in range(40)])
-Q_LAW = torch.stack(
-    [torch.tensor([0.20, 0.30, 0.25, 0.05, 0.15, 0.05]).roll(2 * t) for t in range(40)]
-)
 
 
-class PositionFeatures(FinalHidden):
-    """A target whose law after position t is P_LAW[t + 1] (as test_sampling_deep's)."""
-
-    device = torch.device("cpu")
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    @property
-    def seq_len(self) -> int:
-        return self.n
-
-    def _out(self, pos):
-        return SimpleNamespace(logits=P_LAW[pos + 1].log()[None], aux=torch.zeros(1, len(pos), 4))
-
-    def prefill(self, ids):
-        self.n = ids.shape[1]
-        return self._out(torch.arange(self.n))
-
-    def verify(self, ids):
-        pos = self.n + torch.arange(ids.shape[1])
-        self.n += ids.shape[1]
-        return self._out(pos)
-
-    def crop(self, length: int) -> None:
-        self.n = length
+class PositionFeatures(PositionTarget, FinalHidden):
+    """test_sampling_deep's PositionTarget (law after position t: P_LAW[t + 1]) as the
+    hidden-state view mtp_generate decodes with; nothing to close."""
 
     def close(self) -> None:
         pass
