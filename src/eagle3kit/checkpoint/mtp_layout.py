@@ -61,14 +61,20 @@ def text_config(config: Any) -> Any:
     return inner if inner is not None else config
 
 
-def mtp_count(config: Any) -> int:
-    """How many MTP layers the config declares (0 when none), top-level or in text_config."""
-    for cfg in (config, text_config(config)):
+def _declared(config: Any) -> tuple[str | None, int]:
+    """(the key that declares the MTP layer count, "text_config."-prefixed when nested; the
+    count): the first positive whole number, top-level first. (None, 0) when none."""
+    for prefix, cfg in (("", config), ("text_config.", text_config(config))):
         for key in MTP_COUNT_KEYS:
             v = _get(cfg, key)
             if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-                return v
-    return 0
+                return prefix + key, v
+    return None, 0
+
+
+def mtp_count(config: Any) -> int:
+    """How many MTP layers the config declares (0 when none), top-level or in text_config."""
+    return _declared(config)[1]
 
 
 def mtp_style(config: Any) -> str:
@@ -99,14 +105,6 @@ def head_dir_config(config: dict[str, Any], record: dict[str, Any]) -> dict[str,
     """A head dir's config.json: the target's (text) config marked as a head, with its record
     (style, index, layer, prefix, names, target, target_architectures)."""
     return {**config, "architectures": [MTP_ARCH], HEAD_KEY: record}
-
-
-def _count_key(config: dict[str, Any]) -> str | None:
-    for prefix, cfg in (("", config), ("text_config.", text_config(config))):
-        for key in MTP_COUNT_KEYS:
-            if isinstance(cfg.get(key), int) and cfg.get(key):
-                return prefix + key
-    return None
 
 
 @dataclass(frozen=True)
@@ -175,7 +173,7 @@ def find_mtp_heads(ckpt: Checkpoint) -> list[MtpHead]:
     none. A head the config declares but whose tensors are absent is not listed (inspect
     says so from `mtp_count`)."""
     cfg = ckpt.config
-    declared, key = mtp_count(cfg), _count_key(cfg)
+    key, declared = _declared(cfg)
     n_layers = text_config(cfg).get("num_hidden_layers")
     heads: list[MtpHead] = []
     if any(n.startswith("mtp.") for n in ckpt.names()):
