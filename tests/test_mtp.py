@@ -9,8 +9,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 from safetensors.torch import load_file
+from test_sampling_deep import LAW_P as P_LAW
+from test_sampling_deep import LAW_Q as Q_LAW
+from test_sampling_deep import PositionTarget
 from test_train_helpers import tiny_target
 
+from eagle3kit.checkpoint.mtp_layout import mtp_count, mtp_prefix
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode import greedy_generate
 from eagle3kit.decode.mtp import FinalHidden, mtp_generate
@@ -19,8 +23,6 @@ from eagle3kit.model.mtp import (
     MTPCache,
     MTPHead,
     fuse_experts,
-    mtp_layers,
-    mtp_prefix,
     split_experts,
 )
 
@@ -96,15 +98,15 @@ def test_qwen3_next_head_carries_mtp_names():
     assert own | {"mtp.norm.weight"} <= names
     assert "mtp.layers.0.self_attn.q_proj.weight" in names
     assert "mtp.layers.0.mlp.experts.1.down_proj.weight" in names
-    assert all(n.startswith("mtp.") for n in names) and mtp_layers(cfg) == 1
+    assert all(n.startswith("mtp.") for n in names) and mtp_count(cfg) == 1
     out = h(torch.tensor([[1, 2, 3]]), torch.randn(1, 3, 32), MTPCache())
     assert out.logits.shape == (1, 3, 64)
 
 
 def test_counts_read_under_text_config_too():
-    assert mtp_layers({"text_config": {"num_nextn_predict_layers": 2}}) == 2
-    assert mtp_layers({"mtp_num_hidden_layers": 1, "model_type": "qwen3_5"}) == 1
-    assert mtp_layers({"num_nextn_predict_layers": 0}) == 0
+    assert mtp_count({"text_config": {"num_nextn_predict_layers": 2}}) == 2
+    assert mtp_count({"mtp_num_hidden_layers": 1, "model_type": "qwen3_5"}) == 1
+    assert mtp_count({"num_nextn_predict_layers": 0}) == 0
 
 
 def test_strict_load_refuses_missing_extra_and_misshapen(target, head):
@@ -203,38 +205,11 @@ def test_a_target_without_a_head_is_refused(target):
 
 # -- sampled: the decode loop with an MTP drafter emits the target's law ---------------------
 V = 6
-P_LAW = torch.stack([torch.tensor([0.40, 0.25, 0.15, 0.10, 0.07, 0.03]).roll(t) for t in range(40)])
-Q_LAW = torch.stack(
-    [torch.tensor([0.20, 0.30, 0.25, 0.05, 0.15, 0.05]).roll(2 * t) for t in range(40)]
-)
 
 
-class PositionFeatures(FinalHidden):
-    """A target whose law after position t is P_LAW[t + 1] (as test_sampling_deep's)."""
-
-    device = torch.device("cpu")
-
-    def __init__(self) -> None:
-        self.n = 0
-
-    @property
-    def seq_len(self) -> int:
-        return self.n
-
-    def _out(self, pos):
-        return SimpleNamespace(logits=P_LAW[pos + 1].log()[None], aux=torch.zeros(1, len(pos), 4))
-
-    def prefill(self, ids):
-        self.n = ids.shape[1]
-        return self._out(torch.arange(self.n))
-
-    def verify(self, ids):
-        pos = self.n + torch.arange(ids.shape[1])
-        self.n += ids.shape[1]
-        return self._out(pos)
-
-    def crop(self, length: int) -> None:
-        self.n = length
+class PositionFeatures(PositionTarget, FinalHidden):
+    """test_sampling_deep's PositionTarget (law after position t: P_LAW[t + 1]) as the
+    hidden-state view mtp_generate decodes with; nothing to close."""
 
     def close(self) -> None:
         pass

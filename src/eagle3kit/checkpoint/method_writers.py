@@ -17,6 +17,7 @@ from typing import Any
 
 from eagle3kit.checkpoint.dflash_layout import speculators_config, zlab_config
 from eagle3kit.checkpoint.layouts import canonical_to_file, config_for
+from eagle3kit.checkpoint.mtp_layout import head_record
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json, save_safetensors
 from eagle3kit.core.errors import bad
 from eagle3kit.core.method_spec import DFlashSpec, PEagleSpec
@@ -116,9 +117,10 @@ def save_mtp_head(out: str | Path, like: str | Path, tensors: dict[str, Any]) ->
     from `like` (the extracted folder), so stitch_mtp can put it back."""
     out, like = Path(out), Path(like)
     cfg = json.loads((like / "config.json").read_text())
-    names = (cfg.get("eagle3kit_mtp") or {}).get("names")
-    if not isinstance(names, dict):
+    rec = head_record(cfg)
+    if rec is None:
         raise bad(str(like / "config.json"), "eagle3kit_mtp.names: missing (not an extracted head)")
+    names = rec["names"]
     extra, missing = sorted(set(tensors) - set(names)), sorted(set(names) - set(tensors))
     if extra or missing:
         raise bad(

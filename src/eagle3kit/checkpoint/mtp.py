@@ -22,7 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.mtp_layout import MtpHead, text_config
+from eagle3kit.checkpoint.mtp_layout import (
+    MtpHead,
+    head_dir_config,
+    head_record,
+    text_config,
+)
 from eagle3kit.checkpoint.mtp_layout import find_mtp_heads as _find
 from eagle3kit.checkpoint.raw_tensors import file_metadata, raw, write_raw
 from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint, load_local
@@ -30,7 +35,6 @@ from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import bad
 
-MTP_ARCH = "Eagle3kitMTPHead"
 INDEX_NAME = "model.safetensors.index.json"
 
 
@@ -89,9 +93,7 @@ def extract_mtp(target: str, out_dir: str, index: int = 0) -> MtpExtractResult:
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise bad(out_dir, "expected a new or empty output directory, found one that is not empty")
-    cfg = copy.deepcopy(text_config(ckpt.config))
-    cfg["architectures"] = [MTP_ARCH]
-    cfg["eagle3kit_mtp"] = {
+    record = {
         "style": head.style,
         "index": head.index,
         "layer": head.layer,
@@ -100,6 +102,7 @@ def extract_mtp(target: str, out_dir: str, index: int = 0) -> MtpExtractResult:
         "target": str(Path(target).resolve()),
         "target_architectures": ckpt.config.get("architectures"),
     }
+    cfg = head_dir_config(copy.deepcopy(text_config(ckpt.config)), record)
     with atomic_dir(out) as tmp:
         tensors = [raw(i, canon) for canon, i in infos.items()]
         write_raw(tmp / "model.safetensors", tensors, {"format": "pt", "eagle3kit_method": "mtp"})
@@ -135,9 +138,9 @@ class MtpStitchResult:
 
 def _drafter_map(drafter: Checkpoint, target: Checkpoint) -> dict[str, str]:
     """canonical -> target name, checked: every tensor maps, shapes and dtypes match."""
-    meta = drafter.config.get("eagle3kit_mtp")
+    meta = head_record(drafter.config)
     where = drafter.config_file
-    if not isinstance(meta, dict) or not isinstance(meta.get("names"), dict):
+    if meta is None:
         raise bad(where, "eagle3kit_mtp.names: missing (not an MTP head extracted by eagle3kit)")
     names: dict[str, str] = meta["names"]
     extra = sorted(set(drafter.tensors) - set(names))
@@ -178,7 +181,7 @@ def stitch_mtp(target_dir: str, drafter_dir: str) -> MtpStitchResult:
     wmap = _weight_map(target, root)
     head_names = set(names.values())
     touched = sorted({wmap[n] for n in head_names})
-    idx = drafter.config["eagle3kit_mtp"].get("index", 0)
+    idx = head_record(drafter.config).get("index", 0)  # checked by _drafter_map
     new_shard = f"model-mtp{idx}.eagle3kit.safetensors"
     write_raw(
         root / new_shard, [raw(drafter.tensors[c], s) for c, s in names.items()], {"format": "pt"}

@@ -28,37 +28,83 @@ from typing import Any
 from eagle3kit.checkpoint.safetensors_io import Checkpoint
 
 MTP_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
-_QWEN_SHARED = {
-    "mtp.pre_fc_norm_embedding.weight": "enorm.weight",
-    "mtp.pre_fc_norm_hidden.weight": "hnorm.weight",
-    "mtp.fc.weight": "eh_proj.weight",
-    "mtp.norm.weight": "shared_head.norm.weight",
+_QWEN_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_moe")
+# a standalone head dir (extract_mtp, train --method mtp): config.json's architectures and the
+# key of its record (style, index, layer, prefix, names: canonical -> the target's name, ...)
+MTP_ARCH = "Eagle3kitMTPHead"
+HEAD_KEY = "eagle3kit_mtp"
+# Qwen3-Next's shared mtp.* tensors (names after "mtp.") -> DeepSeek's canonical roles
+QWEN_CANON = {
+    "pre_fc_norm_embedding.weight": "enorm.weight",
+    "pre_fc_norm_hidden.weight": "hnorm.weight",
+    "fc.weight": "eh_proj.weight",
+    "norm.weight": "shared_head.norm.weight",
 }
+_QWEN_SHARED = {"mtp." + k: v for k, v in QWEN_CANON.items()}
 _DS_MARKERS = ("enorm.weight", "hnorm.weight", "eh_proj.weight")
 _LAYER = re.compile(r"^((?:[\w.]*\.)?layers\.)(\d+)\.(.+)$")
 
 
-def text_config(config: dict[str, Any]) -> dict[str, Any]:
-    t = config.get("text_config")
-    return t if isinstance(t, dict) else config
+def _get(config: Any, key: str, default: Any = None) -> Any:
+    """``config[key]`` of a config.json dict, or the attribute of a transformers config."""
+    if isinstance(config, dict):
+        return config.get(key, default)
+    return getattr(config, key, default)
 
 
-def mtp_count(config: dict[str, Any]) -> int:
-    """How many MTP layers the config declares (0 when none), top-level or in text_config."""
-    for cfg in (config, text_config(config)):
-        for key in MTP_COUNT_KEYS:
-            v = cfg.get(key)
-            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
-                return v
-    return 0
+def text_config(config: Any) -> Any:
+    """The language model's config: ``text_config`` of a multimodal wrapper, else itself
+    (a dict's only when it is a dict; a transformers config's when it is set)."""
+    inner = _get(config, "text_config")
+    if isinstance(config, dict):
+        return inner if isinstance(inner, dict) else config
+    return inner if inner is not None else config
 
 
-def _count_key(config: dict[str, Any]) -> str | None:
+def _declared(config: Any) -> tuple[str | None, int]:
+    """(the key that declares the MTP layer count, "text_config."-prefixed when nested; the
+    count): the first positive whole number, top-level first. (None, 0) when none."""
     for prefix, cfg in (("", config), ("text_config.", text_config(config))):
         for key in MTP_COUNT_KEYS:
-            if isinstance(cfg.get(key), int) and cfg.get(key):
-                return prefix + key
-    return None
+            v = _get(cfg, key)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return prefix + key, v
+    return None, 0
+
+
+def mtp_count(config: Any) -> int:
+    """How many MTP layers the config declares (0 when none), top-level or in text_config."""
+    return _declared(config)[1]
+
+
+def mtp_style(config: Any) -> str:
+    """ "qwen3_next" for Qwen3-Next / Qwen3.5 configs (``mtp.*``), else "deepseek"."""
+    return "qwen3_next" if _get(text_config(config), "model_type") in _QWEN_TYPES else "deepseek"
+
+
+def mtp_prefix(config: Any, index: int = 0) -> str:
+    """Where MTP layer ``index`` lives in the target's checkpoint, from its config."""
+    if mtp_style(config) == "qwen3_next":
+        return "mtp."
+    return f"model.layers.{int(_get(text_config(config), 'num_hidden_layers')) + index}."
+
+
+def mtp_prefixes(config: Any) -> tuple[str, ...]:
+    """The prefixes of every MTP layer the config declares (() when none)."""
+    return tuple(sorted({mtp_prefix(config, i) for i in range(mtp_count(config))}))
+
+
+def head_record(config: Any) -> dict[str, Any] | None:
+    """A standalone head dir's record (config.json's ``eagle3kit_mtp``, with its ``names``),
+    or None when the config is not one's."""
+    rec = config.get(HEAD_KEY) if isinstance(config, dict) else None
+    return rec if isinstance(rec, dict) and isinstance(rec.get("names"), dict) else None
+
+
+def head_dir_config(config: dict[str, Any], record: dict[str, Any]) -> dict[str, Any]:
+    """A head dir's config.json: the target's (text) config marked as a head, with its record
+    (style, index, layer, prefix, names, target, target_architectures)."""
+    return {**config, "architectures": [MTP_ARCH], HEAD_KEY: record}
 
 
 @dataclass(frozen=True)
@@ -127,7 +173,7 @@ def find_mtp_heads(ckpt: Checkpoint) -> list[MtpHead]:
     none. A head the config declares but whose tensors are absent is not listed (inspect
     says so from `mtp_count`)."""
     cfg = ckpt.config
-    declared, key = mtp_count(cfg), _count_key(cfg)
+    key, declared = _declared(cfg)
     n_layers = text_config(cfg).get("num_hidden_layers")
     heads: list[MtpHead] = []
     if any(n.startswith("mtp.") for n in ckpt.names()):

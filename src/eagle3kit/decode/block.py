@@ -30,9 +30,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
-from eagle3kit.decode.generation import Clock, Generation, Output, prompt_tensor, stop_set
+from eagle3kit.decode.generation import Generation, Output, prompt_tensor, stop_set
 from eagle3kit.decode.sampling import GREEDY, Sampling, draw, make_generator, probs
-from eagle3kit.decode.speculative import Draft, Step, timed_cycle
+from eagle3kit.decode.speculative import Draft, Step, run_cycles
 from eagle3kit.decode.stats import DecodeStats
 from eagle3kit.model.dflash import DFlashCache, DFlashDrafter
 
@@ -123,18 +123,7 @@ def block_generate(
     dec = BlockDecoder(target, drafter, k, sampling, seed)
     out = Output(stop_set(eos_token_id), max_new_tokens, on_tokens)
     stats = DecodeStats(depth=k, method="dflash", prompt_tokens=ids.shape[1])
-    clock = Clock(target.device)
-    with torch.inference_mode():
-        x = dec.prefill(ids)
-        stats.prefill_s = clock.lap()
-        done = out.add([x])[0]
-        clock.lap(sync=False)
-        while not done:
-            done, cycle = timed_cycle(dec, out, clock)  # type: ignore[arg-type]
-            stats.cycles.append(cycle)
-    stats.total_s = clock.total()
-    stats.new_tokens = len(out.tokens)
-    return Generation(ids[0].tolist(), out.tokens, stats)
+    return run_cycles(dec, ids, out, stats)  # type: ignore[arg-type]
 
 
 def check_block(target: TargetModel, drafter: DFlashDrafter, k: int, max_new_tokens: int) -> None:

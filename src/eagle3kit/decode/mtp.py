@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
-from eagle3kit.decode.generation import Clock, Generation, Output, prompt_tensor, stop_set
+from eagle3kit.decode.generation import Generation, Output, prompt_tensor, stop_set
 from eagle3kit.decode.sampling import GREEDY, Sampling
-from eagle3kit.decode.speculative import SpecDecoder, timed_cycle
+from eagle3kit.decode.speculative import SpecDecoder, run_cycles
 from eagle3kit.decode.stats import DecodeStats
 from eagle3kit.model.mtp import FinalNormTap, MTPCache, MTPHead
 from eagle3kit.model.target import TargetOutput
@@ -112,18 +112,7 @@ def mtp_generate(
     ids = prompt_tensor(prompt_ids, dec.target.device)  # [1, P]
     out = Output(stop_set(eos_token_id), max_new_tokens, on_tokens)
     stats = DecodeStats(depth=depth, method="mtp", prompt_tokens=ids.shape[1])
-    clock = Clock(dec.target.device)
     try:
-        with torch.inference_mode():
-            x = dec.prefill(ids)
-            stats.prefill_s = clock.lap()
-            done = out.add([x])[0]
-            clock.lap(sync=False)
-            while not done:
-                done, cycle = timed_cycle(dec, out, clock)
-                stats.cycles.append(cycle)
+        return run_cycles(dec, ids, out, stats)
     finally:
         dec.target.close()
-    stats.total_s = clock.total()
-    stats.new_tokens = len(out.tokens)
-    return Generation(ids[0].tolist(), out.tokens, stats)

@@ -207,7 +207,14 @@ def speculative_generate(
     dec = SpecDecoder(target, drafter, depth, tree, sampling, seed)
     out = Output(stop_set(eos_token_id), max_new_tokens, on_tokens)
     stats = DecodeStats(depth=depth, method="tree" if tree else "chain", prompt_tokens=ids.shape[1])
-    clock = Clock(target.device)
+    return run_cycles(dec, ids, out, stats)
+
+
+def run_cycles(dec: SpecDecoder, ids: torch.Tensor, out: Output, stats: DecodeStats) -> Generation:
+    """Prefill ``ids`` ([1, P], on the target's device), then timed cycles until ``out`` ends;
+    fills ``stats``' times, cycles and token count. Every method's decoder (chain, tree,
+    DFlash block, MTP) runs through here."""
+    clock = Clock(ids.device)
     with torch.inference_mode():
         x = dec.prefill(ids)
         stats.prefill_s = clock.lap()

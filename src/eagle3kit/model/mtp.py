@@ -40,16 +40,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
-from eagle3kit.core.errors import Eagle3Error, bad
-from eagle3kit.model.completeness import tensor_problems
-from eagle3kit.model.mtp_config import (  # noqa: F401  (re-exported)
-    STYLES,
-    drop_mtp_keys,
-    mtp_layers,
+from eagle3kit.checkpoint.mtp_layout import (
+    QWEN_CANON,
+    head_record,
+    mtp_count,
     mtp_prefix,
     mtp_style,
     text_config,
 )
+from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.model.completeness import tensor_problems
 
 if TYPE_CHECKING:
     from eagle3kit.model.target import TargetModel
@@ -379,17 +379,9 @@ class FinalNormTap:
         self._hook.remove()
 
 
-# The standalone head dir (checkpoint/ ``extract_mtp``'s layout, which ``stitch_mtp`` puts
-# back): tensors under canonical names, config.json's ``eagle3kit_mtp.names`` mapping each
-# canonical name to the target checkpoint's. Qwen3-Next's shared tensors take DeepSeek's roles.
-HEAD_KEY = "eagle3kit_mtp"
-MTP_ARCH = "Eagle3kitMTPHead"
-_QWEN_CANON = {
-    "pre_fc_norm_embedding.weight": "enorm.weight",
-    "pre_fc_norm_hidden.weight": "hnorm.weight",
-    "fc.weight": "eh_proj.weight",
-    "norm.weight": "shared_head.norm.weight",
-}
+# The standalone head dir (checkpoint/mtp.py ``extract_mtp``'s layout, which ``stitch_mtp``
+# puts back): tensors under canonical names (checkpoint/mtp_layout.py), config.json's
+# ``eagle3kit_mtp.names`` mapping each canonical name to the target checkpoint's.
 
 
 def canonical_names(head: MTPHead) -> dict[str, str]:
@@ -398,7 +390,7 @@ def canonical_names(head: MTPHead) -> dict[str, str]:
     for stored in head.checkpoint_tensors():
         rel = stored[len(head.prefix) :]
         if head.style == "qwen3_next":
-            rel = _QWEN_CANON.get(rel, rel.removeprefix("layers.0."))
+            rel = QWEN_CANON.get(rel, rel.removeprefix("layers.0."))
         out[rel] = stored
     return out
 
@@ -411,8 +403,7 @@ def head_config(path: str | Path) -> dict[str, Any] | None:
         doc = json.loads((Path(path) / "config.json").read_text())
     except (OSError, ValueError):
         return None
-    rec = doc.get(HEAD_KEY) if isinstance(doc, dict) else None
-    return rec if isinstance(rec, dict) and isinstance(rec.get("names"), dict) else None
+    return head_record(doc)
 
 
 def read_head_tensors(model_dir: str | Path, prefix: str) -> dict[str, torch.Tensor]:
@@ -444,11 +435,11 @@ def load_mtp_head(
     the target's names; default: the target's own dir). Refused when the config has none."""
     src = Path(source or target.name_or_path)
     cfg = target.config
-    if source is None and mtp_layers(cfg) <= index:
+    if source is None and mtp_count(cfg) <= index:
         raise bad(
             f"{src}/config.json",
             f"expected num_nextn_predict_layers > {index}, found "
-            f"{mtp_layers(cfg)}: this target ships no MTP head (train one: train --method mtp)",
+            f"{mtp_count(cfg)}: this target ships no MTP head (train one: train --method mtp)",
         )
     head = MTPHead.for_target(target, index=index)
     head.load_checkpoint_tensors(read_head_tensors(src, head.prefix), str(src))

@@ -23,16 +23,26 @@ from typing import Any
 
 import torch
 
+from eagle3kit.checkpoint.mtp_layout import mtp_prefixes
 from eagle3kit.core.dtypes import ALIASES, NAME_BYTES
 from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import default_aux_layers
 from eagle3kit.model.completeness import ENGINE_ROUTE, check_loading_info, check_target_files
-from eagle3kit.model.mtp_config import drop_mtp_keys
 
 _DTYPES = {n: getattr(torch, n) for n in NAME_BYTES} | {
     a: getattr(torch, n) for a, n in ALIASES.items()
 }
+
+
+def drop_mtp_keys(info: dict[str, Any], config: Any) -> dict[str, Any]:
+    """transformers' load account without the target's own MTP layers among its unexpected
+    keys: transformers never loads them (an MTP head is read by model/mtp.py's load_mtp_head)."""
+    prefixes = mtp_prefixes(config)
+    if not prefixes or not info.get("unexpected_keys"):
+        return info
+    keep = [k for k in info["unexpected_keys"] if not str(k).startswith(prefixes)]
+    return {**info, "unexpected_keys": keep}
 
 
 @dataclass

@@ -26,11 +26,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from eagle3kit.checkpoint.mtp_layout import head_dir_config, mtp_count
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
-from eagle3kit.model.mtp import FinalNormTap, MTPHead, causal, load_mtp_head, mtp_layers
+from eagle3kit.model.mtp import FinalNormTap, MTPHead, causal, load_mtp_head
 
 if TYPE_CHECKING:
     from eagle3kit.model.target import TargetModel
@@ -149,7 +150,7 @@ def initial_head(target: TargetModel, init_from: str | None) -> tuple[MTPHead, s
     """(head, where it came from): a head dir, the target's own MTP layer, or fresh weights."""
     if init_from:
         return load_mtp_head(target, init_from).trainable(), init_from
-    if mtp_layers(target.config) > 0:
+    if mtp_count(target.config) > 0:
         return load_mtp_head(target).trainable(), "target"
     return MTPHead.for_target(target), "fresh"
 
@@ -205,7 +206,7 @@ def save_head(head: MTPHead, target: TargetModel, out: Path, extra: dict[str, An
     target's, with ``eagle3kit_mtp.names``: canonical -> the target's names) and mtp.json
     (how it was trained). Written whole or not at all."""
     from eagle3kit.core.atomic import save_safetensors
-    from eagle3kit.model.mtp import HEAD_KEY, MTP_ARCH, canonical_names
+    from eagle3kit.model.mtp import canonical_names
     from eagle3kit.model.target import parse_dtype
 
     cfg = target.config.to_dict()
@@ -214,13 +215,12 @@ def save_head(head: MTPHead, target: TargetModel, out: Path, extra: dict[str, An
     dtype = parse_dtype(str(cfg.get("dtype") or cfg.get("torch_dtype") or "float32"))
     tensors = {c: stored[s].to("cpu", dtype) for c, s in names.items()}
     layer = int(cfg["num_hidden_layers"]) if head.style == "deepseek" else None
-    cfg["architectures"] = [MTP_ARCH]
     cfg["num_nextn_predict_layers"] = max(1, int(cfg.get("num_nextn_predict_layers") or 0))
-    cfg[HEAD_KEY] = {
+    cfg = head_dir_config(cfg, {
         "style": head.style, "index": 0, "layer": layer, "prefix": head.prefix,
         "names": dict(sorted(names.items())), "target": str(target.name_or_path),
         "target_architectures": getattr(target.config, "architectures", None),
-    }  # fmt: skip
+    })  # fmt: skip
     with atomic_dir(out) as tmp:
         save_safetensors(tmp / "model.safetensors", tensors, {"format": "pt"})
         atomic_write_json(tmp / "config.json", cfg)

@@ -69,18 +69,19 @@ def add_mtp_layer(
     to ``out_dir`` (whole or not at all). Returns the training summary."""
     from safetensors.torch import load_file
 
+    from eagle3kit.checkpoint.mtp_layout import mtp_count, mtp_style
     from eagle3kit.model.loading import load_target
-    from eagle3kit.model.mtp import mtp_layers, mtp_style, read_head_tensors
+    from eagle3kit.model.mtp import read_head_tensors
 
     member_dir, out_dir = Path(member_dir), Path(out_dir)
     if not (member_dir / WEIGHTS).is_file():
         raise bad(str(member_dir), f"expected a zoo member with {WEIGHTS}, found none")
     target = load_target(str(member_dir), device=device)
-    if mtp_style(target.config) != "deepseek" or mtp_layers(target.config):
+    if mtp_style(target.config) != "deepseek" or mtp_count(target.config):
         raise bad(
             f"{member_dir}/config.json",
             "expected a DeepSeek-architecture member without an MTP layer, found "
-            f"model_type {target.config.model_type!r} with {mtp_layers(target.config)}",
+            f"model_type {target.config.model_type!r} with {mtp_count(target.config)}",
         )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".mtp-", dir=out_dir.parent) as tmp:
