@@ -76,7 +76,7 @@ def evaluate_offline_dflash(
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """`eval`'s offline document for a DFlash drafter (module docstring)."""
-    k = drafter.spec.num_drafts if depth is None else min(depth, drafter.spec.num_drafts)
+    k = drafter.spec.num_proposals if depth is None else min(depth, drafter.spec.num_proposals)
     if k < 1:
         raise Eagle3Error(f"depth: expected draft steps >= 1, found {k}")
     walked, every = [], []

@@ -33,9 +33,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from eagle3kit.checkpoint.dflash_layout import default_target_layer_ids
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
-from eagle3kit.model.dflash import DFlashDrafter, default_target_layer_ids
+from eagle3kit.model.dflash import DFlashDrafter
 
 
 @dataclass
@@ -234,7 +235,7 @@ def evaluate_blocks(drafter, batches, opts: DFlashOptions, seed: int = 0) -> dic
         losses.append(float(loss))
         r, counted = block_runs(logits, feats, blocks)
         runs.append(r[counted])
-    out = acceptance(torch.cat(runs) if runs else torch.zeros(0), drafter.spec.num_drafts)
+    out = acceptance(torch.cat(runs) if runs else torch.zeros(0), drafter.spec.num_proposals)
     out["loss"] = sum(losses) / max(1, len(losses))
     return out
 
@@ -398,7 +399,7 @@ def save_state(r: DFlashRun) -> None:
         "tokens": r.tokens,
         "busy_s": r.busy_s,
         "config": asdict(r.cfg),
-        "dflash": {**asdict(r.opts), "spec": r.drafter.spec.to_config()},
+        "dflash": {**asdict(r.opts), "spec": r.drafter.spec.to_json()},
     }
     tensors = {n: t.detach().cpu() for n, t in r.drafter.state_dict().items()}
     state.save_state(
