@@ -106,3 +106,23 @@ def test_capture_layers_of_a_dflash_drafter(env):
     with pytest.raises(Eagle3Error, match=r"--aux-layers.*h\[2, 4\]"):
         drafter_aux(path, [1, 3], 8)
     assert capture_layers(path, None, None, True, 8) == ((2, 4), (2, 4, 1, 3))
+
+
+def test_probe_a_dflash_drafter_on_a_new_version(env):
+    """`probe` with a DFlash drafter: against its own target as the reference the similarity
+    is exact and both acceptances equal; on the next version (dsv3-v2) it runs the readings
+    of its ids, block acceptance, similarity and a verdict."""
+    from eagle3kit.measure.probe import probe
+
+    d = str(env.tmp / "zlab")
+    kw = dict(samples=4, max_len=64, online_prompts=1, online_tokens=8, depth=4)
+    same = probe(d, str(env.path), reference=str(env.path), **kw)
+    assert same["method"] == "dflash" and same["depth"] == 4
+    assert [c["reading"] for c in same["aux"]["candidates"]] == ["h[id+1]", "h[id]"]
+    assert same["aux"]["chosen"]["layers"] in ([2, 4], [1, 3])
+    acc = same["acceptance"]
+    assert acc["target"]["accept_len"] == acc["reference"]["accept_len"]
+    assert same["fc_similarity"]["cosine_mean"] == pytest.approx(1.0, abs=1e-5)
+    v2 = probe(d, str(tiny_target("dsv3-v2")), reference=str(env.path), **kw)
+    assert v2["fc_similarity"]["cosine_mean"] < 0.999
+    assert v2["verdict"] in ("plug-in", "fine-tune", "from-scratch") and v2["reasons"]

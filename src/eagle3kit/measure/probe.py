@@ -382,6 +382,13 @@ def _on(drafter: Any, target: Any, own_embed: bool) -> Any:
     return drafter
 
 
+def _on_block(drafter: Any, target: Any) -> Any:
+    """A DFlash drafter without its own embedding/lm_head borrows the serving target's."""
+    if not hasattr(drafter, "embed_tokens"):
+        drafter.attach_target(target)
+    return drafter
+
+
 def _online(
     d: Any,
     target: Any,
@@ -467,6 +474,11 @@ def probe(
     )
     doc["data"] = _data_figures(batch)
     emit(progress, "probe", 1, _STAGES, "stage", doing="aux readings")
+    if getattr(d, "method", None) == "dflash":  # block drafters: measure/probe_block.py
+        from eagle3kit.measure.probe_block import probe_block
+
+        online_args, speeds = (online_prompts, online_tokens), (baseline_tps, cycle_ms)
+        return probe_block(doc, d, new, ref, batch, depth, online_args, speeds, progress)
     own_embed = bool(d.embed_loaded)
     aux, new_feats = _aux_reading(d, new, batch, spec, layout, depth, drafter, own_embed)
     layers = aux["chosen"]["layers"]

@@ -213,6 +213,10 @@ class DFlashDrafter(nn.Module):
         """The context: hidden_norm(fc(aux)), [B, C, n*H] -> [B, C, H]."""
         return self.hidden_norm(self.fc(aux.to(self.fc.weight.dtype)))
 
+    def project_aux(self, aux: torch.Tensor) -> torch.Tensor:
+        """`project` under the name `probe`'s similarity calls (EAGLE-3 drafters' fc view)."""
+        return self.project(aux)
+
     def _cos_sin(self, pos: torch.Tensor, dtype: torch.dtype):
         freqs = pos[:, None, :, None].float() * self.inv_freq[None, None, None, :]  # [B,1,S,hd/2]
         return (freqs.cos() * self.rope_scale).to(dtype), (freqs.sin() * self.rope_scale).to(dtype)

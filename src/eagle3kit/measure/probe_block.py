@@ -1,0 +1,139 @@
+"""`probe` with a DFlash drafter D: can a block drafter trained for OLD serve NEW (K2 -> K2.5)?
+
+The steps of `measure/probe.py`, with what differs for block drafters:
+- readings of D's ids: z-lab's `target_layer_ids` z name layer outputs, h[z + 1] (what D was
+  trained on when its file is right), or h[z], what an engine one layer off feeds it
+  (docs/dflash.md "Layer ids"); D's offline acceptance on NEW under each tells which;
+- acceptance: the block evaluation of `measure/block_eval.py` (one pass per answer position,
+  a run r of leading drafts equal to the target's greedy tokens), on NEW and on OLD;
+  `accept_len` is the every-position value (1 + sum P(r >= i)), as `probe` reports for EAGLE-3;
+- similarity of OLD vs NEW at the chosen layers and on D's context projection
+  hidden_norm(fc(aux)); online block decoding on both; the same verdict rules (`decide`).
+D uses NEW's embedding and lm_head (OLD's for the reference) unless it carries its own.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from eagle3kit.core.progress import Progress, emit
+from eagle3kit.measure.probe import (
+    _STAGES,
+    _on_block,
+    _result,
+    _with_aux,
+    choose_reading,
+    hidden_similarity,
+    online_accept_len,
+)
+
+
+def block_candidates(spec: Any, num_layers: int) -> list[dict[str, Any]]:
+    """The readings of D's z-lab ids that fit the target: h[z+1] (declared) and h[z]."""
+    out = []
+    for name, layers, who, declared in (
+        ("h[id+1]", spec.aux_layers, "ids name layer outputs (z-lab; speculators writes id+1)",
+         True),
+        ("h[id]", spec.target_layer_ids, "an engine one layer off (the stream entering layer id)",
+         False),
+    ):  # fmt: skip
+        if all(0 <= i < num_layers for i in layers):
+            out.append({"reading": name, "layers": list(layers), "writers": who,
+                        "declared": declared})  # fmt: skip
+    return out
+
+
+def _samples(batch: Any) -> Any:
+    rows = []
+    for b in range(batch.input_ids.shape[0]):
+        n = int(batch.attention_mask[b].sum())
+        rows.append((batch.input_ids[b, :n], batch.loss_mask[b, :n].long()))
+    return SimpleNamespace(samples=rows, skipped=[], source=batch.source)
+
+
+def block_acceptance(d: Any, target: Any, batch: Any, depth: int) -> dict[str, Any]:
+    from eagle3kit.measure.block_eval import evaluate_offline_dflash
+
+    r = evaluate_offline_dflash(target, d, _samples(batch), depth)
+    ap = r["all_positions"]
+    return {
+        "acc": ap["per_position_acceptance"],
+        "cond_acc": ap["conditional_acceptance"],
+        "counted": ap["counted"],
+        "accept_len": r["tau_every_position"],
+        "tau_every_position": r["tau_every_position"],
+        "tau_walk": r["tau_walk"],
+    }
+
+
+def _feats(target: Any, batch: Any, layers: list[int]) -> list[Any]:
+    from eagle3kit.data.features import compute_features
+
+    t = _with_aux(target, layers)
+    try:
+        full = torch.zeros(t.vocab_size, dtype=torch.long)  # the whole vocabulary
+        with torch.no_grad():
+            return [compute_features(t, batch.input_ids, batch.attention_mask,
+                                     batch.loss_mask, full)]  # fmt: skip
+    finally:
+        t.close()
+
+
+def _readings(d: Any, new: Any, batch: Any, depth: int) -> dict[str, Any]:
+    cands = block_candidates(d.spec, new.num_layers)
+    acc = {}
+    for c in cands:
+        t = _with_aux(new, c["layers"])
+        try:
+            acc[c["reading"]] = block_acceptance(_on_block(d, t), t, batch, depth)
+        finally:
+            t.close()
+    return {"candidates": cands, "acceptance": acc, "chosen": choose_reading(cands, acc)}
+
+
+def _online(d: Any, target: Any, layers: list[int], batch: Any, depth: int, args) -> Any:
+    t = _with_aux(target, layers)
+    try:
+        return online_accept_len(_on_block(d, t), t, batch, depth, *args)
+    finally:
+        t.close()
+
+
+def probe_block(
+    doc: dict[str, Any],
+    d: Any,
+    new: Any,
+    ref: Any,
+    batch: Any,
+    depth: int,
+    online_args: tuple[int, int],
+    speeds: tuple[float | None, float | None],
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """`probe`'s document for a DFlash drafter (module docstring); `doc` holds compat etc."""
+    depth = min(depth, d.spec.num_proposals)
+    aux = _readings(d, new, batch, depth)
+    layers = aux["chosen"]["layers"]
+    acc_new = aux["acceptance"][aux["chosen"]["reading"]]
+    sim, fc_sim, acc_ref = [], None, None
+    emit(progress, "probe", 2, _STAGES, "stage", doing="similarity")
+    if ref is not None:
+        sim, fc_sim = hidden_similarity(_feats(ref, batch, layers), _feats(new, batch, layers),
+                                        d, layers)  # fmt: skip
+        emit(progress, "probe", 3, _STAGES, "stage", doing="reference acceptance")
+        t = _with_aux(ref, layers)
+        try:
+            acc_ref = block_acceptance(_on_block(d, t), t, batch, depth)
+        finally:
+            t.close()
+    emit(progress, "probe", 4, _STAGES, "stage", doing="online decoding")
+    online = {"target": _online(d, new, layers, batch, depth, online_args)}
+    if ref is not None:
+        online["reference"] = _online(d, ref, layers, batch, depth, online_args)
+    acc = {"target": acc_new, "reference": acc_ref}
+    out = _result({**doc, "method": "dflash", "depth": depth}, aux, sim, fc_sim, acc, online,
+                  speeds, depth, progress)  # fmt: skip
+    return out
