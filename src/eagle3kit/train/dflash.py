@@ -25,6 +25,7 @@ Checkpoints are written in z-lab's layout (model/dflash.py `save_pretrained`).
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -428,6 +429,12 @@ def train_dflash(
     for --resume (the saved settings win over the given ones but the output dir/device)."""
     from eagle3kit.train import state
 
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world != "1":  # every rank would write the same RUN: refuse before anything is written
+        raise Eagle3Error(
+            f"train --method dflash: torchrun (WORLD_SIZE={world}) is not supported yet; "
+            "expected one process (EAGLE-3 training runs under torchrun)"
+        )
     out = Path(cfg.out)
     saved = state.load_state(out / "state") if resume else None
     if saved is not None:
