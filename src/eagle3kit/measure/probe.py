@@ -23,6 +23,7 @@ built-in conversations (measure/probe_batches.py); only assistant tokens are sco
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -478,7 +479,8 @@ def probe(
         from eagle3kit.measure.probe_block import probe_block
 
         online_args, speeds = (online_prompts, online_tokens), (baseline_tps, cycle_ms)
-        return probe_block(doc, d, new, ref, batch, depth, online_args, speeds, progress)
+        this = sys.modules[__name__]  # its helpers, without probe_block importing probe
+        return probe_block(this, doc, d, new, ref, batch, depth, online_args, speeds, progress)
     own_embed = bool(d.embed_loaded)
     aux, new_feats = _aux_reading(d, new, batch, spec, layout, depth, drafter, own_embed)
     layers = aux["chosen"]["layers"]

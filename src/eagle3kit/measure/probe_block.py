@@ -14,21 +14,16 @@ D uses NEW's embedding and lm_head (OLD's for the reference) unless it carries i
 
 from __future__ import annotations
 
-from types import SimpleNamespace
+from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
 
 from eagle3kit.core.progress import Progress, emit
-from eagle3kit.measure.probe import (
-    _STAGES,
-    _on_block,
-    _result,
-    _with_aux,
-    choose_reading,
-    hidden_similarity,
-    online_accept_len,
-)
+
+# `P` below is measure/probe.py itself, handed in by its `probe` (which dispatches here), so
+# the two modules do not import each other: its stages, readings rule, similarity, online
+# decoding and verdict are used as they are.
 
 
 def block_candidates(spec: Any, num_layers: int) -> list[dict[str, Any]]:
@@ -69,10 +64,10 @@ def block_acceptance(d: Any, target: Any, batch: Any, depth: int) -> dict[str, A
     }
 
 
-def _feats(target: Any, batch: Any, layers: list[int]) -> list[Any]:
+def _feats(P: ModuleType, target: Any, batch: Any, layers: list[int]) -> list[Any]:
     from eagle3kit.data.features import compute_features
 
-    t = _with_aux(target, layers)
+    t = P._with_aux(target, layers)
     try:
         full = torch.zeros(t.vocab_size, dtype=torch.long)  # the whole vocabulary
         with torch.no_grad():
@@ -82,27 +77,30 @@ def _feats(target: Any, batch: Any, layers: list[int]) -> list[Any]:
         t.close()
 
 
-def _readings(d: Any, new: Any, batch: Any, depth: int) -> dict[str, Any]:
+def _readings(P: ModuleType, d: Any, new: Any, batch: Any, depth: int) -> dict[str, Any]:
     cands = block_candidates(d.spec, new.num_layers)
     acc = {}
     for c in cands:
-        t = _with_aux(new, c["layers"])
+        t = P._with_aux(new, c["layers"])
         try:
-            acc[c["reading"]] = block_acceptance(_on_block(d, t), t, batch, depth)
+            acc[c["reading"]] = block_acceptance(P._on_block(d, t), t, batch, depth)
         finally:
             t.close()
-    return {"candidates": cands, "acceptance": acc, "chosen": choose_reading(cands, acc)}
+    return {"candidates": cands, "acceptance": acc, "chosen": P.choose_reading(cands, acc)}
 
 
-def _online(d: Any, target: Any, layers: list[int], batch: Any, depth: int, args) -> Any:
-    t = _with_aux(target, layers)
+def _online(
+    P: ModuleType, d: Any, target: Any, layers: list[int], batch: Any, depth: int, args
+) -> Any:
+    t = P._with_aux(target, layers)
     try:
-        return online_accept_len(_on_block(d, t), t, batch, depth, *args)
+        return P.online_accept_len(P._on_block(d, t), t, batch, depth, *args)
     finally:
         t.close()
 
 
 def probe_block(
+    P: ModuleType,
     doc: dict[str, Any],
     d: Any,
     new: Any,
@@ -115,25 +113,25 @@ def probe_block(
 ) -> dict[str, Any]:
     """`probe`'s document for a DFlash drafter (module docstring); `doc` holds compat etc."""
     depth = min(depth, d.spec.num_proposals)
-    aux = _readings(d, new, batch, depth)
+    aux = _readings(P, d, new, batch, depth)
     layers = aux["chosen"]["layers"]
     acc_new = aux["acceptance"][aux["chosen"]["reading"]]
     sim, fc_sim, acc_ref = [], None, None
-    emit(progress, "probe", 2, _STAGES, "stage", doing="similarity")
+    emit(progress, "probe", 2, P._STAGES, "stage", doing="similarity")
     if ref is not None:
-        sim, fc_sim = hidden_similarity(_feats(ref, batch, layers), _feats(new, batch, layers),
-                                        d, layers)  # fmt: skip
-        emit(progress, "probe", 3, _STAGES, "stage", doing="reference acceptance")
-        t = _with_aux(ref, layers)
+        old_f, new_f = _feats(P, ref, batch, layers), _feats(P, new, batch, layers)
+        sim, fc_sim = P.hidden_similarity(old_f, new_f, d, layers)
+        emit(progress, "probe", 3, P._STAGES, "stage", doing="reference acceptance")
+        t = P._with_aux(ref, layers)
         try:
-            acc_ref = block_acceptance(_on_block(d, t), t, batch, depth)
+            acc_ref = block_acceptance(P._on_block(d, t), t, batch, depth)
         finally:
             t.close()
-    emit(progress, "probe", 4, _STAGES, "stage", doing="online decoding")
-    online = {"target": _online(d, new, layers, batch, depth, online_args)}
+    emit(progress, "probe", 4, P._STAGES, "stage", doing="online decoding")
+    online = {"target": _online(P, d, new, layers, batch, depth, online_args)}
     if ref is not None:
-        online["reference"] = _online(d, ref, layers, batch, depth, online_args)
+        online["reference"] = _online(P, d, ref, layers, batch, depth, online_args)
     acc = {"target": acc_new, "reference": acc_ref}
-    out = _result({**doc, "method": "dflash", "depth": depth}, aux, sim, fc_sim, acc, online,
+    out = P._result({**doc, "method": "dflash", "depth": depth}, aux, sim, fc_sim, acc, online,
                   speeds, depth, progress)  # fmt: skip
     return out
