@@ -33,7 +33,8 @@ from types import SimpleNamespace
 import torch
 from safetensors.torch import load_file, save_file
 
-from eagle3kit.model.dflash import DFlashDrafter, DFlashSpec
+from eagle3kit.core.method_spec import DFlashSpec
+from eagle3kit.model.dflash import DFlashDrafter
 from eagle3kit.train.dflash import block_logits, blocks_at
 
 HERE = Path(__file__).resolve().parent
@@ -47,8 +48,9 @@ TOL = 1e-4
 def drafter() -> tuple[DFlashDrafter, torch.Tensor, torch.Tensor]:
     spec = DFlashSpec(
         hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, vocab_size=256, block_size=8, mask_token_id=255,
-        target_layer_ids=(1, 4, 7), num_target_layers=10,
+        num_key_value_heads=2, head_dim=16, vocab_size=256, draft_vocab_size=256,
+        target_hidden_size=64, block_size=8, mask_token_id=255, target_layer_ids=(1, 4, 7),
+        num_target_layers=10, dtype="float32",
     )  # fmt: skip
     torch.manual_seed(0)
     d = DFlashDrafter(spec)

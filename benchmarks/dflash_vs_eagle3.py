@@ -104,7 +104,7 @@ def main() -> None:
             "block_size": a.block_size,
             "draft_layers": a.draft_layers,
             "lr": a.dflash_lr or r.lr,
-            **bench_row(target, d, d.spec.aux_layers, prompts, r, d.spec.num_drafts),
+            **bench_row(target, d, d.spec.aux_layers, prompts, r, d.spec.num_proposals),
         },
     }
     doc = {

@@ -10,10 +10,11 @@ import pytest
 import torch
 from test_sampling_deep import LAW_P, PositionTarget, fits
 
+from eagle3kit.checkpoint.dflash_layout import read_dflash_config, zlab_config
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode import Sampling, greedy_generate, speculative_generate
 from eagle3kit.decode import block as BLK
-from eagle3kit.model.dflash import DFlashCache, DFlashDrafter, DFlashSpec
+from eagle3kit.model.dflash import DFlashCache, DFlashDrafter
 
 ARCHS = ["llama-v1", "dsv3-v1"]
 ZLAB_IDS = (1, 3)  # z-lab ids (layer outputs) on the 8-layer tiny members: aux ids 2, 4
@@ -86,7 +87,7 @@ def test_save_load_round_trip_and_refusals(target, tmp_path):
     d = random_drafter(target)
     d.save_pretrained(tmp_path / "dd")
     e = DFlashDrafter.from_pretrained(tmp_path / "dd")
-    assert e.spec == d.spec
+    assert e.spec.replace(tensors=()) == d.spec  # the reader records the names it found
     for n, t in d.state_dict().items():
         assert torch.equal(t, e.state_dict()[n]), n
     sd = d.state_dict()
@@ -95,9 +96,9 @@ def test_save_load_round_trip_and_refusals(target, tmp_path):
     bad_shape = {**sd, "fc.weight": torch.zeros(32, 96)}
     with pytest.raises(Eagle3Error, match=r"fc.weight: expected shape \[32, 64\]"):
         DFlashDrafter.from_tensors(d.spec, bad_shape)
-    cfg = {**d.spec.to_config(), "dflash_config": {"target_layer_ids": [1, 3]}}
+    cfg = {**zlab_config(d.spec), "dflash_config": {"target_layer_ids": [1, 3]}}
     with pytest.raises(Eagle3Error, match="mask_token_id"):
-        DFlashSpec.from_config(cfg)
+        read_dflash_config(cfg, "config.json", set(sd))
 
 
 def test_greedy_lossless_random_drafter(target):
@@ -142,6 +143,59 @@ def test_greedy_lossless_with_accepted_blocks(target):
     assert got.stats.tau_online > 2.0
 
 
+def test_speculators_layout_loads_and_decodes(target, tmp_path):
+    """`convert` z-lab -> speculators (the target's embedding/lm_head copied in): the one
+    reader loads both, the logits are equal, and decoding with the self-contained drafter
+    (nothing attached) is token-identical to plain greedy."""
+    from eagle3kit.checkpoint.convert_methods import convert_method
+    from eagle3kit.checkpoint.methods import dflash_header
+
+    d = random_drafter(target, seed=3)
+    d.save_pretrained(tmp_path / "z")
+    src = str(target.model.config._name_or_path)
+    convert_method(dflash_header(str(tmp_path / "z")), "speculators", str(tmp_path / "s"),
+                   embed_from=src)  # fmt: skip
+    z = DFlashDrafter.from_pretrained(tmp_path / "z")
+    s = DFlashDrafter.from_pretrained(tmp_path / "s")
+    assert (z.spec.layout, s.spec.layout) == ("zlab", "speculators")
+    assert not z.embed_loaded and hasattr(s, "lm_head") and s.spec.aux_layers == (2, 4)
+    z.attach_target(target)
+    ids = torch.tensor([target.tokenizer("for i in range(10):")["input_ids"]])
+    aux, p = target.forward(ids).aux, ids.shape[1]
+    block = torch.tensor([[7] + [d.spec.mask_token_id] * 5])
+    pos = torch.arange(p + 6)[None]
+    want = z.logits(z(block, aux, pos))
+    torch.testing.assert_close(s.logits(s(block, aux, pos)), want, rtol=0, atol=1e-6)
+    eos = target.tokenizer.eos_token_id
+    plain = greedy_generate(target, ids[0].tolist(), max_new_tokens=16, eos_token_id=eos).tokens
+    got = speculative_generate(target, s, ids[0].tolist(), max_new_tokens=16, eos_token_id=eos)
+    assert got.tokens == plain
+
+
+def test_vocab_map_scatters_draft_logits(target, tmp_path):
+    """A speculators drafter whose lm_head covers a subset of the vocabulary (d2t): its logits
+    are the full head's on that subset and -inf elsewhere, read back through the reader."""
+    from eagle3kit.checkpoint.method_writers import save_dflash
+
+    d = random_drafter(target, seed=4)
+    v = d.spec.vocab_size
+    keep = torch.arange(0, v, 3)  # draft id j -> target id 3j
+    sd = {n: t.clone() for n, t in d.state_dict().items()}
+    emb, head = d.target_io
+    sd.update({"embed_tokens.weight": emb.clone(), "lm_head.weight": head[keep].clone(),
+               "d2t": keep - torch.arange(len(keep))})  # fmt: skip
+    spec = d.spec.replace(layout="speculators", draft_vocab_size=len(keep))
+    save_dflash(tmp_path / "m", spec, sd)
+    m = DFlashDrafter.from_pretrained(tmp_path / "m")
+    assert m.spec.has_vocab_map and tuple(m.lm_head.weight.shape) == (len(keep), 32)
+    h = torch.randn(2, 32)
+    got, full = m.logits(h), d.logits(h)
+    torch.testing.assert_close(got[:, keep], full[:, keep])
+    rest = torch.ones(v, dtype=torch.bool)
+    rest[keep] = False
+    assert torch.isneginf(got[:, rest]).all()
+
+
 def test_bad_input(target):
     d = random_drafter(target)
     ids = [1, 2, 3]
@@ -166,7 +220,7 @@ class PositionBlockDrafter:
     method = "dflash"
     embed_loaded = True
     spec = SimpleNamespace(
-        num_drafts=3, block_size=4, aux_layers=(), mask_token_id=0, num_hidden_layers=1
+        num_proposals=3, block_size=4, aux_layers=(), mask_token_id=0, num_hidden_layers=1
     )
 
     def __call__(self, block, aux, pos, cache):

@@ -157,6 +157,12 @@ def _zlab_to_speculators(head: MethodHeader, embed_from: str | None, verifier: s
             "--embed-from TARGET: needed (speculators' layout carries the "
             "target's embed_tokens and lm_head; z-lab's borrows them)"
         )
+    if spec.input_embedding_scale != 1.0:
+        raise bad(
+            head.ckpt.config_file,
+            f"dflash_config.input_embedding_scale: {spec.input_embedding_scale} (speculators' "
+            "DFlash config has no such field; converting would drop it), expected 1.0",
+        )
     body = _body(head)
     dtype = body["fc.weight"].dtype
     vocab = _target_vocab(embed_from, spec, dtype)

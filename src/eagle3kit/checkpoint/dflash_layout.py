@@ -147,6 +147,9 @@ def _zlab_fields(cfg: dict[str, Any], where: str, n_layers: int) -> dict[str, An
         num_target_layers=n_target if isinstance(n_target, int) else None,
         sample_from_anchor=bool(dfc.get("sample_from_anchor", False)),
         layer_causal=_causal_zlab(cfg, dfc, n_layers),
+        input_embedding_scale=float(
+            _get(dfc, "input_embedding_scale", f"{where}: dflash_config", (int, float), 1.0)
+        ),
     )
 
 
@@ -231,6 +234,8 @@ def zlab_config(spec: DFlashSpec, base: dict[str, Any] | None = None) -> dict[st
     dfc.update(mask_token_id=spec.mask_token_id, target_layer_ids=list(spec.target_layer_ids))
     if spec.sample_from_anchor:
         dfc["sample_from_anchor"] = True
+    if spec.input_embedding_scale != 1.0:
+        dfc["input_embedding_scale"] = spec.input_embedding_scale
     cfg["dflash_config"] = dfc
     if spec.num_target_layers is not None:
         cfg.setdefault("num_target_layers", spec.num_target_layers)

@@ -82,6 +82,11 @@ class DFlashSpec:
     architecture: str = "DFlashDraftModel"
     verifier: str | None = None
     tensors: tuple[str, ...] = ()  # canonical names present in the checkpoint
+    # z-lab `dflash_config.input_embedding_scale`: the block's embeddings are multiplied by it
+    input_embedding_scale: float = 1.0
+
+    # what model/attention.inv_freq reads (a DraftSpec's rope fields): plain rope, no MLA
+    is_mla = False
 
     def __post_init__(self) -> None:
         where = "DFlashSpec"
@@ -117,6 +122,15 @@ class DFlashSpec:
     @property
     def fc_in_features(self) -> int:
         return len(self.target_layer_ids) * self.target_hidden_size
+
+    @property
+    def rope_dim(self) -> int:
+        return self.head_dim
+
+    @property
+    def has_vocab_map(self) -> bool:
+        """lm_head covers a reduced draft vocabulary mapped to the target's by d2t."""
+        return self.draft_vocab_size != self.vocab_size
 
     @property
     def causal(self) -> tuple[bool, ...]:

@@ -117,7 +117,7 @@ def block_generate(
     on_tokens: Callable[[list[int]], None] | None = None,
 ) -> Generation:
     """Decode with a DFlash drafter, K = `depth` drafts per cycle (default B - 1)."""
-    k = drafter.spec.num_drafts if depth is None else depth
+    k = drafter.spec.num_proposals if depth is None else depth
     check_block(target, drafter, k, max_new_tokens)
     ids = prompt_tensor(prompt_ids, target.device)  # [1, P]
     dec = BlockDecoder(target, drafter, k, sampling, seed)
@@ -129,9 +129,9 @@ def block_generate(
 def check_block(target: TargetModel, drafter: DFlashDrafter, k: int, max_new_tokens: int) -> None:
     """Refuse what block decoding cannot do losslessly or at all, naming the field."""
     spec = drafter.spec
-    if not 1 <= k <= spec.num_drafts:
+    if not 1 <= k <= spec.num_proposals:
         raise Eagle3Error(
-            f"depth: expected 1..{spec.num_drafts} drafts for block size {spec.block_size}, "
+            f"depth: expected 1..{spec.num_proposals} drafts for block size {spec.block_size}, "
             f"found {k}"
         )
     if max_new_tokens < 1:

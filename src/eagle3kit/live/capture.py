@@ -117,6 +117,18 @@ def layer_plan(
     return LayerPlan(num_layers, aux, want, drafter)
 
 
+def _drafter_spec(drafter: str) -> Any:
+    """The drafter's spec by header: an EAGLE-3 DraftSpec, or a DFlashSpec (its `aux_layers`
+    are the h-indices its z-lab ids name: id + 1)."""
+    from eagle3kit.checkpoint.dflash_layout import is_dflash_config
+    from eagle3kit.checkpoint.methods import dflash_header
+    from eagle3kit.checkpoint.reader import drafter_header
+    from eagle3kit.checkpoint.safetensors_io import load_checkpoint
+
+    ckpt = load_checkpoint(drafter)
+    return dflash_header(ckpt).spec if is_dflash_config(ckpt.config) else drafter_header(ckpt).spec
+
+
 def drafter_aux(drafter: str | None, aux_layers: Any, num_layers: int) -> tuple[int, ...]:
     """The drafter's aux h-indices: from its checkpoint (headers only), or given, or default;
     a drafter and --aux-layers that disagree are an error."""
@@ -125,9 +137,7 @@ def drafter_aux(drafter: str | None, aux_layers: Any, num_layers: int) -> tuple[
     given = tuple(aux_layers) if aux_layers else None
     if drafter is None:
         return given or tuple(default_aux_layers(num_layers))
-    from eagle3kit.checkpoint.reader import drafter_header
-
-    spec = drafter_header(drafter).spec
+    spec = _drafter_spec(drafter)
     have = tuple(spec.aux_layers or default_aux_layers(num_layers))
     if given is not None and given != have:
         raise bad("--aux-layers", f"expected the drafter's h{list(have)}, found h{list(given)}")
@@ -313,9 +323,10 @@ def capture_layers(
         from eagle3kit.measure.probe import AuxIds, aux_candidates
 
         if drafter is not None:
-            from eagle3kit.checkpoint.reader import drafter_header
-
-            spec = drafter_header(drafter).spec
+            spec = _drafter_spec(drafter)
+            if not hasattr(spec, "aux_layers_raw"):  # DFlash: its z-lab ids as written
+                ids, layers = tuple(spec.target_layer_ids), tuple(spec.aux_layers)
+                spec = AuxIds(aux_layers_raw=ids, aux_layers=layers)
         else:
             spec = AuxIds(aux_layers_raw=None, aux_layers=tuple(aux))
         more += [int(i) for c in aux_candidates(spec, num_layers) for i in c["layers"]]

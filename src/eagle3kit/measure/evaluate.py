@@ -314,11 +314,17 @@ def evaluate_store(
     ``heldout`` (a fraction or a count of the store, by sample id) or by default the whole
     store when it was captured from held-out data, else DATA's held-out split (5%, the one
     training leaves out); the document's ``heldout`` says which."""
+    from eagle3kit.measure import block_eval
     from eagle3kit.measure import store_features as S
     from eagle3kit.plan.forecast import conditional
     from eagle3kit.train.methods import drafter_method
     from eagle3kit.train.ttt import tau_every_position, ttt_counts
 
+    if block_eval.is_dflash_checkpoint(drafter):  # block drafters: measure/block_eval.py
+        return block_eval.evaluate_store_dflash(
+            drafter, str(features), depth, target=target, heldout=heldout, device=device,
+            progress=progress,
+        )  # fmt: skip
     store = S.open_store(features)
     d, spec, _, _ = S.drafter_for(drafter, target, store, device)
     S.check_vocab(store, d, str(features))

@@ -24,6 +24,7 @@ built-in conversations (measure/probe_batches.py); only assistant tokens are sco
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -37,6 +38,7 @@ from eagle3kit.measure.verdict import break_even, decide, speed_inputs
 if TYPE_CHECKING:
     from eagle3kit.core.spec import DraftSpec
     from eagle3kit.data.features import Features
+    from eagle3kit.model.dflash import DFlashDrafter
     from eagle3kit.model.drafter import Eagle3Drafter
     from eagle3kit.model.protocols import Target
     from eagle3kit.model.target import TargetModel
@@ -330,6 +332,13 @@ def _on(drafter: Eagle3Drafter, target: TargetModel, own_embed: bool) -> Eagle3D
     return drafter
 
 
+def _on_block(drafter: DFlashDrafter, target: TargetModel) -> DFlashDrafter:
+    """A DFlash drafter without its own embedding/lm_head borrows the serving target's."""
+    if not hasattr(drafter, "embed_tokens"):
+        drafter.attach_target(target)
+    return drafter
+
+
 def _online(run: Run, target: TargetModel, layers: Sequence[int]) -> dict[str, Any] | None:
     """Real chain decoding on ``target`` capturing ``layers`` (`online_tau`)."""
     t = _with_aux(target, layers)
@@ -395,6 +404,12 @@ def probe(
         else builtin_batch(new.tokenizer, samples, max_len)
     )
     doc["data"] = _data_figures(batch)
+    if getattr(loaded.drafter, "method", None) == "dflash":  # measure/probe_block.py
+        from eagle3kit.measure.probe_block import probe_block
+
+        run = Run(loaded, batch, depth, False, online_prompts, online_tokens, progress)
+        this = sys.modules[__name__]  # its helpers, without probe_block importing probe
+        return probe_block(this, doc, run, speeds)
     own_embed = bool(loaded.drafter.embed_loaded)
     run = Run(loaded, batch, depth, own_embed, online_prompts, online_tokens, progress)
     emit(progress, "probe", 1, STAGES, "stage", doing="aux readings")

@@ -18,7 +18,9 @@ The context enters every layer only through that layer's k_proj/v_proj (it is no
 layer to layer), so its keys/values can be cached per layer like a KV cache: decoding appends
 the keys of newly verified tokens and drops the block's (`DFlashCache.crop`).
 `embed` and `lm_head` are the target's (z-lab checkpoints carry neither); a checkpoint that
-has them (speculators' layout) keeps its own via `embed_tokens`/`lm_head`.
+has them (speculators' layout) keeps its own via `embed_tokens`/`lm_head`, and when its
+lm_head covers a reduced draft vocabulary, `d2t` maps draft id j to target id j + d2t[j]
+(`logits` scatters onto the target's vocabulary, -inf elsewhere).
 
 Layer ids: z-lab's `dflash_config.target_layer_ids` name the decoder layer whose OUTPUT is
 used (HF `hidden_states[id + 1]`); eagle3kit's aux ids name the layer's INPUT
@@ -26,159 +28,29 @@ used (HF `hidden_states[id + 1]`); eagle3kit's aux ids name the layer's INPUT
 
 Parameter names equal z-lab's checkpoint names (`fc`, `hidden_norm`, `norm`, `layers.i.*`),
 so `state_dict()` is a z-lab checkpoint. Device and dtype are parameters; no CUDA assumed.
-The checkpoint reader here is minimal (config.json + model.safetensors of one directory);
-the checkpoint layer's DFlash reader (inspect/compat/convert) is separate.
+The spec is the checkpoint layer's `core.method_spec.DFlashSpec`; checkpoints are read by its
+one reader (`checkpoint.methods.read_dflash`, both layouts) and written by its one writer
+(`checkpoint.method_writers.save_dflash`, in `spec.layout`).
 """
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eagle3kit.core.atomic import atomic_write_json, save_safetensors
+from eagle3kit.checkpoint.dflash_layout import default_target_layer_ids
 from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.core.method_spec import DFlashSpec
 from eagle3kit.model.attention import DraftCache, RMSNorm, apply_rope, inv_freq
 
 if TYPE_CHECKING:
     from eagle3kit.model.target import TargetModel
 
 METHOD = "dflash"
-
-
-def default_target_layer_ids(num_target_layers: int, num_draft_layers: int) -> list[int]:
-    """z-lab's default: evenly from layer 1 to L-3 (L//2 for a one-layer drafter)."""
-    if num_draft_layers == 1:
-        return [num_target_layers // 2]
-    span = num_target_layers - 4
-    return [round(1 + i * span / (num_draft_layers - 1)) for i in range(num_draft_layers)]
-
-
-@dataclass(frozen=True)
-class DFlashSpec:
-    """A DFlash drafter's shape (z-lab config.json fields)."""
-
-    hidden_size: int
-    intermediate_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    vocab_size: int
-    block_size: int
-    mask_token_id: int
-    target_layer_ids: tuple[int, ...]  # z-lab convention: the layer whose output is used
-    num_target_layers: int
-    rms_norm_eps: float = 1e-6
-    rope_theta: float = 1_000_000.0
-    rope_scaling: dict | None = None
-    max_position_embeddings: int = 40960
-    attention_bias: bool = False
-    input_embedding_scale: float = 1.0
-    dtype: str = "float32"
-    extra: dict = field(default_factory=dict, compare=False)  # config fields kept verbatim
-
-    # what attention.inv_freq and load_pair read
-    is_mla = False
-
-    @property
-    def rope_dim(self) -> int:
-        return self.head_dim
-
-    @property
-    def aux_layers(self) -> tuple[int, ...]:
-        """eagle3kit's aux ids (HF hidden_states index = layer input): z-lab ids + 1."""
-        return tuple(i + 1 for i in self.target_layer_ids)
-
-    @property
-    def target_hidden_size(self) -> int:
-        return self.hidden_size
-
-    @property
-    def fc_in_features(self) -> int:
-        return len(self.target_layer_ids) * self.hidden_size
-
-    @property
-    def num_drafts(self) -> int:
-        """Tokens one pass proposes: B - 1 (slot 0 holds the last accepted token)."""
-        return self.block_size - 1
-
-    @classmethod
-    def from_config(cls, cfg: dict[str, Any], where: str = "config.json") -> DFlashSpec:
-        """Read z-lab's config (block_size top-level or in dflash_config)."""
-        dc = cfg.get("dflash_config") or {}
-
-        def need(name: str, src: dict) -> Any:
-            if src.get(name) is None:
-                raise bad(where, f"{name}: expected a value, found none")
-            return src[name]
-
-        if cfg.get("is_causal") or dc.get("causal") or dc.get("use_swa"):
-            raise bad(where, "expected bidirectional full-attention layers, found causal/sliding")
-        if any(t != "full_attention" for t in cfg.get("layer_types") or []):
-            raise bad(where, f"layer_types: expected full_attention, found {cfg['layer_types']}")
-        n_heads = int(need("num_attention_heads", cfg))
-        h = int(need("hidden_size", cfg))
-        n_layers = int(need("num_hidden_layers", cfg))
-        n_target = int(cfg.get("num_target_layers") or dc.get("num_target_layers") or 0)
-        if not dc.get("target_layer_ids") and n_target < 4:
-            raise bad(where, "dflash_config.target_layer_ids: expected a list, found none")
-        ids = dc.get("target_layer_ids") or default_target_layer_ids(n_target, n_layers)
-        rope = cfg.get("rope_parameters") or {}
-        return cls(
-            hidden_size=h,
-            intermediate_size=int(need("intermediate_size", cfg)),
-            num_hidden_layers=n_layers,
-            num_attention_heads=n_heads,
-            num_key_value_heads=int(cfg.get("num_key_value_heads") or n_heads),
-            head_dim=int(cfg.get("head_dim") or h // n_heads),
-            vocab_size=int(need("vocab_size", cfg)),
-            block_size=int(dc.get("block_size") or cfg.get("block_size") or 16),
-            mask_token_id=int(need("mask_token_id", dc)),
-            target_layer_ids=tuple(int(i) for i in ids),
-            num_target_layers=n_target,
-            rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            rope_theta=float(cfg.get("rope_theta") or rope.get("rope_theta") or 1_000_000.0),
-            rope_scaling=cfg.get("rope_scaling"),
-            max_position_embeddings=int(cfg.get("max_position_embeddings") or 40960),
-            attention_bias=bool(cfg.get("attention_bias", False)),
-            input_embedding_scale=float(dc.get("input_embedding_scale", 1.0)),
-            dtype=str(cfg.get("torch_dtype") or cfg.get("dtype") or "float32"),
-        )
-
-    def to_config(self) -> dict[str, Any]:
-        """z-lab's config.json (Qwen3 fields + block_size + dflash_config)."""
-        return {
-            "architectures": ["DFlashDraftModel"],
-            "model_type": "qwen3",
-            "hidden_size": self.hidden_size,
-            "intermediate_size": self.intermediate_size,
-            "num_hidden_layers": self.num_hidden_layers,
-            "num_attention_heads": self.num_attention_heads,
-            "num_key_value_heads": self.num_key_value_heads,
-            "head_dim": self.head_dim,
-            "vocab_size": self.vocab_size,
-            "hidden_act": "silu",
-            "rms_norm_eps": self.rms_norm_eps,
-            "rope_theta": self.rope_theta,
-            "rope_scaling": self.rope_scaling,
-            "max_position_embeddings": self.max_position_embeddings,
-            "attention_bias": self.attention_bias,
-            "attention_dropout": 0.0,
-            "tie_word_embeddings": False,
-            "torch_dtype": self.dtype,
-            "block_size": self.block_size,
-            "num_target_layers": self.num_target_layers,
-            "dflash_config": {
-                "mask_token_id": self.mask_token_id,
-                "target_layer_ids": list(self.target_layer_ids),
-            },
-        }
 
 
 class DFlashCache:
@@ -275,6 +147,7 @@ class DFlashDrafter(nn.Module):
         dtype: torch.dtype = torch.float32,
     ):
         super().__init__()
+        _check_buildable(spec)
         self.spec = spec
         with torch.device(device):
             self.layers = nn.ModuleList(DFlashLayer(spec) for _ in range(spec.num_hidden_layers))
@@ -283,7 +156,11 @@ class DFlashDrafter(nn.Module):
             self.hidden_norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
             if own_head:  # speculators' layout carries them; z-lab's uses the target's
                 self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
-                self.lm_head = nn.Linear(spec.hidden_size, spec.vocab_size, bias=False)
+                self.lm_head = nn.Linear(spec.hidden_size, spec.draft_vocab_size, bias=False)
+            if spec.has_vocab_map:  # draft id j -> target id j + d2t[j]
+                self.register_buffer("d2t", torch.zeros(spec.draft_vocab_size, dtype=torch.long))
+            if "t2d" in spec.tensors:
+                self.register_buffer("t2d", torch.zeros(spec.vocab_size, dtype=torch.bool))
             inv, self.rope_scale = inv_freq(spec)  # type: ignore[arg-type]
             self.register_buffer("inv_freq", inv, persistent=False)
         self.to(dtype=dtype)
@@ -323,15 +200,25 @@ class DFlashDrafter(nn.Module):
         return F.embedding(ids, w).to(self.fc.weight.dtype) * self.spec.input_embedding_scale
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """The target's lm_head on the drafter's normed output: [..., H] -> [..., V]."""
+        """The lm_head on the drafter's normed output: [..., H] -> [..., V] (target ids; with
+        a vocab map the draft vocabulary's logits land on j + d2t[j], -inf elsewhere)."""
         w = self._io()[1]
-        return F.linear(hidden.to(w.dtype), w)
+        out = F.linear(hidden.to(w.dtype), w)
+        if not self.spec.has_vocab_map:
+            return out
+        full = out.new_full((*out.shape[:-1], self.spec.vocab_size), float("-inf"))
+        ids = torch.arange(self.spec.draft_vocab_size, device=out.device) + self.d2t
+        return full.index_copy(-1, ids, out)
 
     # ------------------------------------------------------------ one block pass
 
     def project(self, aux: torch.Tensor) -> torch.Tensor:
         """The context: hidden_norm(fc(aux)), [B, C, n*H] -> [B, C, H]."""
         return self.hidden_norm(self.fc(aux.to(self.fc.weight.dtype)))
+
+    def project_aux(self, aux: torch.Tensor) -> torch.Tensor:
+        """`project` under the name `probe`'s similarity calls (EAGLE-3 drafters' fc view)."""
+        return self.project(aux)
 
     def _cos_sin(self, pos: torch.Tensor, dtype: torch.dtype):
         freqs = pos[:, None, :, None].float() * self.inv_freq[None, None, None, :]  # [B,1,S,hd/2]
@@ -379,6 +266,8 @@ class DFlashDrafter(nn.Module):
         h, n_layers = int(cfg.hidden_size), target.num_layers
         heads = num_attention_heads or int(cfg.num_attention_heads)
         ids = target_layer_ids or tuple(default_target_layer_ids(n_layers, num_hidden_layers))
+        emb = target.embed_tokens.weight
+        dtype = dtype or emb.dtype
         spec = DFlashSpec(
             hidden_size=h,
             intermediate_size=intermediate_size or int(cfg.intermediate_size),
@@ -387,14 +276,17 @@ class DFlashDrafter(nn.Module):
             num_key_value_heads=heads,
             head_dim=h // heads,
             vocab_size=target.vocab_size,
+            draft_vocab_size=target.vocab_size,
+            target_hidden_size=h,
             block_size=block_size,
             mask_token_id=target.vocab_size - 1 if mask_token_id is None else mask_token_id,
             target_layer_ids=tuple(ids),
             num_target_layers=n_layers,
+            layer_causal=(False,) * num_hidden_layers,
             rms_norm_eps=float(getattr(cfg, "rms_norm_eps", 1e-6)),
+            dtype=str(dtype).removeprefix("torch."),
         )
-        emb = target.embed_tokens.weight
-        d = cls(spec, device=device or emb.device, dtype=dtype or emb.dtype)
+        d = cls(spec, device=device or emb.device, dtype=dtype)
         d.attach_target(target)
         return d
 
@@ -406,31 +298,20 @@ class DFlashDrafter(nn.Module):
         device: torch.device | str = "cpu",
         dtype: torch.dtype | None = None,
     ) -> DFlashDrafter:
-        """Read z-lab's layout: config.json + *.safetensors in one directory (strict)."""
-        from safetensors.torch import load_file
+        """Read a DFlash checkpoint in z-lab's or speculators' layout (checkpoint/methods.py
+        `read_dflash`: a local folder or a hub id), strictly."""
+        from eagle3kit.checkpoint.methods import read_dflash
 
-        p = Path(path)
-        cfg_file = p / "config.json"
-        try:
-            cfg = json.loads(cfg_file.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise bad(
-                str(cfg_file), f"expected a JSON config, found {type(e).__name__}: {e}"
-            ) from e
-        spec = DFlashSpec.from_config(cfg, where=str(cfg_file))
-        files = sorted(p.glob("*.safetensors"))
-        if not files:
-            raise bad(str(p), "expected *.safetensors weights, found none")
-        tensors: dict[str, torch.Tensor] = {}
-        for f in files:
-            tensors.update(load_file(str(f)))
+        spec, tensors, head = read_dflash(str(path))
         dt = dtype if isinstance(dtype, torch.dtype) else None  # "auto": the config's
-        return cls.from_tensors(spec, tensors, device=device, dtype=dt, where=str(p))
+        return cls.from_tensors(spec, tensors, device=device, dtype=dt, where=head.source)
 
     @classmethod
     def from_tensors(cls, spec, tensors, *, device="cpu", dtype=None, where="checkpoint"):
         """A drafter holding exactly `tensors` (missing, extra or misshapen ones refused)."""
         own_head = "lm_head.weight" in tensors or "embed_tokens.weight" in tensors
+        if "t2d" in tensors and "t2d" not in spec.tensors:
+            spec = spec.replace(tensors=tuple(sorted({*spec.tensors, "t2d"})))
         d = cls(spec, own_head=own_head, device=device, dtype=dtype or getattr(torch, spec.dtype))
         own = d.state_dict()
         missing = sorted(set(own) - set(tensors))
@@ -443,18 +324,30 @@ class DFlashDrafter(nn.Module):
         d.load_state_dict(tensors, strict=True)
         return d
 
-    def save_pretrained(self, path: str | Path) -> Path:
-        """Write z-lab's layout (config.json + model.safetensors), atomically."""
-        p = Path(path)
-        p.mkdir(parents=True, exist_ok=True)
+    def save_pretrained(self, path: str | Path, *, verifier: str | None = None) -> Path:
+        """Write the checkpoint in `spec.layout` (checkpoint/method_writers.py `save_dflash`),
+        replacing `path` atomically."""
+        from eagle3kit.checkpoint.method_writers import save_dflash
+        from eagle3kit.core.atomic import atomic_dir
+
         dtype = str(next(self.parameters()).dtype).removeprefix("torch.")
-        cfg = {**self.spec.to_config(), "torch_dtype": dtype}
+        spec = self.spec.replace(dtype=dtype)
         sd = {n: t.detach().contiguous().cpu() for n, t in self.state_dict().items()}
-        save_safetensors(p / "model.safetensors", sd, {"format": "pt"})
-        atomic_write_json(p / "config.json", cfg)
+        p = Path(path)
+        with atomic_dir(p) as tmp:
+            save_dflash(tmp / "d", spec, sd, verifier=verifier)
+            for f in (tmp / "d").iterdir():
+                f.rename(tmp / f.name)
+            (tmp / "d").rmdir()
         return p
 
 
-def is_dflash_config(cfg: dict[str, Any]) -> bool:
-    """z-lab's layout: a dflash_config or the DFlashDraftModel architecture."""
-    return "dflash_config" in cfg or "DFlashDraftModel" in (cfg.get("architectures") or [])
+def _check_buildable(spec: DFlashSpec) -> None:
+    """What this module implements: DFlash proper, B - 1 proposals, bidirectional layers."""
+    where = f"{spec.architecture} config"
+    if spec.variant != "dflash":
+        raise bad(where, f"variant: expected dflash (the one built here), found {spec.variant}")
+    if spec.sample_from_anchor:
+        raise bad(where, "sample_from_anchor: expected false (B - 1 proposals), found true")
+    if any(spec.causal):
+        raise bad(where, f"layer causality: expected bidirectional layers, found {spec.causal}")

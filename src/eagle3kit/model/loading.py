@@ -71,7 +71,7 @@ def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> L
 
 
 def _dflash_drafter(path: str, device: str, dtype: Any) -> LoadedDrafter | None:
-    """A DFlash drafter in z-lab's layout (model/dflash.py), else None."""
+    """A DFlash drafter (z-lab's or speculators' layout, model/dflash.py), else None."""
     import json
 
     cfg_file = Path(str(path)).expanduser() / "config.json"
@@ -79,12 +79,13 @@ def _dflash_drafter(path: str, device: str, dtype: Any) -> LoadedDrafter | None:
         cfg = json.loads(cfg_file.read_text())
     except (OSError, ValueError):
         return None  # not a local JSON config: the general reader reports it
-    from eagle3kit.model.dflash import DFlashDrafter, is_dflash_config
+    from eagle3kit.checkpoint.dflash_layout import is_dflash_config
+    from eagle3kit.model.dflash import DFlashDrafter
 
     if not isinstance(cfg, dict) or not is_dflash_config(cfg):
         return None
     d = DFlashDrafter.from_pretrained(cfg_file.parent, device=device, dtype=parse_dtype(dtype))
-    return LoadedDrafter(d.eval().requires_grad_(False), d.spec, "dflash-zlab")
+    return LoadedDrafter(d.eval().requires_grad_(False), d.spec, f"dflash-{d.spec.layout}")
 
 
 def load_target(

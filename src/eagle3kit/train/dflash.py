@@ -25,6 +25,7 @@ Checkpoints are written in z-lab's layout (model/dflash.py `save_pretrained`).
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -33,9 +34,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
+from eagle3kit.checkpoint.dflash_layout import default_target_layer_ids
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
-from eagle3kit.model.dflash import DFlashDrafter, default_target_layer_ids
+from eagle3kit.model.dflash import DFlashDrafter
 
 if TYPE_CHECKING:
     from eagle3kit.model.target import TargetModel
@@ -237,7 +239,7 @@ def evaluate_blocks(drafter, batches, opts: DFlashOptions, seed: int = 0) -> dic
         losses.append(float(loss))
         r, counted = block_runs(logits, feats, blocks)
         runs.append(r[counted])
-    out = acceptance(torch.cat(runs) if runs else torch.zeros(0), drafter.spec.num_drafts)
+    out = acceptance(torch.cat(runs) if runs else torch.zeros(0), drafter.spec.num_proposals)
     out["loss"] = sum(losses) / max(1, len(losses))
     return out
 
@@ -408,7 +410,7 @@ def save_state(r: DFlashRun) -> None:
         "tokens": r.tokens,
         "busy_s": r.busy_s,
         "config": asdict(r.cfg),
-        "dflash": {**asdict(r.opts), "spec": r.drafter.spec.to_config()},
+        "dflash": {**asdict(r.opts), "spec": r.drafter.spec.to_json()},
     }
     tensors = {n: t.detach().cpu() for n, t in r.drafter.state_dict().items()}
     state.save_state(
@@ -441,6 +443,12 @@ def train_dflash(
     for --resume (the saved settings win over the given ones but the output dir/device)."""
     from eagle3kit.train import state
 
+    world = os.environ.get("WORLD_SIZE", "1")
+    if world != "1":  # every rank would write the same RUN: refuse before anything is written
+        raise Eagle3Error(
+            f"train --method dflash: torchrun (WORLD_SIZE={world}) is not supported yet; "
+            "expected one process (EAGLE-3 training runs under torchrun)"
+        )
     out = Path(cfg.out)
     saved = state.load_state(out / "state") if resume else None
     if saved is not None:
