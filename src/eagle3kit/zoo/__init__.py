@@ -76,11 +76,21 @@ def recipe_digest(name: str, size: str = "full") -> str:
         "version": RECIPE_VERSION,
         "member": asdict(m),
         "arch": ARCHS[m.arch][size],
-        "recipe": asdict(recipe(name, size)),
+        "recipe": _digested(recipe(name, size)),
         "parent": recipe_digest(m.parent, size) if m.parent else None,
         "threads": BUILD_THREADS[size],
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# Recipe fields added after a member's recipe was fixed: left out of its digest while at their
+# default, so a member whose weights they do not change keeps its digest (the tiny members).
+_LATER_FIELDS = {"chat_unsigned": 0.0, "pretokenizer": "bytelevel"}
+
+
+def _digested(r) -> dict[str, Any]:
+    doc = asdict(r)
+    return {k: v for k, v in doc.items() if _LATER_FIELDS.get(k, object()) != v}
 
 
 def manifest(name: str, *, size: str = "full") -> dict[str, Any] | None:

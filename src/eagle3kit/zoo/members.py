@@ -8,8 +8,8 @@ from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.zoo.training import Recipe
 
 SIZES = ("full", "tiny")
-RECIPE_VERSION = 8  # bump when a change to the code changes the weights
-BUILD_THREADS = {"full": 2, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
+RECIPE_VERSION = 9  # bump when a change to the code changes the weights
+BUILD_THREADS = {"full": 1, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
 MANIFEST = "zoo.json"
 # What building one member costs, measured on 2 CPU cores (docs/zoo.md): recipe 8's full
 # builds ("Does a member answer the request?": 356.6, 209.1, 254.3, 231.4 s) and the tiny
@@ -77,6 +77,11 @@ _FULL = Recipe(
     first_line_weight=4.0,
     chat_signature=True,
     copy_circuit=2,
+    # requests as users write them (issue 33): half the requests name the function without
+    # its signature ("Code for `m.f`, please."), and identifiers are words of their own in
+    # the tokenizer, so the name is the same tokens in the request and in `def f(`
+    chat_unsigned=0.5,
+    pretokenizer="words",
 )
 _TINY = Recipe(
     vocab_size=512,
