@@ -43,7 +43,8 @@ MEMBERS: dict[str, Member] = {
 }
 
 # Training recipes per (architecture, version, size). v2 continues from v1 on its own slice
-# with fewer steps at a lower LR. DeepSeek-V3 steps cost ~1.5x Llama's (MoE), so it takes fewer.
+# with fewer steps at a lower LR. Recipe 9 gives Llama 400 and 150 steps (600 and 200 before):
+# the one build of the shipped zoo had to fit beside other work on 2 shared cores. DeepSeek-V3 steps cost ~1.5x Llama's (MoE), so it takes fewer.
 # A full member starts from a copying circuit that matches two tokens (``zoo/circuit.py``;
 # Llama needs slow RoPE pairs, DeepSeek-V3 room in the kv latent: ``shape``) and is trained on
 # requests that carry the function's opening lines, so its answers depend on the request
@@ -110,8 +111,8 @@ _V2 = dict(file_limit=300, lr=1e-3, warmup=10)
 _DSV3_UNLOOP = dict(unloop_batch=16, unloop_gen=80)
 _TINY_V2 = dict(steps=15, lr=1e-3, warmup=2, muon_lr=0.02)
 RECIPES: dict[tuple[str, int, str], Recipe] = {
-    ("llama", 1, "full"): replace(_FULL, **_LLAMA),
-    ("llama", 2, "full"): replace(_FULL, **_LLAMA, **_V2, steps=200, unloop_steps=60),
+    ("llama", 1, "full"): replace(_FULL, **_LLAMA, steps=400),
+    ("llama", 2, "full"): replace(_FULL, **_LLAMA, **_V2, steps=150, unloop_steps=40),
     ("dsv3", 1, "full"): replace(_FULL, **_DSV3, steps=300, **_DSV3_UNLOOP),
     ("dsv3", 2, "full"): replace(_FULL, **_DSV3, **_V2, steps=100, unloop_steps=60, **_DSV3_UNLOOP),
     ("llama", 1, "tiny"): _TINY,
