@@ -114,7 +114,7 @@ RECIPES: dict[tuple[str, int, str], Recipe] = {
     ("llama", 1, "full"): replace(_FULL, **_LLAMA, steps=400),
     ("llama", 2, "full"): replace(_FULL, **_LLAMA, **_V2, steps=150, unloop_steps=40),
     ("dsv3", 1, "full"): replace(_FULL, **_DSV3, steps=300, **_DSV3_UNLOOP),
-    ("dsv3", 2, "full"): replace(_FULL, **_DSV3, **_V2, steps=100, unloop_steps=60, **_DSV3_UNLOOP),
+    ("dsv3", 2, "full"): replace(_FULL, **_DSV3, **_V2, steps=100, unloop_steps=40, **_DSV3_UNLOOP),
     ("llama", 1, "tiny"): _TINY,
     ("llama", 2, "tiny"): replace(_TINY, **_TINY_V2),
     ("dsv3", 1, "tiny"): _TINY,
