@@ -75,6 +75,20 @@ def answers(tok, model, requests: list[dict], max_new: int) -> list[list[int]]:
     return tr.greedy(model, prompts, max_new, tok.eos_token_id, tok.pad_token_id, True)
 
 
+def by_phrasing(reqs: list[dict], texts: list[str], style: str) -> dict[str, float]:
+    """The share of answers naming the function per phrasing (request i uses phrasing
+    ``i % len(table)``, ``corpus.held_out_requests``)."""
+    from eagle3kit.zoo import corpus
+    from eagle3kit.zoo.builder import names_function
+
+    table = corpus.SIGNED_PHRASINGS if style == "signed" else corpus.HELD_OUT_PHRASINGS
+    out: dict[str, list[bool]] = {}
+    for i, (r, a) in enumerate(zip(reqs, texts, strict=True)):
+        key = table[i % len(table)].split("\n")[0]
+        out.setdefault(key, []).append(names_function(a, r["name"]))
+    return {k: round(sum(v) / len(v), 4) for k, v in out.items()}
+
+
 def measure_style(tok, model, slice_name: str, style: str, n: int, max_new: int) -> dict:
     from eagle3kit.core.diversity import pooled_distinct
     from eagle3kit.zoo.builder import chat_figures
@@ -88,6 +102,11 @@ def measure_style(tok, model, slice_name: str, style: str, n: int, max_new: int)
     true = [tok.encode(r["answer"], add_special_tokens=False)[:max_new] for r in reqs]
     fig["reference_pooled_distinct4"] = round(pooled_distinct(true, 4), 4)
     fig["below_bar"] = [f"{k} {fig[k]} < {v}" for k, v in BAR.items() if fig[k] < v]
+    fig["names_by_phrasing"] = by_phrasing(reqs, texts, style)
+    fig["first_lines"] = [
+        {"name": r["name"], "first_line": a.split("\n", 1)[0][:120]}
+        for r, a in zip(reqs, texts, strict=True)
+    ]
     fig["samples"] = [
         {"request": r["messages"][0]["content"], "answer": a[:240]}
         for r, a in list(zip(reqs, texts, strict=True))[:6]
