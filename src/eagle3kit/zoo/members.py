@@ -11,12 +11,12 @@ SIZES = ("full", "tiny")
 RECIPE_VERSION = 9  # bump when a change to the code changes the weights
 BUILD_THREADS = {"full": 1, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
 MANIFEST = "zoo.json"
-# What building one member costs, measured on 2 CPU cores (docs/zoo.md): recipe 8's full
-# builds ("Does a member answer the request?": 356.6, 209.1, 254.3, 231.4 s) and the tiny
-# ones ("Sizes and build times": 5-10 s). A v2 builds its v1 first when that is not built.
+# What building one member costs on one idle core: the CPU seconds of recipe 9's one-thread
+# builds (zoo.json build_cpu_seconds; their wall time on shared cores was 5-7x that,
+# lab/notebook.md "Recipe 9"). A v2 builds its v1 first when that is not built.
 BUILD_SECONDS = {
-    "full": {"llama-v1": 357.0, "llama-v2": 209.0, "dsv3-v1": 254.0, "dsv3-v2": 231.0},
-    "tiny": {"llama-v1": 10.0, "llama-v2": 10.0, "dsv3-v1": 10.0, "dsv3-v2": 10.0},
+    "full": {"llama-v1": 430.0, "llama-v2": 247.0, "dsv3-v1": 456.0, "dsv3-v2": 259.0},
+    "tiny": {"llama-v1": 11.0, "llama-v2": 4.0, "dsv3-v1": 10.0, "dsv3-v2": 5.0},
 }
 
 
