@@ -154,12 +154,29 @@ def main() -> None:
             row = measure(d, args.requests, args.max_new, bf16)
             rows.append(row)
             brief = {
-                s: {k: row[s][k] for k in ("names_function", "distinct_openings",
-                    "distinct_answers", "pooled_distinct4", "reference_pooled_distinct4")}
+                s: {
+                    k: row[s][k]
+                    for k in (
+                        "names_function",
+                        "distinct_openings",
+                        "distinct_answers",
+                        "pooled_distinct4",
+                        "reference_pooled_distinct4",
+                    )
+                }
                 for s in STYLES
             }
-            print(json.dumps({"member": row["member"], "weights": row["weights"],
-                              "meets_bar": row["meets_bar"], **brief}), flush=True)
+            print(
+                json.dumps(
+                    {
+                        "member": row["member"],
+                        "weights": row["weights"],
+                        "meets_bar": row["meets_bar"],
+                        **brief,
+                    }
+                ),
+                flush=True,
+            )
     if args.json:
         from _results import write_result
 

@@ -49,9 +49,10 @@ def main() -> None:
     recipe = replace(zoo.recipe(args.member, args.size), **overrides)
 
     def progress(ev):
-        if getattr(ev, "done", 0) in (1, getattr(ev, "total", None)) or (
-            getattr(ev, "done", 0) or 0
-        ) % 50 == 0:
+        if (
+            getattr(ev, "done", 0) in (1, getattr(ev, "total", None))
+            or (getattr(ev, "done", 0) or 0) % 50 == 0
+        ):
             print(time.strftime("%H:%M:%S"), ev, flush=True)
 
     t0 = time.time()
@@ -65,8 +66,10 @@ def main() -> None:
         row["overrides"] = overrides
         rows.append(row)
         keys = ("names_function", "distinct_openings", "distinct_answers", "pooled_distinct4")
-        print(json.dumps({"bf16": bf16, **{s: {k: row[s][k] for k in keys}
-                                           for s in zoo_bar.STYLES}}), flush=True)
+        print(
+            json.dumps({"bf16": bf16, **{s: {k: row[s][k] for k in keys} for s in zoo_bar.STYLES}}),
+            flush=True,
+        )
     if args.json:
         from _results import write_result
 

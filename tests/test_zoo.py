@@ -551,12 +551,17 @@ def test_unsigned_share_trains_user_phrasings_never_the_held_out_ones():
     assert [c["messages"][1] for c in mixed] == [c["messages"][1] for c in signed]  # same code
     tables = {"user": set(corpus.USER_PHRASINGS), "held": set(corpus.HELD_OUT_PHRASINGS)}
     assert not tables["user"] & tables["held"]
-    used = [_template(c["messages"][0]["content"], f.name, f.module) for c, f in zip(mixed, fns)]
+    used = [
+        _template(c["messages"][0]["content"], f.name, f.module)
+        for c, f in zip(mixed, fns, strict=True)
+    ]
     n_user = sum(u in tables["user"] for u in used)
     assert 0.35 < n_user / len(used) < 0.65  # about the share asked for
     assert len({u for u in used if u in tables["user"]}) == len(corpus.USER_PHRASINGS)
     assert not any(u in tables["held"] for u in used)  # held-out phrasings stay out
-    user_asks = [c["messages"][0]["content"] for c, u in zip(mixed, used) if u in tables["user"]]
+    user_asks = [
+        c["messages"][0]["content"] for c, u in zip(mixed, used, strict=True) if u in tables["user"]
+    ]
     assert not any("def " in a for a in user_asks)  # no signature in a user's request
     assert corpus.chat_samples(src, varied=True, signed=True, unsigned=0.0) == signed
     reqs = corpus.held_out_requests(
@@ -577,7 +582,13 @@ def test_words_pretokenizer_gives_a_name_the_same_tokens_in_every_phrasing():
         spans = []
         for a in asks:  # the tokens that overlap the name
             enc, at = tok.encode(a), a.index(name)
-            spans.append([t for t, (b, e) in zip(enc.ids, enc.offsets) if b < at + len(name) and e > at])
+            spans.append(
+                [
+                    t
+                    for t, (b, e) in zip(enc.ids, enc.offsets, strict=True)
+                    if b < at + len(name) and e > at
+                ]
+            )
         assert (spans[0] == spans[1] == spans[2]) is (kind == "words"), (kind, spans)
         code = "def f(a, b):\n    return a  +  b  # `x`\n\n\n\tx = 1\n"
         assert tok.decode(tok.encode(code).ids) == code  # lossless either way

@@ -43,8 +43,10 @@ MEMBERS: dict[str, Member] = {
 }
 
 # Training recipes per (architecture, version, size). v2 continues from v1 on its own slice
-# with fewer steps at a lower LR. Recipe 9 gives Llama 400 and 150 steps (600 and 200 before):
-# the one build of the shipped zoo had to fit beside other work on 2 shared cores. DeepSeek-V3 steps cost ~1.5x Llama's (MoE), so it takes fewer.
+# with fewer steps at a lower LR. DeepSeek-V3 steps cost ~1.5x Llama's (MoE), so it takes fewer.
+# Recipe 9 gives Llama 400 and 150 steps (600 and 200 before) and both v2s 40 unlikelihood
+# steps (60 before): the one build of the shipped zoo had to fit beside other work on 2 shared
+# cores (lab/notebook.md, "Recipe 9").
 # A full member starts from a copying circuit that matches two tokens (``zoo/circuit.py``;
 # Llama needs slow RoPE pairs, DeepSeek-V3 room in the kv latent: ``shape``) and is trained on
 # requests that carry the function's opening lines, so its answers depend on the request
