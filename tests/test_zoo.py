@@ -616,3 +616,62 @@ def test_shipped_members_are_the_code_recipes_output():
             assert doc["recipe"] == json.loads(json.dumps(asdict(zoo.recipe(name, size))))
             assert doc["shipped"]["dtype"] == {"full": "bfloat16", "tiny": "float32"}[size]
     assert (ROOT / "k2-drafter-tiny" / "zoo.json").is_file()
+
+
+def _template(ask: str, name: str, module: str) -> str:
+    """The template of a request in any phrasing table: its first paragraph, names put back."""
+    first = ask.split("\n\n")[0].replace(f"{module}.{name}", "{m}.{f}")
+    return re.sub(rf"(?<![\w.]){re.escape(name)}(?!\w)", "{f}", first).replace(module, "{m}")
+
+
+def test_unsigned_share_trains_user_phrasings_never_the_held_out_ones():
+    from eagle3kit.zoo import corpus
+
+    src = corpus.files("lib", limit=20)
+    fns = corpus.functions(src)
+    mixed = corpus.chat_samples(src, varied=True, signed=True, unsigned=0.5)
+    signed = corpus.chat_samples(src, varied=True, signed=True)
+    assert [c["messages"][1] for c in mixed] == [c["messages"][1] for c in signed]  # same code
+    tables = {"user": set(corpus.USER_PHRASINGS), "held": set(corpus.HELD_OUT_PHRASINGS)}
+    assert not tables["user"] & tables["held"]
+    used = [
+        _template(c["messages"][0]["content"], f.name, f.module)
+        for c, f in zip(mixed, fns, strict=True)
+    ]
+    n_user = sum(u in tables["user"] for u in used)
+    assert 0.35 < n_user / len(used) < 0.65  # about the share asked for
+    assert len({u for u in used if u in tables["user"]}) == len(corpus.USER_PHRASINGS)
+    assert not any(u in tables["held"] for u in used)  # held-out phrasings stay out
+    user_asks = [
+        c["messages"][0]["content"] for c, u in zip(mixed, used, strict=True) if u in tables["user"]
+    ]
+    assert not any("def " in a for a in user_asks)  # no signature in a user's request
+    assert corpus.chat_samples(src, varied=True, signed=True, unsigned=0.0) == signed
+    reqs = corpus.held_out_requests(
+        corpus.files("lib", held_out=True), 8, table=corpus.HELD_OUT_PHRASINGS
+    )
+    got = {_template(r["messages"][0]["content"], r["name"], r["module"]) for r in reqs}
+    assert got == tables["held"]
+
+
+def test_words_pretokenizer_gives_a_name_the_same_tokens_in_every_phrasing():
+    from eagle3kit.zoo import corpus
+
+    texts = [f.text for f in corpus.files("lib", limit=10)]
+    name = "get_read_buffer_size"
+    asks = [f"Please write `m.{name}`.", f"Implement {name}() in m", f"def {name}(self):"]
+    for kind in ("words", "bytelevel"):
+        tok = corpus.train_tokenizer(texts, 1000, kind)
+        spans = []
+        for a in asks:  # the tokens that overlap the name
+            enc, at = tok.encode(a), a.index(name)
+            spans.append(
+                [
+                    t
+                    for t, (b, e) in zip(enc.ids, enc.offsets, strict=True)
+                    if b < at + len(name) and e > at
+                ]
+            )
+        assert (spans[0] == spans[1] == spans[2]) is (kind == "words"), (kind, spans)
+        code = "def f(a, b):\n    return a  +  b  # `x`\n\n\n\tx = 1\n"
+        assert tok.decode(tok.encode(code).ids) == code  # lossless either way

@@ -206,6 +206,7 @@ class _Data:
     held_raw: Any
     held_other_raw: Any
     requests: list  # held-out chat requests (corpus.held_out_requests)
+    user_requests: list  # the same, phrased as users write them (corpus.HELD_OUT_PHRASINGS)
 
 
 def _metrics(
@@ -248,6 +249,9 @@ def _metrics(
                 "answer": tok.decode(answers[0]),
             },
         },
+        # the same figures for requests as users write them, no signature, in phrasings no
+        # recipe trains on (the zoo bar of issue 33; benchmarks/zoo_bar.py)
+        "chat_unsigned": chat_eval(model, tok, special, d.user_requests, recipe.gen_tokens)[0],
         "greedy_tokens": recipe.gen_tokens,
         "sample": {"prompt": tok.decode(prompt), "greedy": tok.decode(samples[0])},
     }
@@ -310,12 +314,16 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
     held = corpus.files(m.slice, held_out=True, limit=held_limit)
     held_other = corpus.files(other, held_out=True, limit=held_limit)
     convs = corpus.chat_samples(
-        train_files, varied=recipe.chat_varied, signed=recipe.chat_signature
+        train_files,
+        varied=recipe.chat_varied,
+        signed=recipe.chat_signature,
+        unsigned=recipe.chat_unsigned,
     )
 
     bar.stage("tokenizer")
     if parent_dir is None:
-        tok = corpus.train_tokenizer([f.text for f in train_files], recipe.vocab_size)
+        texts = [f.text for f in train_files]
+        tok = corpus.train_tokenizer(texts, recipe.vocab_size, recipe.pretokenizer)
         corpus.save_hf_tokenizer(tok, out, model_max_length=2048)
     else:
         AutoTokenizer.from_pretrained(str(parent_dir)).save_pretrained(str(out))
@@ -333,6 +341,7 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
         _stream(tok, [f.text for f in held], special),
         _stream(tok, [f.text for f in held_other], special),
         corpus.held_out_requests(held, recipe.eval_prompts, recipe.chat_signature),
+        corpus.held_out_requests(held, recipe.eval_prompts, table=corpus.HELD_OUT_PHRASINGS),
     )
     return tok, special, d
 

@@ -140,6 +140,30 @@ SIGNED_PHRASINGS = (
 )
 
 
+# Requests phrased the way users write them, without the signature: the name in backticks,
+# dotted after its module, or bare. A recipe with ``chat_unsigned`` > 0 trains on a share of
+# its requests in these phrasings (answers still open with ``def f(``), so the member learns
+# to take the name from the request, not only to copy a signature.
+USER_PHRASINGS = (
+    "Write `{f}` (module `{m}`).",
+    "Code for `{m}.{f}`, please.",
+    "How is `{f}` in {m} implemented? Write it.",
+    "Function `{f}` of `{m}`: write it in Python.",
+    "Define {m}.{f}().",
+    "I need {f}() from the {m} module.",
+    "Give the implementation of `{f}`, as in `{m}`.",
+    "{m}: write {f}().",
+)
+# Phrasings no recipe trains on, for the zoo bar's unsigned figures (benchmarks/zoo_bar.py):
+# whether a member generalises to requests it never saw phrased that way (issue 33's examples).
+HELD_OUT_PHRASINGS = (
+    "Write the Python function `{f}` from `{m}`.",
+    "Please write `{m}.{f}`.",
+    "Implement {f}() in module {m}",
+    "Can you show me `{f}()` from {m}?",
+)
+
+
 @dataclass(frozen=True)
 class Function:
     """One function of a source file: name, module, first docstring paragraph, source."""
@@ -192,13 +216,16 @@ def _head(node, code: str) -> str:
     return "\n".join(code.split("\n")[:n]) if n <= HEAD_LINES else ""
 
 
-def request(fn: Function, phrasing: int = 0, docstring: bool = True, signed: bool = False) -> str:
+def request(
+    fn: Function, phrasing: int = 0, docstring: bool = True, signed: bool = False, table=None
+) -> str:
     """The user request for ``fn`` in phrasing ``phrasing`` (index into ``PHRASINGS``, or
-    ``SIGNED_PHRASINGS`` when ``signed``), with the docstring's first paragraph when
-    ``docstring`` and the function has one. A signed request with the docstring shows it
-    as code, the function's opening lines through the docstring (``Function.head``), when
-    they are short enough; the answer then opens with a copy of them."""
-    table = SIGNED_PHRASINGS if signed else PHRASINGS
+    ``SIGNED_PHRASINGS`` when ``signed``, or into ``table`` when given), with the docstring's
+    first paragraph when ``docstring`` and the function has one. A signed request with the
+    docstring shows it as code, the function's opening lines through the docstring
+    (``Function.head``), when they are short enough; the answer then opens with a copy of them."""
+    if table is None:
+        table = SIGNED_PHRASINGS if signed else PHRASINGS
     if signed and docstring and fn.head:
         return table[phrasing % len(table)].format(f=fn.name, m=fn.module, sig=fn.head)
     ask = table[phrasing % len(table)].format(f=fn.name, m=fn.module, sig=signature(fn.code))
@@ -230,6 +257,7 @@ def chat_samples(
     max_chars: int = 1200,
     varied: bool = False,
     signed: bool = False,
+    unsigned: float = 0.0,
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
@@ -237,23 +265,32 @@ def chat_samples(
     first paragraph of its docstring when it has one); the assistant answers with its source.
     With ``varied`` the phrasing (one of ``PHRASINGS``) and whether the docstring is included
     are chosen per function from a hash of its module and name (deterministic); ``signed``
-    uses ``SIGNED_PHRASINGS``.
+    uses ``SIGNED_PHRASINGS``. ``unsigned`` (0..1, with ``varied``): that share of the
+    functions (by the same hash) is asked for in ``USER_PHRASINGS``, without the signature.
     """
     convs = []
     for fn in functions(src, min_chars=min_chars, max_chars=max_chars):
-        phrasing, doc = 0, True
+        phrasing, doc, table, sig = 0, True, None, signed
         if varied:
             h = zlib.crc32(f"{fn.module}.{fn.name}".encode())
             phrasing, doc = h % len(PHRASINGS), (h >> 8) % 3 != 0
-        convs.append(conversation(request(fn, phrasing, doc, signed), fn.code))
+            if (h >> 16) % 1000 < unsigned * 1000:
+                table, sig = USER_PHRASINGS, False
+                phrasing = (h >> 4) % len(USER_PHRASINGS)
+        convs.append(conversation(request(fn, phrasing, doc, sig, table), fn.code))
     return convs
 
 
-def held_out_requests(src: list[SourceFile], n: int, signed: bool = False) -> list[dict]:
+def held_out_requests(
+    src: list[SourceFile], n: int, signed: bool = False, table=None
+) -> list[dict]:
     """``n`` chat requests (evenly spaced) for functions of the held-out files ``src``: one per
-    distinct name, no dunder names; request i uses phrasing ``i % len(PHRASINGS)`` and the
-    docstring on every other pair. Each: ``{"name", "module", "messages": [user], "answer"}``
-    (``answer``: the function's true source, for reference figures)."""
+    distinct name, no dunder names; request i uses phrasing ``i % len(table)`` of ``table``
+    (``PHRASINGS``, or ``SIGNED_PHRASINGS`` when ``signed``; ``HELD_OUT_PHRASINGS`` asks as
+    users do) and the docstring on every other pair. Each: ``{"name", "module", "messages":
+    [user], "answer"}`` (``answer``: the function's true source, for reference figures)."""
+    if table is None:
+        table = SIGNED_PHRASINGS if signed else PHRASINGS
     seen: dict[str, int] = {}
     fns = functions(src)
     for fn in fns:
@@ -261,7 +298,7 @@ def held_out_requests(src: list[SourceFile], n: int, signed: bool = False) -> li
     unique = [fn for fn in fns if seen[fn.name] == 1 and not fn.name.startswith("__")]
     out = []
     for i, fn in enumerate(spaced(unique, n)):
-        ask = request(fn, i % len(PHRASINGS), (i // len(PHRASINGS)) % 2 == 0, signed)
+        ask = request(fn, i % len(table), (i // len(table)) % 2 == 0, signed, table)
         out.append(
             {
                 "name": fn.name,
@@ -273,12 +310,31 @@ def held_out_requests(src: list[SourceFile], n: int, signed: bool = False) -> li
     return out
 
 
-def train_tokenizer(texts: list[str], vocab_size: int):
-    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``texts`` (deterministic)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+# How the text is cut into words before BPE. "bytelevel": GPT-2's split, where a word takes
+# the space before it, so "`f`" and "def f(" give the name different first tokens. "words":
+# an identifier (letters, digits, "_") is a word of its own and takes the space after it, so
+# a name is the same tokens in "`m.f`", "f()" and "def f(": copying it is copying tokens.
+PRETOKENIZERS = ("bytelevel", "words")
+_WORDS = r"[\p{L}\p{N}_]+ ?|[^\s\p{L}\p{N}_]+ ?|\s+"
 
+
+def train_tokenizer(texts: list[str], vocab_size: int, pretokenizer: str = "bytelevel"):
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``texts`` (deterministic), the
+    text cut into words by ``pretokenizer`` (one of ``PRETOKENIZERS``)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    if pretokenizer not in PRETOKENIZERS:
+        raise ValueError(f"unknown pretokenizer {pretokenizer!r}")
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    if pretokenizer == "words":
+        tok.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(Regex(_WORDS), behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

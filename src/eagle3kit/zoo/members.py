@@ -5,20 +5,21 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.zoo.training import Recipe
 
 SIZES = ("full", "tiny")
-RECIPE_VERSION = 8  # bump when a change to the code changes the weights
-BUILD_THREADS = {"full": 2, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
+RECIPE_VERSION = 9  # bump when a change to the code changes the weights
+BUILD_THREADS = {"full": 1, "tiny": 1}  # fixed per size, so that a rebuild is bit-identical
 MANIFEST = "zoo.json"
-# What building one member costs, measured on 2 CPU cores (docs/zoo.md): recipe 8's full
-# builds ("Does a member answer the request?": 356.6, 209.1, 254.3, 231.4 s) and the tiny
-# ones ("Sizes and build times": 5-10 s). A v2 builds its v1 first when that is not built.
+# What building one member costs on one idle core: the CPU seconds of recipe 9's one-thread
+# builds (zoo.json build_cpu_seconds; their wall time on shared cores was 5-7x that,
+# lab/notebook.md "Recipe 9"). A v2 builds its v1 first when that is not built.
 BUILD_SECONDS = {
-    "full": {"llama-v1": 357.0, "llama-v2": 209.0, "dsv3-v1": 254.0, "dsv3-v2": 231.0},
-    "tiny": {"llama-v1": 10.0, "llama-v2": 10.0, "dsv3-v1": 10.0, "dsv3-v2": 10.0},
+    "full": {"llama-v1": 430.0, "llama-v2": 247.0, "dsv3-v1": 456.0, "dsv3-v2": 259.0},
+    "tiny": {"llama-v1": 11.0, "llama-v2": 4.0, "dsv3-v1": 10.0, "dsv3-v2": 5.0},
 }
 
 
@@ -46,6 +47,9 @@ MEMBERS: dict[str, Member] = {
 
 # Training recipes per (architecture, version, size). v2 continues from v1 on its own slice
 # with fewer steps at a lower LR. DeepSeek-V3 steps cost ~1.5x Llama's (MoE), so it takes fewer.
+# Recipe 9 gives Llama 400 and 150 steps (600 and 200 before) and both v2s 40 unlikelihood
+# steps (60 before): the one build of the shipped zoo had to fit beside other work on 2 shared
+# cores (lab/notebook.md, "Recipe 9").
 # A full member starts from a copying circuit that matches two tokens (``zoo/circuit.py``;
 # Llama needs slow RoPE pairs, DeepSeek-V3 room in the kv latent: ``shape``) and is trained on
 # requests that carry the function's opening lines, so its answers depend on the request
@@ -79,6 +83,11 @@ _FULL = Recipe(
     first_line_weight=4.0,
     chat_signature=True,
     copy_circuit=2,
+    # requests as users write them (issue 33): half the requests name the function without
+    # its signature ("Code for `m.f`, please."), and identifiers are words of their own in
+    # the tokenizer, so the name is the same tokens in the request and in `def f(`
+    chat_unsigned=0.5,
+    pretokenizer="words",
 )
 _TINY = Recipe(
     vocab_size=512,
@@ -107,10 +116,10 @@ _V2 = dict(file_limit=300, lr=1e-3, warmup=10)
 _DSV3_UNLOOP = dict(unloop_batch=16, unloop_gen=80)
 _TINY_V2 = dict(steps=15, lr=1e-3, warmup=2, muon_lr=0.02)
 RECIPES: dict[tuple[str, int, str], Recipe] = {
-    ("llama", 1, "full"): replace(_FULL, **_LLAMA),
-    ("llama", 2, "full"): replace(_FULL, **_LLAMA, **_V2, steps=200, unloop_steps=60),
+    ("llama", 1, "full"): replace(_FULL, **_LLAMA, steps=400),
+    ("llama", 2, "full"): replace(_FULL, **_LLAMA, **_V2, steps=150, unloop_steps=40),
     ("dsv3", 1, "full"): replace(_FULL, **_DSV3, steps=300, **_DSV3_UNLOOP),
-    ("dsv3", 2, "full"): replace(_FULL, **_DSV3, **_V2, steps=100, unloop_steps=60, **_DSV3_UNLOOP),
+    ("dsv3", 2, "full"): replace(_FULL, **_DSV3, **_V2, steps=100, unloop_steps=40, **_DSV3_UNLOOP),
     ("llama", 1, "tiny"): _TINY,
     ("llama", 2, "tiny"): replace(_TINY, **_TINY_V2),
     ("dsv3", 1, "tiny"): _TINY,
@@ -151,8 +160,18 @@ def recipe_digest(name: str, size: str = "full") -> str:
         "version": RECIPE_VERSION,
         "member": asdict(m),
         "arch": ARCHS[m.arch][size],
-        "recipe": asdict(recipe(name, size)),
+        "recipe": _digested(recipe(name, size)),
         "parent": recipe_digest(m.parent, size) if m.parent else None,
         "threads": BUILD_THREADS[size],
     }
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# Recipe fields added after a member's recipe was fixed: left out of its digest while at their
+# default, so a member whose weights they do not change keeps its digest (the tiny members).
+_LATER_FIELDS = {"chat_unsigned": 0.0, "pretokenizer": "bytelevel"}
+
+
+def _digested(r: Recipe) -> dict[str, Any]:
+    doc = asdict(r)
+    return {k: v for k, v in doc.items() if _LATER_FIELDS.get(k, object()) != v}

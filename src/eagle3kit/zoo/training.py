@@ -100,6 +100,8 @@ class Recipe:
     chat_aligned: bool = False  # chat windows start where a sample starts (request in view)
     first_line_weight: float = 1.0  # loss weight of the answer's first line (``def f(``)
     chat_signature: bool = False  # requests carry the signature (corpus.SIGNED_PHRASINGS)
+    chat_unsigned: float = 0.0  # share of requests as users write them (corpus.USER_PHRASINGS)
+    pretokenizer: str = "bytelevel"  # how the tokenizer cuts words (corpus.PRETOKENIZERS)
     copy_circuit: int = (
         0  # > 0: start with a copying circuit matching this many tokens (circuit.py)
     )
