@@ -116,15 +116,11 @@ def drafter_for(
     embedding read by header from ``target`` (default: the store's target) when the drafter
     carries none."""
     from eagle3kit.checkpoint.reader import read_drafter
-    from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.model.peagle import PEagleDrafter, is_peagle_config
+    from eagle3kit.model.peagle import read_drafter_module
 
     spec, tensors, head = read_drafter(path)
     layout = head.layout
-    if is_peagle_config(head.ckpt.config):  # P-EAGLE: mask_hidden + a mask token
-        d = PEagleDrafter.from_read(spec, tensors, head.ckpt.config, device, dtype, path)
-    else:
-        d = Eagle3Drafter.from_tensors(spec, tensors, device=device, dtype=dtype, where=path)
+    d = read_drafter_module(spec, tensors, head.ckpt.config, device, dtype, path)
     own = bool(d.embed_loaded)
     if not own:
         set_target_embedding(d, spec, target, store)

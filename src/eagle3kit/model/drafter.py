@@ -240,11 +240,26 @@ class Eagle3Drafter(nn.Module):
         device: torch.device | str = "cpu",
         dtype: torch.dtype | None = None,
     ) -> Eagle3Drafter:
-        """Load a drafter in any layout (SGLang, speculators/vLLM, EAGLE) from safetensors."""
+        """Load a drafter in any layout (SGLang, speculators/vLLM, EAGLE) from safetensors
+        (a subclass reads its own fields from config.json in `from_read`)."""
         from eagle3kit.checkpoint.reader import read_drafter
 
-        spec, tensors, _ = read_drafter(str(path))
-        return cls.from_tensors(spec, tensors, device=device, dtype=dtype, where=str(path))
+        spec, tensors, head = read_drafter(str(path))
+        return cls.from_read(spec, tensors, head.ckpt.config, device, dtype, str(path))
+
+    @classmethod
+    def from_read(
+        cls,
+        spec: DraftSpec,
+        tensors: dict[str, torch.Tensor],
+        config: dict[str, Any],
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype | None = None,
+        where: str = "drafter checkpoint",
+    ) -> Eagle3Drafter:
+        """A drafter from what `checkpoint.reader.read_drafter` returned; EAGLE-3 needs
+        nothing from `config` (the checkpoint's config.json) beyond the spec."""
+        return cls.from_tensors(spec, tensors, device=device, dtype=dtype, where=where)
 
     @classmethod
     def from_tensors(
@@ -255,10 +270,13 @@ class Eagle3Drafter(nn.Module):
         device: torch.device | str = "cpu",
         dtype: torch.dtype | None = None,
         where: str = "drafter checkpoint",
+        **init: Any,
     ) -> Eagle3Drafter:
         """A drafter of `spec` holding canonical-named `tensors` (dtype default: the spec's);
-        `where` names the checkpoint in a refusal."""
-        model = cls(spec, device=device, dtype=dtype or getattr(torch, spec.dtype, torch.float32))
+        `where` names the checkpoint in a refusal; `init`: a subclass's own constructor
+        arguments."""
+        dtype = dtype or getattr(torch, spec.dtype, torch.float32)
+        model = cls(spec, device=device, dtype=dtype, **init)
         model.load_canonical(tensors, where=where)
         return model
 

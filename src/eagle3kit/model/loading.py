@@ -55,18 +55,11 @@ def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> L
     dflash = _dflash_drafter(path, device, dtype)
     if dflash is not None:
         return dflash
-    from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.model.peagle import PEagleDrafter, is_peagle_config
+    from eagle3kit.model.peagle import read_drafter_module
 
     spec, tensors, head = read_drafter(str(path))
-    if is_peagle_config(head.ckpt.config):  # P-EAGLE: mask_hidden + a mask token
-        d = PEagleDrafter.from_read(
-            spec, tensors, head.ckpt.config, device, parse_dtype(dtype), str(path)
-        )
-        return LoadedDrafter(d.eval().requires_grad_(False), spec, head.layout)
-    d = Eagle3Drafter.from_tensors(
-        spec, tensors, device=device, dtype=parse_dtype(dtype), where=str(path)
-    )
+    cfg = head.ckpt.config  # P-EAGLE's: mask_hidden + a mask token
+    d = read_drafter_module(spec, tensors, cfg, device, parse_dtype(dtype), str(path))
     return LoadedDrafter(d.eval().requires_grad_(False), spec, head.layout)
 
 

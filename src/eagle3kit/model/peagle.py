@@ -105,19 +105,6 @@ class PEagleDrafter(Eagle3Drafter):
         return out
 
     @classmethod
-    def from_pretrained(
-        cls,
-        path: str | Path,
-        *,
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype | None = None,
-    ) -> PEagleDrafter:
-        from eagle3kit.checkpoint.reader import read_drafter
-
-        spec, tensors, head = read_drafter(str(path))
-        return cls.from_read(spec, tensors, head.ckpt.config, device, dtype, str(path))
-
-    @classmethod
     def from_read(
         cls,
         spec: DraftSpec,
@@ -127,15 +114,26 @@ class PEagleDrafter(Eagle3Drafter):
         dtype: torch.dtype | None = None,
         where: str = "drafter checkpoint",
     ) -> PEagleDrafter:
-        """A P-EAGLE drafter from what `checkpoint.reader.read_drafter` returned."""
-        model = cls(
-            spec,
-            mask_token_id=mask_token_of(config, where),
-            device=device,
-            dtype=dtype or getattr(torch, spec.dtype, torch.float32),
+        """A P-EAGLE drafter from what `checkpoint.reader.read_drafter` returned (its mask
+        token from `config`); `from_pretrained` is Eagle3Drafter's."""
+        mask = mask_token_of(config, where)
+        return cls.from_tensors(
+            spec, tensors, device=device, dtype=dtype, where=where, mask_token_id=mask
         )
-        model.load_canonical(tensors, where=where)
-        return model
+
+
+def read_drafter_module(
+    spec: DraftSpec,
+    tensors: dict[str, torch.Tensor],
+    config: dict[str, Any],
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    where: str = "drafter checkpoint",
+) -> Eagle3Drafter:
+    """What `checkpoint.reader.read_drafter` returned as a module: a PEagleDrafter when
+    config.json declares P-EAGLE (`is_peagle_config`), else an Eagle3Drafter."""
+    cls = PEagleDrafter if is_peagle_config(config) else Eagle3Drafter
+    return cls.from_read(spec, tensors, config, device, dtype, where)
 
 
 def mask_token_of(cfg: dict[str, Any], where: str) -> int:
