@@ -165,14 +165,13 @@ def setup_peer() -> str:
 
 
 class PeerSteps:
-    """speculators_step.py --serve in the peer's venv: `step()` times one of its steps there."""
+    """A peer's step script (benchmarks/peers/) with --serve in the peer's venv: `step()` times
+    one of its steps there; `head` is the header it printed once ready."""
 
-    def __init__(self, python: str, shape: dict, b: int, device: str, threads: int) -> None:
-        args = [f"--{n}={shape[n]}" for n in ("h", "heads", "inter", "t", "k", "v", "vd")]
+    def __init__(self, python: str, script: str, args: list[str]) -> None:
         self.err = tempfile.TemporaryFile("w+")
         self.proc = subprocess.Popen(
-            [python, str(PEERS / "speculators_step.py"), *args, f"--batch={b}"]
-            + [f"--device={device}", f"--threads={threads}", "--serve"],
+            [python, str(PEERS / script), *args, "--serve"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self.err,
@@ -192,7 +191,7 @@ class PeerSteps:
     def step(self) -> float:
         self.proc.stdin.write("step\n")
         self.proc.stdin.flush()
-        return self._read()["step_s"]
+        return float(self._read()["step_s"])
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -213,7 +212,9 @@ def time_pair(shape: dict, b: int, repeats: int, device: str, threads: int) -> d
     if python is None:
         return {"ran": False, "reason": why}
     try:
-        peer = PeerSteps(python, shape, b, device, threads)
+        args = [f"--{n}={shape[n]}" for n in ("h", "heads", "inter", "t", "k", "v", "vd")]
+        args += [f"--batch={b}", f"--device={device}", f"--threads={threads}"]
+        peer = PeerSteps(python, "speculators_step.py", args)
     except (OSError, RuntimeError, ValueError) as e:
         return {"ran": False, "reason": str(e)}
     try:

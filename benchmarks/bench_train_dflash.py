@@ -23,15 +23,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from bench_train import PEERS, peer_python, timed  # noqa: E402
+from bench_train import PeerSteps, peer_python, timed  # noqa: E402
 
 SHAPES = {
     "H=512, 2 layers, 3 target layers, T=512, B=8, 32 anchors, V=8192": dict(
@@ -95,38 +93,6 @@ def ours_step(s: dict):
     return step, sum(p.numel() for p in params)
 
 
-class Peer:
-    """speculators_dflash_step.py --serve in the peer's venv: `step()` times one step there."""
-
-    def __init__(self, python: str, s: dict, threads: int) -> None:
-        args = [f"--{n}={s[n]}" for n in s] + [f"--threads={threads}", "--serve"]
-        self.err = tempfile.TemporaryFile("w+")
-        script = str(PEERS / "speculators_dflash_step.py")
-        self.proc = subprocess.Popen(
-            [python, script, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=self.err, text=True,
-        )  # fmt: skip
-        self.head = self._read()
-
-    def _read(self) -> dict:
-        line = self.proc.stdout.readline()
-        if not line:
-            self.proc.wait()
-            self.err.seek(0)
-            tail = self.err.read().strip().splitlines()[-3:]
-            raise RuntimeError(f"peer exited {self.proc.returncode}: {' | '.join(tail)}")
-        return json.loads(line)
-
-    def step(self) -> float:
-        self.proc.stdin.write("step\n")
-        self.proc.stdin.flush()
-        return float(self._read()["step_s"])
-
-    def close(self) -> None:
-        self.proc.stdin.close()
-        self.proc.wait(timeout=60)
-
-
 def spread(xs: list[float]) -> dict:
     return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)}
 
@@ -141,7 +107,8 @@ def run_shape(name: str, s: dict, repeats: int, threads: int) -> dict:
         row["ours_tokens_per_s"] = spread([s["t"] / x for x in times])
         row["peer"] = {"ran": False, "reason": why}
         return row
-    peer = Peer(python, s, threads)
+    args = [f"--{n}={s[n]}" for n in s] + [f"--threads={threads}"]
+    peer = PeerSteps(python, "speculators_dflash_step.py", args)
     try:
         pairs = [(timed(step, "cpu"), peer.step()) for _ in range(repeats)]
     finally:
