@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-import time
 import warnings
 from importlib.metadata import version
+
+from _serve import serve  # this folder's (the script's dir is on sys.path)
 
 SHAPE = ("h", "heads", "inter", "layers", "aux", "t", "block", "anchors", "v")
 
@@ -115,13 +115,10 @@ def main() -> None:
         "loss": "kl_div (eager) to verifier_lm_head(verifier_norm(last hidden)), exp decay gamma 4",
     }
     step()  # warm-up
-    print(json.dumps(head), flush=True)
     if a.serve:
-        for line in sys.stdin:
-            if line.strip() == "step":
-                t0 = time.perf_counter()
-                step()
-                print(json.dumps({"step_s": time.perf_counter() - t0}), flush=True)
+        serve(head, step)
+    else:
+        print(json.dumps(head), flush=True)
 
 
 if __name__ == "__main__":

@@ -29,10 +29,10 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
-import time
 import warnings
 from importlib.metadata import version
+
+from _serve import serve, timed  # this folder's (the script's dir is on sys.path)
 
 
 def build(a: argparse.Namespace):
@@ -109,16 +109,6 @@ def build(a: argparse.Namespace):
     return step, sum(p.numel() for p in params)
 
 
-def timed(step, device: str) -> float:
-    import torch
-
-    t0 = time.perf_counter()
-    step()
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()
-    return time.perf_counter() - t0
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name in ("h", "heads", "inter", "t", "k", "v", "vd"):
@@ -150,10 +140,7 @@ def main() -> None:
     }
     step()  # warm-up: allocators, lazy init
     if a.serve:
-        print(json.dumps(head), flush=True)
-        for line in sys.stdin:
-            if line.strip() == "step":
-                print(json.dumps({"step_s": timed(step, a.device)}), flush=True)
+        serve(head, step, a.device)
         return
     times = [timed(step, a.device) for _ in range(a.repeats)]
     toks = [a.batch * a.t / s for s in times]
