@@ -39,15 +39,19 @@ from eagle3kit.core.method_spec import DFlashSpec, PEagleSpec
 
 METHOD_LAYOUTS = {"dflash": ("zlab", "speculators"), "peagle": ("speculators", "vllm")}
 _VOCAB = ("embed_tokens.weight", "lm_head.weight")
-# keys of a vLLM-native P-EAGLE config that are not the Llama/Qwen3 layer's
-_NATIVE_KEYS = (
-    "architectures",
+# P-EAGLE's drafter fields (vocab, sizes, EAGLE 3.1 norms) that both layouts keep at top level
+_DRAFTER_KEYS = (
     "draft_vocab_size",
     "target_hidden_size",
     "norm_before_residual",
     "norm_before_fc",
     "fc_norm",
     "norm_output",
+)
+# keys of a vLLM-native P-EAGLE config that are not the Llama/Qwen3 layer's
+_NATIVE_KEYS = (
+    "architectures",
+    *_DRAFTER_KEYS,
     "pard_token",
     "ptd_token_id",
     "mask_token_id",
@@ -236,14 +240,7 @@ def _native_config(head: MethodHeader) -> dict[str, Any]:
         **layer,
         "architectures": ["PeagleQwen3ForCausalLM" if qwen else "PeagleLlamaForCausalLM"],
     }
-    for k in (
-        "draft_vocab_size",
-        "target_hidden_size",
-        "norm_before_residual",
-        "norm_before_fc",
-        "fc_norm",
-        "norm_output",
-    ):
+    for k in _DRAFTER_KEYS:
         if src.get(k) is not None:
             cfg[k] = src[k]
     cfg["pard_token"] = spec.mask_token_id
@@ -261,18 +258,7 @@ def _speculators_peagle_config(head: MethodHeader, verifier: str | None) -> dict
         "architectures": ["PEagleSpeculator"],
         "speculators_model_type": "peagle",
         "transformer_layer_config": layer,
-        **{
-            f: src[f]
-            for f in (
-                "draft_vocab_size",
-                "target_hidden_size",
-                "norm_before_residual",
-                "norm_before_fc",
-                "fc_norm",
-                "norm_output",
-            )
-            if f in src
-        },
+        **{f: src[f] for f in _DRAFTER_KEYS if f in src},
         "eagle_aux_hidden_state_layer_ids": list(spec.draft.aux_layers or []) or None,
         "mask_token_id": spec.mask_token_id,
         "embed_requires_grad": True,
