@@ -143,6 +143,19 @@ def _write_shards(out: Path, shards: dict[str, dict[str, tuple[int, ...]]], seed
         )
 
 
+# the two MTP targets' sizes (H 16, 2 layers, vocab 64, one MTP layer), after their model type
+_MTP_TARGET = {
+    "hidden_size": 16,
+    "intermediate_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "num_key_value_heads": 1,
+    "vocab_size": 64,
+    "num_nextn_predict_layers": 1,
+    "torch_dtype": "float32",
+}
+
+
 def write_deepseek_mtp_target(out: str | Path, seed: int = 0) -> Path:
     """A 2-layer DeepSeek-V3-style target (H 16, vocab 64) with one MTP layer at
     model.layers.2 (num_nextn_predict_layers 1), in 3 shards: the MTP layer is split between
@@ -179,14 +192,7 @@ def write_deepseek_mtp_target(out: str | Path, seed: int = 0) -> Path:
         {
             "architectures": ["DeepseekV3ForCausalLM"],
             "model_type": "deepseek_v3",
-            "hidden_size": 16,
-            "intermediate_size": 32,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "num_key_value_heads": 1,
-            "vocab_size": 64,
-            "num_nextn_predict_layers": 1,
-            "torch_dtype": "float32",
+            **_MTP_TARGET,
         },
     )
     return out
@@ -214,17 +220,7 @@ def write_qwen3_next_mtp_target(out: str | Path, seed: int = 0, text_config: boo
         }
     )
     _write_shards(out, {"model.safetensors": shapes}, seed)
-    text = {
-        "model_type": "qwen3_next",
-        "hidden_size": 16,
-        "intermediate_size": 32,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 2,
-        "num_key_value_heads": 1,
-        "vocab_size": 64,
-        "num_nextn_predict_layers": 1,
-        "torch_dtype": "float32",
-    }
+    text = {"model_type": "qwen3_next", **_MTP_TARGET}
     if text_config:
         text = {**text, "model_type": "qwen3_5_text", "mtp_num_hidden_layers": 1}
         text.pop("num_nextn_predict_layers")
