@@ -146,19 +146,32 @@ def _from_eval(doc: dict, where: str, label: str | None) -> list[Candidate]:
     name, _ = _method_of(where, doc.get("method"))
     tree = doc.get("method") == "tree"
     pp = _cumulative(where, "per_position_acceptance", doc.get("per_position_acceptance"))
-    return [
-        Candidate(
-            label=label or (f"{name} (tree)" if tree else name),
-            method=name,
-            per_position=pp,
-            cycles=_cycles(doc),
-            drafted=_num(doc.get("drafted_per_cycle")),
-            passes_per_cycle=len(pp) if tree else None,
-            draft=doc.get("drafter") if isinstance(doc.get("drafter"), str) else None,
-            source=where,
-            cost_key=f"{name} (tree)" if tree else name,
-        )
-    ]
+    return [_candidate(doc, doc, where, name, tree, pp, label)]
+
+
+def _candidate(
+    row: dict,
+    doc: dict,
+    where: str,
+    name: str,
+    tree: bool,
+    pp: tuple[float, ...],
+    label: str | None,
+) -> Candidate:
+    """A candidate from one measured row of `doc` (an eval document is its own row);
+    `label` None: the method's name, "(tree)" after a tree's."""
+    base = f"{name} (tree)" if tree else name
+    return Candidate(
+        label=label or base,
+        method=name,
+        per_position=pp,
+        cycles=_cycles(row),
+        drafted=_num(row.get("drafted_per_cycle")),
+        passes_per_cycle=len(pp) if tree else None,
+        draft=doc.get("drafter") if isinstance(doc.get("drafter"), str) else None,
+        source=where,
+        cost_key=base,
+    )
 
 
 def _num(v: Any) -> float | None:
@@ -178,17 +191,7 @@ def _from_bench(doc: dict, where: str, label: str | None) -> list[Candidate]:
         pp = _cumulative(where, key, row.get("per_position_acceptance"))
         base = f"{name} (tree)" if tree else name
         out.append(
-            Candidate(
-                label=f"{label} {base}" if label else base,
-                method=name,
-                per_position=pp,
-                cycles=_cycles(row),
-                drafted=_num(row.get("drafted_per_cycle")),
-                passes_per_cycle=len(pp) if tree else None,
-                draft=doc.get("drafter") if isinstance(doc.get("drafter"), str) else None,
-                source=where,
-                cost_key=base,
-            )
+            _candidate(row, doc, where, name, tree, pp, f"{label} {base}" if label else None)
         )
     return out
 
