@@ -113,26 +113,35 @@ def _k_findings(spec: DFlashSpec, k: int | None) -> list[Finding]:
     ]
 
 
+def _engine_entry(sel: E.EngineSel, trained_on, sources: list[str]) -> dict[str, Any]:
+    """An engine's row of the report (captures and why are added once known)."""
+    return {
+        "label": sel.label,
+        "version": sel.version_text,
+        "trained_on": list(trained_on),
+        "sources": sources,
+    }
+
+
+def _not_served(sel: E.EngineSel, entry: dict, why: str, message: str) -> tuple[dict, list]:
+    """The row and the one error of an engine that does not serve this drafter."""
+    entry.update(captures=[], why=why)
+    return entry, [error("not-served", message, sel.name)]
+
+
 def _dflash_engine(sel: E.EngineSel, head: MethodHeader, ti: TargetInfo) -> tuple[dict, list]:
     spec = head.spec
     assert isinstance(spec, DFlashSpec)
     rule = M.dflash_id_rule(sel.name, sel.version, spec.layout)
-    entry: dict[str, Any] = {
-        "label": sel.label,
-        "version": sel.version_text,
-        "trained_on": list(spec.aux_layers),
-        "sources": [rule.source],
-    }
+    entry = _engine_entry(sel, spec.aux_layers, [rule.source])
     if rule.capture == "not_served":
-        entry.update(captures=[], why="does not serve this layout")
-        return entry, [
-            error(
-                "not-served",
-                f"{sel.label} does not serve a {spec.layout}-layout "
-                f"DFlash drafter ({rule.source}); convert it with --to zlab",
-                sel.name,
-            )
-        ]
+        return _not_served(
+            sel,
+            entry,
+            "does not serve this layout",
+            f"{sel.label} does not serve a {spec.layout}-layout "
+            f"DFlash drafter ({rule.source}); convert it with --to zlab",
+        )
     ids = spec.target_layer_ids if spec.layout == "zlab" else spec.speculators_ids
     cap = M.dflash_captures(sel.name, sel.version, spec.layout, ids) or []
     key = (
@@ -248,22 +257,15 @@ def _peagle_engine(sel: E.EngineSel, head: MethodHeader, ti: TargetInfo, family:
     spec = head.spec
     assert isinstance(spec, PEagleSpec)
     served = M.method_rule(sel.name, sel.version, "peagle", "served")
-    entry: dict[str, Any] = {
-        "label": sel.label,
-        "version": sel.version_text,
-        "trained_on": list(spec.draft.aux_layers or []),
-        "sources": [served.source] if served else [],
-    }
+    entry = _engine_entry(sel, spec.draft.aux_layers or [], [served.source] if served else [])
     if served is None or served.value == "no":
-        entry.update(captures=[], why="does not serve P-EAGLE")
-        return entry, [
-            error(
-                "not-served",
-                f"{sel.label} does not serve P-EAGLE (parallel "
-                f"drafting; {served.source if served else 'no rule'})",
-                sel.name,
-            )
-        ]
+        return _not_served(
+            sel,
+            entry,
+            "does not serve P-EAGLE",
+            f"{sel.label} does not serve P-EAGLE (parallel "
+            f"drafting; {served.source if served else 'no rule'})",
+        )
     out = _peagle_load_findings(sel, head, served.value)
     ids = {
         "top": spec.draft.aux_layers_raw if spec.layout == "vllm" else spec.draft.aux_layers,
