@@ -35,39 +35,27 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _results import write_result  # noqa: E402
 from bench_train import peer_python  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+from decode_helpers import fit_ttt, pack, self_text  # noqa: E402
+
 from eagle3kit import zoo  # noqa: E402
 from eagle3kit.checkpoint.convert import save_drafter  # noqa: E402
 from eagle3kit.core.vocab import build_vocab  # noqa: E402
-from eagle3kit.data.features import compute_features  # noqa: E402
-from eagle3kit.decode import greedy_generate  # noqa: E402
 from eagle3kit.model.drafter import DraftCache, Eagle3Drafter  # noqa: E402
 from eagle3kit.model.peagle import PEagleDrafter, save_peagle  # noqa: E402
 from eagle3kit.model.target import TargetModel  # noqa: E402
 from eagle3kit.train.peagle import cod_anchors, cod_layout  # noqa: E402
-from eagle3kit.train.ttt import shift, ttt_loss, unroll  # noqa: E402
+from eagle3kit.train.ttt import shift, unroll  # noqa: E402
 
 TOL = 1e-4
 PROMPTS = ["def ", "import ", "class ", "for i in ", "    return ", "if ", "# ", "with open("]
 PEER = Path(__file__).parent / "peers" / "speculators_logits.py"
 
 
-def texts(target, prompts, n=32):
-    eos = target.tokenizer.eos_token_id
-    out = []
-    for p in prompts:
-        ids = target.tokenizer(p)["input_ids"]
-        out.append(ids + greedy_generate(target, ids, max_new_tokens=n, eos_token_id=eos).tokens)
-    return out
-
-
 def train_31(target, seqs, steps: int, k: int = 3) -> Eagle3Drafter:
     """An EAGLE 3.1 drafter (fc_norm + norm_output, draft vocab half the target's) trained by
     our TTT on `seqs`."""
-    t = max(map(len, seqs))
-    ids = torch.zeros(len(seqs), t, dtype=torch.long)
-    am = torch.zeros(len(seqs), t, dtype=torch.bool)
-    for i, s in enumerate(seqs):
-        ids[i, : len(s)], am[i, : len(s)] = torch.tensor(s), True
+    ids, am = pack(seqs)
     counts = torch.bincount(ids[am], minlength=target.vocab_size)
     d2t, t2d = build_vocab(counts, target.vocab_size // 2)  # a reduced vocab: d2t is exercised
     torch.manual_seed(0)
@@ -81,14 +69,7 @@ def train_31(target, seqs, steps: int, k: int = 3) -> Eagle3Drafter:
     with torch.no_grad():
         d.d2t.copy_(d2t)
         d.t2d.copy_(t2d)
-    feats = compute_features(target, ids, am, am, d.d2t)
-    opt = torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=3e-3)
-    for _ in range(steps):
-        loss, _ = ttt_loss(d, feats, k)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return d.eval()
+    return fit_ttt(d, target, ids, am, steps, k)
 
 
 def run_peer(python: str, drafter: Path, inputs: dict, mode: str, k: int, tmp: Path) -> dict:
@@ -235,7 +216,7 @@ def main() -> None:
         raise SystemExit(f"peer not available: {why}")
     torch.set_num_threads(2)
     target = TargetModel.from_pretrained(zoo.get("llama-v1", size="tiny"))
-    seqs = texts(target, PROMPTS)
+    seqs = self_text(target, PROMPTS, n=32)
     d = train_31(target, seqs[:-1], a.steps)
     with tempfile.TemporaryDirectory() as tmp:
         e31 = compare_31(d, target, seqs[-1], python, Path(tmp))

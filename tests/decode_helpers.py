@@ -90,13 +90,26 @@ def train_drafter(
     target, seqs: list[list[int]], draft_vocab: int | None = None, steps: int = 200, k: int = 3
 ) -> Eagle3Drafter:
     """A drafter trained by training-time test (eagle3kit.train.ttt) on `seqs`, full batch."""
+    ids, am = pack(seqs)
+    counts = torch.bincount(ids[am], minlength=target.vocab_size)
+    return fit_ttt(new_drafter(target, draft_vocab, counts), target, ids, am, steps, k)
+
+
+def pack(seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids [B, T], mask [B, T]): the sequences left-aligned, zero-padded to the longest."""
     t = max(map(len, seqs))
     ids = torch.zeros(len(seqs), t, dtype=torch.long)  # [B, T]
     am = torch.zeros(len(seqs), t, dtype=torch.bool)  # [B, T]
     for i, s in enumerate(seqs):
         ids[i, : len(s)], am[i, : len(s)] = torch.tensor(s), True
-    counts = torch.bincount(ids[am], minlength=target.vocab_size)
-    d = new_drafter(target, draft_vocab, counts)
+    return ids, am
+
+
+def fit_ttt(
+    d: Eagle3Drafter, target, ids: torch.Tensor, am: torch.Tensor, steps: int, k: int = 3
+) -> Eagle3Drafter:
+    """`d` trained by training-time test on the packed batch (every token an answer), AdamW
+    lr 3e-3, full batch, `steps` steps; returned in eval mode."""
     feats = compute_features(target, ids, am, am, d.d2t)
     opt = torch.optim.AdamW([p for p in d.parameters() if p.requires_grad], lr=3e-3)
     d.train()
