@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from eagle3kit.core.atomic import atomic_write_json, save_safetensors
+from eagle3kit.core.digest import sha256_file
 from eagle3kit.core.errors import Eagle3Error, bad
 
 FORMAT = "eagle3kit-data/1"
@@ -46,14 +47,6 @@ class Sample:
     id: str
     input_ids: torch.Tensor  # int64 [T]
     loss_mask: torch.Tensor  # bool [T]
-
-
-def sha256_file(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def tokenizer_fingerprint(tokenizer: Any) -> str:

@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from eagle3kit.core.atomic import atomic_write_json, save_safetensors
+from eagle3kit.core.digest import sha256_file
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.data.features import Features, compute_features
@@ -50,7 +51,6 @@ from eagle3kit.data.prepared import (
     check_data_matches_target,
     collate,
     load_prepared,
-    sha256_file,
     split_ids,
 )
 

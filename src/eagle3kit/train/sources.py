@@ -74,8 +74,8 @@ class OfflineSource:
 
 def store_vocab(store: Any, where: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The (d2t, t2d) a feature store's teacher columns were taken with (its manifest's vocab)."""
+    from eagle3kit.core.digest import sha256_file
     from eagle3kit.core.vocab import load_vocab
-    from eagle3kit.data.prepared import sha256_file
 
     man = store.manifest
     v = man.get("vocab") or {}

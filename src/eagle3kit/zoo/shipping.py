@@ -10,7 +10,6 @@ checks them all. ``ship`` makes such a folder from a build (maintainers: ``eagle
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
+from eagle3kit.core.digest import sha256_file
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.zoo.members import MANIFEST, SIZES, check_size, member
 
@@ -59,14 +59,6 @@ def read_manifest(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return doc if isinstance(doc, dict) else None
-
-
-def sha256_file(p: Path) -> str:
-    h = hashlib.sha256()
-    with open(p, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def missing(lab: str) -> Eagle3Error:
