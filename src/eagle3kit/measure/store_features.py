@@ -116,11 +116,11 @@ def drafter_for(
     embedding read by header from ``target`` (default: the store's target) when the drafter
     carries none."""
     from eagle3kit.checkpoint.reader import read_drafter
-    from eagle3kit.model.peagle import read_drafter_module
+    from eagle3kit.model.peagle import drafter_class
 
     spec, tensors, head = read_drafter(path)
-    layout = head.layout
-    d = read_drafter_module(spec, tensors, head.ckpt.config, device, dtype, path)
+    layout, cfg = head.layout, head.ckpt.config
+    d = drafter_class(cfg).from_read(spec, tensors, cfg, device, dtype, path)
     own = bool(d.embed_loaded)
     if not own:
         set_target_embedding(d, spec, target, store)

@@ -257,9 +257,15 @@ class Eagle3Drafter(nn.Module):
         dtype: torch.dtype | None = None,
         where: str = "drafter checkpoint",
     ) -> Eagle3Drafter:
-        """A drafter from what `checkpoint.reader.read_drafter` returned; EAGLE-3 needs
-        nothing from `config` (the checkpoint's config.json) beyond the spec."""
-        return cls.from_tensors(spec, tensors, device=device, dtype=dtype, where=where)
+        """A drafter from what `checkpoint.reader.read_drafter` returned; `config` (the
+        checkpoint's config.json) gives a subclass its own constructor arguments."""
+        init = cls.config_args(config, where)
+        return cls.from_tensors(spec, tensors, device=device, dtype=dtype, where=where, **init)
+
+    @classmethod
+    def config_args(cls, config: dict[str, Any], where: str) -> dict[str, Any]:
+        """The constructor's arguments beyond the spec, from config.json: none for EAGLE-3."""
+        return {}
 
     @classmethod
     def from_tensors(

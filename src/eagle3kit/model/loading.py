@@ -55,11 +55,11 @@ def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> L
     dflash = _dflash_drafter(path, device, dtype)
     if dflash is not None:
         return dflash
-    from eagle3kit.model.peagle import read_drafter_module
+    from eagle3kit.model.peagle import drafter_class
 
     spec, tensors, head = read_drafter(str(path))
     cfg = head.ckpt.config  # P-EAGLE's: mask_hidden + a mask token
-    d = read_drafter_module(spec, tensors, cfg, device, parse_dtype(dtype), str(path))
+    d = drafter_class(cfg).from_read(spec, tensors, cfg, device, parse_dtype(dtype), str(path))
     return LoadedDrafter(d.eval().requires_grad_(False), spec, head.layout)
 
 

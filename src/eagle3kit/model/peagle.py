@@ -105,35 +105,16 @@ class PEagleDrafter(Eagle3Drafter):
         return out
 
     @classmethod
-    def from_read(
-        cls,
-        spec: DraftSpec,
-        tensors: dict[str, torch.Tensor],
-        config: dict[str, Any],
-        device: torch.device | str = "cpu",
-        dtype: torch.dtype | None = None,
-        where: str = "drafter checkpoint",
-    ) -> PEagleDrafter:
-        """A P-EAGLE drafter from what `checkpoint.reader.read_drafter` returned (its mask
-        token from `config`); `from_pretrained` is Eagle3Drafter's."""
-        mask = mask_token_of(config, where)
-        return cls.from_tensors(
-            spec, tensors, device=device, dtype=dtype, where=where, mask_token_id=mask
-        )
+    def config_args(cls, config: dict[str, Any], where: str) -> dict[str, Any]:
+        """The mask token (`mask_token_of`); `from_pretrained` and `from_read` are
+        Eagle3Drafter's."""
+        return {"mask_token_id": mask_token_of(config, where)}
 
 
-def read_drafter_module(
-    spec: DraftSpec,
-    tensors: dict[str, torch.Tensor],
-    config: dict[str, Any],
-    device: torch.device | str = "cpu",
-    dtype: torch.dtype | None = None,
-    where: str = "drafter checkpoint",
-) -> Eagle3Drafter:
-    """What `checkpoint.reader.read_drafter` returned as a module: a PEagleDrafter when
-    config.json declares P-EAGLE (`is_peagle_config`), else an Eagle3Drafter."""
-    cls = PEagleDrafter if is_peagle_config(config) else Eagle3Drafter
-    return cls.from_read(spec, tensors, config, device, dtype, where)
+def drafter_class(config: dict[str, Any]) -> type[Eagle3Drafter]:
+    """The module for a drafter's config.json: PEagleDrafter when it declares P-EAGLE
+    (`is_peagle_config`), else Eagle3Drafter; build it with `from_read`."""
+    return PEagleDrafter if is_peagle_config(config) else Eagle3Drafter
 
 
 def mask_token_of(cfg: dict[str, Any], where: str) -> int:
