@@ -12,6 +12,35 @@ from __future__ import annotations
 import json
 import sys
 import time
+from importlib.metadata import version
+
+
+def train_step(model, params: list, loss_of):
+    """(step, trained parameter count): one step = `loss_of(model)`'s backward,
+    clip_grad_norm 1.0, AdamW (lr 1e-4) over `params`, the peers' step on both sides."""
+    import torch
+
+    opt = torch.optim.AdamW(params, lr=1e-4)
+
+    def step() -> None:
+        loss_of(model).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return step, sum(p.numel() for p in params)
+
+
+def header(peer: str, shape: dict) -> dict:
+    """The first keys of the document a peer prints once ready: what ran (speculators'
+    class `peer`), the versions, the shape; each script adds its own after them."""
+    return {
+        "kind": "eagle3kit.peer_step",
+        "schema": 1,
+        "peer": f"vllm-project/speculators {peer}",
+        "versions": {p: version(p) for p in ("speculators", "torch", "transformers")},
+        "shape": shape,
+    }
 
 
 def timed(step, device: str = "cpu") -> float:

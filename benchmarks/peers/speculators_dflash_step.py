@@ -22,9 +22,8 @@ from __future__ import annotations
 import argparse
 import json
 import warnings
-from importlib.metadata import version
 
-from _serve import serve  # this folder's (the script's dir is on sys.path)
+from _serve import header, serve, train_step  # this folder's (the script's dir is on sys.path)
 
 SHAPE = ("h", "heads", "inter", "layers", "aux", "t", "block", "anchors", "v")
 
@@ -78,17 +77,12 @@ def build(a: argparse.Namespace):
         position_ids=torch.arange(t)[None],  # [1, T]
     )
     params = [p for p in m.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-4)
     loss_config = resolve_loss_config("kl_div", "eager")  # its fused one needs Triton
 
-    def step() -> None:
-        _, loss, _ = m(**batch, max_anchors=a.anchors, gamma=4.0, loss_config=loss_config)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+    def loss_of(m):
+        return m(**batch, max_anchors=a.anchors, gamma=4.0, loss_config=loss_config)[1]
 
-    return step, sum(p.numel() for p in params)
+    return train_step(m, params, loss_of)
 
 
 def main() -> None:
@@ -103,11 +97,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     step, n_params = build(a)
     head = {
-        "kind": "eagle3kit.peer_step",
-        "schema": 1,
-        "peer": "vllm-project/speculators DFlashDraftModel",
-        "versions": {p: version(p) for p in ("speculators", "torch", "transformers")},
-        "shape": {n: getattr(a, n) for n in SHAPE},
+        **header("DFlashDraftModel", {n: getattr(a, n) for n in SHAPE}),
         "threads": a.threads,
         "trained_parameters": n_params,
         "tokens_per_step": a.t,

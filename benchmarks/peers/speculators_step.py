@@ -30,9 +30,15 @@ import argparse
 import json
 import statistics
 import warnings
-from importlib.metadata import version
 
-from _serve import serve, timed  # this folder's (the script's dir is on sys.path)
+from _serve import (  # this folder's (the script's dir is on sys.path)
+    header,
+    serve,
+    timed,
+    train_step,
+)
+
+SHAPE = ("h", "heads", "inter", "t", "k", "v", "vd")
 
 
 def build(a: argparse.Namespace):
@@ -97,21 +103,12 @@ def build(a: argparse.Namespace):
     # its default KL loss; "eager" is its non-Triton implementation (its fused one needs Triton)
     loss_config = resolve_loss_config("kl_div", "fused" if a.device.startswith("cuda") else "eager")
     params = [p for p in m.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=1e-4)
-
-    def step() -> None:
-        _, loss, _ = m(**batch, ttt_steps=k, loss_config=loss_config)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return step, sum(p.numel() for p in params)
+    return train_step(m, params, lambda m: m(**batch, ttt_steps=k, loss_config=loss_config)[1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name in ("h", "heads", "inter", "t", "k", "v", "vd"):
+    for name in SHAPE:
         ap.add_argument(f"--{name}", type=int, required=True)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--repeats", type=int, default=5)
@@ -125,11 +122,7 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     step, n_params = build(a)
     head = {
-        "kind": "eagle3kit.peer_step",
-        "schema": 1,
-        "peer": "vllm-project/speculators Eagle3DraftModel",
-        "versions": {p: version(p) for p in ("speculators", "torch", "transformers")},
-        "shape": {n: getattr(a, n) for n in ("h", "heads", "inter", "t", "k", "v", "vd")},
+        **header("Eagle3DraftModel", {n: getattr(a, n) for n in SHAPE}),
         "batch": a.batch,
         "threads": a.threads,
         "trained_parameters": n_params,
