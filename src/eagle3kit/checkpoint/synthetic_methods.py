@@ -30,18 +30,24 @@ def _random(shapes: dict[str, tuple[int, ...]], seed: int) -> dict[str, np.ndarr
     return {n: rng.standard_normal(s).astype(np.float32) for n, s in sorted(shapes.items())}
 
 
+# the tiny DFlash and P-EAGLE drafters' sizes: H 32, 4 heads of 8 (2 KV), vocab 96
+_TINY_DRAFTER: dict[str, Any] = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=8,
+    vocab_size=96,
+    draft_vocab_size=96,
+    target_hidden_size=32,
+)
+
+
 def tiny_dflash_spec(layout: str = "zlab", **over: Any) -> DFlashSpec:
     """A 2-layer DFlash drafter for an 8-layer target, H 32, vocab 96, B 4, mask token 95."""
     f: dict[str, Any] = dict(
-        hidden_size=32,
-        intermediate_size=64,
+        **_TINY_DRAFTER,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        vocab_size=96,
-        draft_vocab_size=96,
-        target_hidden_size=32,
         block_size=4,
         mask_token_id=95,
         target_layer_ids=(1, 5),
@@ -76,18 +82,8 @@ def write_dflash(
 
 
 def tiny_peagle_spec(layout: str = "speculators", layers: int = 2, **over: Any) -> PEagleSpec:
-    draft = DraftSpec(
-        hidden_size=32,
-        intermediate_size=64,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        vocab_size=96,
-        draft_vocab_size=96,
-        target_hidden_size=32,
-        aux_layers=(2, 4, 5),
-        dtype="float32",
-    )
+    """A P-EAGLE drafter (`layers` layers, K 4) of the same sizes, mask token 95."""
+    draft = DraftSpec(**_TINY_DRAFTER, aux_layers=(2, 4, 5), dtype="float32")
     f: dict[str, Any] = dict(
         draft=draft,
         num_hidden_layers=layers,
