@@ -3,8 +3,8 @@ on the same held-out batch and benched on the same prompts as the EAGLE-3 arms.
 
 Its block is B = depth + 1 (`[last token, mask x depth]`), so it drafts `depth` tokens per
 cycle like the chain arms, in one drafter pass (docs/dflash.md). It trains for the recipe's
-`tune_steps` at the recipe's batch and length (train/dflash.py `train_dflash_drafter`), with
-its own learning rate and anchors (`LR`, `ANCHORS`: what docs/dflash.md measured on the zoo).
+`tune_steps` at the recipe's batch, length and learning rate (train/dflash.py
+`train_dflash_drafter`), one layer, `ANCHORS` blocks per sample (docs/dflash.md "Demo entry point").
 The target reads the drafter's layers through a second TargetModel over the same weights.
 """
 
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
 
 LABEL = "DFlash (scratch)"
 RUN = "scratch-dflash"  # OUT/runs/RUN (sorted after "scratch": the report pairs EAGLE-3 runs)
-LR = 1e-2  # docs/dflash.md: 1e-2 learns faster than the EAGLE-3 recipe's 3e-3 at this size
 ANCHORS = 16  # blocks per sample per step (speculators' and our default)
 DRAFT_LAYERS = 1
 
@@ -48,9 +47,8 @@ def train_dflash_run(
     if state.is_file():
         meta = json.loads(state.read_text())
         cfg = meta.get("config", {})
-        same = cfg.get("steps") == r.tune_steps and (meta.get("dflash") or {}).get(
-            "block_size"
-        ) == (r.depth + 1)
+        blocks = (meta.get("dflash") or {}).get("block_size")
+        same = (cfg.get("steps"), cfg.get("lr"), blocks) == (r.tune_steps, r.lr, r.depth + 1)
         if same and (run / "summary.json").is_file():
             say(f"   DFlash: complete run reused [runs/{RUN}/summary.json]")
             return json.loads((run / "summary.json").read_text())
@@ -75,7 +73,7 @@ def train_dflash_run(
         steps=r.tune_steps,
         batch=r.batch,
         max_len=r.max_len,
-        lr=LR,
+        lr=r.lr,
         block_size=r.depth + 1,
         draft_layers=DRAFT_LAYERS,
         anchors=ANCHORS,
