@@ -1,6 +1,6 @@
 """The demo's DFlash arm alone, timed: train + offline eval + bench on one zoo member.
 
-    python benchmarks/demo_dflash_arm.py [--size full] [--lr LR] [--anchors N] \
+    python benchmarks/demo_dflash_arm.py [--size full] [--lr LR] [--anchors N] [--layers L] \
         [--out benchmarks/results/demo_dflash_arm.json]
 
 It runs what `eagle3kit demo` runs for its "DFlash (scratch)" row (demo/dflash_arm.py,
@@ -10,8 +10,8 @@ for the recipe's tune steps, its offline acceptance on the demo's held-out batch
 sequences), and the bench of the recipe's held-out prompts (greedy and its chain,
 interleaved), on 1 torch thread. It records the seconds of each part (the data preparation is
 shared with the EAGLE-3 arms in the demo, so it is timed apart and not counted in the arm's)
-and the arm's figures. --lr / --anchors override the arm's settings (what the choice of the
-defaults was measured with).
+and the arm's figures. --lr / --anchors / --layers override the arm's settings (what the
+choice of the defaults was measured with).
 """
 
 from __future__ import annotations
@@ -47,6 +47,7 @@ def main() -> None:
     ap.add_argument("--size", default="full", choices=list(RECIPES))
     ap.add_argument("--lr", type=float, default=None, help="default: the recipe's")
     ap.add_argument("--anchors", type=int, default=None, help="default: the arm's")
+    ap.add_argument("--layers", type=int, default=None, help="default: the arm's")
     ap.add_argument("--work", default="/tmp/eagle3kit-demo-dflash-arm")
     ap.add_argument("--out", default=str(HERE / "results" / "demo_dflash_arm.json"))
     a = ap.parse_args()
@@ -56,6 +57,8 @@ def main() -> None:
         r = replace(r, lr=a.lr)
     if a.anchors is not None:
         dflash_arm.ANCHORS = a.anchors
+    if a.layers is not None:
+        dflash_arm.DRAFT_LAYERS = a.layers
     work = Path(a.work)
     shutil.rmtree(work / "runs", ignore_errors=True)  # the arm trains afresh every time
     p2 = zoo.get(PAIR[1], size=a.size)
@@ -84,6 +87,7 @@ def main() -> None:
         + (f" --size {a.size}" if a.size != "full" else "")
         + (f" --lr {a.lr}" if a.lr is not None else "")
         + (f" --anchors {a.anchors}" if a.anchors is not None else "")
+        + (f" --layers {a.layers}" if a.layers is not None else "")
         + (f" --out {a.out}" if a.out != ap.get_default("out") else ""),
         "member": zoo.get(PAIR[1], size=a.size).name,
         "recipe": a.size,
