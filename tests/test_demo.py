@@ -31,9 +31,12 @@ def test_demo_quick_end_to_end(tmp_path):
         "bench-stale.json",
         "bench-finetuned.json",
         "bench-scratch.json",
+        "bench-dflash.json",
         "story.json",
         "runs/finetune/summary.json",
         "runs/scratch/summary.json",
+        "runs/scratch-dflash/summary.json",
+        "runs/scratch-dflash/best/config.json",
     ):
         assert (out / f).is_file(), f
     assert steps["probe"]["verdict"] in ("plug-in", "fine-tune", "from-scratch")
@@ -44,13 +47,20 @@ def test_demo_quick_end_to_end(tmp_path):
         "stale K2 drafter",
         "fine-tuned",
         "from scratch",
+        "DFlash (scratch)",
     ]
     for h in doc["headline"]:  # predicted (plan --methods) beside measured, for every row
         assert h["predicted_tps"] > 0 and h["predicted_from"]
+    df_row = doc["headline"][-1]
+    assert df_row["method"] == "dflash" and "bench-dflash.json" in df_row["predicted_from"]
+    ev = json.loads((out / "eval.json").read_text())["drafters"]["DFlash (scratch)"]
+    assert ev["method"] == "dflash" and ev["block_size"] == 3 + 1  # drafts depth 3 per block
+    assert len(ev["walk_acc"]) == 3 and 1.0 <= ev["tau_walk"] <= 4.0
     stale = json.loads((out / "bench-stale.json").read_text())
     assert [lv["concurrency"] for lv in stale["costs"]["levels"]] == [1]
-    for role in ("stale", "finetuned", "scratch"):
+    for role in ("stale", "finetuned", "scratch", "dflash"):
         b = json.loads((out / f"bench-{role}.json").read_text())
+        assert b["method"] == ("dflash" if role == "dflash" else "eagle3")
         assert b["lossless"] is True  # greedy speculative output == plain greedy output
         assert 1.0 <= b["tau_online"] <= b["depth"] + 1
         assert b["speedup"] == pytest.approx(b["spec_tps"] / b["baseline_tps"], rel=1e-3)
@@ -125,3 +135,38 @@ def test_demo_drops_data_and_runs_made_on_another_zoo_recipe(tmp_path):
     (out / "runs" / "finetune").mkdir()
     drop_stale(out, "tiny")  # same recipe: nothing removed
     assert (out / "runs" / "finetune").is_dir()
+
+
+def test_predict_headline_prices_dflash_at_one_drafter_pass_per_cycle():
+    """The DFlash row costs one drafter pass per cycle (its own pass time), an EAGLE-3 row
+    with the same acceptance `depth` passes; both verify depth + 1 tokens (docs/plan.md)."""
+    from eagle3kit.demo.steps import predict_headline
+
+    costs = {
+        "levels": [
+            {"concurrency": 1, "plain_ms": 10.0, "verify_ms": {"4": 16.0},
+             "pass_ms": {"eagle3": 2.0}, "overhead_ms": {}}
+        ],
+        "prefill_ms": 50.0,
+        "new_tokens": 33.0,
+    }  # fmt: skip
+    walk = [0.5, 0.25, 0.125]
+    ev = {"drafters": {"from scratch": {"walk_acc": walk}, "DFlash (scratch)": {"walk_acc": walk}}}
+    rows = [
+        {"name": "from scratch", "method": "eagle3", "source": "bench-scratch.json"},
+        {
+            "name": "DFlash (scratch)",
+            "method": "dflash",
+            "pass_ms": 3.0,
+            "source": "bench-dflash.json",
+        },
+    ]
+    predict_headline(rows, {"costs": costs, "methods": []}, ev, 3)
+    tau = 1 + 0.5 + 0.25 + 0.125
+
+    def request_tps(cycle_ms):  # N new tokens after the prefill: N / (prefill + (N-1)/tau * cycle)
+        return 1000 * 33 / (50 + 32 / tau * cycle_ms)
+
+    assert rows[0]["predicted_tps"] == pytest.approx(request_tps(3 * 2.0 + 16.0), abs=1e-3)
+    assert rows[1]["predicted_tps"] == pytest.approx(request_tps(1 * 3.0 + 16.0), abs=1e-3)
+    assert "bench-dflash.json" in rows[1]["predicted_from"]

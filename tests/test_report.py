@@ -65,13 +65,15 @@ BENCH = {
 }
 
 
-def _run_dir(root, name, init, taus, batch=4):
+def _run_dir(root, name, init, taus, batch=4, scalar_loss=False):
+    """A train run; ``scalar_loss``: one loss per row as a DFlash run writes (no TTT steps)."""
     d = root / "runs" / name
     (d / "state").mkdir(parents=True)
     rows = [
-        {"step": 10 * i, "loss": [3.0 - 0.1 * i], "tau_every_position": t}
+        {"step": 10 * i, "loss": 3.0 - 0.1 * i if scalar_loss else [3.0 - 0.1 * i],
+         "tau_every_position": t}
         for i, t in enumerate(taus)
-    ]
+    ]  # fmt: skip
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
     best = max(range(len(taus)), key=lambda i: taus[i])
     (d / "summary.json").write_text(
@@ -185,3 +187,14 @@ def test_report_renders_in_chromium(runs, tmp_path):
         timeout=120,
     )
     assert dom.stdout.count("<img") == 5 and "Game plan" in dom.stdout
+
+
+def test_report_with_a_dflash_run_beside_the_eagle3_runs(runs, tmp_path):
+    """The demo's DFlash run (runs/scratch-dflash: scalar losses) is drawn in the training
+    curves, and the warm start is still compared with the EAGLE-3 scratch run."""
+    _run_dir(runs, "scratch-dflash", None, [1.0, 1.1, 1.2, 1.3], scalar_loss=True)
+    r = run_cli("report", runs, "-o", tmp_path / "out", "--json")
+    assert r.code == 0, r.err
+    assert "training_curves.png" in json.loads(r.out)["figures"]
+    md = (tmp_path / "out" / "report.md").read_text()
+    assert "after 40 samples instead of 120 (67% fewer)" in md and "scratch-dflash" in md

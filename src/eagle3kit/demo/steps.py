@@ -174,7 +174,13 @@ def _train_k2_drafter(size: str, progress: Progress | None, say: Callable[[str],
 
 
 # what the demo writes under OUT from the zoo's members: dropped when the zoo changes
-DEMO_MADE = ("data/test-prepared", "data/test.jsonl", "runs/finetune", "runs/scratch")
+DEMO_MADE = (
+    "data/test-prepared",
+    "data/test.jsonl",
+    "runs/finetune",
+    "runs/scratch",
+    "runs/scratch-dflash",
+)
 
 
 def drop_stale(out: Path, size: str) -> None:
@@ -258,7 +264,7 @@ def load_drafter(path: Path, target: EmbeddedTarget) -> Eagle3Drafter:
 
 def bench_drafter(
     target: TargetModel,
-    drafter_dir: Path,
+    drafter: Path | Any,
     prompts: list[list[int]],
     r: Recipe,
     progress: Progress | None,
@@ -266,14 +272,15 @@ def bench_drafter(
     lookup: bool = False,
 ) -> dict[str, Any]:
     """`eagle3kit bench` (greedy and chain, interleaved, `bench_repeats` repeats) with the
-    drafter at ``drafter_dir``; its document plus ``labels`` and the demo's summary keys. With
-    ``lookup``, prompt lookup runs in the same rotation and the costs `plan --methods` prices
-    with are measured at concurrency 1 (`costs`)."""
+    EAGLE-3 drafter at ``drafter`` (a directory) or a loaded drafter (the DFlash arm's); its
+    document plus ``labels`` and the demo's summary keys. With ``lookup``, prompt lookup runs
+    in the same rotation and the costs `plan --methods` prices with are measured at
+    concurrency 1 (`costs`)."""
     from eagle3kit.measure.bench import bench
 
     doc = bench(
         target,
-        load_drafter(drafter_dir, target),
+        load_drafter(drafter, target) if isinstance(drafter, Path) else drafter,
         prompts,
         repeats=r.bench_repeats,
         max_new_tokens=r.bench_tokens,
@@ -321,16 +328,23 @@ def lookup_row(b: dict[str, Any], src: str) -> dict[str, Any]:
 
 
 def headline_row(name: str, b: dict[str, Any], src: str) -> dict[str, Any]:
-    """One row of the demo's headline table from a bench document."""
-    return {
+    """One row of the demo's headline table from a bench document (its "method": the chain
+    row's draft method, eagle3 or dflash)."""
+    row = {
         "name": name,
-        "method": "eagle3",
+        "method": b.get("method", "eagle3"),
         "tps": b["spec_tps"],
         "plain": b["baseline_tps"],
         "speedup": b["speedup"],
         "tau_online": b["tau_online"],
         "source": src,
     }
+    if row["method"] == "dflash":  # its one drafter pass per cycle, for the prediction
+        row["pass_ms"] = b["draft_ms"]
+    return row
+
+
+DRAFTED = ("eagle3", "dflash")  # the methods of the trained drafters' rows
 
 
 def predict_headline(
@@ -339,17 +353,24 @@ def predict_headline(
     """Add each row's predicted tok/s (`plan --methods`, plan/methods.py) beside the measured:
     the costs measured in the stale bench, each drafter's walked offline acceptance from
     eval.json (so a drafter's prediction is made without its bench), and for prompt lookup its
-    acceptance in the stale bench (there is no offline measure of it), said in `predicted_from`."""
+    acceptance in the stale bench (there is no offline measure of it), said in `predicted_from`.
+    A DFlash row is priced as method dflash (one drafter pass per cycle) with that pass's time
+    from its own bench (the stale bench times EAGLE-3 steps only)."""
+    from dataclasses import replace
+
     from eagle3kit.plan.method_inputs import costs_of
     from eagle3kit.plan.methods import Candidate, plain, predict
 
     levels, prefill, new = costs_of(stale["costs"], "bench-stale.json")
     lv = levels[0]
     for h in headline:
-        if h.get("method") == "eagle3" and h["name"] in ev["drafters"]:
+        if h.get("method") in DRAFTED and h["name"] in ev["drafters"]:
             pp = tuple(ev["drafters"][h["name"]]["walk_acc"][:depth])
-            p = predict(Candidate(h["name"], "eagle3", pp), lv, depth, new, prefill)
-            h["predicted_from"] = "eval.json (offline, walked)"
+            at, h["predicted_from"] = lv, "eval.json (offline, walked)"
+            if h["method"] == "dflash":
+                at = replace(lv, pass_ms={**lv.pass_ms, "dflash": h["pass_ms"]})
+                h["predicted_from"] += f"; its drafter pass from {h['source']}"
+            p = predict(Candidate(h["name"], h["method"], pp), at, depth, new, prefill)
         elif h.get("method") == "ngram":
             row = next(m for m in stale["methods"] if m["name"] == "lookup")
             cand = Candidate(
@@ -369,7 +390,7 @@ def predict_headline(
 def lookup_verdict(headline: list[dict[str, Any]]) -> str | None:
     """A line when no trained drafter beats prompt lookup (measured), else None."""
     look = next((h for h in headline if h.get("method") == "ngram"), None)
-    drafters = [h for h in headline if h.get("method") == "eagle3"]
+    drafters = [h for h in headline if h.get("method") in DRAFTED]
     if look is None or not drafters:
         return None
     best = max(drafters, key=lambda h: h["tps"])

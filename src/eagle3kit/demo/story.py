@@ -105,10 +105,14 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
     steps.append(probe_step(out, k2, p2, p1, v2_data, r, say, progress))
 
     step(
-        f"train: fine-tune the K2 drafter on {PAIR[1]} data, and one from scratch on the same data"
+        f"train: fine-tune the K2 drafter on {PAIR[1]} data, one from scratch on the same data, "
+        "and a DFlash block drafter from scratch"
     )
     steps.append(train_step(out, k2, p2, v2_data, r, say, progress))
-    step("eval and bench: stale, fine-tuned and scratch drafters on the same held-out v2 samples")
+    step(
+        "eval and bench: stale, fine-tuned, scratch and DFlash drafters on the same held-out v2 "
+        "samples"
+    )
     ev, rows = eval_bench_step(out, v2, p2, k2, v2_data, prompts, r, say, progress)
     headline += rows
     predict_headline(headline, stale, ev, r.depth)
@@ -276,12 +280,18 @@ def probe_step(out, k2, p2, p1, v2_data, r: Recipe, say: Say, progress) -> dict[
 
 
 def train_step(out, k2, p2, v2_data, r: Recipe, say: Say, progress) -> dict[str, Any]:
-    """`train --init-from K2` and `train` from scratch on the same v2 data and steps."""
+    """`train --init-from K2`, `train` from scratch and `train --method dflash` from scratch,
+    on the same v2 data and steps."""
+    from eagle3kit.demo import dflash_arm
+
     done = {}
     for name, init in (("finetune", k2), ("scratch", None)):
         t = time.perf_counter()
         done[name] = train_run(out, name, p2, v2_data, init, r, say, progress)
         done[name + "_seconds"] = time.perf_counter() - t
+    t = time.perf_counter()
+    df = dflash_arm.train_dflash_run(out, p2, v2_data, r, say, progress)
+    df_s = time.perf_counter() - t
     for name in ("finetune", "scratch"):
         s = done[name]
         say(
@@ -290,13 +300,20 @@ def train_step(out, k2, p2, v2_data, r: Recipe, say: Say, progress) -> dict[str,
             f"{s['best_step']}/{s['steps']} ({done[name + '_seconds']:.0f} s) "
             f"[runs/{name}/summary.json]"
         )
-    return {"step": "train", "result": {"finetune": done["finetune"], "scratch": done["scratch"]}}
+    say(
+        f"   DFlash (block {df['block_size']}, {df['draft_layers']} layer): best held-out tau "
+        f"{df['tau_every_position']:.3f} (every position) at step {df['best_step']}/"
+        f"{df['steps']} ({df_s:.0f} s) [runs/{dflash_arm.RUN}/summary.json]"
+    )
+    res = {"finetune": done["finetune"], "scratch": done["scratch"], "dflash": df}
+    return {"step": "train", "result": res}
 
 
 def eval_bench_step(out, v2, p2, k2, v2_data, prompts, r: Recipe, say: Say, progress):
-    """`eval` (offline, the same held-out v2 samples) of the three drafters, then `bench` of
-    the two new ones. Returns the eval document and their headline rows."""
-    from eagle3kit.measure.probe import offline_acceptance, target_features
+    """`eval` (offline, the same held-out v2 samples) of the three EAGLE-3 drafters and the
+    DFlash one, then `bench` of the three new ones. Returns the eval document and their
+    headline rows."""
+    from eagle3kit.demo import dflash_arm
     from eagle3kit.measure.probe_batches import data_batch
 
     batch = data_batch(str(v2_data), 32, r.max_len)
@@ -312,26 +329,47 @@ def eval_bench_step(out, v2, p2, k2, v2_data, prompts, r: Recipe, say: Say, prog
         "data": batch.source,
         "depth": r.depth,
         "sequences": int(batch.input_ids.shape[0]),
-        "drafters": {},
+        "drafters": _eval_eagle3(v2, paths, batch, r.depth, say),
     }
+    df_path = out / "runs" / dflash_arm.RUN / "best"
+    df, t_df = dflash_arm.load_dflash(df_path, v2)  # t_df: v2 capturing the drafter's layers
+    try:
+        e = dflash_arm.eval_dflash(df, t_df, batch, r.depth, df_path)
+        ev["drafters"][dflash_arm.LABEL] = e
+        say(
+            f"   {dflash_arm.LABEL}: offline tau_walk {e['tau_walk']:.3f}, acc {e['acc']} "
+            "[eval.json]"
+        )
+        atomic_write_json(out / "eval.json", ev)
+        rows = []
+        for label, role, run in (
+            ("fine-tuned", "finetuned", "finetune"),
+            ("from scratch", "scratch", "scratch"),
+        ):
+            b = bench_step(out, v2, paths[label], prompts, r, say, progress, (label, role, run))
+            rows.append(headline_row(label, b, f"bench-{role}.json"))
+        labels = (dflash_arm.LABEL, "dflash", dflash_arm.RUN)
+        b = bench_step(out, t_df, df, prompts, r, say, progress, labels)
+        rows.append(headline_row(dflash_arm.LABEL, b, "bench-dflash.json"))
+    finally:
+        t_df.close()
+    return ev, rows
+
+
+def _eval_eagle3(v2, paths: dict[str, Path], batch, depth: int, say: Say) -> dict[str, Any]:
+    """Each EAGLE-3 drafter's offline acceptance on ``batch``: eval.json's entries."""
+    from eagle3kit.measure.probe import offline_acceptance, target_features
     from eagle3kit.train.acceptance import acceptance
 
+    out = {}
     for label, p in paths.items():
         d = load_drafter(p, v2)
         feats = target_features(v2, batch, d)
-        acc = offline_acceptance(d, feats, r.depth)
-        walk = acceptance(d, feats, r.depth).walk_acc  # P(a >= i), walked: what decoding sees
-        ev["drafters"][label] = {"path": str(p), **acc, "walk_acc": [round(x, 6) for x in walk]}
+        acc = offline_acceptance(d, feats, depth)
+        walk = acceptance(d, feats, depth).walk_acc  # P(a >= i), walked: what decoding sees
+        out[label] = {"path": str(p), **acc, "walk_acc": [round(x, 6) for x in walk]}
         say(f"   {label}: offline tau_walk {acc['tau_walk']:.3f}, acc {acc['acc']} [eval.json]")
-    atomic_write_json(out / "eval.json", ev)
-    rows = []
-    for label, role, run in (
-        ("fine-tuned", "finetuned", "finetune"),
-        ("from scratch", "scratch", "scratch"),
-    ):
-        b = bench_step(out, v2, paths[label], prompts, r, say, progress, (label, role, run))
-        rows.append(headline_row(label, b, f"bench-{role}.json"))
-    return ev, rows
+    return out
 
 
 def report_step(out: Path, headline: list[dict[str, Any]], say: Say) -> dict[str, Any]:

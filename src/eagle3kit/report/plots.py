@@ -42,7 +42,8 @@ def per_position(series: dict[str, list[float]]) -> bytes | None:
 
 
 def training_curves(runs: dict[str, list[dict[str, Any]]]) -> bytes | None:
-    """Held-out loss (step 0 of the TTT unroll) and simulated accept length per run."""
+    """Held-out loss (step 0 of the TTT unroll; a DFlash run's one block loss) and simulated
+    accept length per run."""
     runs = {k: v for k, v in runs.items() if v}
     if not runs:
         return None
@@ -52,7 +53,8 @@ def training_curves(runs: dict[str, list[dict[str, Any]]]) -> bytes | None:
     a1, a2 = fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2)
     for label, rows in runs.items():
         steps = [r["step"] for r in rows]
-        a1.plot(steps, [r["loss"][0] for r in rows], "o-", ms=3, label=label)
+        loss = [r["loss"][0] if isinstance(r["loss"], list) else r["loss"] for r in rows]
+        a1.plot(steps, loss, "o-", ms=3, label=label)
         a2.plot(steps, [r["tau_every_position"] for r in rows], "o-", ms=3, label=label)
     a1.set_title("held-out loss, step 0")
     a2.set_title("held-out simulated accept length")
