@@ -44,6 +44,8 @@ def bench_row(target_path, drafter, aux, prompts, r, depth: int) -> dict:
     rows = {m["name"]: m for m in doc["methods"]}
     c = rows["chain"]
     return {
+        # the canned-output check (core/diversity.py): do the target's answers vary?
+        "target_diversity": doc["target_diversity"],
         "depth": depth,
         "greedy_tokens_per_s": rows["greedy"]["tokens_per_s"],
         "tokens_per_s": c["tokens_per_s"],
@@ -123,6 +125,8 @@ def main() -> None:
         },  # fmt: skip
         "methods": [{"method": m, **row} for m, row in rows.items()],
     }
+    # one check for the run: both arms bench the same greedy outputs of the same prompts
+    doc["target_diversity"] = rows["eagle3"]["target_diversity"]
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))
 
