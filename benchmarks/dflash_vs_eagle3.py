@@ -11,7 +11,8 @@ Each is then benched as `eagle3kit bench` does (greedy and the speculative chain
 the recipe's held-out prompts, repeats and new tokens; EAGLE-3 at the recipe's depth, DFlash
 at B-1 drafts), on 1 CPU thread. The result holds both rows: the held-out expected accept
 length from training, the measured accept length, tok/s and speedup over greedy, and whether
-the output equals greedy.
+the output equals greedy; beside them the canned-output check on the target's greedy answers
+(`target_diversity`, core/diversity.cross_prompt, as `bench` records it).
 """
 
 from __future__ import annotations
