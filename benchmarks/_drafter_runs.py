@@ -136,3 +136,28 @@ def spread(xs: list[float]) -> dict:
 
 def fmt_spread(c: dict | None) -> str:
     return f"{c['mean']:.3f} [{c['min']:.3f}..{c['max']:.3f}]" if c else "-"
+
+
+def target_diversity(target: str, n: int = 8, max_new_tokens: int = 64) -> dict:
+    """The canned-output check (core/diversity.cross_prompt) on the target's plain greedy
+    answers to ``n`` held-out requests of its slice (as bench_mtp and `bench` run it): do
+    its answers depend on the prompt? Acceptance on a canned target says little."""
+    from eagle3kit.core.diversity import cross_prompt
+    from eagle3kit.data.regenerate import chat_prompt_ids
+    from eagle3kit.decode import greedy_generate
+    from eagle3kit.model.loading import load_target
+    from eagle3kit.train.mtp_zoo import _slice
+    from eagle3kit.zoo import corpus
+
+    sliced, signed = _slice(Path(target))
+    reqs = corpus.held_out_requests(corpus.files(sliced, held_out=True), n, signed)
+    tm = load_target(target)
+    try:
+        outs = []
+        for r in reqs:
+            ids = chat_prompt_ids(tm.tokenizer, r["messages"])
+            outs.append(greedy_generate(tm, ids, max_new_tokens=max_new_tokens).tokens)
+            tm.reset()
+    finally:
+        tm.close()
+    return {**cross_prompt(outs), "max_new_tokens": max_new_tokens}

@@ -40,16 +40,10 @@ from _results import RESULTS, write_result  # noqa: E402
 
 
 def member_dir(name: str, size: str, given: str | None) -> Path:
-    """The member's dir: --member-dir, else /work/zoo-build/NAME, else the zoo (built here)."""
+    """The member's dir: --member-dir, else the shipped zoo member (``zoo.get``)."""
     from eagle3kit import zoo
 
-    if given:
-        return Path(given)
-    label = name if size == "full" else f"{name}-{size}"
-    built = Path("/work/zoo-build") / label
-    if (built / "config.json").is_file():
-        return built
-    return zoo.get(name, size=size)
+    return Path(given) if given else zoo.get(name, size=size)
 
 
 def prepared(target_dir: Path, work: Path, tag: str, samples: int, max_len: int) -> Path:

@@ -103,6 +103,8 @@ def run(a: argparse.Namespace) -> dict:
             print(json.dumps(row), file=sys.stderr, flush=True)
     return {
         "settings": {k: v for k, v in vars(a).items() if k not in ("json",)},
+        # the canned-output check: do the target's own answers depend on the prompt?
+        "target_diversity": R.target_diversity(target),
         "test_samples": len(test.samples),
         "k2_drafter": k2,
         "k2_alone": alone,
@@ -116,6 +118,7 @@ def run(a: argparse.Namespace) -> dict:
 
 def report(doc: dict) -> None:
     d = doc["settings"]["ttt_steps"]
+    print(f"target's answers: {json.dumps(doc['target_diversity'])}")
     print(f"test: {doc['test_samples']} samples of held-out files; walked tau at depth {d}")
     for name, s in doc["k2_alone"].items():
         acc = ", ".join(f"{x:.3f}" for x in s["per_position_acceptance"])

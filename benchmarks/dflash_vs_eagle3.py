@@ -11,7 +11,8 @@ Each is then benched as `eagle3kit bench` does (greedy and the speculative chain
 the recipe's held-out prompts, repeats and new tokens; EAGLE-3 at the recipe's depth, DFlash
 at B-1 drafts), on 1 CPU thread. The result holds both rows: the held-out expected accept
 length from training, the measured accept length, tok/s and speedup over greedy, and whether
-the output equals greedy.
+the output equals greedy; beside them the canned-output check on the target's greedy answers
+(`target_diversity`, core/diversity.cross_prompt, as `bench` records it).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def bench_row(target_path, drafter, aux, prompts, r, depth: int) -> dict:
     rows = {m["name"]: m for m in doc["methods"]}
     c = rows["chain"]
     return {
+        # the canned-output check (core/diversity.py): do the target's answers vary?
+        "target_diversity": doc["target_diversity"],
         "depth": depth,
         "greedy_tokens_per_s": rows["greedy"]["tokens_per_s"],
         "tokens_per_s": c["tokens_per_s"],
@@ -123,6 +126,8 @@ def main() -> None:
         },  # fmt: skip
         "methods": [{"method": m, **row} for m, row in rows.items()],
     }
+    # one check for the run: both arms bench the same greedy outputs of the same prompts
+    doc["target_diversity"] = rows["eagle3"]["target_diversity"]
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")
     print(json.dumps(doc, indent=1))
 
