@@ -53,6 +53,44 @@ def held_out_set(a: argparse.Namespace, target: str, name: str = "test", *, max_
     return ev
 
 
+def canned_check(target: str, prompts: list[list[int]], *, n: int = 16, max_new: int = 64) -> dict:
+    """The canned-output check (`core.diversity.cross_prompt`, as `bench` records it) on the
+    target's greedy answers to the first ``n`` of ``prompts``: distinct outputs, distinct
+    openings, pooled distinct-4 and the warning. A figure whose file has it set is not quoted."""
+    from eagle3kit.decode import greedy_generate
+    from eagle3kit.model.loading import load_target
+
+    tm = load_target(target)
+    try:
+        eos = getattr(tm.tokenizer, "eos_token_id", None)
+        outs = [
+            greedy_generate(tm, p, max_new_tokens=max_new, eos_token_id=eos).tokens
+            for p in prompts[:n]
+        ]
+    finally:
+        tm.close()
+    return answers_check(outs, max_new)
+
+
+def answers_check(outputs: list[list[int]], max_new: int) -> dict:
+    """`cross_prompt` of the target's greedy answers, printed when the warning is set."""
+    import sys
+
+    from eagle3kit.core.diversity import cross_prompt
+
+    doc = {**cross_prompt(outputs), "max_new_tokens": max_new}
+    if doc["warning"]:
+        print("WARNING: " + doc["warning"], file=sys.stderr, flush=True)
+    return doc
+
+
+def check_line(c: dict) -> str:
+    return (
+        f"canned-output check: {c['distinct_outputs']} distinct outputs of {c['outputs']}, "
+        f"pooled distinct-4 {c['pooled_distinct4']:.3f}, warning: {bool(c['warning'])}"
+    )
+
+
 def training_data(a: argparse.Namespace) -> Path:
     kw = dict(files=a.files, max_length=a.max_len, size=a.size)
     return zoo_data(a.member, Path(a.work) / f"data-{a.size}", held_out=False, **kw)

@@ -1,7 +1,7 @@
 """Predictions checked on prompts they were not made from: offline τ -> online τ, plan -> tok/s.
 
-    python benchmarks/bench_predict.py [--member dsv3-v1] [--size tiny|full] [--prompts 16]
-        [--depth 3] [--max-new 64] [--repeats 3] [--json benchmarks/results/predict-tiny.json]
+    python benchmarks/bench_predict.py [--member dsv3-v1] [--size full|tiny] [--prompts 16]
+        [--depth 3] [--max-new 64] [--repeats 3] [--json benchmarks/results/predict-full.json]
 
 Chat requests of the member's held-out files are split in two disjoint halves by order:
 A (where every prediction is made) and B (where it is checked). The drafter is the demo's
@@ -134,6 +134,7 @@ def run(a: argparse.Namespace) -> dict:
 
     from eagle3kit import zoo
     from eagle3kit.demo.steps import k2_drafter
+    from eagle3kit.measure import timing as T
     from eagle3kit.model.loading import load_pair
 
     torch.set_num_threads(a.threads)
@@ -151,8 +152,10 @@ def run(a: argparse.Namespace) -> dict:
     mid = _predict(costs, [tau], a.depth)
     pred["tokens_per_s"] = mid["tokens_per_s_interval"][0]
     pred["speedup"] = mid["speedup_interval"][0]
-    meas = _measured(_timed(tm, d, B, a), a.depth, a)
+    runs_b = _timed(tm, d, B, a)
+    meas = _measured(runs_b, a.depth, a)
     tm.close()
+    answers = [x.tokens for runs in (runs_a, runs_b) for x in T.of(runs, "base") if x.repeat == 0]
     return {
         "settings": {k: v for k, v in vars(a).items() if k != "json"},
         "drafter": drafter,
@@ -164,6 +167,8 @@ def run(a: argparse.Namespace) -> dict:
         "costs_from_A": costs,
         "predicted_for_B": pred,
         "measured_on_B": meas,
+        # the canned-output check on the target's greedy answers to A and B (issue 33)
+        "target_diversity": R.answers_check(answers, a.max_new),
         "gap": {
             "tau": meas["tau_online"] / tau - 1,
             "tokens_per_s": meas["tokens_per_s"] / pred["tokens_per_s"] - 1,
@@ -195,6 +200,7 @@ def report(doc: dict) -> None:
         f"speedup  predicted {p['speedup']:.3f} {iv(p['speedup_interval'])}   measured "
         f"{m['speedup']:.3f}; lossless {m['lossless']}"
     )
+    print(R.check_line(doc["target_diversity"]))
     print(
         "gap (measured / predicted - 1): "
         + ", ".join(f"{k} {100 * v:+.1f}%" for k, v in doc["gap"].items())
@@ -204,7 +210,7 @@ def report(doc: dict) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--member", default="dsv3-v1")
-    ap.add_argument("--size", default="tiny", help="zoo size of the member: full or tiny")
+    ap.add_argument("--size", default="full", help="zoo size of the member: full or tiny")
     ap.add_argument("--drafter", default=None, help="default: the demo's K2 drafter")
     ap.add_argument("--work", default="/tmp/e3k_bench/predict")
     ap.add_argument("--files", type=int, default=400)

@@ -1,8 +1,8 @@
 """Does training from the lossy feature store reach the τ of training on exact features?
 
-    python benchmarks/bench_store_tau.py [--member dsv3-v1] [--size tiny|full]
+    python benchmarks/bench_store_tau.py [--member dsv3-v2] [--size full|tiny]
         [--seeds 0,1,2] [--steps 200] [--draft-vocab-size 256]
-        [--json benchmarks/results/store_tau-tiny.json]
+        [--json benchmarks/results/store_tau-full.json]
 
 Three arms, each trained from scratch with the same settings and seeds, differing only in
 where the drafter's inputs and teacher come from:
@@ -62,6 +62,8 @@ def run(a: argparse.Namespace) -> dict:
     target = str(zoo.get(a.member, size=a.size))
     data = R.training_data(a)
     test = R.held_out_set(a, target)
+    # the canned-output check on the target's greedy answers to the test prompts (issue 33)
+    diversity = R.canned_check(target, test.prompts, n=a.check_prompts)
     vocab = Path(a.work) / f"vocab-{a.size}-{a.draft_vocab_size}.safetensors"
     draft_vocab(data, a.draft_vocab_size, vocab)
     inputs = {"exact": {"data": str(data)}}
@@ -80,6 +82,7 @@ def run(a: argparse.Namespace) -> dict:
     return {
         "settings": {k: v for k, v in vars(a).items() if k != "json"},
         "test_samples": len(test.samples),
+        "target_diversity": diversity,
         "rows": rows,
         "table": table(rows),
     }
@@ -97,9 +100,10 @@ def table(rows: list[dict]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    R.add_train_options(ap, member="dsv3-v1", size="tiny", work="/tmp/e3k_bench/store_tau")
+    R.add_train_options(ap, member="dsv3-v2", size="full", work="/tmp/e3k_bench/store_tau")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--draft-vocab-size", type=int, default=256)
+    ap.add_argument("--check-prompts", type=int, default=16, help="prompts of the canned check")
     a = ap.parse_args()
     print("environment: " + environment())
     doc = run(a)
@@ -107,6 +111,7 @@ def main() -> None:
         f"test: {doc['test_samples']} samples of held-out files; walked tau at depth "
         f"{a.ttt_steps} after {a.steps} steps; mean [min..max] over seeds"
     )
+    print(R.check_line(doc["target_diversity"]))
     for arm, c in doc["table"].items():
         print(f"{arm:>12}  {R.fmt_spread(c)}")
     if a.json:

@@ -1,7 +1,7 @@
 """Warm start vs from scratch on the v2 target (the K2 -> K2.5 hypothesis in miniature).
 
     python benchmarks/bench_warmstart.py run [--size tiny|full] [--sizes 64,128,256,512]
-        [--seeds 0,1,2] [--min-steps 200] [--json benchmarks/results/warmstart-tiny.json]
+        [--seeds 0,1,2] [--min-steps 200] [--json benchmarks/results/warmstart-full.json]
 
 For each data size n and seed, two runs on the v2 member that differ only in their start:
 (a) from scratch (the draft vocab built from the data, as large as the v1 drafter's) and
@@ -53,6 +53,8 @@ def run(a: argparse.Namespace) -> dict:
     vocab = json.loads((Path(v1) / "config.json").read_text())["draft_vocab_size"]
     common = {**R.train_settings(a, target), "data": str(R.training_data(a))}
     test = R.held_out_set(a, target)
+    # the canned-output check on the target's greedy answers to the test prompts (issue 33)
+    diversity = R.canned_check(target, test.prompts, n=a.check_prompts)
     v1_alone = R.test_score(target, v1, test, a.ttt_steps)
     print(json.dumps({"v1_drafter_alone": v1_alone}), file=sys.stderr, flush=True)
     rows = []
@@ -66,6 +68,7 @@ def run(a: argparse.Namespace) -> dict:
     return {
         "settings": {k: v for k, v in vars(a).items() if k not in ("json", "cmd")},
         "test_samples": len(test.samples),
+        "target_diversity": diversity,
         "v1_drafter": v1,
         "v1_drafter_alone": v1_alone,
         "rows": rows,
@@ -91,6 +94,7 @@ def report(doc: dict) -> None:
         f"test: {doc['test_samples']} samples of held-out files; walked tau at depth "
         f"{doc['settings']['ttt_steps']}; mean [min..max] over seeds"
     )
+    print(R.check_line(doc["target_diversity"]))
     print(f"v1 drafter alone: {doc['v1_drafter_alone']['tau_walk']:.3f}")
     print(f"{'samples':>8} {'scratch':>24} {'warm start':>24}")
     for line in doc["table"]:
@@ -107,6 +111,7 @@ def main() -> None:
     r.add_argument("--sizes", default="64,128,256,512")
     r.add_argument("--epochs", type=float, default=2.0, help="passes over the n samples")
     r.add_argument("--min-steps", type=int, default=200)
+    r.add_argument("--check-prompts", type=int, default=16, help="prompts of the canned check")
     a = ap.parse_args()
     print("environment: " + environment())
     doc = run(a)
