@@ -294,8 +294,10 @@ def train_step(out, k2, p2, v2_data, r: Recipe, say: Say, progress) -> dict[str,
     df_s = time.perf_counter() - t
     for name in ("finetune", "scratch"):
         s = done[name]
+        on = [k for k, v in (s.get("flags") or {}).items() if v]  # the family it trained
+        family = f"{s.get('method', 'eagle3')}" + (f" ({', '.join(on)})" if on else "")
         say(
-            f"   {name}: best held-out tau_walk {s['tau_walk']:.3f} "
+            f"   {name} [{family}]: best held-out tau_walk {s['tau_walk']:.3f} "
             f"(every position {s['tau_every_position']:.3f}) at step "
             f"{s['best_step']}/{s['steps']} ({done[name + '_seconds']:.0f} s) "
             f"[runs/{name}/summary.json]"
