@@ -240,6 +240,7 @@ class PositionDrafter:
     LAW_Q[t + 2]: the token two places on. Keeps a real DraftCache for the lengths."""
 
     embed_loaded = True
+    dtype = torch.float32  # model/protocols.py Drafter: the dtype its inputs are cast to
 
     def __init__(self) -> None:
         self.d2t = torch.zeros(V, dtype=torch.long)
