@@ -353,47 +353,23 @@ def capture_cmd(
     if engine is not None or launch_command:
         if output is not None:
             check_output(output, "-o", data, vocab, kind="dir")
-        eng = dict(
-            engine=engine,
-            url=url,
-            states_dir=states_dir,
-            launch_command=launch_command,
-            drafter=drafter,
-            layer_ids=layer_ids,
-            extra_layers=extra_layers,
-            probe_layers=probe_layers,
-            model=model,
-            concurrency=concurrency,
-            timeout=timeout,
-            lock_timeout=lock_timeout,
-            device=device,
-        )
-        common = dict(
-            vocab=vocab, topk=topk, shard_tokens=shard_tokens, heldout=heldout_data or None
-        )
+        eng = dict(engine=engine, url=url, states_dir=states_dir, launch_command=launch_command,
+                   drafter=drafter, layer_ids=layer_ids, extra_layers=extra_layers,
+                   probe_layers=probe_layers, model=model, concurrency=concurrency,
+                   timeout=timeout, lock_timeout=lock_timeout, device=device)  # fmt: skip
+        common = dict(vocab=vocab, topk=topk, shard_tokens=shard_tokens,
+                      heldout=heldout_data or None)  # fmt: skip
         aux = list(aux_layers) if aux_layers else None
         res = _engine_capture(data, target, output, aux, eng, common, batch_tokens, json_)
         if res is None:
             return
     else:
         here = TargetHere(target, device, dtype, trust_remote_code)
-        res = _local_capture(
-            LocalCapture(
-                data=data,
-                output=output,
-                target=here,
-                vocab=vocab,
-                aux_layers=aux_layers,
-                extra_layers=extra_layers,
-                probe_layers=probe_layers,
-                drafter=drafter,
-                topk=topk,
-                shard_tokens=shard_tokens,
-                batch_tokens=batch_tokens,
-                heldout_data=heldout_data,
-                json_=json_,
-            )
-        )
+        res = _local_capture(LocalCapture(
+            data=data, output=output, target=here, vocab=vocab, aux_layers=aux_layers,
+            extra_layers=extra_layers, probe_layers=probe_layers, drafter=drafter, topk=topk,
+            shard_tokens=shard_tokens, batch_tokens=batch_tokens, heldout_data=heldout_data,
+            json_=json_))  # fmt: skip
     if json_:
         emit_json(res)
         return

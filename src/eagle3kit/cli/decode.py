@@ -250,47 +250,44 @@ def eval_(
             ),
             online,
         )
-    from eagle3kit.cli._progress import bar
-    from eagle3kit.core.errors import Eagle3Error
-    from eagle3kit.measure.evaluate import evaluate, evaluate_store, load_eval_data
-
     _check_depth(depth)
     if drafter is None and method != "mtp":
         raise typer.BadParameter("expected --drafter (or --method mtp, or --online --url)")
-    if features is not None and (method == "mtp" or drafter is None):
+    if features is not None:
+        return _eval_features(drafter, features, depth, target, heldout, device, json_,
+                              method, data is not None or online)  # fmt: skip
+    if target is None or data is None:
+        raise bad("eval", "expected --target and --data (or --features STORE)")
+    tm, d = _load(target, drafter, device, threads, method)
+    _eval_local(tm, d, data, heldout, depth, online, max_new_tokens, repeats, limit, json_)
+
+
+def _eval_features(drafter, features, depth, target, heldout, device, json_, method, extra):
+    """`eval --features STORE`: offline acceptance from a feature store, no target run."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.measure.evaluate import evaluate_store
+
+    if method == "mtp" or drafter is None:
         raise bad("--features", "mtp: expected --data (a feature store keeps aux layers, not the "
                   "final hidden states an MTP head reads)")  # fmt: skip
-    if features is not None:
-        if data is not None or online:
-            raise Eagle3Error("eval --features: offline only, and without --data")
-        with bar(not json_) as progress:
-            r = evaluate_store(
-                drafter,
-                features,
-                depth,
-                target=target,
-                heldout=heldout,
-                device=device,
-                progress=progress,
-            )
-        return _output(r, json_, _render_eval)
-    if target is None or data is None:
-        raise Eagle3Error("eval: expected --target and --data (or --features STORE)")
-    tm, d = _load(target, drafter, device, threads, method)
+    if extra:
+        raise bad("eval --features", "offline only, and without --data")
+    with bar(not json_) as progress:
+        r = evaluate_store(drafter, features, depth, target=target, heldout=heldout,
+                           device=device, progress=progress)  # fmt: skip
+    _output(r, json_, _render_eval)
+
+
+def _eval_local(tm, d, data, heldout, depth, online, max_new, repeats, limit, json_):
+    """`eval --target --data`: offline acceptance, and online decoding with --online."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.measure.evaluate import evaluate, load_eval_data
+
     kw = {} if heldout is None else {"heldout": heldout}
     ev = load_eval_data(data, tm.tokenizer, vocab_size=tm.vocab_size, **kw)
     with bar(not json_) as progress:
-        r = evaluate(
-            tm,
-            d,
-            ev,
-            depth,
-            online=online,
-            max_new_tokens=max_new_tokens,
-            repeats=repeats,
-            limit=limit,
-            progress=progress,
-        )
+        r = evaluate(tm, d, ev, depth, online=online, max_new_tokens=max_new,
+                     repeats=repeats, limit=limit, progress=progress)  # fmt: skip
     _output(r, json_, _render_eval)
 
 
@@ -374,36 +371,33 @@ def bench_(
         raise typer.BadParameter("expected --target (in-process) or --url (live servers)")
     from eagle3kit.cli._progress import bar
     from eagle3kit.decode import TreeShape
-    from eagle3kit.measure.bench import bench, data_prompts, default_prompts
+    from eagle3kit.measure.bench import bench
 
     _check_depth(depth)
     _check_depth(tree_depth, "--tree-depth")
     tm, d = _load(target, drafter, device, threads, method)
-    if data is not None:
-        from eagle3kit.cli.live import warn_skipped
-
-        ps, skipped = data_prompts(data, tm.tokenizer, prompts)
-        warn_skipped(data, skipped)
-    else:
-        ps = default_prompts(tm.tokenizer, prompts)
+    ps = _bench_prompts(data, tm.tokenizer, prompts)
     with bar(not json_) as progress:
-        r = bench(
-            tm,
-            d,
-            ps,
-            repeats=repeats,
-            max_new_tokens=max_new_tokens,
-            depth=depth,
-            tree=TreeShape(topk, budget),
-            tree_depth=tree_depth,
-            lookup=lookup,
-            methods=("greedy", "lookup", "lookup-hf", "chain") if method == "mtp" else None,
-            levels=_levels(concurrency),
-            progress=progress,
-        )
+        r = bench(tm, d, ps, repeats=repeats, max_new_tokens=max_new_tokens, depth=depth,
+                  tree=TreeShape(topk, budget), tree_depth=tree_depth, lookup=lookup,
+                  methods=("greedy", "lookup", "lookup-hf", "chain") if method == "mtp" else None,
+                  levels=_levels(concurrency), progress=progress)  # fmt: skip
     if method == "mtp" or getattr(d, "method", None) == "mtp":
         r["method"] = "mtp"  # its chain row drafts with the target's MTP head
     _output(r, json_, _render_bench)
+
+
+def _bench_prompts(data: Path | None, tokenizer, n: int) -> list:
+    """The prompts of `bench`: --data's (skipped ones reported) or the built-in chat prompts."""
+    from eagle3kit.measure.bench import data_prompts, default_prompts
+
+    if data is None:
+        return default_prompts(tokenizer, n)
+    from eagle3kit.cli.live import warn_skipped
+
+    ps, skipped = data_prompts(data, tokenizer, n)
+    warn_skipped(data, skipped)
+    return ps
 
 
 def _levels(text: str) -> tuple[int, ...]:

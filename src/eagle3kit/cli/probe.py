@@ -234,41 +234,21 @@ def probe(
     if url or reference_url:
         from eagle3kit.cli import live
 
-        opts = live.LiveOptions(
-            urls=[u for u in (url, reference_url) if u],
-            baseline_url=baseline_url,
-            suite=suite,
-            data=data,
-            prompts=samples,
-            max_new_tokens=max_new_tokens,
-            repeats=repeats,
-            endpoint=endpoint,
-            timeout=timeout,
-            json_=json_out,
-            depth=depth,
-        )
+        opts = live.LiveOptions(urls=[u for u in (url, reference_url) if u],
+                                baseline_url=baseline_url, suite=suite, data=data,
+                                prompts=samples, max_new_tokens=max_new_tokens, repeats=repeats,
+                                endpoint=endpoint, timeout=timeout, json_=json_out,
+                                depth=depth)  # fmt: skip
         return live.run_probe(opts, url, reference_url)
     stores = _from_stores(drafter, target, data, features_new, features_old)
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
 
-    a = LocalProbe(
-        drafter=drafter,
-        target=target,
-        reference=reference,
-        data=data,
-        features_new=features_new,
-        features_old=features_old,
-        online_prompts=online_prompts,
-        device=device,
-        dtype=dtype,
-        baseline_tps=baseline_tps,
-        cycle_ms=cycle_ms,
-        bench=bench,
-        depth=depth,
-        samples=samples,
-        max_len=max_len,
-    )
+    a = LocalProbe(drafter=drafter, target=target, reference=reference, data=data,
+                   features_new=features_new, features_old=features_old,
+                   online_prompts=online_prompts, device=device, dtype=dtype,
+                   baseline_tps=baseline_tps, cycle_ms=cycle_ms, bench=bench, depth=depth,
+                   samples=samples, max_len=max_len)  # fmt: skip
     with bar(not json_out) as progress:
         r = (_probe_stores if stores else _probe_models)(a, progress)
     if json_out:
