@@ -39,6 +39,8 @@ from eagle3kit.measure.mtp import evaluate_mtp_offline
 if TYPE_CHECKING:
     import torch
 
+    from eagle3kit.train.acceptance import Acceptance
+
 
 @dataclass
 class EvalData:
@@ -135,15 +137,24 @@ def evaluate_offline(
         raise Eagle3Error(f"depth: expected draft steps >= 1, found {depth}")
     if getattr(drafter, "method", None) == "mtp":  # a target's MTP head: measure/mtp.py
         return evaluate_mtp_offline(target, drafter, data, depth, batch_size=batch_size)
-    from eagle3kit.plan.forecast import conditional
     from eagle3kit.train.acceptance import acceptance
     from eagle3kit.train.methods import drafter_method
 
     a = acceptance(drafter, _offline_batches(target, drafter, data, batch_size, progress), depth)
+    return offline_doc(a, drafter_method(drafter), len(data.samples), len(data.skipped))
+
+
+def offline_doc(a: Acceptance, method: str, samples: int, skipped: int, source: str | None = None,
+                **extra: Any) -> dict[str, Any]:  # fmt: skip
+    """The `eval` document of an offline run (walked and every-position acceptance); a store's
+    run adds its `source` and `extra` fields (aux layers, held-out split)."""
+    from eagle3kit.plan.forecast import conditional
+
     doc = {
         "mode": "offline",
-        "method": drafter_method(drafter),  # eagle3 | eagle3.1 | peagle
-        "depth": depth,
+        "method": method,  # eagle3 | eagle3.1 | peagle
+        **({} if source is None else {"source": source}),
+        "depth": a.depth,
         "tau_walk": a.tau_walk,
         "tau_every_position": a.tau_every_position,
         "per_position_acceptance": a.walk_acc,
@@ -155,9 +166,10 @@ def evaluate_offline(
             "conditional_acceptance": a.cond_acc,
             "counted": a.counted,
         },
-        "samples": len(data.samples),
-        "skipped": len(data.skipped),
-        "warnings": few_sequences(len(data.samples), "offline acceptance"),
+        "samples": samples,
+        "skipped": skipped,
+        **extra,
+        "warnings": few_sequences(samples, "offline acceptance"),
     }
     return stamp(doc, "eval")
 
@@ -316,9 +328,8 @@ def evaluate_store(
     training leaves out); the document's ``heldout`` says which."""
     from eagle3kit.measure import block_eval
     from eagle3kit.measure import store_features as S
-    from eagle3kit.plan.forecast import conditional
+    from eagle3kit.train.acceptance import acceptance
     from eagle3kit.train.methods import drafter_method
-    from eagle3kit.train.ttt import tau_every_position, ttt_counts
 
     if block_eval.is_dflash_checkpoint(drafter):  # block drafters: measure/block_eval.py
         return block_eval.evaluate_store_dflash(
@@ -329,33 +340,15 @@ def evaluate_store(
     d, spec, _, _ = S.drafter_for(drafter, target, store, device)
     S.check_vocab(store, d, str(features))
     rows, how = S.held_rows(store, heldout)
-    total = None
     layers = S.drafter_layers(spec, store)
-    for i, f in enumerate(S.features(store, rows, layers, d, str(features), chunk=batch_size)):
-        c = ttt_counts(d, f, depth)
-        total = c if total is None else total + c
-        emit(progress, "offline eval", min((i + 1) * batch_size, len(rows)), len(rows), "samples")
-    m = total.finish()
-    doc = {
-        "mode": "offline",
-        "method": drafter_method(d),
-        "source": str(features),
-        "depth": depth,
-        "tau_walk": m["tau_walk"],
-        "tau_every_position": tau_every_position(m["cond_acc"], depth),
-        "per_position_acceptance": m["walk_acc"],
-        "conditional_acceptance": conditional(m["walk_acc"]),
-        "cycles": m["walk_cycles"],
-        "all_positions": {
-            "tau_every_position": tau_every_position(m["cond_acc"], depth),
-            "per_position_acceptance": m["acc"],
-            "conditional_acceptance": m["cond_acc"],
-            "counted": m["counted"],
-        },
-        "samples": len(rows),
-        "skipped": 0,
-        "aux_layers": layers,
-        "heldout": how,
-        "warnings": few_sequences(len(rows), "offline acceptance"),
-    }
-    return stamp(doc, "eval")
+
+    def batches():
+        feats = S.features(store, rows, layers, d, str(features), chunk=batch_size)
+        for i, f in enumerate(feats):
+            yield f
+            done = min((i + 1) * batch_size, len(rows))
+            emit(progress, "offline eval", done, len(rows), "samples")
+
+    a = acceptance(d, batches(), depth)
+    return offline_doc(a, drafter_method(d), len(rows), 0, source=str(features),
+                       aux_layers=layers, heldout=how)  # fmt: skip
