@@ -232,21 +232,6 @@ def test_shipped_ds_members_carry_one_mtp_layer_beside_unchanged_main_tensors(la
         assert main == WEIGHTS_BEFORE_MTP[lab]  # byte-identical to the member shipped before
 
 
-def _without_mtp(src: Path, dst: Path) -> Path:
-    """``src`` as it was before its MTP layer: main tensors only, no nextn layers declared."""
-    from safetensors.torch import load_file, save_file
-
-    shutil.copytree(src, dst)
-    cfg = json.loads((src / "config.json").read_text())
-    prefix = f"model.layers.{cfg['num_hidden_layers']}."
-    t = load_file(str(src / "model.safetensors"))
-    save_file(
-        {k: v for k, v in t.items() if not k.startswith(prefix)}, str(dst / "model.safetensors")
-    )
-    (dst / "config.json").write_text(json.dumps({**cfg, "num_nextn_predict_layers": 0}))
-    return dst
-
-
 def test_a_member_with_its_mtp_layer_loads_as_the_same_target(tmp_path, caplog):
     """Our target loader ignores the MTP layer silently and gives the logits of the member
     without it; transformers' own DeepseekV3 loader reports exactly the layer's tensors as
@@ -255,12 +240,13 @@ def test_a_member_with_its_mtp_layer_loads_as_the_same_target(tmp_path, caplog):
     import warnings
 
     import torch
+    from test_train_helpers import headless_target
     from transformers import AutoModelForCausalLM
 
     from eagle3kit.model.target import TargetModel
 
     src = shipping.ROOT / "dsv3-v1-tiny"
-    bare = _without_mtp(src, tmp_path / "bare")
+    bare = headless_target(tmp_path)
     ids = torch.tensor([[1, 17, 33, 2, 90, 7, 250]])
     with warnings.catch_warnings(record=True) as w, caplog.at_level(logging.WARNING):
         warnings.simplefilter("always")
@@ -310,7 +296,7 @@ def test_the_k2_dflash_drafter_ships_and_loads_strictly(lab, monkeypatch):
     folder = shipping.ROOT / lab
     doc = shipping.check(folder, again=True)
     assert doc["method"] == "dflash" and doc["target"] == lab.replace("k2-dflash", "dsv3-v1")
-    assert doc["recipe"]["block_size"] == 4 and doc["figures"]["steps"] == doc["recipe"]["k2_steps"]
+    assert doc["recipe"]["block_size"] == 4 and doc["figures"]["steps"] == doc["recipe"]["steps"]
     d = DFlashDrafter.from_pretrained(folder)
     target = json.loads((zoo.get("dsv3-v1", size=doc["size"]) / "config.json").read_text())
     assert d.spec.block_size == 4 and 0 <= d.spec.mask_token_id < target["vocab_size"]

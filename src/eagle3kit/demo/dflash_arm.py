@@ -6,11 +6,12 @@ prompts as the EAGLE-3 arms.
 
 Its block is B = depth + 1 (`[last token, mask x depth]`), so it drafts `depth` tokens per
 cycle like the chain arms, in one drafter pass (docs/dflash.md). The K2 DFlash drafter trains
-as the EAGLE-3 K2 drafter does (`k2_steps` on `v1_samples` of the stdlib library slice, the
-recipe's batch, length and learning rate, seed 0, one torch thread); the fine-tune takes the
-recipe's `tune_steps` at a third of the learning rate (train/dflash.py `train_dflash_drafter`),
-one layer, `ANCHORS` blocks per sample (docs/dflash.md "Demo entry point"). The target reads
-the drafter's layers through a second TargetModel over the same weights.
+as the EAGLE-3 K2 drafter does (on `v1_samples` of the stdlib library slice, the recipe's
+batch, length and learning rate, seed 0, one torch thread) for `k2_dflash_steps`; the
+fine-tune takes the recipe's `tune_steps` at a third of the learning rate (train/dflash.py
+`train_dflash_drafter`); both have one layer and draw `ANCHORS` blocks per sample
+(docs/dflash.md "Demo entry point"). The target reads the drafter's layers through a second
+TargetModel over the same weights.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ K2_DFLASH = "k2-dflash"  # its shipped label (zoo/shipping.py DRAFTERS)
 
 def k2_dflash_settings(r: Recipe) -> dict[str, int]:
     """The DFlash-specific part of the K2 DFlash drafter's recipe."""
-    return {"block_size": r.depth + 1, "draft_layers": DRAFT_LAYERS, "anchors": ANCHORS}
+    steps = r.k2_dflash_steps or r.k2_steps
+    return {"steps": steps, "block_size": r.depth + 1, "draft_layers": DRAFT_LAYERS} | {
+        "anchors": ANCHORS
+    }
 
 
 def k2_dflash(size: str, progress: Progress | None, say: Callable[[str], None]) -> Path:
@@ -75,8 +79,8 @@ def build_k2_dflash(final: Path, p1: Path, size: str, progress: Progress | None)
     with atomic_dir(final) as tmp:
         data = prepare_data("lib", r.v1_samples, tmp / "data", p1, r, progress)
         s = train_dflash_drafter(
-            tmp / "run", p1, data, steps=r.k2_steps, batch=r.batch, max_len=r.max_len,
-            lr=r.lr, progress=progress, **k2_dflash_settings(r),
+            tmp / "run", p1, data, batch=r.batch, max_len=r.max_len, lr=r.lr,
+            progress=progress, **k2_dflash_settings(r),
         )  # fmt: skip
         atomic_write_json(tmp / "run" / "summary.json", s)
         atomic_write_json(tmp / "demo-drafter.json", k2_key("dflash", p1, size))
@@ -87,14 +91,15 @@ def train_dflash_run(
     out: Path,
     target: Path,
     data: Path,
-    init: Path,
     r: Recipe,
     say: Callable[[str], None],
     progress: Progress | None,
+    init: Path | None = None,
 ) -> dict[str, Any]:
-    """OUT/runs/tuned-dflash, the K2 DFlash drafter ``init`` fine-tuned on v2's DATA: reused
-    when complete with this recipe, resumed when a previous demo was killed in it, else
-    trained fresh. Returns its summary (also RUN/summary.json)."""
+    """OUT/runs/tuned-dflash, the K2 DFlash drafter ``init`` fine-tuned on v2's DATA (None:
+    a drafter from scratch, as benchmarks/demo_dflash_arm.py measures): reused when complete
+    with this recipe, resumed when a previous demo was killed in it, else trained fresh.
+    Returns its summary (also RUN/summary.json)."""
     from eagle3kit.train.dflash import DFlashOptions, train_dflash, train_dflash_drafter
 
     run = out / "runs" / RUN
@@ -104,7 +109,7 @@ def train_dflash_run(
         cfg = meta.get("config", {})
         blocks = (meta.get("dflash") or {}).get("block_size")
         have = (cfg.get("steps"), cfg.get("lr"), blocks, cfg.get("init_from"))
-        same = have == (r.tune_steps, r.lr / 3, r.depth + 1, str(init))
+        same = have == (r.tune_steps, r.lr / 3 if init else r.lr, r.depth + 1, init and str(init))
         if same and (run / "summary.json").is_file():
             say(f"   DFlash: complete run reused [runs/{RUN}/summary.json]")
             return json.loads((run / "summary.json").read_text())
@@ -132,7 +137,9 @@ def train_dflash_run(
         lr=r.lr,  # train_dflash_drafter takes a third of it for a warm start
         init=init,
         progress=progress,
-        **k2_dflash_settings(r),
+        block_size=r.depth + 1,
+        draft_layers=DRAFT_LAYERS,
+        anchors=ANCHORS,
     )
     atomic_write_json(run / "summary.json", s)
     return s

@@ -295,7 +295,7 @@ def train_step(out, k2, kd, p2, v2_data, r: Recipe, say: Say, progress) -> dict[
         done[name] = train_run(out, name, p2, v2_data, init, r, say, progress)
         done[name + "_seconds"] = time.perf_counter() - t
     t = time.perf_counter()
-    df = dflash_arm.train_dflash_run(out, p2, v2_data, kd, r, say, progress)
+    df = dflash_arm.train_dflash_run(out, p2, v2_data, r, say, progress, init=kd)
     df_s = time.perf_counter() - t
     for name in ("finetune", "scratch"):
         s = done[name]
