@@ -308,3 +308,13 @@ def test_the_k2_dflash_drafter_ships_and_loads_strictly(lab, monkeypatch):
 def test_the_shipped_zoo_stays_under_40_mb():
     total = sum(p.stat().st_size for p in shipping.ROOT.rglob("*") if p.is_file())
     assert total < 40e6, total
+
+
+def test_zoo_verify_compares_a_headless_rebuild_with_the_main_tensors(tmp_path):
+    """A DS member's rebuild has no MTP layer: `zoo verify DIR` compares its weights with the
+    shipped member's main tensors (zoo.json mtp.main_weights_sha256), not the whole file."""
+    from test_train_helpers import headless_target
+
+    from eagle3kit.zoo.verify import compare
+
+    assert compare(headless_target(tmp_path))["weights_identical"] is True
