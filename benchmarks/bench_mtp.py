@@ -8,7 +8,9 @@
 The K2 -> K2.5 story with MTP heads: the parent member (dsv3-v1) ships a head trained with
 it (FastMTP from fresh weights, --ship-steps, on the parent's own chat data:
 train/mtp_zoo.add_mtp_layer's recipe); the child (dsv3-v2, trained further on shifted data)
-inherits it. Arms, all scored on the child:
+inherits it. The script trains its own heads, from fresh weights, and ignores the layers the
+shipped members now carry (`eagle3kit zoo add-mtp`, docs/zoo.md). Arms, all scored on the
+child:
 - random: a freshly initialised head (what an untrained layer gives);
 - shipped: the parent's head as it is;
 - fine-tuned: the shipped head after --tune-steps FastMTP steps on the child's data, at a
@@ -81,6 +83,19 @@ def train(target, data: Path, out: Path, steps: int, init: str | None, a, lr=Non
     return out / "head"
 
 
+def fresh_init(target, out: Path) -> str:
+    """A head dir of fresh weights (seed 0), to start the arms trained "from fresh weights":
+    the shipped DeepSeek members carry their own MTP layer, which train_mtp would otherwise
+    start from."""
+    from eagle3kit.model.mtp import MTPHead
+    from eagle3kit.train.mtp import save_head
+
+    if not (out / "model.safetensors").is_file():
+        torch.manual_seed(0)
+        save_head(MTPHead.for_target(target), target, out, {"init": "fresh", "steps": 0})
+    return str(out)
+
+
 def online(target, head, prompts, plain, a) -> dict:
     from eagle3kit.decode.mtp import mtp_generate
 
@@ -139,12 +154,14 @@ def run(a) -> None:
     parent_dir = member_dir(a.parent, a.size, a.parent_dir)
     parent = load_target(str(parent_dir))
     shipped = train(parent, prepared(parent_dir, work, "parent", a.samples, a.max_len),
-                    work / "shipped", a.ship_steps, None, a)  # fmt: skip
+                    work / "shipped", a.ship_steps, fresh_init(parent, work / "init-parent"),
+                    a)  # fmt: skip
     del parent
     child = load_target(str(child_dir))
     data_dir = prepared(child_dir, work, "child", a.samples, a.max_len)
     tuned = train(child, data_dir, work / "tuned", a.tune_steps, str(shipped), a, a.lr / 3)
-    fresh = train(child, data_dir, work / "fresh", a.ship_steps, None, a)
+    fresh = train(child, data_dir, work / "fresh", a.ship_steps,
+                  fresh_init(child, work / "init-child"), a)  # fmt: skip
     data = load_prepared(data_dir)
     _, held = data.split(0.05, 0)
     prompts = requests(child_dir, child, a.prompts)

@@ -3,7 +3,8 @@
     python benchmarks/demo_dflash_arm.py [--size full] [--lr LR] [--anchors N] [--layers L] \
         [--out benchmarks/results/demo_dflash_arm.json]
 
-It runs what `eagle3kit demo` runs for its "DFlash (scratch)" row (demo/dflash_arm.py,
+It runs the demo's DFlash arm as it was before it started from the K2 DFlash drafter (its
+"DFlash (scratch)" row; demo/dflash_arm.py `train_dflash_run` with no `init`,
 demo/story.py `train_step` and `eval_bench_step`) on dsv3-v2 (or dsv3-v2-tiny with --size
 tiny): the recipe's v2 data, a DFlash drafter (B = depth + 1, one layer) trained from scratch
 for the recipe's tune steps, its offline acceptance on the demo's held-out batch (32
@@ -77,7 +78,7 @@ def main() -> None:
     ev = dflash_arm.eval_dflash(d, t, data_batch(str(data), 32, r.max_len), r.depth, path)
     t_eval = time.perf_counter() - t0
     t0 = time.perf_counter()
-    b = bench_drafter(t, d, prompts, r, None, {"label": dflash_arm.LABEL, "role": "dflash"})
+    b = bench_drafter(t, d, prompts, r, None, {"label": "DFlash (scratch)", "role": "dflash"})
     t_bench = time.perf_counter() - t0
     keep = ("method", "depth", "baseline_tps", "spec_tps", "speedup", "tau_online", "cycle_ms",
             "draft_ms", "verify_ms", "per_position_acceptance", "lossless")  # fmt: skip

@@ -31,12 +31,14 @@ def test_demo_quick_end_to_end(tmp_path):
         "bench-stale.json",
         "bench-finetuned.json",
         "bench-scratch.json",
+        "bench-stale-dflash.json",
         "bench-dflash.json",
+        "bench-mtp.json",
         "story.json",
         "runs/finetune/summary.json",
         "runs/scratch/summary.json",
-        "runs/scratch-dflash/summary.json",
-        "runs/scratch-dflash/best/config.json",
+        "runs/tuned-dflash/summary.json",
+        "runs/tuned-dflash/best/config.json",
     ):
         assert (out / f).is_file(), f
     assert steps["probe"]["verdict"] in ("plug-in", "fine-tune", "from-scratch")
@@ -47,20 +49,37 @@ def test_demo_quick_end_to_end(tmp_path):
         "stale K2 drafter",
         "fine-tuned",
         "from scratch",
-        "DFlash (scratch)",
+        "stale K2 DFlash",
+        "DFlash fine-tuned",
+        "MTP (shipped head)",
     ]
     for h in doc["headline"]:  # predicted (plan --methods) beside measured, for every row
         assert h["predicted_tps"] > 0 and h["predicted_from"]
-    df_row = doc["headline"][-1]
-    assert df_row["method"] == "dflash" and "bench-dflash.json" in df_row["predicted_from"]
-    ev = json.loads((out / "eval.json").read_text())["drafters"]["DFlash (scratch)"]
-    assert ev["method"] == "dflash" and ev["block_size"] == 3 + 1  # drafts depth 3 per block
-    assert len(ev["walk_acc"]) == 3 and 1.0 <= ev["tau_walk"] <= 4.0
+    rows = {h["name"]: h for h in doc["headline"]}
+    for name, method, src in (
+        ("stale K2 DFlash", "dflash", "bench-stale-dflash.json"),
+        ("DFlash fine-tuned", "dflash", "bench-dflash.json"),
+        ("MTP (shipped head)", "mtp", "bench-mtp.json"),
+    ):
+        assert rows[name]["method"] == method and src in rows[name]["predicted_from"]
+    drafters = json.loads((out / "eval.json").read_text())["drafters"]
+    for name in ("stale K2 DFlash", "DFlash fine-tuned"):
+        ev = drafters[name]
+        assert ev["method"] == "dflash" and ev["block_size"] == 3 + 1  # depth 3 per block
+        assert len(ev["walk_acc"]) == 3 and 1.0 <= ev["tau_walk"] <= 4.0
+    assert drafters["stale K2 DFlash"]["path"].endswith("shipped/k2-dflash-tiny")
+    mtp = drafters["MTP (shipped head)"]
+    assert mtp["method"] == "mtp" and len(mtp["walk_acc"]) == 3 and mtp["tau_walk"] >= 1.0
+    dtuned = json.loads((out / "runs/tuned-dflash/summary.json").read_text())
+    assert dtuned["method"] == "dflash"
+    state = json.loads((out / "runs/tuned-dflash/state/state.json").read_text())
+    assert state["config"]["init_from"].endswith("shipped/k2-dflash-tiny")  # warm start
     stale = json.loads((out / "bench-stale.json").read_text())
     assert [lv["concurrency"] for lv in stale["costs"]["levels"]] == [1]
-    for role in ("stale", "finetuned", "scratch", "dflash"):
+    methods = {"stale-dflash": "dflash", "dflash": "dflash", "mtp": "mtp"}
+    for role in ("stale", "finetuned", "scratch", "stale-dflash", "dflash", "mtp"):
         b = json.loads((out / f"bench-{role}.json").read_text())
-        assert b["method"] == ("dflash" if role == "dflash" else "eagle3")
+        assert b["method"] == methods.get(role, "eagle3")
         assert b["lossless"] is True  # greedy speculative output == plain greedy output
         assert 1.0 <= b["tau_online"] <= b["depth"] + 1
         assert b["speedup"] == pytest.approx(b["spec_tps"] / b["baseline_tps"], rel=1e-3)
@@ -139,7 +158,8 @@ def test_demo_drops_data_and_runs_made_on_another_zoo_recipe(tmp_path):
 
 def test_predict_headline_prices_dflash_at_one_drafter_pass_per_cycle():
     """The DFlash row costs one drafter pass per cycle (its own pass time), an EAGLE-3 row
-    with the same acceptance `depth` passes; both verify depth + 1 tokens (docs/plan.md)."""
+    with the same acceptance `depth` passes, an MTP row `depth` passes of its own head's time;
+    all verify depth + 1 tokens (docs/plan.md)."""
     from eagle3kit.demo.steps import predict_headline
 
     costs = {
@@ -151,15 +171,11 @@ def test_predict_headline_prices_dflash_at_one_drafter_pass_per_cycle():
         "new_tokens": 33.0,
     }  # fmt: skip
     walk = [0.5, 0.25, 0.125]
-    ev = {"drafters": {"from scratch": {"walk_acc": walk}, "DFlash (scratch)": {"walk_acc": walk}}}
+    ev = {"drafters": {n: {"walk_acc": walk} for n in ("from scratch", "DFlash", "MTP")}}
     rows = [
         {"name": "from scratch", "method": "eagle3", "source": "bench-scratch.json"},
-        {
-            "name": "DFlash (scratch)",
-            "method": "dflash",
-            "pass_ms": 3.0,
-            "source": "bench-dflash.json",
-        },
+        {"name": "DFlash", "method": "dflash", "pass_ms": 3.0, "source": "bench-dflash.json"},
+        {"name": "MTP", "method": "mtp", "pass_ms": 1.5, "source": "bench-mtp.json"},
     ]
     predict_headline(rows, {"costs": costs, "methods": []}, ev, 3)
     tau = 1 + 0.5 + 0.25 + 0.125
@@ -170,3 +186,14 @@ def test_predict_headline_prices_dflash_at_one_drafter_pass_per_cycle():
     assert rows[0]["predicted_tps"] == pytest.approx(request_tps(3 * 2.0 + 16.0), abs=1e-3)
     assert rows[1]["predicted_tps"] == pytest.approx(request_tps(1 * 3.0 + 16.0), abs=1e-3)
     assert "bench-dflash.json" in rows[1]["predicted_from"]
+    assert rows[2]["predicted_tps"] == pytest.approx(request_tps(3 * 1.5 + 16.0), abs=1e-3)
+    assert "bench-mtp.json" in rows[2]["predicted_from"]
+
+
+def test_headline_row_of_an_mtp_bench_carries_its_head_pass_time():
+    from eagle3kit.demo.steps import headline_row
+
+    b = {"method": "mtp", "spec_tps": 20.0, "baseline_tps": 10.0, "speedup": 2.0}
+    b.update(tau_online=2.5, draft_ms=6.0, depth=3)
+    row = headline_row("MTP", b, "bench-mtp.json")
+    assert row["method"] == "mtp" and row["pass_ms"] == 2.0  # 6 ms a cycle / 3 head passes

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from safetensors.torch import load_file
-from test_train_helpers import tiny_data, tiny_target
+from test_train_helpers import headless_target, tiny_data
 
 from eagle3kit.decode import greedy_generate
 from eagle3kit.train.mtp import step_weights
@@ -50,7 +50,7 @@ def test_distilling_a_one_hot_teacher_is_the_data_loss():
 
 @pytest.mark.slow  # ~25 s: 60 training steps, then offline + online eval
 def test_train_method_mtp_raises_tau_and_decodes_losslessly(cli, tmp_path):
-    target, data = tiny_target(), tiny_data()
+    target, data = headless_target(tmp_path), tiny_data()
     r = cli(
         "train", "--method", "mtp", "--target", target, "--data", data, "-o", tmp_path / "run",
         "--steps", "60", "--batch-size", "8", "--max-len", "96", "--lr", "3e-3",
@@ -58,7 +58,7 @@ def test_train_method_mtp_raises_tau_and_decodes_losslessly(cli, tmp_path):
     )  # fmt: skip
     assert r.code == 0, r.err
     s = json.loads(r.out)
-    assert s["method"] == "mtp" and s["init"] == "fresh"  # the tiny ships no head
+    assert s["method"] == "mtp" and s["init"] == "fresh"  # the headless copy has no head
     assert s["before"]["tau_every_position"] == pytest.approx(1.0, abs=0.05)
     assert s["after"]["tau_every_position"] > s["before"]["tau_every_position"] + 0.3, s["after"]
     head = tmp_path / "run" / "head"
@@ -78,7 +78,7 @@ def test_add_mtp_layer_writes_a_member_that_serves_its_head(cli, tmp_path):
     from eagle3kit.model.loading import load_target
     from eagle3kit.train.mtp_zoo import add_mtp_layer
 
-    member, out = tiny_target(), tmp_path / "dsv3-v1-tiny-mtp"
+    member, out = headless_target(tmp_path), tmp_path / "dsv3-v1-tiny-mtp"
     torch.set_num_threads(1)
     add_mtp_layer(member, out, steps=10, samples=24, max_len=64)
     cfg = json.loads((out / "config.json").read_text())

@@ -15,6 +15,28 @@ def tiny_target(name: str = "dsv3-v1") -> Path:
     return zoo.get(name, size="tiny")
 
 
+def headless_target(tmp: Path, name: str = "dsv3-v1") -> Path:
+    """The tiny DeepSeek member as shipped before its MTP layer (main tensors only, no nextn
+    layers declared), in ``tmp``: for tests that train or add a head from fresh weights."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    src, dst = tiny_target(name), tmp / f"{name}-tiny-headless"
+    shutil.copytree(src, dst)
+    cfg = json.loads((src / "config.json").read_text())
+    prefix = f"model.layers.{cfg['num_hidden_layers']}."
+    t = load_file(str(src / "model.safetensors"))
+    main = {k: v for k, v in t.items() if not k.startswith(prefix)}
+    save_file(main, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    (dst / "config.json").write_text(json.dumps({**cfg, "num_nextn_predict_layers": 0}))
+    doc = json.loads((dst / "zoo.json").read_text())
+    doc.pop("mtp", None)
+    doc.pop("shipped", None)
+    (dst / "zoo.json").write_text(json.dumps(doc))
+    return dst
+
+
 def tiny_data(name: str = "dsv3-v1", n: int = 48, max_length: int = 96) -> Path:
     """A DATA dir of n zoo chat samples prepared for the tiny target (built once per home)."""
     from eagle3kit.data.prepare import prepare

@@ -191,3 +191,130 @@ def test_zoo_ship_cli_takes_several_builds_and_names_a_drafter_by_its_folder(
     assert cfg["eagle3kit_verifier"] == "dsv3-v1" and cfg["torch_dtype"] == "float32"
     r = cli("zoo", "verify", "--json")  # the new package's files check out
     assert r.code == 0 and len(json.loads(r.out)["members"]) == 2
+
+
+# ---------------------------------------------------------------- MTP layers and K2 DFlash
+
+DS_MEMBERS = ("dsv3-v1", "dsv3-v2", "dsv3-v1-tiny", "dsv3-v2-tiny")
+# sha256 of each member's model.safetensors as shipped before it carried its MTP layer
+# (zoo.json at commit ac854e3), valid while the member is the build of commit f3cf2aa
+MEMBER_BUILD = "f3cf2aa531e91de2dac6b4f95a8959a402e56b30"
+WEIGHTS_BEFORE_MTP = {
+    "dsv3-v1": "f8dd5581717e3706e4bedca943e3bbeb6672452f70011c819b09a8ecaecd2674",
+    "dsv3-v2": "bf850321e432e39999cd88397d0e15c618a2e8eff0371c0924fc71be1a762e41",
+    "dsv3-v1-tiny": "7ad03cd8c929207c0855f27d2885062ab15f9293e7d0f87c5cf1527eb16fea59",
+    "dsv3-v2-tiny": "0fc33723bb062eb59bf8e85695fcd0e3a506d6be5e258b6bb8626ea1c8ea73c0",
+}
+MTP_TENSORS = ("eh_proj.weight", "enorm.weight", "hnorm.weight", "shared_head.head.weight")
+
+
+@pytest.mark.parametrize("lab", DS_MEMBERS)
+def test_shipped_ds_members_carry_one_mtp_layer_beside_unchanged_main_tensors(lab):
+    """Each DeepSeek member ships one MTP layer at model.layers.{L} (config declares it,
+    zoo.json records its training) and its main tensors are the bytes shipped before."""
+    from safetensors import safe_open
+
+    folder = shipping.ROOT / lab
+    doc = shipping.check(folder, again=True)  # every file against its sha256
+    cfg = json.loads((folder / "config.json").read_text())
+    assert cfg["num_nextn_predict_layers"] == 1
+    prefix = f"model.layers.{cfg['num_hidden_layers']}."
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        extra = [k for k in f.keys() if k.startswith(prefix)]
+    assert {prefix + t for t in MTP_TENSORS} <= set(extra)
+    mtp = doc["mtp"]
+    assert mtp["prefix"] == prefix and mtp["layers"] == 1 and mtp["steps"] > 0
+    assert {"seed", "data", "lr", "batch_size", "max_len", "targets"} <= set(mtp)
+    assert mtp["tau_after"] > mtp["tau_before"]  # the layer was trained
+    main = shipping.main_weights_sha256(folder)  # recomputed from the shipped file
+    assert main == mtp["main_weights_sha256"]
+    if doc["commit"] == MEMBER_BUILD:
+        assert main == WEIGHTS_BEFORE_MTP[lab]  # byte-identical to the member shipped before
+
+
+def test_a_member_with_its_mtp_layer_loads_as_the_same_target(tmp_path, caplog):
+    """Our target loader ignores the MTP layer silently and gives the logits of the member
+    without it; transformers' own DeepseekV3 loader reports exactly the layer's tensors as
+    unexpected (it ignores only layer 61, DeepSeek-V3's) and nothing missing, same logits."""
+    import logging
+    import warnings
+
+    import torch
+    from test_train_helpers import headless_target
+    from transformers import AutoModelForCausalLM
+
+    from eagle3kit.model.target import TargetModel
+
+    src = shipping.ROOT / "dsv3-v1-tiny"
+    bare = headless_target(tmp_path)
+    ids = torch.tensor([[1, 17, 33, 2, 90, 7, 250]])
+    with warnings.catch_warnings(record=True) as w, caplog.at_level(logging.WARNING):
+        warnings.simplefilter("always")
+        t = TargetModel.from_pretrained(src)
+    assert not [x for x in w if "layers.8" in str(x.message)] and "layers.8" not in caplog.text
+    plain = TargetModel.from_pretrained(bare)
+    one = torch.ones_like(ids)
+    assert torch.equal(t.forward(ids, one).logits, plain.forward(ids, one).logits)
+    hf, info = AutoModelForCausalLM.from_pretrained(src, output_loading_info=True)
+    assert not info["missing_keys"] and not info["mismatched_keys"]
+    assert info["unexpected_keys"] and all(
+        k.startswith("model.layers.8.") for k in info["unexpected_keys"]
+    )
+    ref = AutoModelForCausalLM.from_pretrained(bare)
+    with torch.no_grad():
+        assert torch.equal(hf(ids).logits, ref(ids).logits)
+
+
+def test_method_mtp_on_a_shipped_member_uses_its_head_with_no_training(cli, monkeypatch):
+    """`generate --method mtp` on a shipped DS member drafts with the shipped head (nothing
+    trained), token-identical to plain greedy."""
+    from eagle3kit.decode import greedy_generate
+    from eagle3kit.model.loading import load_target
+    from eagle3kit.train import mtp
+
+    monkeypatch.setattr(mtp, "train_mtp", lambda *a, **k: pytest.fail("trained an MTP head"))
+    prompt = "def parse(text):"
+    t = load_target("dsv3-v2-tiny")
+    plain = greedy_generate(t, t.tokenizer(prompt)["input_ids"], max_new_tokens=12).tokens
+    r = cli(
+        "generate", "--target", "dsv3-v2-tiny", "--method", "mtp", "--prompt", prompt,
+        "--max-new-tokens", "12", "--depth", "2", "--threads", "1", "--json",
+    )  # fmt: skip
+    assert r.code == 0, r.err
+    g = json.loads(r.out)
+    assert g["stats"]["method"] == "mtp" and g["tokens"] == plain
+
+
+@pytest.mark.parametrize("lab", ["k2-dflash", "k2-dflash-tiny"])
+def test_the_k2_dflash_drafter_ships_and_loads_strictly(lab, monkeypatch):
+    """The K2 DFlash drafter: shipped with its recipe and figures, loaded strictly (every
+    tensor, no other) against its target dsv3-v1, and the demo uses it with no training."""
+    from eagle3kit.demo.dflash_arm import k2_dflash
+    from eagle3kit.model.dflash import DFlashDrafter
+    from eagle3kit.train import dflash
+
+    folder = shipping.ROOT / lab
+    doc = shipping.check(folder, again=True)
+    assert doc["method"] == "dflash" and doc["target"] == lab.replace("k2-dflash", "dsv3-v1")
+    assert doc["recipe"]["block_size"] == 4 and doc["figures"]["steps"] == doc["recipe"]["steps"]
+    d = DFlashDrafter.from_pretrained(folder)
+    target = json.loads((zoo.get("dsv3-v1", size=doc["size"]) / "config.json").read_text())
+    assert d.spec.block_size == 4 and 0 <= d.spec.mask_token_id < target["vocab_size"]
+    assert d.spec.hidden_size == target["hidden_size"]
+    monkeypatch.setattr(dflash, "train_dflash", lambda *a, **k: pytest.fail("trained"))
+    assert k2_dflash(doc["size"], None, print) == folder
+
+
+def test_the_shipped_zoo_stays_under_40_mb():
+    total = sum(p.stat().st_size for p in shipping.ROOT.rglob("*") if p.is_file())
+    assert total < 40e6, total
+
+
+def test_zoo_verify_compares_a_headless_rebuild_with_the_main_tensors(tmp_path):
+    """A DS member's rebuild has no MTP layer: `zoo verify DIR` compares its weights with the
+    shipped member's main tensors (zoo.json mtp.main_weights_sha256), not the whole file."""
+    from test_train_helpers import headless_target
+
+    from eagle3kit.zoo.verify import compare
+
+    assert compare(headless_target(tmp_path))["weights_identical"] is True

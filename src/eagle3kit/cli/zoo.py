@@ -276,6 +276,110 @@ def ship(
         emit_json(stamp({"shipped": rows}, "zoo_ship"))
 
 
+MemberDir = Annotated[
+    Path, typer.Argument(help="A DeepSeek-architecture member's build (zoo build -o DIR).")
+]
+
+
+def add_mtp(
+    src: MemberDir,
+    out_dir: Out,
+    steps: Annotated[int, typer.Option(help="FastMTP training steps.")] = 240,
+    samples: Annotated[int, typer.Option(help="Chat samples of the member's slice.")] = 400,
+    max_len: Annotated[int, typer.Option(help="Tokens per sample.")] = 128,
+    seed: Annotated[int, typer.Option(help="Seed of the head's init, split and batches.")] = 0,
+    json_: JsonFlag = False,
+) -> None:
+    """(maintainers) Train one MTP layer for the DeepSeek-architecture member build SRC (its
+    weights frozen; FastMTP, distilling the member's own law; 1 torch thread) and write the
+    member plus the layer to OUT: every main tensor unchanged, zoo.json's `mtp` block records
+    the training. Then `zoo ship OUT` (docs/zoo.md)."""
+    import torch
+
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json, out
+    from eagle3kit.core.artifacts import stamp
+    from eagle3kit.train.mtp_zoo import add_mtp_layer
+    from eagle3kit.zoo.shipping import read_manifest
+
+    before, t0 = torch.get_num_threads(), time.time()
+    torch.set_num_threads(1)  # a build's figures should not depend on the machine's cores
+    try:
+        with bar(True) as progress:
+            add_mtp_layer(
+                src, out_dir, steps, samples=samples, max_len=max_len, seed=seed,
+                progress=progress,
+            )  # fmt: skip
+    finally:
+        torch.set_num_threads(before)
+    mtp = (read_manifest(out_dir) or {}).get("mtp", {})
+    doc = {"src": str(src), "path": str(out_dir), "seconds": round(time.time() - t0, 1)}
+    if json_:
+        emit_json(stamp({**doc, "mtp": mtp}, "zoo_add_mtp"))
+        return
+    out().print(
+        f"{out_dir}: MTP layer at {mtp.get('prefix')} ({steps} steps, {doc['seconds']} s); "
+        f"held-out tau {mtp.get('tau_before', 0):.3f} -> {mtp.get('tau_after', 0):.3f}",
+        highlight=False,
+    )
+
+
+DrafterName = Annotated[
+    str, typer.Argument(help="k2-drafter (EAGLE-3) or k2-dflash (DFlash), as the demo uses them.")
+]
+
+
+def train_drafter(
+    name: DrafterName,
+    out_dir: Out,
+    size: Size = "full",
+    target: Annotated[
+        Path | None,
+        typer.Option(help="The dsv3-v1 build to train on (default: the shipped dsv3-v1)."),
+    ] = None,
+    json_: JsonFlag = False,
+) -> None:
+    """(maintainers) Train the demo's K2 drafter NAME on dsv3-v1 by the demo's recipe (seed 0,
+    1 torch thread) into OUT (data/, run/, run/best the servable dir, demo-drafter.json the
+    recipe). Then `zoo ship OUT --name NAME[-tiny]` (docs/zoo.md)."""
+    import json
+
+    import torch
+
+    from eagle3kit import zoo
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json, out
+    from eagle3kit.core.artifacts import stamp
+    from eagle3kit.core.errors import bad
+    from eagle3kit.demo.dflash_arm import build_k2_dflash
+    from eagle3kit.demo.steps import PAIR, build_k2_eagle3
+
+    builders = {"k2-drafter": build_k2_eagle3, "k2-dflash": build_k2_dflash}
+    if name not in builders:
+        raise bad("NAME", f"expected one of {', '.join(builders)}, found {name!r}")
+    p1 = target or zoo.get(PAIR[0], size=size)
+    before, t0 = torch.get_num_threads(), time.time()
+    torch.set_num_threads(1)
+    try:
+        with bar(True) as progress:
+            best = builders[name](out_dir, p1, size, progress)
+    finally:
+        torch.set_num_threads(before)
+    s = json.loads((best.parent / "summary.json").read_text())
+    doc = {"name": name, "size": size, "target": str(p1), "path": str(out_dir)}
+    doc.update(best=str(best), seconds=round(time.time() - t0, 1))
+    doc["tau_every_position"] = s.get("tau_every_position")
+    if json_:
+        emit_json(stamp(doc, "zoo_train_drafter"))
+        return
+    out().print(
+        f"{name} ({size}) on {p1}: {best} in {doc['seconds']} s, held-out tau "
+        f"{doc['tau_every_position']:.3f} (every position); ship: eagle3kit zoo ship {out_dir} "
+        f"--name {name}{'' if size == 'full' else '-' + size}",
+        highlight=False,
+    )
+
+
 def register(app: typer.Typer) -> None:
     zoo_app = typer.Typer(
         help="The built-in small targets (Llama and DeepSeek-V3, v1/v2), shipped with the "
@@ -287,3 +391,5 @@ def register(app: typer.Typer) -> None:
     zoo_app.command("build")(build)
     zoo_app.command("verify")(verify)
     zoo_app.command("ship", hidden=True)(ship)
+    zoo_app.command("add-mtp", hidden=True)(add_mtp)
+    zoo_app.command("train-drafter", hidden=True)(train_drafter)

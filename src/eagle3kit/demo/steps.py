@@ -39,6 +39,7 @@ class Recipe:
     bench_tokens: int
     probe_samples: int
     lr: float = 3e-3  # from scratch; a warm start uses lr / 3
+    k2_dflash_steps: int | None = None  # the K2 DFlash drafter's steps (None: k2_steps)
 
 
 RECIPES = {
@@ -56,6 +57,9 @@ RECIPES = {
         bench_repeats=2,
         bench_tokens=96,
         probe_samples=16,
+        # a one-layer block drafter still gains at 240 steps (0.31 at position 1, against
+        # the EAGLE-3 K2 drafter's 0.5): 3x as many (docs/dflash.md "The K2 DFlash drafter")
+        k2_dflash_steps=720,
     ),
     "tiny": Recipe(
         v1_samples=160,
@@ -151,25 +155,54 @@ def _train_k2_drafter(size: str, progress: Progress | None, say: Callable[[str],
     """Train the K2 drafter (the package ships none at ``size``), cached by its recipe and
     the shipped target's identity."""
     from eagle3kit import zoo
-    from eagle3kit.train.loop import train
+
+    p1 = zoo.get(PAIR[0], size=size)
+    final = zoo.home() / "drafters" / ("dsv3-v1-eagle3" + ("" if size == "full" else f"-{size}"))
+    done = final / "demo-drafter.json"
+    if done.is_file() and json.loads(done.read_text()) == k2_key("eagle3", p1, size):
+        return final / "run" / "best"
+    say(f"   training the K2 drafter on {PAIR[0]} (once; cached in {final})")
+    return build_k2_eagle3(final, p1, size, progress)
+
+
+K2_FIELDS = ("v1_samples", "max_len", "batch", "k2_steps", "draft_vocab", "ttt_steps", "lr")
+
+
+def k2_key(method: str, p1: Path, size: str) -> dict[str, Any]:
+    """A K2 drafter's recipe (the cache key, and the shipped drafter's zoo.json recipe):
+    method, target (its path and shipped weights' identity) and the recipe's fields."""
     from eagle3kit.zoo.shipping import identity
 
     r = RECIPES[size]
-    p1 = zoo.get(PAIR[0], size=size)
-    fields = ("v1_samples", "max_len", "batch", "k2_steps", "draft_vocab", "ttt_steps", "lr")
-    key = {"kind": "eagle3kit.demo_drafter", "schema": 1, "version": 1, "target": str(p1)}
+    key: dict[str, Any] = {"kind": "eagle3kit.demo_drafter", "schema": 1, "version": 1}
+    if method != "eagle3":  # the EAGLE-3 key as it was before there were two K2 drafters
+        key["method"] = method
+    key["target"] = str(p1)
     key["target_weights"] = identity(p1)  # another shipped zoo retrains it
+    fields = K2_FIELDS if method == "eagle3" else K2_DFLASH_FIELDS
     key["recipe"] = {f: getattr(r, f) for f in fields}
-    final = zoo.home() / "drafters" / ("dsv3-v1-eagle3" + ("" if size == "full" else f"-{size}"))
-    done = final / "demo-drafter.json"
-    if done.is_file() and json.loads(done.read_text()) == key:
-        return final / "run" / "best"
-    say(f"   training the K2 drafter on {PAIR[0]} (once; cached in {final})")
+    if method == "dflash":
+        from eagle3kit.demo.dflash_arm import k2_dflash_settings
+
+        key["recipe"].update(k2_dflash_settings(r))
+    return key
+
+
+# the DFlash K2 drafter's recipe fields (its steps, block, layers and anchors: dflash_arm)
+K2_DFLASH_FIELDS = ("v1_samples", "max_len", "batch", "lr")
+
+
+def build_k2_eagle3(final: Path, p1: Path, size: str, progress: Progress | None) -> Path:
+    """Train the EAGLE-3 K2 drafter on the member at ``p1`` into ``final`` (whole or not at
+    all: data/, run/ with run/best the servable dir, demo-drafter.json); returns run/best."""
+    from eagle3kit.train.loop import train
+
+    r = RECIPES[size]
     final.parent.mkdir(parents=True, exist_ok=True)
     with atomic_dir(final) as tmp:
         data = prepare_data("lib", r.v1_samples, tmp / "data", p1, r, progress)
         train(train_config(tmp / "run", p1, data, r.k2_steps, None, r), progress=progress)
-        atomic_write_json(tmp / "demo-drafter.json", key)
+        atomic_write_json(tmp / "demo-drafter.json", k2_key("eagle3", p1, size))
     return final / "run" / "best"
 
 
@@ -179,7 +212,8 @@ DEMO_MADE = (
     "data/test.jsonl",
     "runs/finetune",
     "runs/scratch",
-    "runs/scratch-dflash",
+    "runs/scratch-dflash",  # the DFlash arm's run before it started from the K2 DFlash drafter
+    "runs/tuned-dflash",
 )
 
 
@@ -341,10 +375,12 @@ def headline_row(name: str, b: dict[str, Any], src: str) -> dict[str, Any]:
     }
     if row["method"] == "dflash":  # its one drafter pass per cycle, for the prediction
         row["pass_ms"] = b["draft_ms"]
+    elif row["method"] == "mtp":  # one head pass per drafted token
+        row["pass_ms"] = round(b["draft_ms"] / b["depth"], 4)
     return row
 
 
-DRAFTED = ("eagle3", "dflash")  # the methods of the trained drafters' rows
+DRAFTED = ("eagle3", "dflash", "mtp")  # the methods of the drafters' and heads' rows
 
 
 def predict_headline(
@@ -354,8 +390,9 @@ def predict_headline(
     the costs measured in the stale bench, each drafter's walked offline acceptance from
     eval.json (so a drafter's prediction is made without its bench), and for prompt lookup its
     acceptance in the stale bench (there is no offline measure of it), said in `predicted_from`.
-    A DFlash row is priced as method dflash (one drafter pass per cycle) with that pass's time
-    from its own bench (the stale bench times EAGLE-3 steps only)."""
+    A DFlash row is priced as method dflash (one drafter pass per cycle), an MTP row as method
+    mtp (one head pass per drafted token), each with that pass's time from its own bench (the
+    stale bench times EAGLE-3 steps only)."""
     from dataclasses import replace
 
     from eagle3kit.plan.method_inputs import costs_of
@@ -367,8 +404,8 @@ def predict_headline(
         if h.get("method") in DRAFTED and h["name"] in ev["drafters"]:
             pp = tuple(ev["drafters"][h["name"]]["walk_acc"][:depth])
             at, h["predicted_from"] = lv, "eval.json (offline, walked)"
-            if h["method"] == "dflash":
-                at = replace(lv, pass_ms={**lv.pass_ms, "dflash": h["pass_ms"]})
+            if h["method"] in ("dflash", "mtp"):
+                at = replace(lv, pass_ms={**lv.pass_ms, h["method"]: h["pass_ms"]})
                 h["predicted_from"] += f"; its drafter pass from {h['source']}"
             p = predict(Candidate(h["name"], h["method"], pp), at, depth, new, prefill)
         elif h.get("method") == "ngram":

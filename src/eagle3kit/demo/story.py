@@ -81,8 +81,9 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
         "architecture, MLA + MoE; trained on the Python standard library, shipped with "
         "the package)"
     )
-    p1, p2, v2, k2, v2_data = _zoo_step(out, size, r, say, progress)
-    paths = {"v1": str(p1), "v2": str(p2), "k2_drafter": str(k2), "v2_data": str(v2_data)}
+    p1, p2, v2, k2, kd, v2_data = _zoo_step(out, size, r, say, progress)
+    paths = {"v1": str(p1), "v2": str(p2), "k2_drafter": str(k2), "k2_dflash": str(kd)}
+    paths["v2_data"] = str(v2_data)
     steps.append({"step": "zoo", "result": paths})
     prompts = held_out_prompts(v2_data, r.bench_prompts)
 
@@ -106,14 +107,14 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
 
     step(
         f"train: fine-tune the K2 drafter on {PAIR[1]} data, one from scratch on the same data, "
-        "and a DFlash block drafter from scratch"
+        "and fine-tune the K2 DFlash block drafter on it"
     )
-    steps.append(train_step(out, k2, p2, v2_data, r, say, progress))
+    steps.append(train_step(out, k2, kd, p2, v2_data, r, say, progress))
     step(
-        "eval and bench: stale, fine-tuned, scratch and DFlash drafters on the same held-out v2 "
-        "samples"
+        "eval and bench: stale, fine-tuned and scratch EAGLE-3 drafters, the stale and "
+        f"fine-tuned DFlash drafters and {PAIR[1]}'s own MTP head on the same held-out v2 samples"
     )
-    ev, rows = eval_bench_step(out, v2, p2, k2, v2_data, prompts, r, say, progress)
+    ev, rows = eval_bench_step(out, v2, p2, k2, kd, v2_data, prompts, r, say, progress)
     headline += rows
     predict_headline(headline, stale, ev, r.depth)
     steps.append({"step": "eval", "result": ev})
@@ -126,8 +127,10 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
 
 
 def _zoo_step(out: Path, size: str, r: Recipe, say: Say, progress):
-    """The zoo pair, NEW loaded, the K2 drafter, NEW's DATA: (p1, p2, v2, k2, v2_data)."""
+    """The zoo pair, NEW loaded, the K2 drafters (EAGLE-3, DFlash), NEW's DATA:
+    (p1, p2, v2, k2, kd, v2_data)."""
     from eagle3kit import zoo
+    from eagle3kit.demo.dflash_arm import k2_dflash
     from eagle3kit.model.target import TargetModel
 
     p1 = zoo.get(PAIR[0], size=size)  # shipped in the package: never built here
@@ -139,9 +142,11 @@ def _zoo_step(out: Path, size: str, r: Recipe, say: Say, progress):
     say(f"   {p2}: {v2.num_layers} layers, hidden {v2.hidden_size}, vocab {v2.vocab_size}")
     k2 = k2_drafter(size, progress, say)
     say(f"   the K2 drafter (trained on {PAIR[0]}): {k2}")
+    kd = k2_dflash(size, progress, say)
+    say(f"   the K2 DFlash drafter (trained on {PAIR[0]}): {kd}")
     drop_stale(out, size)
     v2_data = prepare_data("test", r.v2_samples, out / "data", p2, r, progress)
-    return p1, p2, v2, k2, v2_data
+    return p1, p2, v2, k2, kd, v2_data
 
 
 def _summary(out: Path, size: str, steps, headline, report, t0: float) -> dict[str, Any]:
@@ -279,9 +284,9 @@ def probe_step(out, k2, p2, p1, v2_data, r: Recipe, say: Say, progress) -> dict[
     return {"step": "probe", "result": {k: res[k] for k in keep}}
 
 
-def train_step(out, k2, p2, v2_data, r: Recipe, say: Say, progress) -> dict[str, Any]:
-    """`train --init-from K2`, `train` from scratch and `train --method dflash` from scratch,
-    on the same v2 data and steps."""
+def train_step(out, k2, kd, p2, v2_data, r: Recipe, say: Say, progress) -> dict[str, Any]:
+    """`train --init-from K2`, `train` from scratch and `train --method dflash --init-from KD`
+    (the K2 DFlash drafter), on the same v2 data and steps."""
     from eagle3kit.demo import dflash_arm
 
     done = {}
@@ -290,7 +295,7 @@ def train_step(out, k2, p2, v2_data, r: Recipe, say: Say, progress) -> dict[str,
         done[name] = train_run(out, name, p2, v2_data, init, r, say, progress)
         done[name + "_seconds"] = time.perf_counter() - t
     t = time.perf_counter()
-    df = dflash_arm.train_dflash_run(out, p2, v2_data, r, say, progress)
+    df = dflash_arm.train_dflash_run(out, p2, v2_data, r, say, progress, init=kd)
     df_s = time.perf_counter() - t
     for name in ("finetune", "scratch"):
         s = done[name]
@@ -303,7 +308,8 @@ def train_step(out, k2, p2, v2_data, r: Recipe, say: Say, progress) -> dict[str,
             f"[runs/{name}/summary.json]"
         )
     say(
-        f"   DFlash (block {df['block_size']}, {df['draft_layers']} layer): best held-out tau "
+        f"   DFlash fine-tuned from the K2 DFlash drafter (block {df['block_size']}, "
+        f"{df['draft_layers']} layer): best held-out tau "
         f"{df['tau_every_position']:.3f} (every position) at step {df['best_step']}/"
         f"{df['steps']} ({df_s:.0f} s) [runs/{dflash_arm.RUN}/summary.json]"
     )
@@ -311,11 +317,10 @@ def train_step(out, k2, p2, v2_data, r: Recipe, say: Say, progress) -> dict[str,
     return {"step": "train", "result": res}
 
 
-def eval_bench_step(out, v2, p2, k2, v2_data, prompts, r: Recipe, say: Say, progress):
-    """`eval` (offline, the same held-out v2 samples) of the three EAGLE-3 drafters and the
-    DFlash one, then `bench` of the three new ones. Returns the eval document and their
-    headline rows."""
-    from eagle3kit.demo import dflash_arm
+def eval_bench_step(out, v2, p2, k2, kd, v2_data, prompts, r: Recipe, say: Say, progress):
+    """`eval` (offline, the same held-out v2 samples) of the three EAGLE-3 drafters, the two
+    DFlash ones and v2's own MTP head, then `bench` of all but the stale EAGLE-3 drafter
+    (benched in step 2). Returns the eval document and their headline rows."""
     from eagle3kit.measure.probe_batches import data_batch
 
     batch = data_batch(str(v2_data), 32, r.max_len)
@@ -333,29 +338,53 @@ def eval_bench_step(out, v2, p2, k2, v2_data, prompts, r: Recipe, say: Say, prog
         "sequences": int(batch.input_ids.shape[0]),
         "drafters": _eval_eagle3(v2, paths, batch, r.depth, say),
     }
-    df_path = out / "runs" / dflash_arm.RUN / "best"
-    df, t_df = dflash_arm.load_dflash(df_path, v2)  # t_df: v2 capturing the drafter's layers
-    try:
-        e = dflash_arm.eval_dflash(df, t_df, batch, r.depth, df_path)
-        ev["drafters"][dflash_arm.LABEL] = e
-        say(
-            f"   {dflash_arm.LABEL}: offline tau_walk {e['tau_walk']:.3f}, acc {e['acc']} "
-            "[eval.json]"
-        )
-        atomic_write_json(out / "eval.json", ev)
-        rows = []
-        for label, role, run in (
-            ("fine-tuned", "finetuned", "finetune"),
-            ("from scratch", "scratch", "scratch"),
-        ):
-            b = bench_step(out, v2, paths[label], prompts, r, say, progress, (label, role, run))
-            rows.append(headline_row(label, b, f"bench-{role}.json"))
-        labels = (dflash_arm.LABEL, "dflash", dflash_arm.RUN)
-        b = bench_step(out, t_df, df, prompts, r, say, progress, labels)
-        rows.append(headline_row(dflash_arm.LABEL, b, "bench-dflash.json"))
-    finally:
-        t_df.close()
+    rows = []
+    for label, role, run in (
+        ("fine-tuned", "finetuned", "finetune"),
+        ("from scratch", "scratch", "scratch"),
+    ):
+        b = bench_step(out, v2, paths[label], prompts, r, say, progress, (label, role, run))
+        rows.append(headline_row(label, b, f"bench-{role}.json"))
+    rows += _dflash_arms(out, v2, kd, batch, ev, prompts, r, say, progress)
+    rows += _mtp_arm(out, v2, batch, ev, prompts, r, say, progress)
+    atomic_write_json(out / "eval.json", ev)
     return ev, rows
+
+
+def _dflash_arms(out, v2, kd, batch, ev, prompts, r: Recipe, say: Say, progress) -> list:
+    """The stale K2 DFlash drafter and its fine-tune: eval (into ``ev``) and bench; rows."""
+    from eagle3kit.demo import dflash_arm
+
+    rows = []
+    for label, role, path, run in (
+        (dflash_arm.STALE, "stale-dflash", kd, None),
+        (dflash_arm.LABEL, "dflash", out / "runs" / dflash_arm.RUN / "best", dflash_arm.RUN),
+    ):
+        df, t_df = dflash_arm.load_dflash(path, v2)  # t_df: v2 capturing the drafter's layers
+        try:
+            e = dflash_arm.eval_dflash(df, t_df, batch, r.depth, path)
+            ev["drafters"][label] = e
+            say(f"   {label}: offline tau_walk {e['tau_walk']:.3f}, acc {e['acc']} [eval.json]")
+            b = bench_step(out, t_df, df, prompts, r, say, progress, (label, role, run))
+            rows.append(headline_row(label, b, f"bench-{role}.json"))
+        finally:
+            t_df.close()
+    return rows
+
+
+def _mtp_arm(out, v2, batch, ev, prompts, r: Recipe, say: Say, progress) -> list:
+    """v2's own MTP head, when it ships one: eval (into ``ev``) and bench; its row."""
+    from eagle3kit.demo import dflash_arm, mtp_arm
+
+    head = mtp_arm.shipped_head(v2)
+    if head is None:
+        say(f"   {PAIR[1]} ships no MTP head: no MTP row")
+        return []
+    e = mtp_arm.eval_mtp(v2, head, dflash_arm._Samples(batch), r.depth)
+    ev["drafters"][mtp_arm.LABEL] = e
+    say(f"   {mtp_arm.LABEL}: offline tau_walk {e['tau_walk']:.3f}, acc {e['acc']} [eval.json]")
+    b = bench_step(out, v2, head, prompts, r, say, progress, (mtp_arm.LABEL, "mtp", None))
+    return [headline_row(mtp_arm.LABEL, b, "bench-mtp.json")]
 
 
 def _eval_eagle3(v2, paths: dict[str, Path], batch, depth: int, say: Say) -> dict[str, Any]:

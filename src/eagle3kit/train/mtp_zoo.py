@@ -37,13 +37,18 @@ def _slice(member_dir: Path) -> tuple[str, bool]:
     return sliced, bool(doc.get("recipe", {}).get("chat_signature"))
 
 
+def _files_limit(samples: int) -> int:
+    """How many of the slice's training files (sorted) the samples are drawn from."""
+    return max(8, samples // 10)
+
+
 def _prepare(member_dir: Path, work: Path, samples: int, max_len: int) -> Path:
     """A DATA dir of ``samples`` chat samples of the member's slice, for the member."""
     from eagle3kit.data.prepare import prepare
     from eagle3kit.zoo import corpus
 
     sliced, signed = _slice(member_dir)
-    files = corpus.files(sliced, limit=max(8, samples // 10))
+    files = corpus.files(sliced, limit=_files_limit(samples))
     convs = corpus.spaced(corpus.chat_samples(files, signed=signed), samples)
     src = work / "conversations.jsonl"
     atomic_write_text(src, "".join(json.dumps(c) + "\n" for c in convs))
@@ -99,8 +104,23 @@ def add_mtp_layer(
     return summary
 
 
+def _data_note(member_dir: Path, samples: int) -> dict[str, Any]:
+    """zoo.json's account of the head's training data (what `_prepare` drew)."""
+    sliced, signed = _slice(member_dir)
+    return {
+        "source": "python stdlib chat samples (zoo/corpus.py chat_samples, spaced)",
+        "slice": sliced,
+        "files": f"the first {_files_limit(samples)} training files of the slice (sorted)",
+        "samples": samples,
+        "signed_requests": signed,
+    }
+
+
 def _write(member_dir: Path, out_dir: Path, main, head, summary: dict, samples: int) -> None:
+    import torch
+
     from eagle3kit.core.atomic import save_safetensors
+    from eagle3kit.zoo.shipping import git_commit
 
     config = json.loads((member_dir / "config.json").read_text())
     config["num_nextn_predict_layers"] = 1
@@ -111,16 +131,25 @@ def _write(member_dir: Path, out_dir: Path, main, head, summary: dict, samples: 
         save_safetensors(tmp / WEIGHTS, {**main, **head}, {"format": "pt"})
         atomic_write_json(tmp / "config.json", config)
         zoo_doc = _zoo_json(member_dir)
+        zoo_doc.pop("shipped", None)  # `zoo ship` of OUT writes its own
+        c = summary["config"]
         zoo_doc["mtp"] = {
             "layers": 1,
             "prefix": f"model.layers.{config['num_hidden_layers']}.",
             "recipe": "FastMTP (train/mtp.py)",
-            "targets": summary["config"]["targets"],
-            "steps": summary["config"]["steps"],
+            "targets": c["targets"],
+            "steps": c["steps"],
             "samples": samples,
+            **{k: c[k] for k in ("seed", "batch_size", "max_len", "lr", "k", "beta", "heldout")},
+            "data": _data_note(member_dir, samples),
+            "heldout_anchors": summary["after"].get("anchors"),
+            "tau_walk_before": summary["before"].get("walk", {}).get("tau_walk"),
+            "tau_walk_after": summary["after"].get("walk", {}).get("tau_walk"),
             "tau_before": summary["before"]["tau_every_position"],
             "tau_after": summary["after"]["tau_every_position"],
             "per_position_acceptance": summary["after"]["per_position_acceptance"],
+            "commit": git_commit(),
+            "threads": torch.get_num_threads(),
         }
         atomic_write_json(tmp / "zoo.json", zoo_doc)
 

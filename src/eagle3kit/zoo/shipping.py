@@ -10,6 +10,7 @@ checks them all. ``ship`` makes such a folder from a build (maintainers: ``eagle
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -25,6 +26,9 @@ from eagle3kit.zoo.members import MANIFEST, SIZES, check_size, member
 ROOT = Path(__file__).parent / "shipped"
 WEIGHTS = "model.safetensors"
 DRAFTER = "k2-drafter"  # the demo's "K2 drafter": EAGLE-3 trained on dsv3-v1 (demo/steps.py)
+# the demo's K2 drafters shipped beside the members, and their method: the EAGLE-3 one and the
+# DFlash one (demo/dflash_arm.py), both trained on dsv3-v1
+DRAFTERS = {DRAFTER: "eagle3", "k2-dflash": "dflash"}
 _CHECKED: set[Path] = set()  # shipped dirs whose sha256 matched, this process
 
 
@@ -138,16 +142,33 @@ def git_commit(where: Path = Path(__file__).parent) -> str | None:
 DTYPES = {"full": "bfloat16", "tiny": "float32"}
 
 
-def weights_bytes(weights: Path, dtype: str) -> bytes:
+def weights_bytes(weights: Path, dtype: str, *, without: str | None = None) -> bytes:
     """``weights`` (a safetensors file) with every floating tensor in ``dtype``, serialized
-    (safetensors writes tensors in a fixed order: the same tensors give the same bytes)."""
+    (safetensors writes tensors in a fixed order: the same tensors give the same bytes);
+    ``without``: leave out the tensors whose names start with it (a member's MTP layer)."""
     import torch
     from safetensors.torch import load_file, save
 
     dt = getattr(torch, dtype)
     tensors = load_file(str(weights))
-    out = {k: v.to(dt) if v.is_floating_point() else v for k, v in tensors.items()}
+    out = {
+        k: v.to(dt) if v.is_floating_point() else v
+        for k, v in tensors.items()
+        if without is None or not k.startswith(without)
+    }
     return save(out, metadata={"format": "pt"})
+
+
+def main_weights_sha256(folder: Path) -> str:
+    """The sha256 the shipped member in ``folder`` would have as its weights file without its
+    MTP layer (zoo.json ``mtp.prefix``): equal to the file shipped before the layer was added
+    exactly when every main tensor is unchanged."""
+    doc = read_manifest(folder) or {}
+    prefix = doc.get("mtp", {}).get("prefix")
+    if not prefix:
+        raise bad(str(folder / MANIFEST), "expected an mtp block with its prefix, found none")
+    dtype = doc.get("shipped", {}).get("dtype") or "float32"
+    return hashlib.sha256(weights_bytes(folder / WEIGHTS, dtype, without=prefix)).hexdigest()
 
 
 def ship(
@@ -174,6 +195,9 @@ def ship(
         dtype = DTYPES[doc["size"]] if doc["kind"] == "eagle3kit.zoo_member" else "float32"
         (tmp / WEIGHTS).write_bytes(weights_bytes(weights_dir / WEIGHTS, dtype))
         _set_config(tmp / "config.json", doc, dtype)
+        if doc.get("mtp"):  # the member's weights as they would ship without the layer
+            main = weights_bytes(weights_dir / WEIGHTS, dtype, without=doc["mtp"]["prefix"])
+            doc["mtp"]["main_weights_sha256"] = hashlib.sha256(main).hexdigest()
         files = {
             f.name: {"sha256": sha256_file(f), "bytes": f.stat().st_size}
             for f in sorted(tmp.iterdir())
@@ -207,11 +231,11 @@ def _source(src: Path, name: str | None) -> tuple[dict[str, Any], Path]:
     doc = read_manifest(src)
     if doc is not None and doc.get("kind") == "eagle3kit.zoo_member":
         return _member_doc(src, doc), src
-    if name not in (DRAFTER, f"{DRAFTER}-tiny"):
+    if (name or "").removesuffix("-tiny") not in DRAFTERS:
         raise bad(
             str(src),
             f"expected a zoo member's build (a {MANIFEST} of kind eagle3kit.zoo_member) or, "
-            f"with --name {DRAFTER}[-tiny], the K2 drafter; found neither",
+            f"with --name {'|'.join(DRAFTERS)}[-tiny], a K2 drafter; found neither",
         )
     return _drafter_doc(src, name)
 
@@ -236,7 +260,7 @@ def _member_doc(src: Path, doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def _drafter_doc(src: Path, name: str) -> tuple[dict[str, Any], Path]:
-    """The K2 drafter's zoo.json: its recipe (the demo's cache key), target, figures."""
+    """A K2 drafter's zoo.json: its method, recipe (the demo's cache key), target, figures."""
     run = src / "run" if (src / "run" / "best").is_dir() else src.parent
     servable = run / "best" if (run / "best").is_dir() else src
     key = _json(run.parent / "demo-drafter.json") or {}
@@ -247,7 +271,7 @@ def _drafter_doc(src: Path, name: str) -> tuple[dict[str, Any], Path]:
         "schema": 1,
         "name": name,
         "size": "tiny" if name.endswith("-tiny") else "full",
-        "method": "eagle3",
+        "method": DRAFTERS[name.removesuffix("-tiny")],
         "target": "dsv3-v1" + ("-tiny" if name.endswith("-tiny") else ""),
         "recipe": key.get("recipe") or prior.get("recipe"),
         "figures": {k: summary[k] for k in _DRAFTER_FIGURES if k in summary}
@@ -257,9 +281,11 @@ def _drafter_doc(src: Path, name: str) -> tuple[dict[str, Any], Path]:
     return doc, servable
 
 
-# the training summary's figures a shipped drafter's zoo.json keeps (train/loop.py)
+# the training summary's figures a shipped drafter's zoo.json keeps (train/loop.py, and
+# train/dflash.py for a DFlash drafter)
 _DRAFTER_FIGURES = ("steps", "best_step", "tau_walk", "tau_every_position", "train_samples")
-_DRAFTER_FIGURES += ("heldout_samples", "draft_vocab_size")
+_DRAFTER_FIGURES += ("heldout_samples", "draft_vocab_size", "per_position_acceptance")
+_DRAFTER_FIGURES += ("block_size", "draft_layers", "target_layer_ids")
 
 
 def _json(p: Path) -> dict[str, Any] | None:

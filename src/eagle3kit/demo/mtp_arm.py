@@ -1,0 +1,45 @@
+"""The demo's MTP row (issue 36, "MTP where the member has one"): dsv3-v2's own MTP head, the
+layer the package ships with the member (`model.layers.{L}`, `num_nextn_predict_layers: 1`;
+docs/zoo.md), used with no training: evaluated offline on the held-out batch the drafters
+are measured on and benched on the same prompts, drafting `depth` tokens per cycle by
+running the one head recursively (docs/mtp.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from eagle3kit.model.mtp import MTPHead
+    from eagle3kit.model.target import TargetModel
+
+LABEL = "MTP (shipped head)"
+
+
+def shipped_head(v2: TargetModel) -> MTPHead | None:
+    """The target's own MTP head, or None when its config declares none."""
+    from eagle3kit.checkpoint.mtp_layout import mtp_count
+    from eagle3kit.model.mtp import load_mtp_head
+
+    if not mtp_count(v2.config):
+        return None
+    return load_mtp_head(v2)
+
+
+def eval_mtp(v2: TargetModel, head: MTPHead, samples: Any, depth: int) -> dict[str, Any]:
+    """The eval.json entry of the head on the probe batch the drafters were measured on
+    (measure/mtp.py); `walk_acc` is its walked P(r >= i), as theirs."""
+    from eagle3kit.measure.mtp import evaluate_mtp_offline
+
+    r = evaluate_mtp_offline(v2, head, samples, depth)
+    ap = r["all_positions"]
+    return {
+        "path": str(v2.name_or_path),
+        "method": "mtp",
+        "acc": [round(x, 6) for x in ap["per_position_acceptance"]],  # every position
+        "counted": ap["counted"],
+        "tau_every_position": round(r["tau_every_position"], 6),
+        "tau_walk": round(r["tau_walk"], 6),
+        "walk_acc": [round(x, 6) for x in r["per_position_acceptance"]],
+        "cycles": r["cycles"],
+    }
