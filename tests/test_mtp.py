@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from test_sampling_deep import LAW_P as P_LAW
 from test_sampling_deep import LAW_Q as Q_LAW
 from test_sampling_deep import PositionTarget
-from test_train_helpers import tiny_target
+from test_train_helpers import headless_target
 
 from eagle3kit.checkpoint.mtp_layout import mtp_count, mtp_prefix
 from eagle3kit.core.errors import Eagle3Error
@@ -39,11 +39,17 @@ DEEPSEEK_OWN = {
 
 
 @pytest.fixture(scope="module")
-def target():
+def member(tmp_path_factory):
+    """The tiny DeepSeek member without the MTP layer it ships (these tests add their own)."""
+    return headless_target(tmp_path_factory.mktemp("member"))
+
+
+@pytest.fixture(scope="module")
+def target(member):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny shapes: one thread is fastest, on a shared machine too
     torch.manual_seed(0)
-    yield load_target(str(tiny_target()))
+    yield load_target(str(member))
     torch.set_num_threads(threads)
 
 
@@ -61,8 +67,8 @@ def head(target):
     return MTPHead.for_target(target).eval()
 
 
-def test_experts_split_and_fuse_as_transformers_loads_them(target):
-    file = load_file(str(tiny_target() / "model.safetensors"))
+def test_experts_split_and_fuse_as_transformers_loads_them(target, member):
+    file = load_file(str(member / "model.safetensors"))
     pre = "model.layers.7."
     mine = {k[len(pre) :]: v for k, v in file.items() if k.startswith(pre)}
     loaded = target.model.model.layers[7].state_dict()  # transformers' own fusion
@@ -73,10 +79,10 @@ def test_experts_split_and_fuse_as_transformers_loads_them(target):
     assert set(back) == set(mine) and all(torch.equal(back[k], mine[k]) for k in mine)
 
 
-def test_deepseek_head_carries_deepseek_v3_names(target, head):
+def test_deepseek_head_carries_deepseek_v3_names(target, head, member):
     names = set(head.checkpoint_tensors())
     assert head.prefix == "model.layers.8." == mtp_prefix(target.config)  # L = 8 layers
-    last = {k[len("model.layers.7.") :] for k in load_file(str(tiny_target() / "model.safetensors"))
+    last = {k[len("model.layers.7.") :] for k in load_file(str(member / "model.safetensors"))
             if k.startswith("model.layers.7.")}  # fmt: skip
     assert names == {"model.layers.8." + n for n in DEEPSEEK_OWN | last}
 
@@ -171,7 +177,7 @@ def test_greedy_is_token_identical_to_plain(target, head, plain, depth):
     assert max(acc) == depth and 0 in acc  # all accepted in some cycle, none in another
 
 
-def test_target_dir_with_an_mtp_layer_loads(target, head, tmp_path):
+def test_target_dir_with_an_mtp_layer_loads(target, head, tmp_path, member):
     """A target whose checkpoint holds model.layers.{L}.* (num_nextn_predict_layers 1) loads
     as a target (transformers leaves the layer alone), and its head loads from its own dir."""
     import json
@@ -180,7 +186,7 @@ def test_target_dir_with_an_mtp_layer_loads(target, head, tmp_path):
     from eagle3kit.core.atomic import save_safetensors
     from eagle3kit.model.mtp import load_mtp_head
 
-    src = tiny_target()
+    src = member
     for f in src.iterdir():
         shutil.copy2(f, tmp_path / f.name)
     main = load_file(str(src / "model.safetensors"))
@@ -247,7 +253,7 @@ def test_sampled_decoding_emits_the_target_law():
         fits(counts[j], P_LAW[2 + j])
 
 
-def test_head_dir_round_trip_in_the_extract_layout(target, head, tmp_path):
+def test_head_dir_round_trip_in_the_extract_layout(target, head, tmp_path, member):
     """train's head dir is convert's extract layout: canonical names (the name after the
     layer's prefix), config.json eagle3kit_mtp.names -> the target's names; it loads back."""
     from eagle3kit.model.mtp import head_config, is_head_dir, load_mtp_head
@@ -255,7 +261,7 @@ def test_head_dir_round_trip_in_the_extract_layout(target, head, tmp_path):
 
     save_head(head, target, tmp_path / "h", {"steps": 0})
     rec = head_config(tmp_path / "h")
-    assert is_head_dir(tmp_path / "h") and not is_head_dir(tiny_target())
+    assert is_head_dir(tmp_path / "h") and not is_head_dir(member)
     stored = head.checkpoint_tensors()
     assert rec["names"] == {k[len("model.layers.8.") :]: k for k in stored}
     assert set(load_file(str(tmp_path / "h" / "model.safetensors"))) == set(rec["names"])
@@ -263,7 +269,7 @@ def test_head_dir_round_trip_in_the_extract_layout(target, head, tmp_path):
     assert all(torch.equal(v, stored[k]) for k, v in got.items())
 
 
-def test_convert_extract_and_stitch_meet_the_head(target, head, tmp_path):
+def test_convert_extract_and_stitch_meet_the_head(target, head, tmp_path, member):
     """Across the checkpoint layer (checkpoint/mtp.py, from the ck branch; skipped until it is
     merged): a head extracted by convert loads here, and a fine-tuned head saved here is put
     back by convert's stitch and read from the stitched target."""
@@ -276,7 +282,7 @@ def test_convert_extract_and_stitch_meet_the_head(target, head, tmp_path):
     from eagle3kit.train.mtp import save_head
 
     dst = tmp_path / "target"
-    shutil.copytree(tiny_target(), dst)
+    shutil.copytree(member, dst)
     main = load_file(str(dst / "model.safetensors"))
     save_safetensors(dst / "model.safetensors", {**main, **head.checkpoint_tensors()})
     cfg = json.loads((dst / "config.json").read_text())

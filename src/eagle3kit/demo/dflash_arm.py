@@ -51,7 +51,7 @@ def k2_dflash(size: str, progress: Progress | None, say: Callable[[str], None]) 
     when it is there, else trained once on the shipped dsv3-v1 and cached under
     $EAGLE3KIT_HOME/drafters/dsv3-v1-dflash[-tiny]; returns its servable dir."""
     from eagle3kit import zoo
-    from eagle3kit.demo.steps import PAIR, k2_key
+    from eagle3kit.demo.steps import PAIR, RECIPES, k2_key
     from eagle3kit.zoo.shipping import location, shipped
 
     lab = K2_DFLASH + ("" if size == "full" else f"-{size}")
@@ -60,7 +60,8 @@ def k2_dflash(size: str, progress: Progress | None, say: Callable[[str], None]) 
     p1 = zoo.get(PAIR[0], size=size)
     final = zoo.home() / "drafters" / ("dsv3-v1-dflash" + ("" if size == "full" else f"-{size}"))
     done = final / "demo-drafter.json"
-    if done.is_file() and json.loads(done.read_text()) == k2_key("dflash", p1, size):
+    key = k2_key("dflash", p1, size, k2_dflash_settings(RECIPES[size]))
+    if done.is_file() and json.loads(done.read_text()) == key:
         return final / "run" / "best"
     say(f"   training the K2 DFlash drafter on {PAIR[0]} (once; cached in {final})")
     return build_k2_dflash(final, p1, size, progress)
@@ -83,7 +84,8 @@ def build_k2_dflash(final: Path, p1: Path, size: str, progress: Progress | None)
             progress=progress, **k2_dflash_settings(r),
         )  # fmt: skip
         atomic_write_json(tmp / "run" / "summary.json", s)
-        atomic_write_json(tmp / "demo-drafter.json", k2_key("dflash", p1, size))
+        key = k2_key("dflash", p1, size, k2_dflash_settings(r))
+        atomic_write_json(tmp / "demo-drafter.json", key)
     return final / "run" / "best"
 
 

@@ -168,9 +168,10 @@ def _train_k2_drafter(size: str, progress: Progress | None, say: Callable[[str],
 K2_FIELDS = ("v1_samples", "max_len", "batch", "k2_steps", "draft_vocab", "ttt_steps", "lr")
 
 
-def k2_key(method: str, p1: Path, size: str) -> dict[str, Any]:
+def k2_key(method: str, p1: Path, size: str, extra: dict[str, Any] | None = None) -> dict:
     """A K2 drafter's recipe (the cache key, and the shipped drafter's zoo.json recipe):
-    method, target (its path and shipped weights' identity) and the recipe's fields."""
+    method, target (its path and shipped weights' identity), the recipe's fields and the
+    method's ``extra`` settings (the DFlash drafter's: dflash_arm.k2_dflash_settings)."""
     from eagle3kit.zoo.shipping import identity
 
     r = RECIPES[size]
@@ -180,11 +181,7 @@ def k2_key(method: str, p1: Path, size: str) -> dict[str, Any]:
     key["target"] = str(p1)
     key["target_weights"] = identity(p1)  # another shipped zoo retrains it
     fields = K2_FIELDS if method == "eagle3" else K2_DFLASH_FIELDS
-    key["recipe"] = {f: getattr(r, f) for f in fields}
-    if method == "dflash":
-        from eagle3kit.demo.dflash_arm import k2_dflash_settings
-
-        key["recipe"].update(k2_dflash_settings(r))
+    key["recipe"] = {f: getattr(r, f) for f in fields} | (extra or {})
     return key
 
 
