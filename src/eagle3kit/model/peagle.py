@@ -70,7 +70,9 @@ class PEagleDrafter(Eagle3Drafter):
     def slot_inputs(self, b: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids [b, n] all mask_token_id, aux-space hidden [b, n, 3Ht] all mask_hidden)."""
         ids = torch.full((b, n), self.mask_token_id, dtype=torch.long, device=self.d2t.device)
-        return ids, self.mask_hidden.expand(b, n, -1)
+        h = self.mask_hidden
+        h = h.to_local() if hasattr(h, "to_local") else h  # replicated under FSDP2 (train/)
+        return ids, h.expand(b, n, -1)
 
     def parallel_slots(
         self,
