@@ -40,7 +40,8 @@ def train_dflash_run(
 ) -> dict[str, Any]:
     """OUT/runs/scratch-dflash: reused when complete with this recipe, resumed when a previous
     demo was killed in it, else trained fresh. Returns its summary (also RUN/summary.json)."""
-    from eagle3kit.train.dflash import DFlashOptions, train_dflash, train_dflash_drafter
+    from eagle3kit.train.dflash import DFlashOptions
+    from eagle3kit.train.dflash_run import train_dflash, train_dflash_drafter
 
     run = out / "runs" / RUN
     state = run / "state" / "state.json"

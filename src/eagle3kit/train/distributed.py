@@ -153,6 +153,14 @@ def sync_replicated(model: torch.nn.Module, d: Dist) -> None:
             g.div_(d.world)
 
 
+def row_generators(seed: int, step: int, rows: range | list[int]) -> list[torch.Generator]:
+    """One CPU generator per row of a step's global batch (positions `rows` in it), seeded by
+    (seed, step, position): a rank draws for its rows what one process draws for them, and a
+    resumed run draws what the uninterrupted one did."""
+    base = (seed * 1_000_003 + step) * 4_099
+    return [torch.Generator().manual_seed(base + j) for j in rows]
+
+
 def all_sum(t: torch.Tensor, d: Dist) -> torch.Tensor:
     """Sum of `t` over ranks (a copy; float64 sums travel as they are)."""
     if not d.enabled:

@@ -40,7 +40,7 @@ from eagle3kit.train import outputs, setup, state
 from eagle3kit.train.acceptance import Acceptance, acceptance, metrics_row
 from eagle3kit.train.config import TrainConfig, lr_at, total_steps
 from eagle3kit.train.methods import method_of, spec_flags
-from eagle3kit.train.peagle import cod_loss, row_generators
+from eagle3kit.train.peagle import cod_loss
 from eagle3kit.train.ttt import loss_positions, ttt_loss
 from eagle3kit.train.warmstart import add_l2sp_grad, anchor_of
 
@@ -121,7 +121,8 @@ def _train_step(r: Run, feats: Any) -> torch.Tensor:
     """Forward, backward and update on this rank's slice; the loss (detached, on the device)."""
     m, k = r.model, r.cfg.ttt_steps
     if getattr(r.ctx.drafter, "parallel", False):  # P-EAGLE: COD over k depths, one pass
-        gens = row_generators(r.cfg.seed, r.step, range(r.d.rank, r.cfg.batch_size, r.d.world))
+        mine = range(r.d.rank, r.cfg.batch_size, r.d.world)  # this rank's rows of the batch
+        gens = dist_.row_generators(r.cfg.seed, r.step, mine)
         s, n = cod_loss(m, feats, k, ratio=r.cfg.cod_ratio, floor=r.cfg.cod_min, gen=gens)
         loss = s / dist_.all_sum(n, r.d).clamp(min=1)
     else:

@@ -100,7 +100,7 @@ def cod_loss(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of soft CE over the counted elements, their count), float32 on the device; divide
     the first by the (global) second. `gen`: one generator for every row, or one per row (a
-    row's subsets then do not depend on which rank or batch it is in: `row_generators`)."""
+    row's subsets then do not depend on which rank it is on: distributed.row_generators)."""
     dtype = drafter.fc.weight.dtype
     valid = valid_positions(drafter, feats)  # [B, T]
     probs = teacher_probs(feats, int(drafter.d2t.numel()))  # [B, T, K]
@@ -111,14 +111,6 @@ def cod_loss(
         s, n = _row_loss(drafter, feats, row, k, valid[row], probs[row], ratio, floor, g, dtype)
         total, count = total + s, count + n
     return total, count
-
-
-def row_generators(seed: int, step: int, rows: range | list[int]) -> list[torch.Generator]:
-    """One CPU generator per row of a step's global batch (positions `rows` in it), seeded by
-    (seed, step, position): a rank draws for its rows what one process draws for them, and a
-    resumed run draws what the uninterrupted one did."""
-    base = (seed * 1_000_003 + step) * 4_099
-    return [torch.Generator().manual_seed(base + j) for j in rows]
 
 
 def _row_loss(drafter, feats, row, k, valid, probs, ratio, floor, gen, dtype):
