@@ -119,6 +119,30 @@ def drafter_class(config: dict[str, Any]) -> type[Eagle3Drafter]:
     return PEagleDrafter if is_peagle_config(config) else Eagle3Drafter
 
 
+def refuse_extra_layers(path: str | Path) -> None:
+    """One line for a local P-EAGLE checkpoint with more than one decoder layer, before the
+    EAGLE-3 reader refuses it as an EAGLE-3 drafter. inspect/compat/convert read such
+    checkpoints (checkpoint/methods.py); running one is not built: speculators' layers 1..
+    (PEagleDraftModel over Eagle3DraftModel's `layers`) are plain decoder layers over the
+    first one's output, each with its own KV cache, which this module (one `midlayer`, one
+    DraftCache threaded through every decoder and the TTT unroll) does not hold."""
+    f = Path(path).expanduser() / "config.json"
+    try:
+        cfg = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(cfg, dict) or not is_peagle_config(cfg):
+        return
+    layer = cfg.get("transformer_layer_config", cfg)
+    n = layer.get("num_hidden_layers", 1) if isinstance(layer, dict) else 1
+    if isinstance(n, int) and n > 1:
+        raise bad(
+            str(f),
+            f"num_hidden_layers: expected 1 to decode, evaluate or train a P-EAGLE drafter, "
+            f"found {n} (inspect, compat and convert read it; running layers 1.. is not built)",
+        )
+
+
 def mask_token_of(cfg: dict[str, Any], where: str) -> int:
     """The mask token from a config: speculators `mask_token_id`, vLLM `pard_token` or
     `ptd_token_id`; refused when none is an int."""
