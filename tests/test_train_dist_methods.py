@@ -23,12 +23,12 @@ def _same_weights(a, b, tol: float = 1e-4) -> None:
         assert (w1[n].float() - w2[n].float()).abs().max() < tol, n
 
 
-@pytest.mark.slow  # ~15 s: a run here and one under torchrun with two ranks
+@pytest.mark.slow  # ~20 s of CPU: a run here and one under torchrun with two ranks
 def test_peagle_two_gloo_ranks_match_one_process(tmp_path, cli):
     """COD subsets drawn per sample (not per rank), mask_hidden replicated and its gradient
     averaged: loss curve to 1e-5, every weight (mask_hidden included) to 1e-4; L2-SP on."""
     data, target = tiny_data(), tiny_target()
-    extra = ("--method", "peagle", "--ttt-steps", "4", "--steps", "4", "--eval-every", "2",
+    extra = ("--method", "peagle", "--ttt-steps", "3", "--steps", "4", "--eval-every", "4",
              "--lr", "3e-3", "--l2sp", "0.01")  # fmt: skip
     one, two = tmp_path / "one", tmp_path / "two"
     r = cli(*train_args(one, data, target, *extra))
@@ -38,7 +38,7 @@ def test_peagle_two_gloo_ranks_match_one_process(tmp_path, cli):
     s = json.loads(p.stdout)
     assert s["world_size"] == 2 and s["method"] == "peagle"
     a, b = _rows(one), _rows(two)
-    assert [x["step"] for x in a] == [x["step"] for x in b] == [0, 2, 4]
+    assert [x["step"] for x in a] == [x["step"] for x in b] == [0, 4]
     for r1, r2 in zip(a, b, strict=True):
         assert r2["loss"] == pytest.approx(r1["loss"], rel=1e-5, abs=1e-6)
     assert a[-1]["loss"] != a[0]["loss"]  # it trained
@@ -52,11 +52,11 @@ def _dflash_args(out, *extra: str) -> list[str]:
         "train", "--method", "dflash", "--target", str(tiny_target("llama-v1")),
         "--data", str(tiny_data("llama-v1")), "-o", str(out), "--batch-size", "4",
         "--block-size", "4", "--anchors", "4", "--heldout", "4", "--eval-samples", "4",
-        "--threads", "1", "--steps", "4", "--eval-every", "2", "--lr", "3e-3", *extra,
+        "--threads", "1", "--steps", "4", "--eval-every", "4", "--lr", "3e-3", *extra,
     ]  # fmt: skip
 
 
-@pytest.mark.slow  # ~15 s: a run here and one under torchrun with two ranks
+@pytest.mark.slow  # ~20 s of CPU: a run here and one under torchrun with two ranks
 def test_dflash_two_gloo_ranks_match_one_process(tmp_path, cli):
     """Anchors drawn per sample, the loss divided by the global weight sum: the held-out
     curve (loss to 1e-5, tau exactly) and the final weights (1e-4) of one process."""
@@ -68,7 +68,7 @@ def test_dflash_two_gloo_ranks_match_one_process(tmp_path, cli):
     s = json.loads(p.stdout)
     assert s["world_size"] == 2 and s["method"] == "dflash" and s["steps"] == 4
     a, b = _rows(one), _rows(two)
-    assert [x["step"] for x in a] == [x["step"] for x in b] == [0, 2, 4]
+    assert [x["step"] for x in a] == [x["step"] for x in b] == [0, 4]
     for r1, r2 in zip(a, b, strict=True):
         assert r2["loss"] == pytest.approx(r1["loss"], rel=1e-5, abs=1e-6)
         assert r2["tau_every_position"] == pytest.approx(r1["tau_every_position"], abs=1e-9)
