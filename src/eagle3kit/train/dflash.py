@@ -19,7 +19,8 @@ Per sample (tokens x_0..x_{T-1}, loss mask m_t, the target's aux states h_t), pe
               length τ = 1 + Σ_i P(r ≥ i) (the bonus token counted, as decoding counts it)
 
 The drafter's embedding and lm_head are the target's, frozen; everything else trains.
-Checkpoints are written in z-lab's layout (model/dflash.py `save_pretrained`).
+Checkpoints are written in z-lab's layout (model/dflash.py `save_pretrained`). The run (its
+loop, torchrun/FSDP2, RUN/best, RUN/state, --resume) is train/dflash_run.py.
 """
 
 from __future__ import annotations
