@@ -181,21 +181,27 @@ def target_diversity(target: str, n: int = 8, max_new_tokens: int = 64) -> dict:
     answers to ``n`` held-out requests of its slice (as bench_mtp and `bench` run it): do
     its answers depend on the prompt? Acceptance on a canned target says little."""
     from eagle3kit.core.diversity import cross_prompt
-    from eagle3kit.data.regenerate import chat_prompt_ids
     from eagle3kit.decode import greedy_generate
     from eagle3kit.model.loading import load_target
-    from eagle3kit.train.mtp_zoo import _slice
-    from eagle3kit.zoo import corpus
 
-    sliced, signed = _slice(Path(target))
-    reqs = corpus.held_out_requests(corpus.files(sliced, held_out=True), n, signed)
     tm = load_target(target)
     try:
         outs = []
-        for r in reqs:
-            ids = chat_prompt_ids(tm.tokenizer, r["messages"])
+        for ids in held_out_requests(target, tm.tokenizer, n):
             outs.append(greedy_generate(tm, ids, max_new_tokens=max_new_tokens).tokens)
             tm.reset()
     finally:
         tm.close()
     return {**cross_prompt(outs), "max_new_tokens": max_new_tokens}
+
+
+def held_out_requests(target: str, tokenizer, n: int) -> list[list[int]]:
+    """Prompt ids (the target's chat template) of ``n`` requests from the held-out files of
+    the target's slice: requests no drafter here trained on."""
+    from eagle3kit.data.regenerate import chat_prompt_ids
+    from eagle3kit.train.mtp_zoo import _slice
+    from eagle3kit.zoo import corpus
+
+    sliced, signed = _slice(Path(target))
+    reqs = corpus.held_out_requests(corpus.files(sliced, held_out=True), n, signed)
+    return [chat_prompt_ids(tokenizer, r["messages"]) for r in reqs]

@@ -15,7 +15,8 @@ samples of the slice's held-out files): walked tau and per-position acceptance a
 --ttt-steps (`measure.evaluate.evaluate_offline`, the same code `eval` runs).
 
 What the table does not show: P-EAGLE drafts its K tokens in one drafter pass where EAGLE-3
-runs K sequential steps; plan/ prices that cycle cost, this script only measures acceptance.
+runs K sequential steps; plan/ prices that cycle cost, this script only measures acceptance
+(benchmarks/peagle_decode.py times both arms' decoding).
 """
 
 from __future__ import annotations
@@ -71,6 +72,27 @@ def v1_drafter(a: argparse.Namespace) -> str:
     return str(out / "best")
 
 
+def fine_tune(a: argparse.Namespace, k2: str, common: dict, method: str, seed: int) -> dict:
+    """One arm: the K2 drafter fine-tuned with --method `method` into WORK/METHOD-sSEED
+    (RUN/best there); the row of the result file without its test score."""
+    steps = max(a.min_steps, round(a.samples * a.epochs / a.batch))
+    out = Path(a.work) / f"{method}-s{seed}"
+    r = R.train_run(
+        out, init_from=k2, method=method, max_samples=a.samples, steps=steps,
+        seed=seed, eval_every=max(1, steps // 4), mask_token_id=0, **common,
+    )  # fmt: skip
+    return {"method": method, "seed": seed, "steps": steps, **r}
+
+
+def add_options(ap: argparse.ArgumentParser, work: str) -> None:
+    """The options `fine_tune` and the training data read (this script's and
+    peagle_decode.py's)."""
+    R.add_train_options(ap, member="dsv3-v2", size="tiny", work=work)
+    ap.add_argument("--samples", type=int, default=128)
+    ap.add_argument("--epochs", type=float, default=2.0, help="passes over the samples")
+    ap.add_argument("--min-steps", type=int, default=200)
+
+
 def run(a: argparse.Namespace) -> dict:
     import torch
 
@@ -89,16 +111,10 @@ def run(a: argparse.Namespace) -> dict:
     }
     print(json.dumps({"k2_alone": alone}), file=sys.stderr, flush=True)
     rows = []
-    steps = max(a.min_steps, round(a.samples * a.epochs / a.batch))
     for seed in R.seeds(a):
         for method in ("eagle3", "peagle"):
-            out = Path(a.work) / f"{method}-s{seed}"
-            r = R.train_run(
-                out, init_from=k2, method=method, max_samples=a.samples, steps=steps,
-                seed=seed, eval_every=max(1, steps // 4), mask_token_id=0, **common,
-            )  # fmt: skip
-            row = {"method": method, "seed": seed, "steps": steps, **r}
-            row["test"] = score(target, str(out / "best"), test, d)
+            row = fine_tune(a, k2, common, method, seed)
+            row["test"] = score(target, str(Path(a.work) / f"{method}-s{seed}" / "best"), test, d)
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
     return {
@@ -129,11 +145,8 @@ def report(doc: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    R.add_train_options(ap, member="dsv3-v2", size="tiny", work="/tmp/e3k_bench/peagle")
+    add_options(ap, "/tmp/e3k_bench/peagle")
     ap.add_argument("--v1-drafter", default=None, help="default: the demo's K2 drafter")
-    ap.add_argument("--samples", type=int, default=128)
-    ap.add_argument("--epochs", type=float, default=2.0, help="passes over the samples")
-    ap.add_argument("--min-steps", type=int, default=200)
     ap.add_argument(
         "--v1-steps", type=int, default=0, help="train a K2-like v1 drafter here (0: the demo's)"
     )

@@ -1,6 +1,7 @@
 """Drafter training throughput: tokens/s and peak memory of one TTT optimizer step on CPU.
 
     python benchmarks/bench_train.py [--repeats 5] [--threads 2] [--json] [--setup-peer]
+                                     [--method eagle3|eagle3.1|peagle]
                                      [--out benchmarks/results/bench_train.json]
     python benchmarks/bench_train.py --draft-step RUN_A/best RUN_B/best [--context 256]
 
@@ -21,6 +22,14 @@ The peer, vllm-project/speculators' Eagle3DraftModel, runs for real in its own v
 a fresh copy of ours so both see the same host load; it is printed beside ours with the median
 per-pair ratio and the work each step does (tokens, TTT steps, trained parameters). A peer that
 cannot run is reported as not run, with the reason; no figure stands in for it.
+
+`--method eagle3.1` sets fc_norm + norm_output on both sides (ours: DraftSpec flags; the peer:
+the same Eagle3DraftModel with its 3.1 flags). `--method peagle` times P-EAGLE's step on both
+sides: ours `train/peagle.py` `cod_loss` (the drafter warm-started from the same EAGLE-3 one
+with `mask_hidden` added), the peer's PEagleDraftModel forward; k is the number of depths, COD
+at ratio 0.7 and floor 0.2 on both, each side drawing its own subsets (about
+T x (1 + sum_d max(0.7^d, 0.2)) elements per step), batch 1 (speculators packs P-EAGLE into
+one row), the embedding frozen on both (speculators trains it by default for P-EAGLE).
 """
 
 from __future__ import annotations
@@ -49,11 +58,12 @@ SHAPES = {
 }
 
 
-def make(shape: dict, b: int, device: str):
+def make(shape: dict, b: int, device: str, method: str = "eagle3"):
     import torch
 
     from eagle3kit.core.spec import DraftSpec
     from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.model.peagle import PEagleDrafter
 
     h, v, vd, t = shape["h"], shape["v"], shape["vd"], shape["t"]
     spec = DraftSpec(
@@ -67,6 +77,8 @@ def make(shape: dict, b: int, device: str):
         target_hidden_size=h,
         aux_layers=(2, 4, 5),
         dtype="float32",
+        fc_norm=method == "eagle3.1",
+        norm_output=method == "eagle3.1",
     )
     torch.manual_seed(0)
     m = Eagle3Drafter(spec, device=device)
@@ -88,21 +100,37 @@ def make(shape: dict, b: int, device: str):
         teacher_logp=logits.log_softmax(-1),  # [B, T, Vd]
     )
     feats = SimpleNamespace(**{n: x.to(device) for n, x in vars(feats).items()})
+    if method == "peagle":  # the warm start train --method peagle does: mask_hidden added
+        m = PEagleDrafter.from_eagle3(m, v - 1)
     return m, feats
 
 
-def ours_step(shape: dict, b: int, device: str):
-    """One training step of our drafter on `shape`: ttt_loss forward, backward, clip, AdamW."""
+def passes(shape: dict, method: str) -> float:
+    """Drafter passes over the T tokens one step makes: k TTT steps, or P-EAGLE's COD
+    elements / T (1 + sum over depths 1..k-1 of max(0.7^d, 0.2), n ~ T)."""
+    if method != "peagle":
+        return shape["k"]
+    return 1 + sum(max(0.7**d, 0.2) for d in range(1, shape["k"]))
+
+
+def ours_step(shape: dict, b: int, device: str, method: str = "eagle3"):
+    """One training step of our drafter on `shape`: ttt_loss (P-EAGLE: cod_loss, the loss
+    divided by its count as the trainer does) forward, backward, clip, AdamW."""
     import torch
 
+    from eagle3kit.train.peagle import cod_loss
     from eagle3kit.train.ttt import ttt_loss
 
-    m, f = make(shape, b, device)
+    m, f = make(shape, b, device, method)
     params = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4)
 
     def step() -> None:
-        loss, _ = ttt_loss(m, f, shape["k"])
+        if method == "peagle":
+            s, n = cod_loss(m, f, shape["k"])
+            loss = s / n.clamp(min=1)
+        else:
+            loss, _ = ttt_loss(m, f, shape["k"])
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
@@ -111,12 +139,12 @@ def ours_step(shape: dict, b: int, device: str):
     return step
 
 
-def step_gflop(shape: dict, b: int, device: str) -> float:
-    """GFLOP of one step as 6 x trained parameters x tokens x TTT steps (forward 2, backward
+def step_gflop(shape: dict, b: int, device: str, method: str = "eagle3") -> float:
+    """GFLOP of one step as 6 x trained parameters x tokens x passes (forward 2, backward
     4 per weight and token; attention's quadratic part left out, so a lower bound)."""
-    m, _ = make(shape, b, device)
+    m, _ = make(shape, b, device, method)
     n = sum(p.numel() for p in m.parameters() if p.requires_grad)
-    return 6 * n * b * shape["t"] * shape["k"] / 1e9
+    return 6 * n * b * shape["t"] * passes(shape, method) / 1e9
 
 
 def timed(step, device: str) -> float:
@@ -130,8 +158,8 @@ def timed(step, device: str) -> float:
     return time.perf_counter() - t0
 
 
-def time_ours(shape: dict, b: int, repeats: int, device: str) -> list[float]:
-    step = ours_step(shape, b, device)
+def time_ours(shape: dict, b: int, repeats: int, device: str, method: str) -> list[float]:
+    step = ours_step(shape, b, device, method)
     return [timed(step, device) for _ in range(repeats + 1)][1:]  # step 1 warms up allocators
 
 
@@ -200,7 +228,9 @@ class PeerSteps:
         self.err.close()
 
 
-def time_pair(shape: dict, b: int, repeats: int, device: str, threads: int) -> dict:
+def time_pair(
+    shape: dict, b: int, repeats: int, device: str, threads: int, method: str = "eagle3"
+) -> dict:
     """Ours and the peer in alternating steps, so both see the same host load.
 
     The host's speed swings several-fold within minutes; timed one after the other, the ratio
@@ -214,18 +244,19 @@ def time_pair(shape: dict, b: int, repeats: int, device: str, threads: int) -> d
     try:
         args = [f"--{n}={shape[n]}" for n in ("h", "heads", "inter", "t", "k", "v", "vd")]
         args += [f"--batch={b}", f"--device={device}", f"--threads={threads}"]
+        args += [f"--method={method}"]
         peer = PeerSteps(python, "speculators_step.py", args)
     except (OSError, RuntimeError, ValueError) as e:
         return {"ran": False, "reason": str(e)}
     try:
-        ours = ours_step(shape, b, device)
+        ours = ours_step(shape, b, device, method)
         ours()  # warm-up (the peer warmed up before answering)
         pairs = [(timed(ours, device), peer.step()) for _ in range(repeats)]
     except (OSError, RuntimeError, ValueError) as e:
         return {"ran": False, "reason": str(e)}
     finally:
         peer.close()
-    m, _ = make(shape, b, device)
+    m, _ = make(shape, b, device, method)
     n = b * shape["t"]
     o_s, p_s = [o for o, _ in pairs], [p for _, p in pairs]
     h = peer.head
@@ -235,6 +266,7 @@ def time_pair(shape: dict, b: int, repeats: int, device: str, threads: int) -> d
         "versions": h["versions"],
         "attention": h["attention"],
         "loss": h["loss"],
+        "method": h.get("method", "eagle3"),
         "equal_work": {
             "tokens_per_step": {"ours": n, "peer": h["tokens_per_step"]},
             "ttt_steps": {"ours": shape["k"], "peer": h["ttt_steps"]},
@@ -336,6 +368,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--method", choices=("eagle3", "eagle3.1", "peagle"), default="eagle3")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--draft-step", nargs="+", metavar="DRAFTER", help="time draft steps instead")
     ap.add_argument("--context", type=int, default=256)
@@ -362,9 +395,9 @@ def main() -> None:
     gflops = matmul_gflops()
     rows = []
     for name, shape in SHAPES.items():
-        times = time_ours(shape, a.batch, a.repeats, a.device)
+        times = time_ours(shape, a.batch, a.repeats, a.device, a.method)
         toks = [a.batch * shape["t"] / s for s in times]
-        work = step_gflop(shape, a.batch, a.device)
+        work = step_gflop(shape, a.batch, a.device, a.method)
         rows.append(
             {
                 "shape": name,
@@ -387,8 +420,9 @@ def main() -> None:
         if why:
             r["peer"] = {"ran": False, "reason": why}
         else:
-            r["peer"] = time_pair(shape, a.batch, a.repeats, a.device, a.threads)
+            r["peer"] = time_pair(shape, a.batch, a.repeats, a.device, a.threads, a.method)
     doc = {
+        "method": a.method,
         "env": environment_info(),
         "rows": rows,
         "matmul_gflops": gflops,
@@ -408,7 +442,7 @@ def main() -> None:
             f"{r['shape']}: {t['median']:.0f} tokens/s (min {t['min']:.0f}, max {t['max']:.0f}; "
             f"{a.repeats} steps of {r['batch']}x{r['t']}), step {r['step_s_median']:.2f} s, "
             f"peak RSS {r['peak_memory_mb']:.0f} MB; {r['step_gflop']:.1f} GFLOP/step (6 x "
-            f"params x tokens x TTT steps) = {100 * r['fraction_of_matmul']:.0f}% of the "
+            f"params x tokens x passes) = {100 * r['fraction_of_matmul']:.0f}% of the "
             "matmul speed"
         )
     for r in rows:

@@ -64,7 +64,7 @@ def main() -> None:
     from eagle3kit.model.dflash import DFlashDrafter
     from eagle3kit.model.drafter import Eagle3Drafter
     from eagle3kit.model.loading import resolve_target
-    from eagle3kit.train.dflash import train_dflash_drafter
+    from eagle3kit.train.dflash_run import train_dflash_drafter
     from eagle3kit.train.loop import train
 
     ap = argparse.ArgumentParser()

@@ -131,16 +131,3 @@ def test_cli_run_resume_and_warm_start(cli, tmp_path):
     assert r.code != 0
     r = cli(*["train", "--method", "dflash", "--position-weights", "dpace", "-o", str(tmp_path)])
     assert r.code == 2 and "dpace with --dflash-loss ce" in r.err
-
-
-def test_torchrun_refused_before_anything_is_written(tmp_path, monkeypatch):
-    """Under torchrun every rank would write the same RUN: one line, no RUN dir."""
-    from types import SimpleNamespace
-
-    from eagle3kit.core.errors import Eagle3Error
-    from eagle3kit.train.dflash import DFlashOptions, train_dflash
-
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(Eagle3Error, match=r"WORLD_SIZE=2\) is not supported"):
-        train_dflash(SimpleNamespace(out=str(tmp_path / "run")), DFlashOptions())
-    assert not (tmp_path / "run").exists()

@@ -262,3 +262,18 @@ def test_sampled_decoding_checks_every_slot_against_its_own_law(target, monkeypa
     got = speculative_generate(target, d, ids, max_new_tokens=10, depth=3, sampling=Sampling(1.0))
     assert got.stats.new_tokens == 10 and seen
     assert all(s == (3, d.spec.draft_vocab_size) for s in seen)
+
+
+def test_multi_layer_peagle_is_read_but_not_run(tmp_path):
+    """A 2-layer P-EAGLE checkpoint: inspect reads its layers; loading it to run says in one
+    line that layers 1.. are not built (not the EAGLE-3 reader's 'one decoder layer')."""
+    from eagle3kit.checkpoint.inspection import inspect_checkpoint
+    from eagle3kit.checkpoint.synthetic_methods import tiny_peagle_spec, write_peagle
+    from eagle3kit.model.loading import load_drafter
+
+    write_peagle(tmp_path / "p", tiny_peagle_spec(layers=2))
+    assert inspect_checkpoint(str(tmp_path / "p")).to_json()["num_hidden_layers"] == 2
+    with pytest.raises(Eagle3Error, match=r"config\.json: num_hidden_layers: expected 1 to "):
+        load_drafter(str(tmp_path / "p"))
+    write_peagle(tmp_path / "one", tiny_peagle_spec(layers=1))
+    assert load_drafter(str(tmp_path / "one")).drafter.parallel

@@ -4,21 +4,9 @@ batch."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import socket
-import subprocess
-import sys
 
 import pytest
-from test_train_helpers import tiny_data, tiny_target, train_args
-
-
-def _free_port() -> int:
-    """A port nothing listens on (bound, then released): two runs never share one."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from test_train_helpers import tiny_data, tiny_target, torchrun, train_args
 
 
 @pytest.mark.slow  # ~16 s: a training run here and one under torchrun with two ranks
@@ -28,20 +16,7 @@ def test_two_gloo_ranks_match_one_process(tmp_path, cli):
     one = tmp_path / "one"
     assert cli(*train_args(one, data, target, *extra)).code == 0
     two = tmp_path / "two"
-    torchrun = shutil.which("torchrun") or f"{sys.executable} -m torch.distributed.run"
-    cmd = [
-        *torchrun.split(),
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        str(_free_port()),
-        "-m",
-        "eagle3kit",
-        *train_args(two, data, target, *extra),
-        "--json",
-    ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    p = torchrun(2, *train_args(two, data, target, *extra), "--json")
     assert p.returncode == 0, p.stderr[-3000:]
     summary = json.loads(p.stdout)
     assert summary["world_size"] == 2

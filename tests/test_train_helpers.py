@@ -83,3 +83,22 @@ def train_args(out: Path, data: Path, target: Path, *extra: str) -> list[str]:
         "1",
         *extra,
     ]
+
+
+def torchrun(n: int, *args: str, timeout: int = 900):
+    """`torchrun --nproc-per-node n -m eagle3kit ARGS` on a free port (gloo ranks on the CPU,
+    one thread each): the finished process."""
+    import shutil
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port nothing listens on: two runs never share one
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    launcher = shutil.which("torchrun") or f"{sys.executable} -m torch.distributed.run"
+    cmd = [*launcher.split(), "--nproc-per-node", str(n), "--master-port", str(port)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(
+        [*cmd, "-m", "eagle3kit", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )

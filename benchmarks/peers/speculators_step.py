@@ -1,9 +1,12 @@
-"""Time one training step of vllm-project/speculators' Eagle3DraftModel (the peer), as JSON.
+"""Time one training step of vllm-project/speculators' Eagle3DraftModel (the peer), as JSON;
+`--method eagle3.1` sets its fc_norm + norm_output flags, `--method peagle` runs its
+PEagleDraftModel (COD over --k depths; embedding frozen as on our side, its default trains it).
 
 Runs INSIDE the peer's own venv (benchmarks/peers/setup_speculators.sh), never eagle3kit's:
 
     PEER_PY benchmarks/peers/speculators_step.py --h 512 --heads 8 --inter 1536 --t 512 \
-        --k 3 --v 8192 --vd 2048 [--batch 1] [--repeats 5] [--threads 2]    # one JSON document
+        --k 3 --v 8192 --vd 2048 [--batch 1] [--repeats 5] [--threads 2] \
+        [--method eagle3|eagle3.1|peagle]                                   # one JSON document
     PEER_PY benchmarks/peers/speculators_step.py ... --serve    # one step per "step" stdin line
 
 One step = its forward (its own TTT loop over --k steps, its default KL loss against the
@@ -41,15 +44,24 @@ from _serve import (  # this folder's (the script's dir is on sys.path)
 SHAPE = ("h", "heads", "inter", "t", "k", "v", "vd")
 
 
+def classes(method: str):
+    """(model class, config class, config extras) of speculators for --method: EAGLE-3, EAGLE
+    3.1 (the same model with fc_norm + norm_output set, speculators' 3.1 flags) or P-EAGLE
+    (PEagleDraftModel, its mask token the last id)."""
+    if method == "peagle":
+        from speculators.models.peagle import PEagleDraftModel, PEagleSpeculatorConfig
+
+        return PEagleDraftModel, PEagleSpeculatorConfig, {}
+    from speculators import Eagle3DraftModel, Eagle3SpeculatorConfig
+
+    flags = {"fc_norm": True, "norm_output": True} if method == "eagle3.1" else {}
+    return Eagle3DraftModel, Eagle3SpeculatorConfig, flags
+
+
 def build(a: argparse.Namespace):
-    """(step function, trained parameter count) for speculators' Eagle3DraftModel."""
+    """(step function, trained parameter count) for speculators' model of --method."""
     import torch
-    from speculators import (
-        Eagle3DraftModel,
-        Eagle3SpeculatorConfig,
-        SpeculatorsConfig,
-        VerifierConfig,
-    )
+    from speculators import SpeculatorsConfig, VerifierConfig
     from speculators.losses import resolve_loss_config
     from speculators.proposals.greedy import GreedyTokenProposalConfig
     from transformers import LlamaConfig
@@ -66,20 +78,24 @@ def build(a: argparse.Namespace):
         max_position_embeddings=4 * t,
     )
     layer._attn_implementation = a.attention
+    model_cls, config_cls, extra = classes(a.method)
+    if a.method == "peagle":
+        extra = {"mask_token_id": v - 1, "embed_requires_grad": False}  # frozen, as ours
     spec = SpeculatorsConfig(
-        algorithm="eagle3",
+        algorithm="peagle" if a.method == "peagle" else "eagle3",
         default_proposal_method="greedy",
         proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=k)],
         verifier=VerifierConfig(name_or_path=None, architectures=["LlamaForCausalLM"]),
     )
-    config = Eagle3SpeculatorConfig(
+    config = config_cls(
         transformer_layer_config=layer,
         draft_vocab_size=vd,
         eagle_aux_hidden_state_layer_ids=[2, 4, 5],
         speculators_config=spec,
+        **extra,
     )
     torch.manual_seed(0)
-    m = Eagle3DraftModel(config).float()
+    m = model_cls(config).float()
     used = torch.arange(vd) * (v // vd)  # the same draft vocab as our side: every (V/Vd)-th id
     t2d = torch.zeros(v, dtype=torch.bool)
     t2d[used] = True
@@ -103,6 +119,8 @@ def build(a: argparse.Namespace):
     # its default KL loss; "eager" is its non-Triton implementation (its fused one needs Triton)
     loss_config = resolve_loss_config("kl_div", "fused" if a.device.startswith("cuda") else "eager")
     params = [p for p in m.parameters() if p.requires_grad]
+    if a.method == "peagle":  # COD over k depths (its defaults: ratio 0.7, floor 0.2)
+        return train_step(m, params, lambda m: m(**batch, num_depths=k, loss_config=loss_config)[1])
     return train_step(m, params, lambda m: m(**batch, ttt_steps=k, loss_config=loss_config)[1])
 
 
@@ -115,6 +133,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--attention", default="sdpa")
+    ap.add_argument("--method", choices=("eagle3", "eagle3.1", "peagle"), default="eagle3")
     ap.add_argument("--serve", action="store_true", help="time one step per 'step' stdin line")
     a = ap.parse_args()
     import torch
@@ -122,7 +141,8 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     step, n_params = build(a)
     head = {
-        **header("Eagle3DraftModel", {n: getattr(a, n) for n in SHAPE}),
+        **header(classes(a.method)[0].__name__, {n: getattr(a, n) for n in SHAPE}),
+        "method": a.method,
         "batch": a.batch,
         "threads": a.threads,
         "trained_parameters": n_params,

@@ -315,7 +315,7 @@ def train(**options) -> None:
         return _run_mtp(options)
     fields = {k: options[k] for k in CONFIG_OPTIONS}
     if method == "dflash":
-        fields["method"] = None  # DFlash has its own loop (train/dflash.py)
+        fields["method"] = None  # DFlash has its own loop (train/dflash_run.py)
     cfg = TrainConfig(**fields)
     run = {k: options[k] for k in ("resume", "threads", "json_")}
     if method == "dflash":
@@ -372,7 +372,7 @@ def _run(cfg: TrainConfig, *, resume: bool, threads: int | None, json_: bool, df
     main_rank = os.environ.get("RANK", "0") == "0"
     with bar(not json_ and main_rank) as progress:
         if dflash is not None:
-            from eagle3kit.train.dflash import train_dflash
+            from eagle3kit.train.dflash_run import train_dflash
 
             summary = train_dflash(cfg, dflash, resume=resume, progress=progress)
         else:

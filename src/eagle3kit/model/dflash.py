@@ -327,19 +327,26 @@ class DFlashDrafter(nn.Module):
     def save_pretrained(self, path: str | Path, *, verifier: str | None = None) -> Path:
         """Write the checkpoint in `spec.layout` (checkpoint/method_writers.py `save_dflash`),
         replacing `path` atomically."""
-        from eagle3kit.checkpoint.method_writers import save_dflash
-        from eagle3kit.core.atomic import atomic_dir
-
-        dtype = str(next(self.parameters()).dtype).removeprefix("torch.")
-        spec = self.spec.replace(dtype=dtype)
         sd = {n: t.detach().contiguous().cpu() for n, t in self.state_dict().items()}
-        p = Path(path)
-        with atomic_dir(p) as tmp:
-            save_dflash(tmp / "d", spec, sd, verifier=verifier)
-            for f in (tmp / "d").iterdir():
-                f.rename(tmp / f.name)
-            (tmp / "d").rmdir()
-        return p
+        return save_dflash_tensors(path, self.spec, sd, verifier=verifier)
+
+
+def save_dflash_tensors(
+    path: str | Path, spec: DFlashSpec, tensors: dict[str, torch.Tensor], *, verifier=None
+) -> Path:
+    """A drafter's `state_dict()` tensors (whole, on the CPU: what a sharded run gathers)
+    written in `spec.layout`, dtype taken from `fc.weight`, replacing `path` atomically."""
+    from eagle3kit.checkpoint.method_writers import save_dflash
+    from eagle3kit.core.atomic import atomic_dir
+
+    spec = spec.replace(dtype=str(tensors["fc.weight"].dtype).removeprefix("torch."))
+    p = Path(path)
+    with atomic_dir(p) as tmp:
+        save_dflash(tmp / "d", spec, tensors, verifier=verifier)
+        for f in (tmp / "d").iterdir():
+            f.rename(tmp / f.name)
+        (tmp / "d").rmdir()
+    return p
 
 
 def _check_buildable(spec: DFlashSpec) -> None:

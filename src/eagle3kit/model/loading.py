@@ -55,8 +55,9 @@ def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> L
     dflash = _dflash_drafter(path, device, dtype)
     if dflash is not None:
         return dflash
-    from eagle3kit.model.peagle import drafter_class
+    from eagle3kit.model.peagle import drafter_class, refuse_extra_layers
 
+    refuse_extra_layers(path)
     spec, tensors, head = read_drafter(str(path))
     cfg = head.ckpt.config  # P-EAGLE's: mask_hidden + a mask token
     d = drafter_class(cfg).from_read(spec, tensors, cfg, device, parse_dtype(dtype), str(path))

@@ -70,7 +70,9 @@ class PEagleDrafter(Eagle3Drafter):
     def slot_inputs(self, b: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids [b, n] all mask_token_id, aux-space hidden [b, n, 3Ht] all mask_hidden)."""
         ids = torch.full((b, n), self.mask_token_id, dtype=torch.long, device=self.d2t.device)
-        return ids, self.mask_hidden.expand(b, n, -1)
+        h = self.mask_hidden
+        h = h.to_local() if hasattr(h, "to_local") else h  # replicated under FSDP2 (train/)
+        return ids, h.expand(b, n, -1)
 
     def parallel_slots(
         self,
@@ -115,6 +117,30 @@ def drafter_class(config: dict[str, Any]) -> type[Eagle3Drafter]:
     """The module for a drafter's config.json: PEagleDrafter when it declares P-EAGLE
     (`is_peagle_config`), else Eagle3Drafter; build it with `from_read`."""
     return PEagleDrafter if is_peagle_config(config) else Eagle3Drafter
+
+
+def refuse_extra_layers(path: str | Path) -> None:
+    """One line for a local P-EAGLE checkpoint with more than one decoder layer, before the
+    EAGLE-3 reader refuses it as an EAGLE-3 drafter. inspect/compat/convert read such
+    checkpoints (checkpoint/methods.py); running one is not built: speculators' layers 1..
+    (PEagleDraftModel over Eagle3DraftModel's `layers`) are plain decoder layers over the
+    first one's output, each with its own KV cache, which this module (one `midlayer`, one
+    DraftCache threaded through every decoder and the TTT unroll) does not hold."""
+    f = Path(path).expanduser() / "config.json"
+    try:
+        cfg = json.loads(f.read_text())
+    except (OSError, ValueError):
+        return
+    if not isinstance(cfg, dict) or not is_peagle_config(cfg):
+        return
+    layer = cfg.get("transformer_layer_config", cfg)
+    n = layer.get("num_hidden_layers", 1) if isinstance(layer, dict) else 1
+    if isinstance(n, int) and n > 1:
+        raise bad(
+            str(f),
+            f"num_hidden_layers: expected 1 to decode, evaluate or train a P-EAGLE drafter, "
+            f"found {n} (inspect, compat and convert read it; running layers 1.. is not built)",
+        )
 
 
 def mask_token_of(cfg: dict[str, Any], where: str) -> int:

@@ -19,15 +19,14 @@ Per sample (tokens x_0..x_{T-1}, loss mask m_t, the target's aux states h_t), pe
               length τ = 1 + Σ_i P(r ≥ i) (the bonus token counted, as decoding counts it)
 
 The drafter's embedding and lm_head are the target's, frozen; everything else trains.
-Checkpoints are written in z-lab's layout (model/dflash.py `save_pretrained`).
+Checkpoints are written in z-lab's layout (model/dflash.py `save_pretrained`). The run (its
+loop, torchrun/FSDP2, RUN/best, RUN/state, --resume) is train/dflash_run.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +35,6 @@ import torch.nn.functional as F
 
 from eagle3kit.checkpoint.dflash_layout import default_target_layer_ids
 from eagle3kit.core.errors import Eagle3Error, bad
-from eagle3kit.core.progress import Progress, emit
 from eagle3kit.model.dflash import DFlashDrafter
 
 if TYPE_CHECKING:
@@ -76,6 +74,8 @@ class DFlashOptions:
 
 # ---------------------------------------------------------------- the batch of blocks
 
+Gen = torch.Generator | list[torch.Generator]  # one for every row, or one per row
+
 
 @dataclass
 class Blocks:
@@ -89,9 +89,10 @@ class Blocks:
     src: torch.Tensor  # Long [Bt, N, B]: a + k, the position slot k guesses (clamped)
 
 
-def select_anchors(loss_mask: torch.Tensor, n: int, b: int, gen: torch.Generator) -> tuple:
+def select_anchors(loss_mask: torch.Tensor, n: int, b: int, gen: Gen) -> tuple:
     """Up to n anchors per row [Bt, T] among loss-mask positions t < T - B, sorted; pads
-    repeat position 0 and are marked invalid. Returns (anchors [Bt, n], real [Bt, n])."""
+    repeat position 0 and are marked invalid. `gen`: one generator for all rows or one per
+    row. Returns (anchors [Bt, n], real [Bt, n])."""
     bt, t = loss_mask.shape
     anchors = torch.zeros(bt, n, dtype=torch.long)
     real = torch.zeros(bt, n, dtype=torch.bool)
@@ -99,7 +100,8 @@ def select_anchors(loss_mask: torch.Tensor, n: int, b: int, gen: torch.Generator
     ok[:, max(0, t - b) :] = False
     for i in range(bt):
         cand = ok[i].nonzero().view(-1)
-        pick = cand[torch.randperm(cand.numel(), generator=gen)[:n]].sort().values
+        g = gen[i] if isinstance(gen, list) else gen
+        pick = cand[torch.randperm(cand.numel(), generator=g)[:n]].sort().values
         anchors[i, : pick.numel()], real[i, : pick.numel()] = pick, True
     return anchors.to(loss_mask.device), real.to(loss_mask.device)
 
@@ -116,7 +118,7 @@ def block_mask(anchors: torch.Tensor, ctx_ok: torch.Tensor, b: int) -> torch.Ten
     return torch.cat([ctx, own], dim=-1)[:, None]
 
 
-def make_blocks(feats: Any, n: int, b: int, mask_id: int, gen: torch.Generator) -> Blocks:
+def make_blocks(feats: Any, n: int, b: int, mask_id: int, gen: Gen) -> Blocks:
     """Anchors, block inputs, positions and mask for a Features batch (module docstring)."""
     lm = feats.loss_mask & feats.attention_mask  # [Bt, T]
     anchors, real = select_anchors(lm, n, b, gen)
@@ -183,6 +185,13 @@ def block_logits(drafter: DFlashDrafter, feats: Any, blocks: Blocks) -> torch.Te
 def block_loss(logits, feats, blocks: Blocks, gamma: float, kind: str, weights: str = "exp",
                alpha: float = 0.5) -> torch.Tensor:  # fmt: skip
     """Σ w_k ℓ / Σ w_k over the counted slots (module docstring; D-PACE weights on request)."""
+    s, w = block_loss_terms(logits, feats, blocks, gamma, kind, weights, alpha)
+    return s / w.clamp(min=1e-9)
+
+
+def block_loss_terms(logits, feats, blocks: Blocks, gamma: float, kind: str,
+                     weights: str = "exp", alpha: float = 0.5) -> tuple:  # fmt: skip
+    """(Σ w_k ℓ, Σ w_k) over the counted slots: a sharded run divides by the global Σ w."""
     logp = F.log_softmax(logits, dim=-1)  # [Bt, N, B, V]
     if kind == "ce":
         label = _gather_slots(feats.input_ids, blocks.src)  # x_{a+k}
@@ -195,7 +204,7 @@ def block_loss(logits, feats, blocks: Blocks, gamma: float, kind: str, weights: 
         w = dpace_weights(ell, blocks.valid, alpha)
     else:
         w = position_weights(logits.shape[2], gamma, logits.device) * blocks.valid
-    return (w * ell).sum() / w.sum().clamp(min=1e-9)
+    return (w * ell).sum(), w.sum()
 
 
 def block_runs(logits, feats, blocks: Blocks) -> tuple[torch.Tensor, torch.Tensor]:
@@ -254,6 +263,9 @@ def new_drafter(target: TargetModel, opts: DFlashOptions, init_from: str | None,
         if d.spec.aux_layers != tuple(target.aux_layers):
             raise bad(init_from, f"target_layer_ids: expected {list(target.aux_layers)} - 1")
         d.attach_target(target)
+        for name in ("embed_tokens", "lm_head"):  # a speculators-layout start's own: frozen
+            if hasattr(d, name):
+                getattr(d, name).requires_grad_(False)
         return d
     ids = opts.target_layer_ids or tuple(
         default_target_layer_ids(target.num_layers, opts.draft_layers)
@@ -275,281 +287,3 @@ def layer_ids(cfg: Any, opts: DFlashOptions, num_layers: int) -> tuple[int, ...]
         dc = json.loads((Path(cfg.init_from) / "config.json").read_text()).get("dflash_config")
         return tuple((dc or {}).get("target_layer_ids") or ())
     return opts.target_layer_ids or tuple(default_target_layer_ids(num_layers, opts.draft_layers))
-
-
-@dataclass
-class DFlashRun:
-    """What the loop carries: settings, target, data split, drafter, optimizer, progress."""
-
-    cfg: Any  # TrainConfig
-    opts: DFlashOptions
-    target: TargetModel
-    source: Any  # OnlineSource / OfflineSource: Features per list of sample indices
-    train_idx: list[int]
-    eval_batches: list[Any]
-    drafter: DFlashDrafter
-    opt: torch.optim.Optimizer
-    n_steps: int
-    step: int = 0
-    best_step: int = -1
-    best_tau_every_position: float = -1.0
-    busy_s: float = 0.0
-    tokens: int = 0
-
-
-def _source(cfg: Any, target: TargetModel) -> Any:
-    """Online features (the target runs on each batch) or a feature store with the layers."""
-    from eagle3kit.train.setup import _data, _store
-    from eagle3kit.train.sources import OfflineSource, OnlineSource
-
-    d2t = torch.zeros(target.vocab_size, dtype=torch.long)  # the full vocabulary
-    data = _data(cfg, target)
-    if cfg.features:
-        return OfflineSource(
-            _store(cfg.features, d2t), max_len=cfg.max_len, layers=target.aux_layers
-        )
-    return OnlineSource(data, target, d2t, max_len=cfg.max_len, topk=None)
-
-
-def start(cfg: Any, opts: DFlashOptions, progress: Progress | None) -> DFlashRun:
-    """Target (capturing the drafter's layers), data, split, drafter, AdamW."""
-    from eagle3kit.model.loading import load_target, resolve_target
-    from eagle3kit.train.config import total_steps
-
-    opts.validate()
-    if cfg.target is None:
-        raise Eagle3Error("train --method dflash: expected --target")
-    n_layers = _num_layers(resolve_target(cfg.target))
-    aux = [i + 1 for i in layer_ids(cfg, opts, n_layers)]
-    target = load_target(cfg.target, device=cfg.device, dtype=cfg.target_dtype, aux_layers=aux)
-    src = _source(cfg, target)
-    train_idx, held = src.split(cfg.heldout, 0)
-    if cfg.max_samples:
-        train_idx = train_idx[: cfg.max_samples]
-    if not train_idx or not held:
-        raise Eagle3Error(
-            f"train: expected training and held-out samples, found {len(train_idx)} and {len(held)}"
-        )
-    held = held[: cfg.eval_samples]
-    evals = [src.batch(held[i : i + cfg.eval_batch]) for i in range(0, len(held), cfg.eval_batch)]
-    torch.manual_seed(cfg.seed)
-    d = new_drafter(target, opts, cfg.init_from, cfg.device)
-    params = [p for p in d.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    n_steps = total_steps(cfg, len(train_idx))
-    emit(progress, "setup", 1, 1, train=len(train_idx), heldout=len(held))
-    return DFlashRun(cfg, opts, target, src, train_idx, evals, d, opt, n_steps)
-
-
-def _num_layers(path: str) -> int:
-    from transformers import AutoConfig
-
-    cfg = AutoConfig.from_pretrained(path)
-    return int(getattr(cfg, "num_hidden_layers", 0) or cfg.get_text_config().num_hidden_layers)
-
-
-def train_step(r: DFlashRun) -> float:
-    """One step on the next batch of training samples; returns the loss. The anchors are
-    drawn from a generator seeded by (seed, step), so a resumed run draws the same ones."""
-    from eagle3kit.train.config import lr_at
-    from eagle3kit.train.loop import batch_indices
-
-    cfg, d = r.cfg, r.drafter
-    idx = batch_indices(r.step, r.train_idx, cfg.batch_size, cfg.seed)
-    feats = r.source.batch(idx).to(cfg.device)
-    gen = torch.Generator().manual_seed(cfg.seed * 1_000_003 + r.step)
-    blocks = make_blocks(feats, r.opts.anchors, d.spec.block_size, d.spec.mask_token_id, gen)
-    o = r.opts
-    loss = block_loss(
-        block_logits(d, feats, blocks), feats, blocks, o.gamma, o.loss, o.weights, o.dpace_alpha
-    )
-    for g in r.opt.param_groups:
-        g["lr"] = lr_at(r.step, r.n_steps, cfg)
-    r.opt.zero_grad(set_to_none=True)
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(d.parameters(), cfg.grad_clip)
-    r.opt.step()
-    r.tokens += int(feats.attention_mask.sum())
-    r.step += 1
-    return float(loss.detach())
-
-
-def evaluate_and_keep(r: DFlashRun, progress: Progress | None) -> dict[str, Any]:
-    """Held-out acceptance; RUN/best <- the drafter when τ improves. A metrics row."""
-    d = r.drafter
-    d.eval()
-    row = {"step": r.step, **evaluate_blocks(d, r.eval_batches, r.opts, seed=r.cfg.seed)}
-    d.train()
-    tau = row["tau_every_position"] if row["tau_every_position"] is not None else -1.0
-    if tau > r.best_tau_every_position:
-        r.best_tau_every_position, r.best_step = tau, r.step
-        d.save_pretrained(Path(r.cfg.out) / "best")
-    with open(Path(r.cfg.out) / "metrics.jsonl", "a") as f:
-        f.write(json.dumps(row) + "\n")
-    emit(
-        progress,
-        "eval",
-        r.step,
-        r.n_steps,
-        tau_every_position=row["tau_every_position"],
-        loss=row["loss"],
-    )
-    return row
-
-
-def save_state(r: DFlashRun) -> None:
-    """RUN/state: weights, AdamW moments, RNG, counters (train/state.py), atomically."""
-    from eagle3kit.train import distributed as dist_
-    from eagle3kit.train import state
-
-    meta = {
-        "method": "dflash",
-        "step": r.step,
-        "best_step": r.best_step,
-        "best_tau_every_position": r.best_tau_every_position,
-        "tokens": r.tokens,
-        "busy_s": r.busy_s,
-        "config": asdict(r.cfg),
-        "dflash": {**asdict(r.opts), "spec": r.drafter.spec.to_json()},
-    }
-    tensors = {n: t.detach().cpu() for n, t in r.drafter.state_dict().items()}
-    state.save_state(
-        Path(r.cfg.out) / "state",
-        model=tensors,
-        optim=dist_.optim_state(r.drafter, r.opt),
-        meta=meta,
-    )
-
-
-def restore(r: DFlashRun, saved: dict[str, Any]) -> None:
-    from eagle3kit.train import distributed as dist_
-
-    dist_.load_model_state(r.drafter, saved["model"])
-    dist_.load_optim_state(r.drafter, r.opt, saved["optim"])
-    torch.set_rng_state(saved["rng"]["torch_cpu"])
-    m = saved["meta"]
-    r.step, r.best_step, r.best_tau_every_position = (
-        m["step"],
-        m["best_step"],
-        m["best_tau_every_position"],
-    )
-    r.tokens, r.busy_s = m["tokens"], m["busy_s"]
-
-
-def train_dflash(
-    cfg: Any, opts: DFlashOptions, *, resume: bool = False, progress: Progress | None = None
-) -> dict[str, Any]:
-    """`train --method dflash`: the run, RUN/best (z-lab layout) by held-out τ, RUN/state
-    for --resume (the saved settings win over the given ones but the output dir/device)."""
-    from eagle3kit.train import state
-
-    world = os.environ.get("WORLD_SIZE", "1")
-    if world != "1":  # every rank would write the same RUN: refuse before anything is written
-        raise Eagle3Error(
-            f"train --method dflash: torchrun (WORLD_SIZE={world}) is not supported yet; "
-            "expected one process (EAGLE-3 training runs under torchrun)"
-        )
-    out = Path(cfg.out)
-    saved = state.load_state(out / "state") if resume else None
-    if saved is not None:
-        cfg = _saved(saved, cfg)
-        opts = _saved_opts(saved)
-    elif (out / "state").exists():
-        raise Eagle3Error(f"{out}: holds a run (state/); pass --resume or choose another --out")
-    r = start(cfg, opts, progress)
-    out.mkdir(parents=True, exist_ok=True)
-    if saved is not None:
-        restore(r, saved)
-    else:
-        evaluate_and_keep(r, progress)
-    every = cfg.eval_every or max(1, r.n_steps // 10)
-    r.drafter.train()
-    t_call = t0 = time.perf_counter()
-    while r.step < r.n_steps:
-        loss = train_step(r)
-        emit(progress, "train", r.step, r.n_steps, loss=loss)
-        late = cfg.time_limit is not None and time.perf_counter() - t_call > cfg.time_limit
-        if r.step % every == 0 or r.step == r.n_steps or late:
-            r.busy_s += time.perf_counter() - t0
-            evaluate_and_keep(r, progress)
-            save_state(r)
-            t0 = time.perf_counter()
-        if late:
-            break
-    return summary(r)
-
-
-def _saved(saved: dict[str, Any], given: Any) -> Any:
-    """--resume: the run's own settings, with this invocation's output dir, device and time
-    limit (a budget per invocation)."""
-    from eagle3kit.train.config import TrainConfig
-
-    cfg = TrainConfig.from_json(saved["meta"]["config"])
-    cfg.out, cfg.device, cfg.time_limit = given.out, given.device, given.time_limit
-    return cfg
-
-
-def _saved_opts(saved: dict[str, Any]) -> DFlashOptions:
-    o = {k: v for k, v in saved["meta"]["dflash"].items() if k != "spec"}
-    ids = o.get("target_layer_ids")
-    return DFlashOptions(**{**o, "target_layer_ids": tuple(ids) if ids else None})
-
-
-def summary(r: DFlashRun) -> dict[str, Any]:
-    """The run's JSON summary (the `train --json` document)."""
-    rows = [json.loads(x) for x in (Path(r.cfg.out) / "metrics.jsonl").read_text().splitlines()]
-    best = next((x for x in rows if x["step"] == r.best_step), rows[-1])
-    return {
-        "kind": "eagle3kit.train",
-        "method": "dflash",
-        "steps": r.step,
-        "train_samples": len(r.train_idx),
-        "source": r.source.kind,
-        "block_size": r.drafter.spec.block_size,
-        "draft_layers": r.drafter.spec.num_hidden_layers,
-        "target_layer_ids": list(r.drafter.spec.target_layer_ids),
-        "loss": r.opts.loss,
-        "best_step": r.best_step,
-        "tau_every_position": best["tau_every_position"],
-        "per_position_acceptance": best["per_position_acceptance"],
-        "conditional_acceptance": best.get("conditional_acceptance", []),
-        "best": str(Path(r.cfg.out) / "best"),
-        "tokens_per_s": r.tokens / r.busy_s if r.busy_s > 0 else None,
-        "train_s": r.busy_s,
-    }
-
-
-def train_dflash_drafter(
-    run: str | Path,
-    target: str | Path,
-    data: str | Path,
-    *,
-    steps: int,
-    batch: int = 8,
-    max_len: int = 512,
-    lr: float = 3e-3,
-    block_size: int = 8,
-    draft_layers: int = 1,
-    anchors: int = 16,
-    init: str | Path | None = None,
-    eval_samples: int = 32,
-    progress: Progress | None = None,
-) -> dict[str, Any]:
-    """Train a DFlash drafter on DATA for TARGET into RUN (RUN/best: z-lab layout), with
-    plain values a caller such as the demo takes from its recipe; returns the summary."""
-    from eagle3kit.train.config import TrainConfig
-
-    cfg = TrainConfig(
-        out=str(run),
-        target=str(target),
-        data=str(data),
-        init_from=str(init) if init else None,
-        steps=steps,
-        batch_size=batch,
-        max_len=max_len,
-        lr=lr / 3 if init else lr,
-        eval_every=max(1, steps // 6),
-        eval_samples=eval_samples,
-    )
-    opts = DFlashOptions(block_size=block_size, draft_layers=draft_layers, anchors=anchors)
-    return train_dflash(cfg, opts, progress=progress)

@@ -2,7 +2,9 @@
 
 Under torchrun (WORLD_SIZE > 1) every trainable block of the drafter (fc, the projections,
 norms and MLP of the midlayer, norm, lm_head) is sharded with
-`torch.distributed.fsdp.fully_shard` (the frozen target embedding stays whole on each rank),
+`torch.distributed.fsdp.fully_shard` (the frozen target embedding stays whole on each rank; a
+trainable tensor outside every block, P-EAGLE's `mask_hidden`, is replicated, its gradient
+averaged by `sync_replicated`),
 every rank takes its slice of the global batch (`rank::world`), and the loss of each rank is
 its sum of CE divided by the GLOBAL count of counted positions, times world size (FSDP2
 averages gradients over ranks), so the update equals one process on the whole batch.
@@ -73,9 +75,14 @@ def teardown(d: Dist) -> None:
 _CACHE_CARRIERS = ("", "midlayer", "midlayer.self_attn")
 
 
-def shard(drafter: torch.nn.Module, d: Dist) -> torch.nn.Module:
+def shard(
+    drafter: torch.nn.Module, d: Dist, carriers: tuple[str, ...] = _CACHE_CARRIERS
+) -> torch.nn.Module:
     """FSDP2 over every trainable block (no-op for one process); the frozen embedding stays
-    whole."""
+    whole. The units are the children of `carriers` (the items of a ModuleList child each
+    one); a trainable tensor a carrier holds itself (P-EAGLE's `mask_hidden`, read outside
+    any unit's forward) becomes a replicated DTensor whose gradient `sync_replicated` averages
+    over ranks after the backward, as FSDP2 averages the sharded ones."""
     if not d.enabled:
         return drafter
     from torch.distributed.device_mesh import init_device_mesh
@@ -83,19 +90,75 @@ def shard(drafter: torch.nn.Module, d: Dist) -> torch.nn.Module:
 
     mesh = init_device_mesh(torch.device(d.device).type, (d.world,))
     covered: set[str] = set()
-    for parent in _CACHE_CARRIERS:
+    for full_name, unit in _units(drafter, carriers):
+        fully_shard(unit, mesh=mesh)
+        covered |= {f"{full_name}.{n}" for n, p in unit.named_parameters() if p.requires_grad}
+    for parent in carriers:
         owner = drafter.get_submodule(parent)
-        for name, child in owner.named_children():
-            full_name = f"{parent}.{name}" if parent else name
-            trainable = [n for n, p in child.named_parameters() if p.requires_grad]
-            if full_name in _CACHE_CARRIERS or not trainable:
-                continue
-            fully_shard(child, mesh=mesh)
-            covered |= {f"{full_name}.{n}" for n in trainable}
+        for name, p in list(owner.named_parameters(recurse=False)):
+            if p.requires_grad:
+                _replicate(owner, name, p, mesh)
+                covered.add(f"{parent}.{name}" if parent else name)
     missed = [n for n, p in drafter.named_parameters() if p.requires_grad and n not in covered]
     if missed:
         raise RuntimeError(f"FSDP: trainable parameters outside any shard: {missed}")
     return drafter
+
+
+def _units(drafter: torch.nn.Module, carriers: tuple[str, ...]):
+    """(name, module) of every FSDP unit: the trainable children of the carriers that are
+    not carriers themselves, a ModuleList replaced by its items (it has no forward)."""
+    for parent in carriers:
+        for name, child in drafter.get_submodule(parent).named_children():
+            full_name = f"{parent}.{name}" if parent else name
+            if full_name in carriers:
+                continue
+            items = (
+                [(f"{full_name}.{i}", c) for i, c in enumerate(child)]
+                if isinstance(child, torch.nn.ModuleList)
+                else [(full_name, child)]
+            )
+            for n, c in items:
+                if any(p.requires_grad for p in c.parameters()):
+                    yield n, c
+
+
+def _replicate(owner: torch.nn.Module, name: str, p: torch.nn.Parameter, mesh: Any) -> None:
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
+    rep = distribute_tensor(p.detach(), mesh, [Replicate()])
+    setattr(owner, name, torch.nn.Parameter(rep, requires_grad=True))
+
+
+def _replicated(model: torch.nn.Module) -> list[torch.nn.Parameter]:
+    out = []
+    for p in model.parameters():
+        places = getattr(p, "placements", None)
+        if p.requires_grad and places and all(x.is_replicate() for x in places):
+            out.append(p)
+    return out
+
+
+def sync_replicated(model: torch.nn.Module, d: Dist) -> None:
+    """Average the gradients of the replicated parameters over ranks (each rank's is its own
+    slice's until then); every rank calls it after the backward, in the same order."""
+    if not d.enabled:
+        return
+    import torch.distributed as dist
+
+    for p in _replicated(model):
+        if p.grad is not None:
+            g = p.grad.to_local()
+            dist.all_reduce(g)
+            g.div_(d.world)
+
+
+def row_generators(seed: int, step: int, rows: range | list[int]) -> list[torch.Generator]:
+    """One CPU generator per row of a step's global batch (positions `rows` in it), seeded by
+    (seed, step, position): a rank draws for its rows what one process draws for them, and a
+    resumed run draws what the uninterrupted one did."""
+    base = (seed * 1_000_003 + step) * 4_099
+    return [torch.Generator().manual_seed(base + j) for j in rows]
 
 
 def all_sum(t: torch.Tensor, d: Dist) -> torch.Tensor:

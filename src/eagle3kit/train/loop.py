@@ -121,12 +121,15 @@ def _train_step(r: Run, feats: Any) -> torch.Tensor:
     """Forward, backward and update on this rank's slice; the loss (detached, on the device)."""
     m, k = r.model, r.cfg.ttt_steps
     if getattr(r.ctx.drafter, "parallel", False):  # P-EAGLE: COD over k depths, one pass
-        s, n = cod_loss(m, feats, k, ratio=r.cfg.cod_ratio, floor=r.cfg.cod_min)
+        mine = range(r.d.rank, r.cfg.batch_size, r.d.world)  # this rank's rows of the batch
+        gens = dist_.row_generators(r.cfg.seed, r.step, mine)
+        s, n = cod_loss(m, feats, k, ratio=r.cfg.cod_ratio, floor=r.cfg.cod_min, gen=gens)
         loss = s / dist_.all_sum(n, r.d).clamp(min=1)
     else:
         norm = dist_.all_sum(loss_positions(m.t2d, feats, k), r.d)  # global |C_i|, float32 [k]
         loss, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1), counts=False)
     (loss * r.d.world).backward()
+    dist_.sync_replicated(m, r.d)  # P-EAGLE's mask_hidden (FSDP2 averages the rest)
     if r.anchor is not None:
         add_l2sp_grad(m, r.anchor, r.cfg.l2sp)
     if r.cfg.grad_clip > 0:
@@ -159,8 +162,8 @@ def _start(cfg: TrainConfig, d: dist_.Dist, saved: dict | None, progress: Progre
     step-0 evaluation."""
     ctx = setup.prepare(cfg, d, progress)
     n_steps = total_steps(cfg, len(ctx.train_idx))
-    anchor = anchor_of(ctx.drafter) if cfg.l2sp > 0 else None
     m = dist_.shard(ctx.drafter, d)
+    anchor = anchor_of(m) if cfg.l2sp > 0 else None  # sharded like the weights
     params = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     every = cfg.eval_every or max(1, n_steps // 10)

@@ -96,17 +96,19 @@ def cod_loss(
     *,
     ratio: float = 0.7,
     floor: float = 0.2,
-    gen: torch.Generator | None = None,
+    gen: torch.Generator | list[torch.Generator] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(sum of soft CE over the counted elements, their count), float32 on the device; divide
-    the first by the (global) second."""
+    the first by the (global) second. `gen`: one generator for every row, or one per row (a
+    row's subsets then do not depend on which rank it is on: distributed.row_generators)."""
     dtype = drafter.fc.weight.dtype
     valid = valid_positions(drafter, feats)  # [B, T]
     probs = teacher_probs(feats, int(drafter.d2t.numel()))  # [B, T, K]
     total = torch.zeros((), device=feats.input_ids.device)
     count = torch.zeros((), device=feats.input_ids.device)
     for row in range(feats.input_ids.shape[0]):
-        s, n = _row_loss(drafter, feats, row, k, valid[row], probs[row], ratio, floor, gen, dtype)
+        g = gen[row] if isinstance(gen, list) else gen
+        s, n = _row_loss(drafter, feats, row, k, valid[row], probs[row], ratio, floor, g, dtype)
         total, count = total + s, count + n
     return total, count
 

@@ -222,11 +222,6 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         target = _target(cfg, cfg.target, aux0, d.device)
     data = _data(cfg, target)
     m, info = _drafter(cfg, init, target, data)
-    if getattr(m, "parallel", False) and d.world > 1:
-        raise Eagle3Error(
-            "--method peagle: P-EAGLE trains in one process for now (its mask_hidden is not "
-            "sharded by the FSDP2 units); run it without torchrun"
-        )
     m = m.to(d.device)
     coverage = vocab_coverage(cfg, m, data, progress)
     src = _open_source(cfg, target, data, m.d2t.cpu(), m.spec.aux_layers)
