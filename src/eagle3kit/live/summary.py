@@ -194,6 +194,8 @@ def tau_bound(spec: dict[str, Any] | None) -> tuple[float | None, list[str]]:
         return None, []
     steps, topk, ndt = spec["num_steps"], spec.get("topk") or 1, spec.get("num_draft_tokens")
     notes = []
+    if str(spec.get("algorithm") or "").upper() == "DFLASH" and ndt:
+        return float(ndt), []  # SGLang forces num_steps to 1; a block of B drafts B - 1
     depth = steps
     if topk == 1 and ndt and ndt - 1 < steps:
         depth = ndt - 1

@@ -231,9 +231,11 @@ ALGORITHMS = {
 
 
 def _live_label(dep: dict, i: int, where: str) -> tuple[str, str]:
-    """(method, label) of a speculative deployment from what the server said it runs."""
-    algo = str(((dep.get("server") or {}).get("speculative") or {}).get("algorithm") or "")
-    name = ALGORITHMS.get(algo.lower())
+    """(method, label) of a speculative deployment from what the server said it runs: the
+    method live/server.py read off it (P-EAGLE, SGLang's MTP-as-EAGLE), else its algorithm."""
+    spec = (dep.get("server") or {}).get("speculative") or {}
+    algo = str(spec.get("algorithm") or "")
+    name = spec.get("method") if spec.get("method") in METHODS else ALGORITHMS.get(algo.lower())
     if name is None:
         raise bad(
             where,
