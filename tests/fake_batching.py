@@ -111,13 +111,8 @@ class StepBatcher:
                 self._drop_finished()
 
     def _forward(self, ids, mask, pos, cache):
-        out = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=pos,
-            past_key_values=cache,
-            use_cache=True,
-        )
+        kw = {self.target._cache_kwarg: cache}  # "cache" (transformers 5) or past_key_values
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, **kw)
         return out.logits
 
     def _admit(self, row: Row, dev) -> None:
