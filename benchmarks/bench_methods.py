@@ -14,16 +14,25 @@ in one timing harness (measure/timing.py: rotated order), the prompts of A and B
 drift in the machine's speed hits both halves alike. A's runs alone are summarised as `eagle3kit
 bench --concurrency 1,L --json` summarises them, costs included (measure/costs.py), and written
 to the result directory; `plan --methods` reads that file (plan/method_inputs.py) and predicts
-each method's tok/s per request at the depth it ran; B's runs give the measured tok/s.
+each method's tok/s per request at the depth it ran; B's runs give the measured tok/s, pooled
+(all of B's new tokens / all their wall seconds): the model prices mean costs, so it predicts
+the pooled rate; the median of per-repeat rates (`bench`'s figure, kept as the spread) is not
+it when the machine's speed varies between repeats (two repeats at 16 and 70 tok/s pool to
+26, their median is 43).
 
-Live: the tests' fake vLLM server (tests/fake_engine.py, dev mode so it says its method) serves
-plain decoding, EAGLE-3 and prompt lookup; one `bench --url` run has A and B as two suites at
-levels 1 and L (interleaved block by block, live/bench.py); `plan --methods` reads suite A
-(`read_live`: the plain step and each server's whole cycle per level, each server's
-per-position acceptance) and predicts each method's decode tok/s per request at each level;
-suite B measures it. The fake decodes one request at a time (a lock
-around generation), so its per-request decode rate does not fall with load and its total
-throughput does not grow: the check is of the bookkeeping end to end, not of an engine.
+Live: the tests' fake vLLM servers (tests/fake_engine.py, dev mode so they say their method):
+plain decoding and prompt lookup in a running batch (tests/fake_batching.py: every step one
+target forward over all active requests, so the per-request rate falls and the throughput
+grows with load), EAGLE-3 one request at a time (its drafter has one cache per sequence here).
+One `bench --url` run has A and B as two suites at levels 1 and L (interleaved block by block,
+live/bench.py). Two predictions of suite B's pooled decode tok/s (all decoded tokens / all
+decode time, the rate the cycle model prices):
+- `plan --live` on suite A (`read_live`: the plain step and each server's whole cycle per level,
+  each server's per-position acceptance): A's own rates, re-priced at B's acceptance, so its
+  error is the A/B difference of the measurement itself;
+- `plan --methods` on the in-process costs of half A (levels 1 and L: isolated batched forwards
+  at L) and its acceptance: the cycle model proper, for the batched servers at both levels and
+  for EAGLE-3 at level 1.
 """
 
 from __future__ import annotations
@@ -85,7 +94,8 @@ def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
             for p in mp.rows + mp.best[1]
             if p.concurrency == 1 and p.label == label and p.depth == depth[label]
         )
-        meas = m["tokens_per_s"]["median"]
+        mine = T.of(rb, m["name"])  # pooled: all B's tokens / all their seconds (see below)
+        meas = sum(len(x.tokens) for x in mine) / sum(x.s for x in mine)
         rows.append(
             {
                 "method": label,
@@ -96,11 +106,11 @@ def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
                 "measured_tokens_per_s": meas,
                 "measured_spread": m["tokens_per_s"],
                 "tau_A": pred.tau,
-                "tau_B": m["tau_online"],
+                "tau_B": m.get("tau_online", 1.0),  # plain decoding's row has none: 1
                 "error": meas / pred.request_tps - 1,
             }
         )
-    return {
+    return mp, {
         "plan_input": file_a.name,
         "rows": rows,
         "plan": mp.to_json(),
@@ -109,7 +119,47 @@ def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
     }
 
 
-def _live(tm, d, A, B, a, out_dir: Path) -> dict:
+def _row(label, c, pred, meas, tau_b) -> dict:
+    return {
+        "method": label,
+        "concurrency": c,
+        "depth": pred.depth,
+        "predicted_tokens_per_s": pred.user_tps,
+        "predicted_interval": pred.user_tps_interval,
+        "measured_tokens_per_s": meas,
+        "tau_A": pred.tau,
+        "tau_B": tau_b,
+        "error": meas / pred.user_tps - 1,
+    }
+
+
+def _served(dep) -> str:
+    algo = ((dep["server"] or {}).get("speculative") or {}).get("method")
+    return algo if algo in ("eagle3", "ngram") else "plain"
+
+
+def _from_costs(doc: dict, mp_in, a) -> list[dict]:
+    """The in-process plan (half A's costs at levels 1 and L, its acceptance) against the live
+    servers' suite B, per level: the batched servers (plain, prompt lookup) at every level;
+    the EAGLE-3 server, which the fake serves one request at a time, at level 1 only."""
+    depth = {"plain": 0, "ngram": a.lookup, "eagle3": a.depth}
+    rows = []
+    for dep in doc["deployments"]:
+        label = _served(dep)
+        for lv in dep["levels"]:
+            c, b = lv["concurrency"], lv["suites"]["B"]
+            if label == "eagle3" and c > 1:
+                continue
+            pred = next(
+                p
+                for p in mp_in.rows + mp_in.best[c]
+                if p.concurrency == c and p.label == label and p.depth == depth[label]
+            )
+            rows.append(_row(label, c, pred, b["decode_tokens_per_s_pooled"], b["tau_online"]))
+    return rows
+
+
+def _live(tm, d, A, B, a, out_dir: Path, mp_in) -> dict:
     from fake_engine import FakeEngine
 
     from eagle3kit.live.bench import LiveConfig, run_live_bench
@@ -126,47 +176,40 @@ def _live(tm, d, A, B, a, out_dir: Path) -> dict:
     cfg = LiveConfig(
         prompts=prompts,
         max_tokens=a.max_new,
-        repeats=a.repeats,
+        repeats=a.live_repeats,
         endpoint="completions",
         timeout=3600,
         concurrency=(1, a.level),
     )
     kw = {"engine": "vllm", "lifetime": 7200, "dev_mode": True}
     with (
-        FakeEngine(tm, None, **kw) as base,
+        FakeEngine(tm, None, batching=True, **kw) as base,
         FakeEngine(tm, d, depth=a.depth, **kw) as eag,
-        FakeEngine(tm, "ngram", depth=a.lookup, **kw) as ng,
+        FakeEngine(tm, "ngram", depth=a.lookup, batching=True, **kw) as ng,
     ):
         doc = run_live_bench([eag.url, ng.url], base.url, cfg)
+        batch = {"plain": base.batcher.steps, "ngram": ng.batcher.steps}
     file_ = out_dir / "plan-methods-live.json"
     file_.write_text(json.dumps(doc, indent=1))
     levels, cands = read_live(file_, suite="A")
     mp = plan_methods(cands, levels)
     rows = []
     for dep in doc["deployments"]:
-        algo = ((dep["server"] or {}).get("speculative") or {}).get("algorithm")
-        label = algo if algo in ("eagle3", "ngram") else "plain"
+        label = _served(dep)
         for lv in dep["levels"]:
             c, b = lv["concurrency"], lv["suites"]["B"]
             pred = next(p for p in mp.best[c] if p.label == label)
-            meas = b["decode_tokens_per_s"]
-            rows.append(
-                {
-                    "method": label,
-                    "concurrency": c,
-                    "depth": pred.depth,
-                    "predicted_tokens_per_s": pred.user_tps,
-                    "predicted_interval": pred.user_tps_interval,
-                    "measured_tokens_per_s": meas,
-                    "tau_A": pred.tau,
-                    "tau_B": b.get("tau_online"),
-                    "error": meas / pred.user_tps - 1,
-                }
-            )
+            rows.append(_row(label, c, pred, b["decode_tokens_per_s_pooled"], b["tau_online"]))
+    mean_batch = {k: sum(v) / len(v) if v else None for k, v in batch.items()}
     return {
         "plan_input": f"{file_.name} (suite A)",
         "rows": rows,
         "plan": mp.to_json(),
+        "from_costs": {
+            "plan_input": "plan-methods-inprocess-A.json (costs at levels 1 and L)",
+            "rows": _from_costs(doc, mp_in, a),
+        },
+        "mean_batch_per_step": mean_batch,
         "errors": doc.get("errors"),
     }
 
@@ -194,32 +237,40 @@ def run(a) -> dict:
             "disjoint": not set(map(tuple, A)) & set(map(tuple, B)),
         },
     }
-    doc["inprocess"] = _inprocess(tm, d, A, B, a, a.out)
+    mp_in, doc["inprocess"] = _inprocess(tm, d, A, B, a, a.out)
     if not a.no_live:
-        doc["live"] = _live(tm, d, A, B, a, a.out)
-    rows = doc["inprocess"]["rows"] + doc.get("live", {}).get("rows", [])
+        doc["live"] = _live(tm, d, A, B, a, a.out, mp_in)
+    live = doc.get("live", {})
+    rows = doc["inprocess"]["rows"] + live.get("rows", [])
+    rows += live.get("from_costs", {}).get("rows", [])
     doc["max_abs_error"] = max(abs(r["error"]) for r in rows)
     doc["within_10pct"] = doc["max_abs_error"] <= 0.10
     return doc
 
 
-def report(doc: dict) -> None:
+def _parts(doc: dict):
     for part in ("inprocess", "live"):
-        if part not in doc:
-            continue
-        print(f"{part}: plan from {doc[part]['plan_input']} (prompts A), measured on prompts B")
+        if part in doc:
+            yield part, doc[part]
+    if "live" in doc:
+        yield "live, from in-process costs", doc["live"]["from_costs"]
+
+
+def report(doc: dict) -> None:
+    for part, d in _parts(doc):
+        print(f"{part}: plan from {d['plan_input']} (prompts A), measured on prompts B")
         print(
             f"  {'method':16} {'c':>3} {'k':>3} {'predicted':>10} {'measured':>10} {'error':>7}"
             f" {'tau A':>6} {'tau B':>6}"
         )
-        for r in doc[part]["rows"]:
+        for r in d["rows"]:
             tb = r["tau_B"] if r["tau_B"] is not None else float("nan")
             print(
                 f"  {r['method']:16} {r['concurrency']:>3} {r['depth']:>3} "
                 f"{r['predicted_tokens_per_s']:>10.1f} {r['measured_tokens_per_s']:>10.1f} "
                 f"{100 * r['error']:>+6.1f}% {r['tau_A']:>6.2f} {tb:>6.2f}"
             )
-        for c in doc[part]["plan"]["levels"]:
+        for c in d.get("plan", {}).get("levels", []):
             print(
                 f"  winner at concurrency {c['concurrency']}: {c['winner']} "
                 f"(k = {c['winner_depth']})"

@@ -33,7 +33,12 @@ Protocols, with the field names of the engines' sources:
 
 `drafter="ngram"` serves prompt lookup (vLLM `"method": "ngram"`, SGLang `NGRAM`) with
 eagle3kit's lookup loop at `depth` drafts per cycle, greedy only; its counters are kept as
-for a drafter (a cycle that found no match drafted nothing).
+for a drafter (a cycle that found no match drafted nothing). A DFlash, P-EAGLE or MTP drafter
+(or `method=`) is served and reported as vLLM and SGLang serve and report that method
+(tests/fake_methods.py, with the sources).
+`batching=True` serves greedy plain decoding and prompt lookup in a running batch, one
+batched target forward per step for every active request (tests/fake_batching.py); other
+methods, and sampling, decode one generation at a time under the model lock.
 `stats_lag=S` moves the counters S seconds after the answer went out.
 Faults (`fault=`): "drop" (every `fault_every`-th generation request: connection closed
 without an answer), "500" (every `fault_every`-th answers HTTP 500), "stall" (the
@@ -50,10 +55,11 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import torch
+from fake_methods import check, decode, method_of, sglang_args, vllm_config
 from local_server import LocalServer, send_json
 
 from eagle3kit.data.regenerate import chat_prompt_ids
-from eagle3kit.decode import Sampling, lookup_generate, speculative_generate
+from eagle3kit.decode import Sampling
 from eagle3kit.decode.sampling import draw, probs
 
 MODEL_LOCK = threading.Lock()  # one generation at a time in this process (shared target)
@@ -77,16 +83,22 @@ class FakeEngine(LocalServer):
         draft_path: str = "/models/zoo-drafter",
         dev_mode: bool = False,
         stats_lag: float = 0.0,
+        batching: bool = False,
+        method: str | None = None,
     ) -> None:
         if engine not in ("vllm", "sglang"):
             raise ValueError(f"engine: expected vllm or sglang, found {engine!r}")
         if fault not in (None, "drop", "500", "stall", "no-metrics"):
             raise ValueError(f"fault: unknown {fault!r}")
         self.target, self.drafter, self.engine, self.depth = target, drafter, engine, depth
+        self.method = method or method_of(drafter)  # tests/fake_methods.py
+        check(self.method, engine)
         self.per_request, self.sglext, self.fault = per_request, sglext, fault
         super().__init__(lifetime)
         self.fault_every, self.name = fault_every, name
         self.draft_path, self.dev_mode, self.stats_lag = draft_path, dev_mode, stats_lag
+        self.batching = batching
+        self.batcher = None  # tests/fake_batching.py StepBatcher, started with the server
         self.log: list[dict[str, Any]] = []  # one entry per finished generation
         self.totals = {"drafts": 0, "draft_tokens": 0, "accepted": 0, "per_pos": [0] * depth}
         self.life = {"cycles": 0, "tokens": 0}  # sglang's cumulative accept length
@@ -101,6 +113,11 @@ class FakeEngine(LocalServer):
 
     # -- lifecycle ---------------------------------------------------------------------------
     def start(self) -> FakeEngine:
+        if self.batching and self.method in (None, "ngram"):
+            from fake_batching import StepBatcher
+
+            k = self.depth if self.method == "ngram" else 0
+            self.batcher = StepBatcher(self.target, MODEL_LOCK, self.stopped, lookup=k)
         return self.serve(_handler(self))
 
     # -- ground truth --------------------------------------------------------------------------
@@ -145,30 +162,11 @@ class FakeEngine(LocalServer):
     def generate(self, ids: list[int], max_tokens: int, temperature: float, on_tokens, path: str):
         """Decode under the model lock; `on_tokens(new)` once per decode step."""
         eos = self.target.tokenizer.eos_token_id
+        if self.batcher is not None and temperature == 0:
+            return self._batched(ids, max_tokens, eos, on_tokens, path)
         with MODEL_LOCK:
-            if self.drafter == "ngram":
-                g = lookup_generate(
-                    self.target,
-                    ids,
-                    max_new_tokens=max_tokens,
-                    num_output_tokens=self.depth,
-                    eos_token_id=eos,
-                    on_tokens=on_tokens,
-                )
-                entry = self._record(g.stats, len(g.tokens), path)
-                entry["tokens_ids"] = g.tokens
-                return g.tokens, entry
             if self.speculative:
-                g = speculative_generate(
-                    self.target,
-                    self.drafter,
-                    ids,
-                    max_new_tokens=max_tokens,
-                    depth=self.depth,
-                    sampling=Sampling(temperature),
-                    eos_token_id=eos,
-                    on_tokens=on_tokens,
-                )
+                g = decode(self, ids, max_tokens, temperature, eos, on_tokens)
                 entry = self._record(g.stats, len(g.tokens), path)
                 entry["tokens_ids"] = g.tokens
                 return g.tokens, entry
@@ -177,6 +175,19 @@ class FakeEngine(LocalServer):
             entry = {"path": path, "accepted": [], "drafted": 0, "tokens": len(tokens)}
             entry["tokens_ids"] = tokens
             self.log.append(entry)
+        return tokens, entry
+
+    def _batched(self, ids: list[int], max_tokens: int, eos, on_tokens, path: str):
+        """Greedy plain decoding or prompt lookup in the running batch (fake_batching.py)."""
+        row = self.batcher.generate(ids, max_tokens, eos, on_tokens)
+        tokens = row.out.tokens
+        if self.speculative:
+            entry = self._record(_Stats(row.cycles), len(tokens), path)
+        else:
+            entry = {"path": path, "accepted": [], "drafted": 0, "tokens": len(tokens)}
+            with self._lock:
+                self.log.append(entry)
+        entry["tokens_ids"] = tokens
         return tokens, entry
 
     def vllm_spec(self, e: dict) -> dict[str, Any]:
@@ -247,16 +258,11 @@ class FakeEngine(LocalServer):
         state: dict[str, Any] = {"last_gen_throughput": 0.0}
         if spec and self.life["cycles"]:
             state["avg_spec_accept_length"] = self.life["tokens"] / self.life["cycles"]
+        args = sglang_args(self) if spec else dict.fromkeys(sglang_args(self))
         return {
             "model_path": self.name,
             "tp_size": 1,
-            "speculative_algorithm": ("NGRAM" if self.drafter == "ngram" else "EAGLE3")
-            if spec
-            else None,
-            "speculative_draft_model_path": self.draft_path if spec else None,
-            "speculative_num_steps": self.depth if spec else None,
-            "speculative_eagle_topk": 1 if spec else None,
-            "speculative_num_draft_tokens": self.depth + 1 if spec else None,
+            **args,
             "internal_states": [state],
             "version": "0.5.14",
         }
@@ -269,6 +275,13 @@ class FakeEngine(LocalServer):
         if self.fault in ("drop", "500", "stall") and n % self.fault_every == 0:
             return self.fault
         return None
+
+
+class _Stats:
+    """What `_record` reads of a batched row: its cycles."""
+
+    def __init__(self, cycles) -> None:
+        self.cycles, self.total_s = cycles, 0.0
 
 
 def _plain(target, ids, max_tokens: int, temperature: float, eos, on_tokens) -> list[int]:
@@ -327,12 +340,7 @@ class _Base(BaseHTTPRequestHandler):
         if eng.engine == "sglang" and path in ("/server_info", "/get_server_info"):
             return self._json(200, eng.server_info())
         if eng.engine == "vllm" and eng.dev_mode and path == "/server_info":
-            spec = {
-                "method": "ngram" if eng.drafter == "ngram" else "eagle3",
-                "model": None if eng.drafter == "ngram" else eng.draft_path,
-                "num_speculative_tokens": eng.depth,
-            }
-            cfg = {"speculative_config": spec if eng.speculative else None}
+            cfg = {"speculative_config": vllm_config(eng) if eng.speculative else None}
             return self._json(200, {"vllm_config": cfg})
         if eng.engine == "vllm" and path == "/version":
             return self._json(200, {"version": "0.32.0"})

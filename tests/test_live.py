@@ -266,7 +266,7 @@ def test_the_docs_commands_run_against_the_fakes(pair, tmp_path, cli, monkeypatc
     plan = json.loads(p.out)
     assert doc["tau_online"] == pytest.approx(plan["tau"])
     # the cycle model at the measured tau and cycle gives back the measured decode rate
-    tps = dep["levels"][0]["decode_tokens_per_s"]["median"]
+    tps = dep["levels"][0]["decode_tokens_per_s_pooled"]
     assert plan["throughput_tps"] == pytest.approx(tps, rel=1e-4)
     rep_dir = tmp_path.parent / f"{tmp_path.name}-rep"  # report refuses -o inside its input
     rep = cli("report", str(tmp_path), "-o", str(rep_dir), "--json")

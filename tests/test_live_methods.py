@@ -53,7 +53,7 @@ def test_live_ngram_server_priced_per_level(tmp_path):
     mp = plan_methods(cands, levels)
     got = next(p for p in mp.best[1] if p.label == "ngram")
     spec = next(d for d in doc["deployments"] if d["role"] == "speculative")
-    tps = spec["levels"][0]["decode_tokens_per_s"]["median"]
+    tps = spec["levels"][0]["decode_tokens_per_s_pooled"]
     tau = spec["levels"][0]["acceptance"]["tau_online"]
     # a server's cycle is measured whole: 1000 * tau / its decode rate, priced at its depth
     assert got.depth == 3 and got.cycle_ms == pytest.approx(1000 * tau / tps)

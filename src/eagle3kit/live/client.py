@@ -117,12 +117,18 @@ class Streamed:
     spec: dict[str, Any] | None = None  # normalised acceptance, see spec_from_*
     finish_reason: str | None = None
 
-    def decode_tps(self) -> float | None:
-        """(tokens - 1) / (last content chunk - first): the decode rate after the first token."""
+    def decode_span(self) -> tuple[int, float] | None:
+        """(tokens - 1, last content chunk - first): what was decoded after the first token,
+        and in how long."""
         n, t = self.completion_tokens, self.chunk_times
         if not n or n < 2 or len(t) < 2 or t[-1] <= t[0]:
             return None
-        return (n - 1) / (t[-1] - t[0])
+        return n - 1, t[-1] - t[0]
+
+    def decode_tps(self) -> float | None:
+        """(tokens - 1) / (last content chunk - first): the decode rate after the first token."""
+        span = self.decode_span()
+        return None if span is None else span[0] / span[1]
 
     def itl(self) -> list[float]:
         """Inter-chunk latencies (a speculative step sends its tokens in one chunk)."""

@@ -121,17 +121,42 @@ def _sglang_info(url: str, deadline: Deadline) -> dict | None:
     return None
 
 
+def sglang_method(algo: str, draft: str | None, model: str | None) -> str | None:
+    """eagle3kit's method name for SGLang's `speculative_algorithm` (docs/live.md): NEXTN is
+    rewritten to EAGLE at startup and a DeepSeek-style target's draft path defaults to its model
+    path, so EAGLE/EAGLE3 drafting from the model itself is its MTP head."""
+    a = algo.upper()
+    if a in ("DFLASH", "NGRAM"):
+        return a.lower()
+    if a == "NEXTN" or (a in ("EAGLE", "EAGLE3") and draft and draft == model):
+        return "mtp"
+    return "eagle3" if a in ("EAGLE", "EAGLE3") else None
+
+
+def vllm_method(spec: dict) -> str | None:
+    """eagle3kit's method name for vLLM's `speculative_config` (`"method"`, and
+    `"parallel_drafting": true` for P-EAGLE; older MTP names end in `_mtp`)."""
+    m = str(spec.get("method") or "").lower()
+    if m in ("eagle3", "eagle"):
+        return "peagle" if spec.get("parallel_drafting") else "eagle3"
+    if m == "mtp" or m.endswith("_mtp"):
+        return "mtp"
+    return m if m in ("dflash", "ngram") else None
+
+
 def sglang_speculative(doc: dict) -> dict[str, Any] | None:
     """The speculative settings in SGLang's server info (None: no speculation)."""
     algo = doc.get("speculative_algorithm")
     if not algo:
         return None
+    draft = doc.get("speculative_draft_model_path")
     return {
         "algorithm": algo,
+        "method": sglang_method(str(algo), draft, doc.get("model_path")),
         "num_steps": doc.get("speculative_num_steps"),
         "topk": doc.get("speculative_eagle_topk"),
         "num_draft_tokens": doc.get("speculative_num_draft_tokens"),
-        "draft_model": doc.get("speculative_draft_model_path"),
+        "draft_model": draft,
         "source": "server_info",
     }
 
@@ -180,6 +205,8 @@ def _vllm_dev_config(url: str, deadline: Deadline) -> dict[str, Any] | None:
     k = spec["num_speculative_tokens"]
     return {
         "algorithm": spec.get("method"),
+        "method": vllm_method(spec),
+        "parallel_drafting": bool(spec.get("parallel_drafting")),
         "num_steps": k,
         "topk": 1,
         "num_draft_tokens": None,

@@ -2,7 +2,10 @@
 
 Per deployment and concurrency level:
 - decode tok/s per request = (completion tokens - 1) / (last content chunk - first), so the
-  prefill and the queue stay out of it; throughput = all tokens / block wall time per round;
+  prefill and the queue stay out of it (median, min, max over requests); pooled decode tok/s =
+  all requests' decoded tokens / all their decode time, the rate the cycle model predicts
+  (expected tokens per cycle / expected cycle time) and what `token_ms` and `plan` read;
+  throughput = all tokens / block wall time per round;
   TTFT; inter-chunk latency (a speculative step sends up to k+1 tokens in one chunk);
 - acceptance: tau_online = 1 + accepted drafts / verify steps (the bonus token counted, the
   prefill's first token not), per-position P(a >= i) and conditional P(a >= i | a >= i-1), from the
@@ -36,6 +39,13 @@ def spread(xs: list[float]) -> dict[str, Any] | None:
 
 def _med(s: dict[str, Any] | None) -> float | None:
     return None if s is None else s["median"]
+
+
+def pooled_tps(results) -> float | None:
+    """All requests' decoded tokens / all their decode time (module docstring)."""
+    spans = [sp for sp in (s.decode_span() for s in results) if sp is not None]
+    secs = sum(t for _, t in spans)
+    return sum(n for n, _ in spans) / secs if secs > 0 else None
 
 
 def distinct_n(text: str, n: int = 4) -> float | None:
@@ -142,6 +152,7 @@ def _suite_json(dep, c: int, suite: str) -> dict[str, Any]:
         "accept_source": acc["source"] if acc else None,
         "per_position_acceptance": acc["per_position_acceptance"] if acc else None,
         "decode_tokens_per_s": _med(spread([s.decode_tps() for s in ok])),
+        "decode_tokens_per_s_pooled": pooled_tps(ok),
     }
 
 
@@ -151,13 +162,14 @@ def level_json(dep, c: int, suites: list[str]) -> dict[str, Any]:
     counters = _sum_counters(dep.counters[k] for k in dep.counters if k[0] == c)
     texts = [s.text for s in ok]
     d4 = [d for d in (distinct_n(t) for t in texts) if d is not None]
-    tps = spread([s.decode_tps() for s in ok])
+    tps, pooled = spread([s.decode_tps() for s in ok]), pooled_tps(ok)
     return {
         "concurrency": c,
         "requests": len(ok),
         "failed": len(recs) - len(ok),
         "decode_tokens_per_s": tps,
-        "token_ms": 1e3 / tps["median"] if tps and tps["median"] else None,
+        "decode_tokens_per_s_pooled": pooled,
+        "token_ms": 1e3 / pooled if pooled else None,
         "throughput_tokens_per_s": _throughput(dep, c, suites),
         "ttft_ms": spread([1e3 * s.ttft for s in ok if s.ttft is not None]),
         "itl_ms": spread([1e3 * t for s in ok for t in s.itl()]),
@@ -194,6 +206,8 @@ def tau_bound(spec: dict[str, Any] | None) -> tuple[float | None, list[str]]:
         return None, []
     steps, topk, ndt = spec["num_steps"], spec.get("topk") or 1, spec.get("num_draft_tokens")
     notes = []
+    if str(spec.get("algorithm") or "").upper() == "DFLASH" and ndt:
+        return float(ndt), []  # SGLang forces num_steps to 1; a block of B drafts B - 1
     depth = steps
     if topk == 1 and ndt and ndt - 1 < steps:
         depth = ndt - 1

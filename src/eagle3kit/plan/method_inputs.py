@@ -231,9 +231,11 @@ ALGORITHMS = {
 
 
 def _live_label(dep: dict, i: int, where: str) -> tuple[str, str]:
-    """(method, label) of a speculative deployment from what the server said it runs."""
-    algo = str(((dep.get("server") or {}).get("speculative") or {}).get("algorithm") or "")
-    name = ALGORITHMS.get(algo.lower())
+    """(method, label) of a speculative deployment from what the server said it runs: the
+    method live/server.py read off it (P-EAGLE, SGLang's MTP-as-EAGLE), else its algorithm."""
+    spec = (dep.get("server") or {}).get("speculative") or {}
+    algo = str(spec.get("algorithm") or "")
+    name = spec.get("method") if spec.get("method") in METHODS else ALGORITHMS.get(algo.lower())
     if name is None:
         raise bad(
             where,
@@ -245,22 +247,25 @@ def _live_label(dep: dict, i: int, where: str) -> tuple[str, str]:
 
 
 def _view(lv: dict, suite: str | None, where: str) -> dict:
-    """A level's figures, or one suite's (decode tok/s a number, acceptance inline)."""
+    """A level's figures, or one suite's: the pooled decode tok/s (all decoded tokens / all
+    decode time: the rate the cycle model predicts; files before it: the median request's),
+    acceptance inline."""
     if suite is None:
-        tps = (lv.get("decode_tokens_per_s") or {}).get("median")
+        tps = lv.get("decode_tokens_per_s_pooled")
+        tps = tps or (lv.get("decode_tokens_per_s") or {}).get("median")
         return {"tps": tps, **(lv.get("acceptance") or {})}
     s = (lv.get("suites") or {}).get(suite)
     if s is None:
         raise bad(where, f"levels[].suites: expected suite {suite!r}, found none")
-    return {"tps": s.get("decode_tokens_per_s"), **s}
+    return {"tps": s.get("decode_tokens_per_s_pooled") or s.get("decode_tokens_per_s"), **s}
 
 
 def read_live(
     path: str | Path, suite: str | None = None
 ) -> tuple[list[LevelCosts], list[Candidate]]:
     """From a `bench --url ... --baseline-url ... --json` run (or one `suite` of it): per
-    level, the baseline's plain step (1000 / its decode tok/s per request) and each
-    speculative server's whole cycle (1000 * tau / its decode tok/s), and each server's
+    level, the baseline's plain step (1000 / its pooled decode tok/s) and each
+    speculative server's whole cycle (1000 * tau / its pooled decode tok/s), and each server's
     per-position acceptance at its lowest level as a candidate."""
     where = str(path)
     doc = read_doc(path)
