@@ -15,6 +15,7 @@ so chat-template code paths see a model that answers in its own format.
 from __future__ import annotations
 
 import ast
+import re
 import sysconfig
 import textwrap
 import zlib
@@ -163,6 +164,84 @@ HELD_OUT_PHRASINGS = (
     "Can you show me `{f}()` from {m}?",
 )
 
+# A second held-out set, made differently (issue 33): verbs no training phrasing uses and word
+# orders no training grammar has (the name at the end, after a relative clause, in a
+# question about a module). zoo_bar.py reports it beside HELD_OUT_PHRASINGS, so a figure does
+# not hang on four phrasings; tests/test_zoo.py asserts that no training phrasing is near it.
+HELD_OUT_PHRASINGS_B = (
+    "Reproduce the body of `{f}`, which lives in {m}.",
+    "There is a function {f} in `{m}`; recreate it for me.",
+    "Could you draft {m}.{f}?",
+    "Looking at {m}: spell out `{f}()` in full.",
+)
+# Verbs of HELD_OUT_PHRASINGS_B: no training phrasing may contain them.
+HELD_OUT_VERBS_B = ("reproduce", "recreate", "draft", "spell")
+
+
+def _grammar() -> tuple[str, ...]:
+    """Recipe 10's training phrasings for requests as users write them (``chat_grammar``): a
+    grammar of verbs x name forms (bare, backticked, with "()", dotted after the module) x
+    module forms x word orders x endings, so the name stands at many places of a request
+    (first word, after a verb, after "module", after "." or "`"). Templates near a held-out
+    phrasing (``near_held_out``) are left out; sorted, deterministic."""
+    verbs = ("Write", "Implement", "Code", "Define", "Give me", "Show me", "Provide", "I need")
+    verbs += ("Please implement", "Type in", "Create", "Let me have")
+    names = ("{f}", "`{f}`", "{f}()", "`{f}()`")
+    dotted = ("{m}.{f}", "`{m}.{f}`", "{m}.{f}()", "`{m}.{f}()`")
+    mods = ("from {m}", "from `{m}`", "in `{m}`", "of the {m} module", "from module `{m}`")
+    mods += ("(module {m})", "as defined in {m}", "in the `{m}` module")
+    out: set[str] = set()
+    for v in verbs:
+        lv = v[0].lower() + v[1:] if not v.startswith("I ") else v
+        for end in (".", "", ", please."):
+            for n in dotted:
+                out.add(f"{v} {n} for me{end}")
+                if " me" not in v:
+                    out.add(f"{n}: {lv} it{end}")
+                out.add(f"{v} the function {n}{end}")
+            for n in names:
+                for md in mods:
+                    out.add(f"{v} {n} {md}{end}")
+                    if " me" not in v:
+                        out.add(f"{n} {md}: {lv} it{end}")
+                    out.add(f"{v} the Python function {n} {md}{end}")
+                out.add(f"In {{m}}, {lv} {n}{end}")
+                out.add(f"Module `{{m}}`: {lv} {n}{end}")
+                out.add(f"From {{m}}, {lv} the function {n}{end}")
+    return tuple(sorted(t for t in out if not near_held_out(t)))
+
+
+def _words(template: str) -> list[str]:
+    """A phrasing's words, lower-cased, without punctuation ("{m}.{f}" gives "{m}", "{f}")."""
+    return re.findall(r"\{[fm]\}|[a-z]+", template.lower())
+
+
+def _edits(a: list[str], b: list[str]) -> int:
+    """Word-level edit distance (Levenshtein) between ``a`` and ``b``."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+NEAR_EDITS = 3  # a training phrasing this close (in words) to a held-out one is a near-copy
+
+
+def near_held_out(template: str) -> bool:
+    """Whether ``template`` is a held-out phrasing or a near-copy of one: at most
+    ``NEAR_EDITS`` word edits from one of either held-out set (punctuation, backticks and
+    "()" ignored), or using a verb of the second set."""
+    w = _words(template)
+    if any(v in w for v in HELD_OUT_VERBS_B):
+        return True
+    held = (*HELD_OUT_PHRASINGS, *HELD_OUT_PHRASINGS_B)
+    return any(_edits(w, _words(h)) <= NEAR_EDITS for h in held)
+
+
+GRAMMAR_PHRASINGS = _grammar()
+
 
 @dataclass(frozen=True)
 class Function:
@@ -258,6 +337,7 @@ def chat_samples(
     varied: bool = False,
     signed: bool = False,
     unsigned: float = 0.0,
+    grammar: bool = False,
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
@@ -266,8 +346,10 @@ def chat_samples(
     With ``varied`` the phrasing (one of ``PHRASINGS``) and whether the docstring is included
     are chosen per function from a hash of its module and name (deterministic); ``signed``
     uses ``SIGNED_PHRASINGS``. ``unsigned`` (0..1, with ``varied``): that share of the
-    functions (by the same hash) is asked for in ``USER_PHRASINGS``, without the signature.
+    functions (by the same hash) is asked for in ``USER_PHRASINGS`` (``GRAMMAR_PHRASINGS``
+    when ``grammar``), without the signature.
     """
+    user = GRAMMAR_PHRASINGS if grammar else USER_PHRASINGS
     convs = []
     for fn in functions(src, min_chars=min_chars, max_chars=max_chars):
         phrasing, doc, table, sig = 0, True, None, signed
@@ -275,10 +357,16 @@ def chat_samples(
             h = zlib.crc32(f"{fn.module}.{fn.name}".encode())
             phrasing, doc = h % len(PHRASINGS), (h >> 8) % 3 != 0
             if (h >> 16) % 1000 < unsigned * 1000:
-                table, sig = USER_PHRASINGS, False
-                phrasing = (h >> 4) % len(USER_PHRASINGS)
+                table, sig = user, False
+                phrasing = (h >> 4) % len(user) if not grammar else _pick(fn, len(user))
         convs.append(conversation(request(fn, phrasing, doc, sig, table), fn.code))
     return convs
+
+
+def _pick(fn: Function, n: int) -> int:
+    """A phrasing index in 0..n-1 for ``fn`` from a hash of its name and module of its own
+    (the chat hash's bits are too few for a table of hundreds)."""
+    return zlib.crc32(f"phrasing:{fn.module}.{fn.name}".encode()) % n
 
 
 def held_out_requests(
