@@ -193,7 +193,7 @@ def _grammar() -> tuple[str, ...]:
     out: set[str] = set()
     for v in verbs:
         lv = v[0].lower() + v[1:] if not v.startswith("I ") else v
-        for end in (".", "", ", please."):
+        for end in (".", "") if v.startswith("Please") else (".", "", ", please."):
             for n in dotted:
                 out.add(f"{v} {n} for me{end}")
                 if " me" not in v:
