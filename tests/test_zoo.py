@@ -602,8 +602,7 @@ def test_shipped_members_are_the_code_recipes_output():
     """Each shipped member's zoo.json carries the recipe in code (digest and fields): a recipe
     change without shipping new members fails here. Members and the K2 drafter pass their
     sha256 check."""
-    from dataclasses import asdict
-
+    from eagle3kit.zoo.members import same_recipe
     from eagle3kit.zoo.shipping import ROOT
 
     for name in zoo.names():
@@ -613,7 +612,8 @@ def test_shipped_members_are_the_code_recipes_output():
                 assert size == "full", f"{name}-{size} must ship: the tests run on it"
                 continue
             assert doc["recipe_digest"] == zoo.recipe_digest(name, size), (name, size)
-            assert doc["recipe"] == json.loads(json.dumps(asdict(zoo.recipe(name, size))))
+            assert same_recipe(doc["recipe"], zoo.recipe(name, size)), (name, size)
+            assert not same_recipe({**doc["recipe"], "steps": -1}, zoo.recipe(name, size))
             assert doc["shipped"]["dtype"] == {"full": "bfloat16", "tiny": "float32"}[size]
     assert (ROOT / "k2-drafter-tiny" / "zoo.json").is_file()
 
@@ -675,3 +675,81 @@ def test_words_pretokenizer_gives_a_name_the_same_tokens_in_every_phrasing():
         assert (spans[0] == spans[1] == spans[2]) is (kind == "words"), (kind, spans)
         code = "def f(a, b):\n    return a  +  b  # `x`\n\n\n\tx = 1\n"
         assert tok.decode(tok.encode(code).ids) == code  # lossless either way
+
+
+def _word_edits(a: str, b: str) -> int:
+    """Word-level Levenshtein distance of two phrasings (lower-cased words and {f}/{m} slots
+    only), written out here so the check does not lean on corpus' own."""
+    wa, wb = (re.findall(r"\{[fm]\}|[a-z]+", t.lower()) for t in (a, b))
+    d = [[i + j if i * j == 0 else 0 for j in range(len(wb) + 1)] for i in range(len(wa) + 1)]
+    for i in range(1, len(wa) + 1):
+        for j in range(1, len(wb) + 1):
+            d[i][j] = min(
+                d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (wa[i - 1] != wb[j - 1])
+            )
+    return d[-1][-1]
+
+
+def test_recipe_10_grammar_is_large_varied_and_far_from_both_held_out_sets():
+    from eagle3kit.zoo import corpus
+
+    g = corpus.GRAMMAR_PHRASINGS
+    assert len(g) >= 500 and len(set(g)) == len(g)
+    held = (*corpus.HELD_OUT_PHRASINGS, *corpus.HELD_OUT_PHRASINGS_B)
+    assert not set(corpus.HELD_OUT_PHRASINGS) & set(corpus.HELD_OUT_PHRASINGS_B)
+    for t in g:
+        assert all(_word_edits(t, h) >= 4 for h in held), t
+    # the second set's verbs are in no phrasing recipe 10 trains on (signed and grammar)
+    trained = (*corpus.SIGNED_PHRASINGS, *corpus.PHRASINGS, *g)
+    for verb in ("reproduce", "recreate", "draft", "spell"):
+        assert any(verb in h.lower() for h in corpus.HELD_OUT_PHRASINGS_B)
+        assert not any(verb in t.lower() for t in trained), verb
+    for t in corpus.SIGNED_PHRASINGS:  # the signed requests' words are far from the second set
+        assert all(_word_edits(t.split("\n")[0], h) >= 4 for h in corpus.HELD_OUT_PHRASINGS_B)
+    # the name stands at many places: first word, after a verb, after "module", dotted
+    assert any(t.startswith("{f}") for t in g) and any(t.startswith("`{f}") for t in g)
+    assert any(re.match(r"[A-Z][a-z]+ \{f\}\(\) ", t) for t in g)
+    assert any("module `{m}`: " in t for t in g) and any(t.startswith("{m}.{f}") for t in g)
+    assert corpus.near_held_out("Implement {f}() in module `{m}`.")  # one word off
+    assert corpus.near_held_out("Please write `{m}.{f}()`")
+    assert corpus.near_held_out("Could you draft `{m}.{f}()`, please?")
+
+
+def test_recipe_10_chat_samples_draw_on_the_grammar_and_keep_the_answers():
+    from eagle3kit.zoo import corpus
+
+    src = corpus.files("lib", limit=8)
+    fns = corpus.functions(src)
+    mixed = corpus.chat_samples(src, varied=True, signed=True, unsigned=0.6, grammar=True)
+    signed = corpus.chat_samples(src, varied=True, signed=True)
+    assert [c["messages"][1] for c in mixed] == [c["messages"][1] for c in signed]
+    used = [
+        _template(c["messages"][0]["content"], f.name, f.module)
+        for c, f in zip(mixed, fns, strict=True)
+    ]
+    grammar = set(corpus.GRAMMAR_PHRASINGS)
+    n_user = sum(u in grammar for u in used)
+    assert 0.45 < n_user / len(used) < 0.75
+    assert len({u for u in used if u in grammar}) > 0.8 * n_user  # hardly a template twice
+    held = set(corpus.HELD_OUT_PHRASINGS) | set(corpus.HELD_OUT_PHRASINGS_B)
+    assert not any(u in held for u in used)
+
+
+def test_recipe_10_is_staged_for_full_members_only(monkeypatch):
+    from eagle3kit.zoo import members
+
+    nine = {
+        (n, s): (members.recipe(n, s), members.recipe_digest(n, s))
+        for n in zoo.names()
+        for s in zoo.SIZES
+    }
+    monkeypatch.setenv(members.RECIPE_ENV, "10")
+    for (n, s), (r, digest) in nine.items():
+        if s == "tiny":  # tiny members are byte for byte what ships
+            assert (members.recipe(n, s), members.recipe_digest(n, s)) == (r, digest)
+        else:
+            assert members.recipe(n, s).chat_grammar and not r.chat_grammar
+            assert members.recipe_digest(n, s) != digest
+    monkeypatch.setenv(members.RECIPE_ENV, "11")
+    with pytest.raises(Eagle3Error, match="EAGLE3KIT_ZOO_RECIPE: expected 9 or 10, found '11'"):
+        members.recipe("dsv3-v1")

@@ -14,7 +14,7 @@ from typing import Any
 
 from eagle3kit.core.errors import bad
 from eagle3kit.zoo import shipping
-from eagle3kit.zoo.members import MANIFEST, check_size, member
+from eagle3kit.zoo.members import MANIFEST, check_size, member, same_recipe
 from eagle3kit.zoo.shipping import (
     WEIGHTS,
     check,
@@ -97,7 +97,7 @@ def compare(rebuild: Path, root: Path | None = None) -> dict[str, Any]:
         stored = weights_bytes(rebuild / WEIGHTS, ship["shipped"]["dtype"])
         digest = hashlib.sha256(stored).hexdigest()
         same_weights = digest == ship["shipped"]["files"][WEIGHTS]["sha256"]
-    recipe_same = doc.get("recipe") == ship.get("recipe")
+    recipe_same = same_recipe(doc.get("recipe"), ship.get("recipe"))
     return {
         "member": lab,
         "shipped": str(folder),
