@@ -693,7 +693,7 @@ def _word_edits(a: str, b: str) -> int:
 def test_recipe_10_grammar_is_large_varied_and_far_from_both_held_out_sets():
     from eagle3kit.zoo import corpus
 
-    g = corpus.GRAMMAR_PHRASINGS
+    g = corpus.grammar_phrasings()
     assert len(g) >= 500 and len(set(g)) == len(g)
     held = (*corpus.HELD_OUT_PHRASINGS, *corpus.HELD_OUT_PHRASINGS_B)
     assert not set(corpus.HELD_OUT_PHRASINGS) & set(corpus.HELD_OUT_PHRASINGS_B)
@@ -727,7 +727,7 @@ def test_recipe_10_chat_samples_draw_on_the_grammar_and_keep_the_answers():
         _template(c["messages"][0]["content"], f.name, f.module)
         for c, f in zip(mixed, fns, strict=True)
     ]
-    grammar = set(corpus.GRAMMAR_PHRASINGS)
+    grammar = set(corpus.grammar_phrasings())
     n_user = sum(u in grammar for u in used)
     assert 0.45 < n_user / len(used) < 0.75
     assert len({u for u in used if u in grammar}) > 0.8 * n_user  # hardly a template twice

@@ -15,6 +15,7 @@ so chat-template code paths see a model that answers in its own format.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sysconfig
 import textwrap
@@ -174,8 +175,24 @@ HELD_OUT_PHRASINGS_B = (
     "Could you draft {m}.{f}?",
     "Looking at {m}: spell out `{f}()` in full.",
 )
-# Verbs of HELD_OUT_PHRASINGS_B: no training phrasing may contain them.
-HELD_OUT_VERBS_B = ("reproduce", "recreate", "draft", "spell")
+# A third held-out set, written before recipe 10's second trial round looked at anything
+# (the second set's figures had shaped that round's grammar): other verbs, other orders.
+HELD_OUT_PHRASINGS_C = (
+    "What does `{f}` in {m} look like? Rewrite it here.",
+    "Paste the source of {m}.{f}().",
+    "Dig up {f}() (it is in `{m}`) and print its code.",
+    "{m} defines `{f}`. Sketch it.",
+)
+# Verbs of the second and third sets: no training phrasing may contain them.
+HELD_OUT_VERBS = ("reproduce", "recreate", "draft", "spell", "rewrite", "paste", "dig", "sketch")
+HELD_OUT_VERBS_B = HELD_OUT_VERBS  # (older name)
+
+# What a request in the grammar may open with before its phrasing (``request_opener``): most
+# open with the phrasing itself, the rest with a greeting or a label, so that the name is not
+# simply the message's first word when the phrasing puts it first. No word of a held-out
+# phrasing is among them.
+OPENERS = ("", "", "", "", "Hi. ", "Hello! ", "Quick one: ", "Task: ", "Next: ", "Thanks. ")
+OPENERS += ("OK, ", "One more: ", "Question: ", "Hey, ", "Another request: ", "Good morning. ")
 
 
 def _grammar() -> tuple[str, ...]:
@@ -185,7 +202,9 @@ def _grammar() -> tuple[str, ...]:
     (first word, after a verb, after "module", after "." or "`"). Templates near a held-out
     phrasing (``near_held_out``) are left out; sorted, deterministic."""
     verbs = ("Write", "Implement", "Code", "Define", "Give me", "Show me", "Provide", "I need")
-    verbs += ("Please implement", "Type in", "Create", "Let me have")
+    verbs += ("Please implement", "Type in", "Create", "Let me have", "Generate", "Produce")
+    verbs += ("Compose", "Construct", "Program", "Supply", "Make", "Send me", "Share")
+    verbs += ("Put together", "I want", "Kindly write", "Output the code of", "Build")
     names = ("{f}", "`{f}`", "{f}()", "`{f}()`")
     dotted = ("{m}.{f}", "`{m}.{f}`", "{m}.{f}()", "`{m}.{f}()`")
     mods = ("from {m}", "from `{m}`", "in `{m}`", "of the {m} module", "from module `{m}`")
@@ -193,16 +212,21 @@ def _grammar() -> tuple[str, ...]:
     out: set[str] = set()
     for v in verbs:
         lv = v[0].lower() + v[1:] if not v.startswith("I ") else v
-        for end in (".", "") if v.startswith("Please") else (".", "", ", please."):
+        it = " me" not in v and not v.endswith(" of")  # "{name}: write it." reads right
+        for end in (".", "") if v.startswith(("Please", "Kindly")) else (".", "", ", please."):
             for n in dotted:
                 out.add(f"{v} {n} for me{end}")
-                if " me" not in v:
+                out.add(f"{v} {n} as a Python function{end}")
+                out.add(f"{v} the code of {n}{end}")
+                out.add(f"{v} {n} now{end}")
+                if it:
                     out.add(f"{n}: {lv} it{end}")
+                    out.add(f"I am after {n}; {lv} it{end}")
                 out.add(f"{v} the function {n}{end}")
             for n in names:
                 for md in mods:
                     out.add(f"{v} {n} {md}{end}")
-                    if " me" not in v:
+                    if it:
                         out.add(f"{n} {md}: {lv} it{end}")
                     out.add(f"{v} the Python function {n} {md}{end}")
                 out.add(f"In {{m}}, {lv} {n}{end}")
@@ -231,16 +255,19 @@ NEAR_EDITS = 3  # a training phrasing this close (in words) to a held-out one is
 
 def near_held_out(template: str) -> bool:
     """Whether ``template`` is a held-out phrasing or a near-copy of one: at most
-    ``NEAR_EDITS`` word edits from one of either held-out set (punctuation, backticks and
-    "()" ignored), or using a verb of the second set."""
+    ``NEAR_EDITS`` word edits from one of a held-out set (punctuation, backticks and
+    "()" ignored), or using a verb of the second or third set."""
     w = _words(template)
-    if any(v in w for v in HELD_OUT_VERBS_B):
+    if any(v in w for v in HELD_OUT_VERBS):
         return True
-    held = (*HELD_OUT_PHRASINGS, *HELD_OUT_PHRASINGS_B)
+    held = (*HELD_OUT_PHRASINGS, *HELD_OUT_PHRASINGS_B, *HELD_OUT_PHRASINGS_C)
     return any(_edits(w, _words(h)) <= NEAR_EDITS for h in held)
 
 
-GRAMMAR_PHRASINGS = _grammar()
+@functools.cache
+def grammar_phrasings() -> tuple[str, ...]:
+    """``_grammar()``, computed once (about a second: the distance checks), on first use."""
+    return _grammar()
 
 
 @dataclass(frozen=True)
@@ -346,10 +373,10 @@ def chat_samples(
     With ``varied`` the phrasing (one of ``PHRASINGS``) and whether the docstring is included
     are chosen per function from a hash of its module and name (deterministic); ``signed``
     uses ``SIGNED_PHRASINGS``. ``unsigned`` (0..1, with ``varied``): that share of the
-    functions (by the same hash) is asked for in ``USER_PHRASINGS`` (``GRAMMAR_PHRASINGS``
+    functions (by the same hash) is asked for in ``USER_PHRASINGS`` (``grammar_phrasings()``
     when ``grammar``), without the signature.
     """
-    user = GRAMMAR_PHRASINGS if grammar else USER_PHRASINGS
+    user = grammar_phrasings() if grammar else USER_PHRASINGS
     convs = []
     for fn in functions(src, min_chars=min_chars, max_chars=max_chars):
         phrasing, doc, table, sig = 0, True, None, signed
@@ -359,8 +386,25 @@ def chat_samples(
             if (h >> 16) % 1000 < unsigned * 1000:
                 table, sig = user, False
                 phrasing = (h >> 4) % len(user) if not grammar else _pick(fn, len(user))
-        convs.append(conversation(request(fn, phrasing, doc, sig, table), fn.code))
+        ask = request(fn, phrasing, doc, sig, table)
+        if grammar and table is user:
+            ask = request_opener(fn)(ask)
+        convs.append(conversation(ask, fn.code))
     return convs
+
+
+def request_opener(fn: Function):
+    """How a grammar request for ``fn`` opens (by a hash of its name): a function that puts
+    one of ``OPENERS`` before the request, its first letter lower-cased after an opener that
+    ends in ":" or "," and in a quarter of those without an opener (users type so too)."""
+    h = zlib.crc32(f"opener:{fn.module}.{fn.name}".encode())
+    opener = OPENERS[h % len(OPENERS)]
+    lower = opener.rstrip().endswith((":", ",")) or (not opener and (h >> 8) % 4 == 0)
+
+    def put(ask: str) -> str:
+        return opener + (ask[0].lower() + ask[1:] if lower else ask)
+
+    return put
 
 
 def _pick(fn: Function, n: int) -> int:

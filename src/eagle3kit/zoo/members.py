@@ -130,7 +130,7 @@ RECIPES: dict[tuple[str, int, str], Recipe] = {
 
 # Recipe 10 (issue 33's zoo bar, lab/notebook.md "Recipe 10"), full members only: the
 # requests as users write them come from a grammar of phrasings (``chat_grammar``:
-# corpus.GRAMMAR_PHRASINGS, hundreds of templates that put the name at many places, none
+# corpus.grammar_phrasings(), hundreds of templates that put the name at many places, none
 # near a held-out phrasing), a larger share of them, and more steps. It is staged beside
 # recipe 9 until its members ship: ``EAGLE3KIT_ZOO_RECIPE=10`` selects it (``zoo build``,
 # ``zoo ship``); the shipped members are recipe 9's.
