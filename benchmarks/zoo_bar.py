@@ -13,7 +13,9 @@ slice, in two styles:
   trains on (``corpus.HELD_OUT_PHRASINGS``, e.g. "Please write `m.f`.");
 - ``unsigned_b``: the same in a second held-out set made differently
   (``corpus.HELD_OUT_PHRASINGS_B``: verbs and word orders no training phrasing has, e.g.
-  "Could you draft m.f?"), so that the figure does not hang on four phrasings.
+  "Could you draft m.f?"), so that the figure does not hang on four phrasings;
+- ``unsigned_c``: a third such set (``corpus.HELD_OUT_PHRASINGS_C``), written before the
+  recipe-10 trials that the second set's figures had shaped.
 
 Per style: the share whose first line names the requested function (``def f(``), the share
 of distinct first lines, the number of distinct answers (a canned-output check) and pooled
@@ -34,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _env import environment  # noqa: E402
 
 BAR = {"names_function": 0.8, "distinct_openings": 0.8}
-STYLES = ("signed", "unsigned", "unsigned_b")
+STYLES = ("signed", "unsigned", "unsigned_b", "unsigned_c")
 
 
 def table_for(style: str):
@@ -45,6 +47,7 @@ def table_for(style: str):
         "signed": corpus.SIGNED_PHRASINGS,
         "unsigned": corpus.HELD_OUT_PHRASINGS,
         "unsigned_b": corpus.HELD_OUT_PHRASINGS_B,
+        "unsigned_c": corpus.HELD_OUT_PHRASINGS_C,
     }[style]
 
 
