@@ -679,33 +679,42 @@ def test_words_pretokenizer_gives_a_name_the_same_tokens_in_every_phrasing():
 
 def _word_edits(a: str, b: str) -> int:
     """Word-level Levenshtein distance of two phrasings (lower-cased words and {f}/{m} slots
-    only), written out here so the check does not lean on corpus' own."""
+    only), written out here so the check does not lean on corpus' own. Past 4 it returns a
+    lower bound (the words one has and the other lacks), which is all the tests ask."""
+    from collections import Counter
+
     wa, wb = (re.findall(r"\{[fm]\}|[a-z]+", t.lower()) for t in (a, b))
+    bound = max(len(wa), len(wb)) - sum((Counter(wa) & Counter(wb)).values())
+    if bound >= 4:
+        return bound
     d = [[i + j if i * j == 0 else 0 for j in range(len(wb) + 1)] for i in range(len(wa) + 1)]
     for i in range(1, len(wa) + 1):
         for j in range(1, len(wb) + 1):
-            d[i][j] = min(
-                d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (wa[i - 1] != wb[j - 1])
-            )
+            sub = d[i - 1][j - 1] + (wa[i - 1] != wb[j - 1])
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, sub)
     return d[-1][-1]
 
 
-def test_recipe_10_grammar_is_large_varied_and_far_from_both_held_out_sets():
+def test_recipe_10_grammar_is_large_varied_and_far_from_every_held_out_set():
     from eagle3kit.zoo import corpus
 
     g = corpus.grammar_phrasings()
-    assert len(g) >= 500 and len(set(g)) == len(g)
-    held = (*corpus.HELD_OUT_PHRASINGS, *corpus.HELD_OUT_PHRASINGS_B)
-    assert not set(corpus.HELD_OUT_PHRASINGS) & set(corpus.HELD_OUT_PHRASINGS_B)
+    assert len(g) >= 2000 and len(set(g)) == len(g)
+    sets = (corpus.HELD_OUT_PHRASINGS, corpus.HELD_OUT_PHRASINGS_B, corpus.HELD_OUT_PHRASINGS_C)
+    held = [h for s in sets for h in s]
+    assert len(set(held)) == len(held) == 12
     for t in g:
         assert all(_word_edits(t, h) >= 4 for h in held), t
-    # the second set's verbs are in no phrasing recipe 10 trains on (signed and grammar)
-    trained = (*corpus.SIGNED_PHRASINGS, *corpus.PHRASINGS, *g)
-    for verb in ("reproduce", "recreate", "draft", "spell"):
-        assert any(verb in h.lower() for h in corpus.HELD_OUT_PHRASINGS_B)
+    # the second and third sets' verbs are in no phrasing recipe 10 trains on, opener included
+    trained = (*corpus.SIGNED_PHRASINGS, *corpus.PHRASINGS, *g, *corpus.OPENERS)
+    for verb in ("reproduce", "recreate", "draft", "spell", "rewrite", "paste", "dig", "sketch"):
+        assert any(verb in h.lower() for h in held)
         assert not any(verb in t.lower() for t in trained), verb
-    for t in corpus.SIGNED_PHRASINGS:  # the signed requests' words are far from the second set
-        assert all(_word_edits(t.split("\n")[0], h) >= 4 for h in corpus.HELD_OUT_PHRASINGS_B)
+    for t in corpus.SIGNED_PHRASINGS:  # the signed requests' words are far from sets 2 and 3
+        assert all(_word_edits(t.split("\n")[0], h) >= 4 for h in held[4:])
+    # an opener shares no word with a held-out phrasing, so it brings no request nearer one
+    held_words = set(re.findall(r"[a-z]+", " ".join(held).lower()))
+    assert not set(re.findall(r"[a-z]+", " ".join(corpus.OPENERS).lower())) & held_words
     # the name stands at many places: first word, after a verb, after "module", dotted
     assert any(t.startswith("{f}") for t in g) and any(t.startswith("`{f}") for t in g)
     assert any(re.match(r"[A-Z][a-z]+ \{f\}\(\) ", t) for t in g)
@@ -723,11 +732,14 @@ def test_recipe_10_chat_samples_draw_on_the_grammar_and_keep_the_answers():
     mixed = corpus.chat_samples(src, varied=True, signed=True, unsigned=0.6, grammar=True)
     signed = corpus.chat_samples(src, varied=True, signed=True)
     assert [c["messages"][1] for c in mixed] == [c["messages"][1] for c in signed]
+    asks = [c["messages"][0]["content"] for c in mixed]
+    opened = [next((o for o in corpus.OPENERS if o and a.startswith(o)), "") for a in asks]
+    assert 0.2 < sum(map(bool, opened)) / len(asks) < 0.5  # grammar requests with an opener
     used = [
-        _template(c["messages"][0]["content"], f.name, f.module)
-        for c, f in zip(mixed, fns, strict=True)
+        _template(a[len(o) :], f.name, f.module) for a, o, f in zip(asks, opened, fns, strict=True)
     ]
-    grammar = set(corpus.grammar_phrasings())
+    grammar = {t.lower() for t in corpus.grammar_phrasings()}
+    used = [u.lower() if u.lower() in grammar else u for u in used]
     n_user = sum(u in grammar for u in used)
     assert 0.45 < n_user / len(used) < 0.75
     assert len({u for u in used if u in grammar}) > 0.8 * n_user  # hardly a template twice
