@@ -715,10 +715,10 @@ def test_recipe_10_grammar_is_large_varied_and_far_from_every_held_out_set():
     # an opener shares no word with a held-out phrasing, so it brings no request nearer one
     held_words = set(re.findall(r"[a-z]+", " ".join(held).lower()))
     assert not set(re.findall(r"[a-z]+", " ".join(corpus.OPENERS).lower())) & held_words
-    # the name stands at many places: first word, after a verb, after "module", dotted
-    assert any(t.startswith("{f}") for t in g) and any(t.startswith("`{f}") for t in g)
+    # the name stands at many places (after a verb, after "module", dotted), never first
+    assert not any(t.startswith(("{f}", "`{f}", "{m}.", "`{m}.")) for t in g)
     assert any(re.match(r"[A-Z][a-z]+ \{f\}\(\) ", t) for t in g)
-    assert any("module `{m}`: " in t for t in g) and any(t.startswith("{m}.{f}") for t in g)
+    assert any("module `{m}`: " in t for t in g) and any(" `{m}.{f}()`" in t for t in g)
     assert corpus.near_held_out("Implement {f}() in module `{m}`.")  # one word off
     assert corpus.near_held_out("Please write `{m}.{f}()`")
     assert corpus.near_held_out("Could you draft `{m}.{f}()`, please?")

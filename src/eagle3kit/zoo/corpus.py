@@ -199,7 +199,9 @@ def _grammar() -> tuple[str, ...]:
     """Recipe 10's training phrasings for requests as users write them (``chat_grammar``): a
     grammar of verbs x name forms (bare, backticked, with "()", dotted after the module) x
     module forms x word orders x endings, so the name stands at many places of a request
-    (first word, after a verb, after "module", after "." or "`"). Templates near a held-out
+    (after a verb, after "module", after "." or "`", near the start and the end), but never
+    first: a grammar with the name as the first word taught members to take any unknown
+    first word for the name (lab/notebook.md, "Recipe 10"). Templates near a held-out
     phrasing (``near_held_out``) are left out; sorted, deterministic."""
     verbs = ("Write", "Implement", "Code", "Define", "Give me", "Show me", "Provide", "I need")
     verbs += ("Please implement", "Type in", "Create", "Let me have", "Generate", "Produce")
@@ -220,14 +222,14 @@ def _grammar() -> tuple[str, ...]:
                 out.add(f"{v} the code of {n}{end}")
                 out.add(f"{v} {n} now{end}")
                 if it:
-                    out.add(f"{n}: {lv} it{end}")
+                    out.add(f"About {n}: {lv} it{end}")
                     out.add(f"I am after {n}; {lv} it{end}")
                 out.add(f"{v} the function {n}{end}")
             for n in names:
                 for md in mods:
                     out.add(f"{v} {n} {md}{end}")
                     if it:
-                        out.add(f"{n} {md}: {lv} it{end}")
+                        out.add(f"About {n} {md}: {lv} it{end}")
                     out.add(f"{v} the Python function {n} {md}{end}")
                 out.add(f"In {{m}}, {lv} {n}{end}")
                 out.add(f"Module `{{m}}`: {lv} {n}{end}")
