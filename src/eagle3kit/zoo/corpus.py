@@ -20,6 +20,7 @@ import re
 import sysconfig
 import textwrap
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -263,7 +264,12 @@ def near_held_out(template: str) -> bool:
     if any(v in w for v in HELD_OUT_VERBS):
         return True
     held = (*HELD_OUT_PHRASINGS, *HELD_OUT_PHRASINGS_B, *HELD_OUT_PHRASINGS_C)
-    return any(_edits(w, _words(h)) <= NEAR_EDITS for h in held)
+    return any(_edits(w, h) <= NEAR_EDITS for h in map(_words, held) if _lacks(w, h) <= NEAR_EDITS)
+
+
+def _lacks(a: list[str], b: list[str]) -> int:
+    """A lower bound of ``_edits(a, b)``: the words of the longer that the other lacks."""
+    return max(len(a), len(b)) - sum((Counter(a) & Counter(b)).values())
 
 
 @functools.cache
