@@ -454,8 +454,11 @@ def held_out_requests(
 # the space before it, so "`f`" and "def f(" give the name different first tokens. "words":
 # an identifier (letters, digits, "_") is a word of its own and takes the space after it, so
 # a name is the same tokens in "`m.f`", "f()" and "def f(": copying it is copying tokens.
-PRETOKENIZERS = ("bytelevel", "words")
+PRETOKENIZERS = ("bytelevel", "words", "idents")
 _WORDS = r"[\p{L}\p{N}_]+ ?|[^\s\p{L}\p{N}_]+ ?|\s+"
+# "idents" (lab trial, recipe 10 round 4): an identifier never takes a space, so a bare name
+# followed by one ("function f in m") is the same tokens as in "def f(" too
+_IDENTS = r"[\p{L}\p{N}_]+|[^\s\p{L}\p{N}_]+ ?|\s+"
 
 
 def train_tokenizer(texts: list[str], vocab_size: int, pretokenizer: str = "bytelevel"):
@@ -466,10 +469,11 @@ def train_tokenizer(texts: list[str], vocab_size: int, pretokenizer: str = "byte
     if pretokenizer not in PRETOKENIZERS:
         raise ValueError(f"unknown pretokenizer {pretokenizer!r}")
     tok = Tokenizer(models.BPE())
-    if pretokenizer == "words":
+    if pretokenizer in ("words", "idents"):
+        regex = _WORDS if pretokenizer == "words" else _IDENTS
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [
-                pre_tokenizers.Split(Regex(_WORDS), behavior="isolated"),
+                pre_tokenizers.Split(Regex(regex), behavior="isolated"),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )
