@@ -777,3 +777,26 @@ def test_recipe_10_is_staged_for_full_members_only(monkeypatch):
     monkeypatch.setenv(members.RECIPE_ENV, "11")
     with pytest.raises(Eagle3Error, match="EAGLE3KIT_ZOO_RECIPE: expected 9 or 10, found '11'"):
         members.recipe("dsv3-v1")
+
+
+def test_idents_pretokenizer_gives_a_bare_name_before_a_space_its_def_tokens():
+    from eagle3kit.zoo import corpus
+
+    texts = [f.text for f in corpus.files("lib", limit=10)]
+    name = "get_read_buffer_size"
+    asks = [f"There is a function {name} in m.", f"`m.{name}`", f"def {name}(self):"]
+    for kind in ("words", "idents"):
+        tok = corpus.train_tokenizer(texts, 1000, kind)
+        spans = []
+        for a in asks:  # the tokens that overlap the name
+            enc, at = tok.encode(a), a.index(name)
+            spans.append(
+                [
+                    t
+                    for t, (b, e) in zip(enc.ids, enc.offsets, strict=True)
+                    if b < at + len(name) and e > at
+                ]
+            )
+        assert (spans[0] == spans[1] == spans[2]) is (kind == "idents"), (kind, spans)
+        code = "def f(a, b):\n    return a  +  b  # `x`\n\n\n\tx = 1\n"
+        assert tok.decode(tok.encode(code).ids) == code  # lossless either way
