@@ -456,7 +456,7 @@ def held_out_requests(
 # a name is the same tokens in "`m.f`", "f()" and "def f(": copying it is copying tokens.
 PRETOKENIZERS = ("bytelevel", "words", "idents")
 _WORDS = r"[\p{L}\p{N}_]+ ?|[^\s\p{L}\p{N}_]+ ?|\s+"
-# "idents" (lab trial, recipe 10 round 4): an identifier never takes a space, so a bare name
+# "idents" (recipe 10): an identifier never takes a space, so a bare name
 # followed by one ("function f in m") is the same tokens as in "def f(" too
 _IDENTS = r"[\p{L}\p{N}_]+|[^\s\p{L}\p{N}_]+ ?|\s+"
 

@@ -130,11 +130,12 @@ RECIPES: dict[tuple[str, int, str], Recipe] = {
 
 # Recipe 10 (issue 33's zoo bar, lab/notebook.md "Recipe 10"), full members only: the
 # requests as users write them come from a grammar of phrasings (``chat_grammar``:
-# corpus.grammar_phrasings(), hundreds of templates that put the name at many places, none
-# near a held-out phrasing), a larger share of them, and more steps. It is staged beside
+# corpus.grammar_phrasings(), thousands of templates that put the name at many places, none
+# near a held-out phrasing), a larger share of them, more v1 steps, and a tokenizer in which
+# an identifier never takes a space (``pretokenizer="idents"``). It is staged beside
 # recipe 9 until its members ship: ``EAGLE3KIT_ZOO_RECIPE=10`` selects it (``zoo build``,
 # ``zoo ship``); the shipped members are recipe 9's.
-_R10 = dict(chat_grammar=True, chat_unsigned=0.7)
+_R10 = dict(chat_grammar=True, chat_unsigned=0.7, pretokenizer="idents")
 NEXT_RECIPE = 10
 NEXT_RECIPES: dict[tuple[str, int], Recipe] = {
     ("llama", 1): replace(RECIPES[("llama", 1, "full")], **_R10, steps=600),
