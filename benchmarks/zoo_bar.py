@@ -10,12 +10,17 @@ slice, in two styles:
 - ``signed``: the zoo's own requests with the function's signature in the prompt
   (``corpus.SIGNED_PHRASINGS``, the phrasings the recipe trains on);
 - ``unsigned``: requests phrased as users write them, no signature, in phrasings no recipe
-  trains on (``corpus.HELD_OUT_PHRASINGS``, e.g. "Please write `m.f`.").
+  trains on (``corpus.HELD_OUT_PHRASINGS``, e.g. "Please write `m.f`.");
+- ``unsigned_b``: the same in a second held-out set made differently
+  (``corpus.HELD_OUT_PHRASINGS_B``: verbs and word orders no training phrasing has, e.g.
+  "Could you draft m.f?"), so that the figure does not hang on four phrasings;
+- ``unsigned_c``: a third such set (``corpus.HELD_OUT_PHRASINGS_C``), written before the
+  recipe-10 trials that the second set's figures had shaped.
 
 Per style: the share whose first line names the requested function (``def f(``), the share
 of distinct first lines, the number of distinct answers (a canned-output check) and pooled
 distinct-4 over all answers, beside the true sources' pooled distinct-4. The bar: names
->= 0.8 and distinct openings >= 0.8 in both styles. ``--bf16`` measures the weights after a
+>= 0.8 and distinct openings >= 0.8 in every style. ``--bf16`` measures the weights after a
 round trip through bfloat16 (cast down and back), the way the zoo ships them.
 """
 
@@ -31,7 +36,19 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _env import environment  # noqa: E402
 
 BAR = {"names_function": 0.8, "distinct_openings": 0.8}
-STYLES = ("signed", "unsigned")
+STYLES = ("signed", "unsigned", "unsigned_b", "unsigned_c")
+
+
+def table_for(style: str):
+    """The phrasing table of ``style``."""
+    from eagle3kit.zoo import corpus
+
+    return {
+        "signed": corpus.SIGNED_PHRASINGS,
+        "unsigned": corpus.HELD_OUT_PHRASINGS,
+        "unsigned_b": corpus.HELD_OUT_PHRASINGS_B,
+        "unsigned_c": corpus.HELD_OUT_PHRASINGS_C,
+    }[style]
 
 
 def requests_for(slice_name: str, style: str, n: int) -> list[dict]:
@@ -41,7 +58,7 @@ def requests_for(slice_name: str, style: str, n: int) -> list[dict]:
     held = corpus.files(slice_name, held_out=True)
     if style == "signed":
         return corpus.held_out_requests(held, n, signed=True)
-    return corpus.held_out_requests(held, n, table=corpus.HELD_OUT_PHRASINGS)
+    return corpus.held_out_requests(held, n, table=table_for(style))
 
 
 def load(path: Path, bf16: bool):
@@ -78,10 +95,9 @@ def answers(tok, model, requests: list[dict], max_new: int) -> list[list[int]]:
 def by_phrasing(reqs: list[dict], texts: list[str], style: str) -> dict[str, float]:
     """The share of answers naming the function per phrasing (request i uses phrasing
     ``i % len(table)``, ``corpus.held_out_requests``)."""
-    from eagle3kit.zoo import corpus
     from eagle3kit.zoo.builder import names_function
 
-    table = corpus.SIGNED_PHRASINGS if style == "signed" else corpus.HELD_OUT_PHRASINGS
+    table = table_for(style)
     out: dict[str, list[bool]] = {}
     for i, (r, a) in enumerate(zip(reqs, texts, strict=True)):
         key = table[i % len(table)].split("\n")[0]

@@ -33,6 +33,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--size", default="full")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--bf16-only", action="store_true", help="measure the bf16 round trip only")
     args = ap.parse_args()
 
     import torch
@@ -61,7 +62,7 @@ def main() -> None:
     import zoo_bar
 
     rows = []
-    for bf16 in (False, True):
+    for bf16 in (True,) if args.bf16_only else (False, True):
         row = zoo_bar.measure(args.keep, 32, 128, bf16)
         row["overrides"] = overrides
         rows.append(row)

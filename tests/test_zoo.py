@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
+from collections import Counter
 
 import pytest
 
@@ -602,8 +604,7 @@ def test_shipped_members_are_the_code_recipes_output():
     """Each shipped member's zoo.json carries the recipe in code (digest and fields): a recipe
     change without shipping new members fails here. Members and the K2 drafter pass their
     sha256 check."""
-    from dataclasses import asdict
-
+    from eagle3kit.zoo.members import same_recipe
     from eagle3kit.zoo.shipping import ROOT
 
     for name in zoo.names():
@@ -613,7 +614,8 @@ def test_shipped_members_are_the_code_recipes_output():
                 assert size == "full", f"{name}-{size} must ship: the tests run on it"
                 continue
             assert doc["recipe_digest"] == zoo.recipe_digest(name, size), (name, size)
-            assert doc["recipe"] == json.loads(json.dumps(asdict(zoo.recipe(name, size))))
+            assert same_recipe(doc["recipe"], zoo.recipe(name, size)), (name, size)
+            assert not same_recipe({**doc["recipe"], "steps": -1}, zoo.recipe(name, size))
             assert doc["shipped"]["dtype"] == {"full": "bfloat16", "tiny": "float32"}[size]
     assert (ROOT / "k2-drafter-tiny" / "zoo.json").is_file()
 
@@ -673,5 +675,128 @@ def test_words_pretokenizer_gives_a_name_the_same_tokens_in_every_phrasing():
                 ]
             )
         assert (spans[0] == spans[1] == spans[2]) is (kind == "words"), (kind, spans)
+        code = "def f(a, b):\n    return a  +  b  # `x`\n\n\n\tx = 1\n"
+        assert tok.decode(tok.encode(code).ids) == code  # lossless either way
+
+
+def _word_edits(a: str, b: str) -> int:
+    """Word-level Levenshtein distance of two phrasings (lower-cased words and {f}/{m} slots
+    only), written out here so the check does not lean on corpus' own. Past 4 it returns a
+    lower bound (the words one has and the other lacks), which is all the tests ask."""
+    return _edits_of(_split(a), _split(b))
+
+
+@functools.cache
+def _split(t: str) -> tuple[tuple[str, ...], Counter]:
+    words = tuple(re.findall(r"\{[fm]\}|[a-z]+", t.lower()))
+    return words, Counter(words)
+
+
+def _edits_of(a, b) -> int:
+    (wa, ca), (wb, cb) = a, b
+    bound = max(len(wa), len(wb)) - sum((ca & cb).values())
+    if bound >= 4:
+        return bound
+    d = [[i + j if i * j == 0 else 0 for j in range(len(wb) + 1)] for i in range(len(wa) + 1)]
+    for i in range(1, len(wa) + 1):
+        for j in range(1, len(wb) + 1):
+            sub = d[i - 1][j - 1] + (wa[i - 1] != wb[j - 1])
+            d[i][j] = min(d[i - 1][j] + 1, d[i][j - 1] + 1, sub)
+    return d[-1][-1]
+
+
+def test_recipe_10_grammar_is_large_varied_and_far_from_every_held_out_set():
+    from eagle3kit.zoo import corpus
+
+    g = corpus.grammar_phrasings()
+    assert len(g) >= 2000 and len(set(g)) == len(g)
+    sets = (corpus.HELD_OUT_PHRASINGS, corpus.HELD_OUT_PHRASINGS_B, corpus.HELD_OUT_PHRASINGS_C)
+    held = [h for s in sets for h in s]
+    assert len(set(held)) == len(held) == 12
+    held_split = [_split(h) for h in held]
+    for t in g:
+        w = _split(t)
+        assert all(_edits_of(w, h) >= 4 for h in held_split), t
+    # the second and third sets' verbs are in no phrasing recipe 10 trains on, opener included
+    trained = (*corpus.SIGNED_PHRASINGS, *corpus.PHRASINGS, *g, *corpus.OPENERS)
+    for verb in ("reproduce", "recreate", "draft", "spell", "rewrite", "paste", "dig", "sketch"):
+        assert any(verb in h.lower() for h in held)
+        assert not any(verb in t.lower() for t in trained), verb
+    for t in corpus.SIGNED_PHRASINGS:  # the signed requests' words are far from sets 2 and 3
+        assert all(_word_edits(t.split("\n")[0], h) >= 4 for h in held[4:])
+    # an opener shares no word with a held-out phrasing, so it brings no request nearer one
+    held_words = set(re.findall(r"[a-z]+", " ".join(held).lower()))
+    assert not set(re.findall(r"[a-z]+", " ".join(corpus.OPENERS).lower())) & held_words
+    # the name stands at many places (after a verb, after "module", dotted), never first
+    assert not any(t.startswith(("{f}", "`{f}", "{m}.", "`{m}.")) for t in g)
+    assert any(re.match(r"[A-Z][a-z]+ \{f\}\(\) ", t) for t in g)
+    assert any("module `{m}`: " in t for t in g) and any(" `{m}.{f}()`" in t for t in g)
+    assert corpus.near_held_out("Implement {f}() in module `{m}`.")  # one word off
+    assert corpus.near_held_out("Please write `{m}.{f}()`")
+    assert corpus.near_held_out("Could you draft `{m}.{f}()`, please?")
+
+
+def test_recipe_10_chat_samples_draw_on_the_grammar_and_keep_the_answers():
+    from eagle3kit.zoo import corpus
+
+    src = corpus.files("lib", limit=8)
+    fns = corpus.functions(src)
+    mixed = corpus.chat_samples(src, varied=True, signed=True, unsigned=0.6, grammar=True)
+    signed = corpus.chat_samples(src, varied=True, signed=True)
+    assert [c["messages"][1] for c in mixed] == [c["messages"][1] for c in signed]
+    asks = [c["messages"][0]["content"] for c in mixed]
+    opened = [next((o for o in corpus.OPENERS if o and a.startswith(o)), "") for a in asks]
+    assert 0.2 < sum(map(bool, opened)) / len(asks) < 0.5  # grammar requests with an opener
+    used = [
+        _template(a[len(o) :], f.name, f.module) for a, o, f in zip(asks, opened, fns, strict=True)
+    ]
+    grammar = {t.lower() for t in corpus.grammar_phrasings()}
+    used = [u.lower() if u.lower() in grammar else u for u in used]
+    n_user = sum(u in grammar for u in used)
+    assert 0.45 < n_user / len(used) < 0.75
+    assert len({u for u in used if u in grammar}) > 0.8 * n_user  # hardly a template twice
+    held = set(corpus.HELD_OUT_PHRASINGS) | set(corpus.HELD_OUT_PHRASINGS_B)
+    assert not any(u in held for u in used)
+
+
+def test_recipe_10_is_staged_for_full_members_only(monkeypatch):
+    from eagle3kit.zoo import members
+
+    nine = {
+        (n, s): (members.recipe(n, s), members.recipe_digest(n, s))
+        for n in zoo.names()
+        for s in zoo.SIZES
+    }
+    monkeypatch.setenv(members.RECIPE_ENV, "10")
+    for (n, s), (r, digest) in nine.items():
+        if s == "tiny":  # tiny members are byte for byte what ships
+            assert (members.recipe(n, s), members.recipe_digest(n, s)) == (r, digest)
+        else:
+            assert members.recipe(n, s).chat_grammar and not r.chat_grammar
+            assert members.recipe_digest(n, s) != digest
+    monkeypatch.setenv(members.RECIPE_ENV, "11")
+    with pytest.raises(Eagle3Error, match="EAGLE3KIT_ZOO_RECIPE: expected 9 or 10, found '11'"):
+        members.recipe("dsv3-v1")
+
+
+def test_idents_pretokenizer_gives_a_bare_name_before_a_space_its_def_tokens():
+    from eagle3kit.zoo import corpus
+
+    texts = [f.text for f in corpus.files("lib", limit=10)]
+    name = "get_read_buffer_size"
+    asks = [f"There is a function {name} in m.", f"`m.{name}`", f"def {name}(self):"]
+    for kind in ("words", "idents"):
+        tok = corpus.train_tokenizer(texts, 1000, kind)
+        spans = []
+        for a in asks:  # the tokens that overlap the name
+            enc, at = tok.encode(a), a.index(name)
+            spans.append(
+                [
+                    t
+                    for t, (b, e) in zip(enc.ids, enc.offsets, strict=True)
+                    if b < at + len(name) and e > at
+                ]
+            )
+        assert (spans[0] == spans[1] == spans[2]) is (kind == "idents"), (kind, spans)
         code = "def f(a, b):\n    return a  +  b  # `x`\n\n\n\tx = 1\n"
         assert tok.decode(tok.encode(code).ids) == code  # lossless either way

@@ -318,6 +318,7 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
         varied=recipe.chat_varied,
         signed=recipe.chat_signature,
         unsigned=recipe.chat_unsigned,
+        grammar=recipe.chat_grammar,
     )
 
     bar.stage("tokenizer")

@@ -15,9 +15,12 @@ so chat-template code paths see a model that answers in its own format.
 from __future__ import annotations
 
 import ast
+import functools
+import re
 import sysconfig
 import textwrap
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,6 +166,117 @@ HELD_OUT_PHRASINGS = (
     "Can you show me `{f}()` from {m}?",
 )
 
+# A second held-out set, made differently (issue 33): verbs no training phrasing uses and word
+# orders no training grammar has (the name at the end, after a relative clause, in a
+# question about a module). zoo_bar.py reports it beside HELD_OUT_PHRASINGS, so a figure does
+# not hang on four phrasings; tests/test_zoo.py asserts that no training phrasing is near it.
+HELD_OUT_PHRASINGS_B = (
+    "Reproduce the body of `{f}`, which lives in {m}.",
+    "There is a function {f} in `{m}`; recreate it for me.",
+    "Could you draft {m}.{f}?",
+    "Looking at {m}: spell out `{f}()` in full.",
+)
+# A third held-out set, written before recipe 10's second trial round looked at anything
+# (the second set's figures had shaped that round's grammar): other verbs, other orders.
+HELD_OUT_PHRASINGS_C = (
+    "What does `{f}` in {m} look like? Rewrite it here.",
+    "Paste the source of {m}.{f}().",
+    "Dig up {f}() (it is in `{m}`) and print its code.",
+    "{m} defines `{f}`. Sketch it.",
+)
+# Verbs of the second and third sets: no training phrasing may contain them.
+HELD_OUT_VERBS = ("reproduce", "recreate", "draft", "spell", "rewrite", "paste", "dig", "sketch")
+HELD_OUT_VERBS_B = HELD_OUT_VERBS  # (older name)
+
+# What a request in the grammar may open with before its phrasing (``request_opener``): most
+# open with the phrasing itself, the rest with a greeting or a label, so that the name is not
+# simply the message's first word when the phrasing puts it first. No word of a held-out
+# phrasing is among them.
+OPENERS = ("", "", "", "", "Hi. ", "Hello! ", "Quick one: ", "Task: ", "Next: ", "Thanks. ")
+OPENERS += ("OK, ", "One more: ", "Question: ", "Hey, ", "Another request: ", "Good morning. ")
+
+
+def _grammar() -> tuple[str, ...]:
+    """Recipe 10's training phrasings for requests as users write them (``chat_grammar``): a
+    grammar of verbs x name forms (bare, backticked, with "()", dotted after the module) x
+    module forms x word orders x endings, so the name stands at many places of a request
+    (after a verb, after "module", after "." or "`", near the start and the end), but never
+    first: a grammar with the name as the first word taught members to take any unknown
+    first word for the name (lab/notebook.md, "Recipe 10"). Templates near a held-out
+    phrasing (``near_held_out``) are left out; sorted, deterministic."""
+    verbs = ("Write", "Implement", "Code", "Define", "Give me", "Show me", "Provide", "I need")
+    verbs += ("Please implement", "Type in", "Create", "Let me have", "Generate", "Produce")
+    verbs += ("Compose", "Construct", "Program", "Supply", "Make", "Send me", "Share")
+    verbs += ("Put together", "I want", "Kindly write", "Output the code of", "Build")
+    names = ("{f}", "`{f}`", "{f}()", "`{f}()`")
+    dotted = ("{m}.{f}", "`{m}.{f}`", "{m}.{f}()", "`{m}.{f}()`")
+    mods = ("from {m}", "from `{m}`", "in `{m}`", "of the {m} module", "from module `{m}`")
+    mods += ("(module {m})", "as defined in {m}", "in the `{m}` module")
+    out: set[str] = set()
+    for v in verbs:
+        lv = v[0].lower() + v[1:] if not v.startswith("I ") else v
+        it = " me" not in v and not v.endswith(" of")  # "{name}: write it." reads right
+        for end in (".", "") if v.startswith(("Please", "Kindly")) else (".", "", ", please."):
+            for n in dotted:
+                out.add(f"{v} {n} for me{end}")
+                out.add(f"{v} {n} as a Python function{end}")
+                out.add(f"{v} the code of {n}{end}")
+                out.add(f"{v} {n} now{end}")
+                if it:
+                    out.add(f"About {n}: {lv} it{end}")
+                    out.add(f"I am after {n}; {lv} it{end}")
+                out.add(f"{v} the function {n}{end}")
+            for n in names:
+                for md in mods:
+                    out.add(f"{v} {n} {md}{end}")
+                    if it:
+                        out.add(f"About {n} {md}: {lv} it{end}")
+                    out.add(f"{v} the Python function {n} {md}{end}")
+                out.add(f"In {{m}}, {lv} {n}{end}")
+                out.add(f"Module `{{m}}`: {lv} {n}{end}")
+                out.add(f"From {{m}}, {lv} the function {n}{end}")
+    return tuple(sorted(t for t in out if not near_held_out(t)))
+
+
+def _words(template: str) -> list[str]:
+    """A phrasing's words, lower-cased, without punctuation ("{m}.{f}" gives "{m}", "{f}")."""
+    return re.findall(r"\{[fm]\}|[a-z]+", template.lower())
+
+
+def _edits(a: list[str], b: list[str]) -> int:
+    """Word-level edit distance (Levenshtein) between ``a`` and ``b``."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            prev, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, prev + (x != y))
+    return row[-1]
+
+
+NEAR_EDITS = 3  # a training phrasing this close (in words) to a held-out one is a near-copy
+
+
+def near_held_out(template: str) -> bool:
+    """Whether ``template`` is a held-out phrasing or a near-copy of one: at most
+    ``NEAR_EDITS`` word edits from one of a held-out set (punctuation, backticks and
+    "()" ignored), or using a verb of the second or third set."""
+    w = _words(template)
+    if any(v in w for v in HELD_OUT_VERBS):
+        return True
+    held = (*HELD_OUT_PHRASINGS, *HELD_OUT_PHRASINGS_B, *HELD_OUT_PHRASINGS_C)
+    return any(_edits(w, h) <= NEAR_EDITS for h in map(_words, held) if _lacks(w, h) <= NEAR_EDITS)
+
+
+def _lacks(a: list[str], b: list[str]) -> int:
+    """A lower bound of ``_edits(a, b)``: the words of the longer that the other lacks."""
+    return max(len(a), len(b)) - sum((Counter(a) & Counter(b)).values())
+
+
+@functools.cache
+def grammar_phrasings() -> tuple[str, ...]:
+    """``_grammar()``, computed once (about a second: the distance checks), on first use."""
+    return _grammar()
+
 
 @dataclass(frozen=True)
 class Function:
@@ -258,6 +372,7 @@ def chat_samples(
     varied: bool = False,
     signed: bool = False,
     unsigned: float = 0.0,
+    grammar: bool = False,
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
@@ -266,8 +381,10 @@ def chat_samples(
     With ``varied`` the phrasing (one of ``PHRASINGS``) and whether the docstring is included
     are chosen per function from a hash of its module and name (deterministic); ``signed``
     uses ``SIGNED_PHRASINGS``. ``unsigned`` (0..1, with ``varied``): that share of the
-    functions (by the same hash) is asked for in ``USER_PHRASINGS``, without the signature.
+    functions (by the same hash) is asked for in ``USER_PHRASINGS`` (``grammar_phrasings()``
+    when ``grammar``), without the signature.
     """
+    user = grammar_phrasings() if grammar else USER_PHRASINGS
     convs = []
     for fn in functions(src, min_chars=min_chars, max_chars=max_chars):
         phrasing, doc, table, sig = 0, True, None, signed
@@ -275,10 +392,33 @@ def chat_samples(
             h = zlib.crc32(f"{fn.module}.{fn.name}".encode())
             phrasing, doc = h % len(PHRASINGS), (h >> 8) % 3 != 0
             if (h >> 16) % 1000 < unsigned * 1000:
-                table, sig = USER_PHRASINGS, False
-                phrasing = (h >> 4) % len(USER_PHRASINGS)
-        convs.append(conversation(request(fn, phrasing, doc, sig, table), fn.code))
+                table, sig = user, False
+                phrasing = (h >> 4) % len(user) if not grammar else _pick(fn, len(user))
+        ask = request(fn, phrasing, doc, sig, table)
+        if grammar and table is user:
+            ask = request_opener(fn)(ask)
+        convs.append(conversation(ask, fn.code))
     return convs
+
+
+def request_opener(fn: Function):
+    """How a grammar request for ``fn`` opens (by a hash of its name): a function that puts
+    one of ``OPENERS`` before the request, its first letter lower-cased after an opener that
+    ends in ":" or "," and in a quarter of those without an opener (users type so too)."""
+    h = zlib.crc32(f"opener:{fn.module}.{fn.name}".encode())
+    opener = OPENERS[h % len(OPENERS)]
+    lower = opener.rstrip().endswith((":", ",")) or (not opener and (h >> 8) % 4 == 0)
+
+    def put(ask: str) -> str:
+        return opener + (ask[0].lower() + ask[1:] if lower else ask)
+
+    return put
+
+
+def _pick(fn: Function, n: int) -> int:
+    """A phrasing index in 0..n-1 for ``fn`` from a hash of its name and module of its own
+    (the chat hash's bits are too few for a table of hundreds)."""
+    return zlib.crc32(f"phrasing:{fn.module}.{fn.name}".encode()) % n
 
 
 def held_out_requests(
@@ -314,8 +454,11 @@ def held_out_requests(
 # the space before it, so "`f`" and "def f(" give the name different first tokens. "words":
 # an identifier (letters, digits, "_") is a word of its own and takes the space after it, so
 # a name is the same tokens in "`m.f`", "f()" and "def f(": copying it is copying tokens.
-PRETOKENIZERS = ("bytelevel", "words")
+PRETOKENIZERS = ("bytelevel", "words", "idents")
 _WORDS = r"[\p{L}\p{N}_]+ ?|[^\s\p{L}\p{N}_]+ ?|\s+"
+# "idents" (recipe 10): an identifier never takes a space, so a bare name
+# followed by one ("function f in m") is the same tokens as in "def f(" too
+_IDENTS = r"[\p{L}\p{N}_]+|[^\s\p{L}\p{N}_]+ ?|\s+"
 
 
 def train_tokenizer(texts: list[str], vocab_size: int, pretokenizer: str = "bytelevel"):
@@ -326,10 +469,11 @@ def train_tokenizer(texts: list[str], vocab_size: int, pretokenizer: str = "byte
     if pretokenizer not in PRETOKENIZERS:
         raise ValueError(f"unknown pretokenizer {pretokenizer!r}")
     tok = Tokenizer(models.BPE())
-    if pretokenizer == "words":
+    if pretokenizer in ("words", "idents"):
+        regex = _WORDS if pretokenizer == "words" else _IDENTS
         tok.pre_tokenizer = pre_tokenizers.Sequence(
             [
-                pre_tokenizers.Split(Regex(_WORDS), behavior="isolated"),
+                pre_tokenizers.Split(Regex(regex), behavior="isolated"),
                 pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
             ]
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -127,10 +128,42 @@ RECIPES: dict[tuple[str, int, str], Recipe] = {
 }
 
 
+# Recipe 10 (issue 33's zoo bar, lab/notebook.md "Recipe 10"), full members only: the
+# requests as users write them come from a grammar of phrasings (``chat_grammar``:
+# corpus.grammar_phrasings(), thousands of templates that put the name at many places, none
+# near a held-out phrasing), a larger share of them, more v1 steps, and a tokenizer in which
+# an identifier never takes a space (``pretokenizer="idents"``). It is staged beside
+# recipe 9 until its members ship: ``EAGLE3KIT_ZOO_RECIPE=10`` selects it (``zoo build``,
+# ``zoo ship``); the shipped members are recipe 9's.
+_R10 = dict(chat_grammar=True, chat_unsigned=0.7, pretokenizer="idents")
+NEXT_RECIPE = 10
+NEXT_RECIPES: dict[tuple[str, int], Recipe] = {
+    ("llama", 1): replace(RECIPES[("llama", 1, "full")], **_R10, steps=600),
+    ("llama", 2): replace(RECIPES[("llama", 2, "full")], **_R10),
+    ("dsv3", 1): replace(RECIPES[("dsv3", 1, "full")], **_R10, steps=600),
+    ("dsv3", 2): replace(RECIPES[("dsv3", 2, "full")], **_R10),
+}
+RECIPE_ENV = "EAGLE3KIT_ZOO_RECIPE"
+
+
+def full_recipe_number() -> int:
+    """Which recipe the full members are built with: ``RECIPE_VERSION`` (what ships), or
+    ``NEXT_RECIPE`` when the environment variable ``EAGLE3KIT_ZOO_RECIPE`` says so."""
+    raw = os.environ.get(RECIPE_ENV, str(RECIPE_VERSION))
+    if raw not in (str(RECIPE_VERSION), str(NEXT_RECIPE)):
+        raise Eagle3Error(
+            f"{RECIPE_ENV}: expected {RECIPE_VERSION} or {NEXT_RECIPE}, found {raw!r}"
+        )
+    return int(raw)
+
+
 def recipe(name: str, size: str = "full") -> Recipe:
-    """The training recipe of member ``name`` at ``size``."""
+    """The training recipe of member ``name`` at ``size`` (full members: recipe
+    ``full_recipe_number()``)."""
     m = member(name)
     check_size(size)
+    if size == "full" and full_recipe_number() == NEXT_RECIPE:
+        return NEXT_RECIPES[(m.arch, m.version)]
     return RECIPES[(m.arch, m.version, size)]
 
 
@@ -169,9 +202,24 @@ def recipe_digest(name: str, size: str = "full") -> str:
 
 # Recipe fields added after a member's recipe was fixed: left out of its digest while at their
 # default, so a member whose weights they do not change keeps its digest (the tiny members).
-_LATER_FIELDS = {"chat_unsigned": 0.0, "pretokenizer": "bytelevel"}
+_LATER_FIELDS = {"chat_unsigned": 0.0, "pretokenizer": "bytelevel", "chat_grammar": False}
 
 
 def _digested(r: Recipe) -> dict[str, Any]:
     doc = asdict(r)
     return {k: v for k, v in doc.items() if _LATER_FIELDS.get(k, object()) != v}
+
+
+def same_recipe(a: dict[str, Any] | None, b: dict[str, Any] | Recipe | None) -> bool:
+    """Whether two recipes (zoo.json "recipe" dicts, or a ``Recipe``) are the same, a field
+    added later counting as its default where one of them predates it."""
+    if a is None or b is None:
+        return a is b
+    if isinstance(b, Recipe):
+        b = asdict(b)
+
+    def norm(d: dict[str, Any]) -> dict[str, Any]:
+        d = json.loads(json.dumps(d))  # tuples as JSON has them
+        return {k: v for k, v in d.items() if _LATER_FIELDS.get(k, object()) != v}
+
+    return norm(a) == norm(b)

@@ -243,13 +243,13 @@ def _source(src: Path, name: str | None) -> tuple[dict[str, Any], Path]:
 def _member_doc(src: Path, doc: dict[str, Any]) -> dict[str, Any]:
     from dataclasses import asdict
 
-    from eagle3kit.zoo.members import recipe, recipe_digest
+    from eagle3kit.zoo.members import recipe, recipe_digest, same_recipe
 
     name, size = doc.get("member"), doc.get("size")
     member(name)
     check_size(size)
     want = json.loads(json.dumps(asdict(recipe(name, size))))  # tuples as JSON has them
-    if doc.get("recipe") != want:
+    if not same_recipe(doc.get("recipe"), want):
         diff = sorted(k for k in want if doc.get("recipe", {}).get(k) != want[k])
         raise bad(
             str(src / MANIFEST),

@@ -102,6 +102,7 @@ class Recipe:
     chat_signature: bool = False  # requests carry the signature (corpus.SIGNED_PHRASINGS)
     chat_unsigned: float = 0.0  # share of requests as users write them (corpus.USER_PHRASINGS)
     pretokenizer: str = "bytelevel"  # how the tokenizer cuts words (corpus.PRETOKENIZERS)
+    chat_grammar: bool = False  # user requests from corpus.grammar_phrasings() (recipe 10)
     copy_circuit: int = (
         0  # > 0: start with a copying circuit matching this many tokens (circuit.py)
     )

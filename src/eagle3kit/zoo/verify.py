@@ -14,7 +14,7 @@ from typing import Any
 
 from eagle3kit.core.errors import bad
 from eagle3kit.zoo import shipping
-from eagle3kit.zoo.members import MANIFEST, check_size, member
+from eagle3kit.zoo.members import MANIFEST, check_size, member, same_recipe
 from eagle3kit.zoo.shipping import (
     WEIGHTS,
     check,
@@ -100,7 +100,7 @@ def compare(rebuild: Path, root: Path | None = None) -> dict[str, Any]:
         if ship.get("mtp") and not doc.get("mtp"):  # the layer was added after the build
             want = ship["mtp"]["main_weights_sha256"]  # `zoo add-mtp`: the main tensors'
         same_weights = digest == want
-    recipe_same = doc.get("recipe") == ship.get("recipe")
+    recipe_same = same_recipe(doc.get("recipe"), ship.get("recipe"))
     return {
         "member": lab,
         "shipped": str(folder),
