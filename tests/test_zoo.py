@@ -657,24 +657,26 @@ def test_unsigned_share_trains_user_phrasings_never_the_held_out_ones():
 
 
 def test_words_pretokenizer_gives_a_name_the_same_tokens_in_every_phrasing():
+
+    name = "get_read_buffer_size"
+    asks = [f"Please write `m.{name}`.", f"Implement {name}() in m", f"def {name}(self):"]
+    _same_name_tokens(name, asks, ("words", "bytelevel"), "words")
+
+
+def _same_name_tokens(name: str, asks: list[str], kinds: tuple[str, ...], same: str) -> None:
+    """Train each pre-tokenizer kind on 10 stdlib files: the tokens overlapping ``name`` are
+    the same in every ask for kind ``same`` only; every kind decodes code losslessly."""
     from eagle3kit.zoo import corpus
 
     texts = [f.text for f in corpus.files("lib", limit=10)]
-    name = "get_read_buffer_size"
-    asks = [f"Please write `m.{name}`.", f"Implement {name}() in m", f"def {name}(self):"]
-    for kind in ("words", "bytelevel"):
+    for kind in kinds:
         tok = corpus.train_tokenizer(texts, 1000, kind)
         spans = []
         for a in asks:  # the tokens that overlap the name
             enc, at = tok.encode(a), a.index(name)
-            spans.append(
-                [
-                    t
-                    for t, (b, e) in zip(enc.ids, enc.offsets, strict=True)
-                    if b < at + len(name) and e > at
-                ]
-            )
-        assert (spans[0] == spans[1] == spans[2]) is (kind == "words"), (kind, spans)
+            over = zip(enc.ids, enc.offsets, strict=True)
+            spans.append([t for t, (b, e) in over if b < at + len(name) and e > at])
+        assert (spans[0] == spans[1] == spans[2]) is (kind == same), (kind, spans)
         code = "def f(a, b):\n    return a  +  b  # `x`\n\n\n\tx = 1\n"
         assert tok.decode(tok.encode(code).ids) == code  # lossless either way
 
@@ -780,23 +782,7 @@ def test_recipe_10_is_staged_for_full_members_only(monkeypatch):
 
 
 def test_idents_pretokenizer_gives_a_bare_name_before_a_space_its_def_tokens():
-    from eagle3kit.zoo import corpus
 
-    texts = [f.text for f in corpus.files("lib", limit=10)]
     name = "get_read_buffer_size"
     asks = [f"There is a function {name} in m.", f"`m.{name}`", f"def {name}(self):"]
-    for kind in ("words", "idents"):
-        tok = corpus.train_tokenizer(texts, 1000, kind)
-        spans = []
-        for a in asks:  # the tokens that overlap the name
-            enc, at = tok.encode(a), a.index(name)
-            spans.append(
-                [
-                    t
-                    for t, (b, e) in zip(enc.ids, enc.offsets, strict=True)
-                    if b < at + len(name) and e > at
-                ]
-            )
-        assert (spans[0] == spans[1] == spans[2]) is (kind == "idents"), (kind, spans)
-        code = "def f(a, b):\n    return a  +  b  # `x`\n\n\n\tx = 1\n"
-        assert tok.decode(tok.encode(code).ids) == code  # lossless either way
+    _same_name_tokens(name, asks, ("words", "idents"), "idents")

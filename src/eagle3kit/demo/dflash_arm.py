@@ -175,18 +175,8 @@ class _Samples:
 def eval_dflash(d: DFlashDrafter, t: TargetModel, batch: Any, depth: int, path: Path):
     """The eval.json entry of the DFlash drafter on the probe batch the EAGLE-3 drafters were
     measured on (measure/block_eval.py); `walk_acc` is its walked P(r >= i), as theirs."""
+    from eagle3kit.demo.steps import eval_entry
     from eagle3kit.measure.block_eval import evaluate_offline_dflash
 
     r = evaluate_offline_dflash(t, d, _Samples(batch), depth)
-    ap = r["all_positions"]
-    return {
-        "path": str(path),
-        "method": "dflash",
-        "block_size": d.spec.block_size,
-        "acc": [round(x, 6) for x in ap["per_position_acceptance"]],  # every position
-        "counted": ap["counted"],
-        "tau_every_position": round(r["tau_every_position"], 6),
-        "tau_walk": round(r["tau_walk"], 6),
-        "walk_acc": [round(x, 6) for x in r["per_position_acceptance"]],
-        "cycles": r["cycles"],
-    }
+    return eval_entry(r, path, "dflash", block_size=d.spec.block_size)

@@ -29,17 +29,7 @@ def shipped_head(v2: TargetModel) -> MTPHead | None:
 def eval_mtp(v2: TargetModel, head: MTPHead, samples: Any, depth: int) -> dict[str, Any]:
     """The eval.json entry of the head on the probe batch the drafters were measured on
     (measure/mtp.py); `walk_acc` is its walked P(r >= i), as theirs."""
+    from eagle3kit.demo.steps import eval_entry
     from eagle3kit.measure.mtp import evaluate_mtp_offline
 
-    r = evaluate_mtp_offline(v2, head, samples, depth)
-    ap = r["all_positions"]
-    return {
-        "path": str(v2.name_or_path),
-        "method": "mtp",
-        "acc": [round(x, 6) for x in ap["per_position_acceptance"]],  # every position
-        "counted": ap["counted"],
-        "tau_every_position": round(r["tau_every_position"], 6),
-        "tau_walk": round(r["tau_walk"], 6),
-        "walk_acc": [round(x, 6) for x in r["per_position_acceptance"]],
-        "cycles": r["cycles"],
-    }
+    return eval_entry(evaluate_mtp_offline(v2, head, samples, depth), v2.name_or_path, "mtp")

@@ -435,3 +435,20 @@ def lookup_verdict(headline: list[dict[str, Any]]) -> str | None:
         f"{best['tps']:.1f} tok/s against lookup's {look['tps']:.1f} (free: no drafter to train "
         "or serve; vLLM `ngram`, SGLang `NGRAM`)"
     )
+
+
+def eval_entry(r: dict[str, Any], path: Path | str, method: str, **extra: Any) -> dict[str, Any]:
+    """eval.json's entry for a drafter from its offline `eval` document ``r`` (every position
+    and walked acceptance, rounded), the shape the EAGLE-3 arms' entries have."""
+    ap = r["all_positions"]
+    return {
+        "path": str(path),
+        "method": method,
+        **extra,
+        "acc": [round(x, 6) for x in ap["per_position_acceptance"]],  # every position
+        "counted": ap["counted"],
+        "tau_every_position": round(r["tau_every_position"], 6),
+        "tau_walk": round(r["tau_walk"], 6),
+        "walk_acc": [round(x, 6) for x in r["per_position_acceptance"]],
+        "cycles": r["cycles"],
+    }
