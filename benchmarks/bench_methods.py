@@ -241,10 +241,15 @@ def run(a) -> dict:
     if not a.no_live:
         doc["live"] = _live(tm, d, A, B, a, a.out, mp_in)
     live = doc.get("live", {})
-    rows = doc["inprocess"]["rows"] + live.get("rows", [])
-    rows += live.get("from_costs", {}).get("rows", [])
-    doc["max_abs_error"] = max(abs(r["error"]) for r in rows)
-    doc["within_10pct"] = doc["max_abs_error"] <= 0.10
+    checks = {"inprocess": doc["inprocess"]["rows"], "live": live.get("rows", []),
+              "live_from_inprocess_costs": live.get("from_costs", {}).get("rows", [])}  # fmt: skip
+    doc["max_abs_error"] = {k: max((abs(r["error"]) for r in v), default=None)
+                            for k, v in checks.items()}  # fmt: skip
+    # issue 36's goal: the plan made in-process checked in-process, and the plan made from a
+    # live run checked on the same servers; in-process costs priced against a server are a
+    # cross-check reported beside it (HTTP and scheduling are not in an in-process cost)
+    goal = [e for k, e in doc["max_abs_error"].items() if k != "live_from_inprocess_costs"]
+    doc["within_10pct"] = all(e is None or e <= 0.10 for e in goal)
     return doc
 
 
@@ -275,7 +280,9 @@ def report(doc: dict) -> None:
                 f"  winner at concurrency {c['concurrency']}: {c['winner']} "
                 f"(k = {c['winner_depth']})"
             )
-    print(f"max |error| {100 * doc['max_abs_error']:.1f}%; within 10%: {doc['within_10pct']}")
+    errs = doc["max_abs_error"].items()
+    errs = ", ".join(f"{k} {100 * e:.1f}%" for k, e in errs if e is not None)
+    print(f"max |error|: {errs}; in-process and live within 10%: {doc['within_10pct']}")
 
 
 def main() -> None:
