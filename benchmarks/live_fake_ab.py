@@ -7,8 +7,10 @@ Starts the tests' fake engine twice on 127.0.0.1 (tests/fake_engine.py: a zoo ta
 real speculative decoding; a plain one as the baseline) with a drafter trained briefly on
 the target's own greedy text (tests/decode_helpers.py). Run A is `bench --url ...
 --baseline-url ...` on prompt set A; `plan --from` run A's JSON predicts the speculative
-decode rate (tau / cycle at the measured depth); run B is the same command on prompt set B
-(other prompts). Prints and writes both runs' tau and decode tok/s, the prediction and its
+decode rate (tau / cycle at the measured depth), checked on run B's pooled decode rate (all
+decoded tokens / their time: what a cycle model of mean costs predicts); run B is the same
+command on prompt set B (other prompts). Both runs' distinct answers and distinct-4 are kept
+(the canned-output check). Prints and writes both runs' tau and decode tok/s, the prediction and its
 error, for the decode rate and for the speedup over the interleaved plain deployment (on a
 shared machine the absolute rate drifts between runs; the interleaved ratio does not). The
 fake serves one request at a time on CPU: this checks the bookkeeping end to end, not an
@@ -86,16 +88,17 @@ def main() -> None:
     )
     pred = res.throughput_tps
     la, lb = _level(a), _level(second)
-    got = lb["decode_tokens_per_s"]["median"]
+    got = lb["decode_tokens_per_s_pooled"]  # what the cycle model predicts: mean cycle costs
+
+    def run(lv: dict) -> dict:
+        keep = ("decode_tokens_per_s", "decode_tokens_per_s_pooled", "distinct_answers",
+                "answers", "distinct4")  # fmt: skip
+        return {"tau_online": lv["acceptance"]["tau_online"], **{k: lv.get(k) for k in keep}}
+
     out = {
-        "run_a": {
-            "tau_online": la["acceptance"]["tau_online"],
-            "decode_tokens_per_s": la["decode_tokens_per_s"],
-        },
-        "run_b": {
-            "tau_online": lb["acceptance"]["tau_online"],
-            "decode_tokens_per_s": lb["decode_tokens_per_s"],
-        },
+        "member": f"{args.member} ({args.size})",
+        "run_a": run(la),
+        "run_b": run(lb),
         "plan_from_run_a_tps": pred,
         "run_b_measured_tps": got,
         "prediction_error": pred / got - 1,
