@@ -1,7 +1,7 @@
 """Does `plan --from bench.json` predict a second live run? Measured against the test fakes.
 
     python benchmarks/live_fake_ab.py [--engine vllm] [--member llama-v1] [--size tiny]
-        [--max-tokens 48] [--repeats 3] [--json benchmarks/results/live-fake-ab.json]
+        [--max-tokens 48] [--repeats 3] [--json benchmarks/results/live-fake-ab-full.json]
 
 Starts the tests' fake engine twice on 127.0.0.1 (tests/fake_engine.py: a zoo target with
 real speculative decoding; a plain one as the baseline) with a drafter trained briefly on
