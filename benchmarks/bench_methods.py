@@ -76,8 +76,11 @@ def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
     # machine's speed hits both halves alike; runs are split back by the prompt's half
     mixed = [p for pair in zip(A, B, strict=True) for p in pair]
     runs = T.time_methods(runners, mixed, a.repeats, label="bench")
-    ra = [_renumber(x) for x in runs if x.prompt % 2 == 0]
-    rb = [_renumber(x) for x in runs if x.prompt % 2 == 1]
+    # split first, renumber after: renumbering in place while filtering on the same field put
+    # half of A's runs into B (a bug until this fix; on canned answers it did not show)
+    ra = [x for x in runs if x.prompt % 2 == 0]
+    rb = [x for x in runs if x.prompt % 2 == 1]
+    ra, rb = [_renumber(x) for x in ra], [_renumber(x) for x in rb]
     doc_a = MB._summarise(ra, list(NAMES), A, a.repeats, cfg)
     doc_a["costs"] = MB._costs(tm, d, A, ra, doc_a, (1, a.level))
     file_a = out_dir / "plan-methods-inprocess-A.json"  # what `bench --json` would write
