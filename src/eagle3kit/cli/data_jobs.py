@@ -154,23 +154,11 @@ def regenerate_cmd(
         here = TargetHere(target, device, dtype, trust_remote_code)
         local = _local_generator(here, max_tokens, temperature, top_p, seed, kwargs)
     with bar(not json_) as progress:
-        res = regenerate(
-            input,
-            output,
-            generate=local,
-            servers=server,
-            model=model,
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=top_p,
-            seed=seed,
-            concurrency=concurrency,
-            retries=retries,
-            timeout=timeout,
-            template_kwargs=kwargs,
-            truncated=truncated,
-            progress=progress,
-        )
+        res = regenerate(input, output, generate=local, servers=server, model=model,
+                         max_tokens=max_tokens, temperature=temperature, top_p=top_p, seed=seed,
+                         concurrency=concurrency, retries=retries, timeout=timeout,
+                         template_kwargs=kwargs, truncated=truncated,
+                         progress=progress)  # fmt: skip
     _warn_cut(res)
     if json_:
         emit_json(res.to_json())

@@ -350,23 +350,11 @@ def bench_(
     if url:
         from eagle3kit.cli import live
 
-        return live.run(
-            live.LiveOptions(
-                urls=url,
-                baseline_url=baseline_url,
-                suite=suite,
-                data=data,
-                prompts=prompts,
-                max_new_tokens=max_new_tokens,
-                repeats=repeats,
-                endpoint=endpoint,
-                timeout=timeout,
-                json_=json_,
-                temperature=temperature,
-                concurrency=concurrency,
-                depth=drafter_depth,
-            )
-        )
+        return live.run(live.LiveOptions(
+            urls=url, baseline_url=baseline_url, suite=suite, data=data, prompts=prompts,
+            max_new_tokens=max_new_tokens, repeats=repeats, endpoint=endpoint, timeout=timeout,
+            json_=json_, temperature=temperature, concurrency=concurrency,
+            depth=drafter_depth))  # fmt: skip
     if target is None:
         raise typer.BadParameter("expected --target (in-process) or --url (live servers)")
     from eagle3kit.cli._progress import bar

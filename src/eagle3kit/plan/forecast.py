@@ -334,6 +334,15 @@ def request_tps(new_tokens: float, prefill_ms: float, tau: float, cycle_ms: floa
     return RequestResult(n, p, 1000.0 * n / (p + (n - 1) / tau * cycle_ms))
 
 
+def _method_cycle(cycle: CycleModel, method: str | None) -> CycleModel:
+    """The cycle with the method's drafting cost: k, one or no drafter passes per cycle."""
+    if method is None:
+        return cycle
+    from eagle3kit.plan.methods import method as method_row
+
+    return replace(cycle, passes=method_row(method).passes)
+
+
 def plan(
     *,
     baseline_tps: float | None = None,
@@ -362,11 +371,7 @@ def plan(
     """
     _check_request(new_tokens, prefill_ms)
     base = make_baseline(baseline_tps, decode_ms)
-    cycle = make_cycle(cycle_ms, draft_ms, verify_ms, verify_fit)
-    if method is not None:  # the method's drafting cost: k, one or no drafter passes per cycle
-        from eagle3kit.plan.methods import method as method_row
-
-        cycle = replace(cycle, passes=method_row(method).passes)
+    cycle = _method_cycle(make_cycle(cycle_ms, draft_ms, verify_ms, verify_fit), method)
     acc = make_acceptance(acceptance, per_position, tau)
     k, kmax = _depths(acc, cycle, depth, max_depth)
 
@@ -378,8 +383,6 @@ def plan(
     tau_be = base * cycle_s
     depths = _depth_points(cycle, acc, k, kmax)
     best = max(depths, key=lambda d: d.tps) if depths else None  # first max: shallowest
-    targets = [_target(t, base, cycle_s, k, depths) for t in target_tps]
-
     return PlanResult(
         baseline_tps=base,
         cycle=cycle,
@@ -397,7 +400,7 @@ def plan(
         best_depth_tps=best.tps if best else None,
         best_depth_tau=best.tau if best else None,
         max_depth=kmax,
-        targets=tuple(targets),
+        targets=tuple(_target(t, base, cycle_s, k, depths) for t in target_tps),
         depths=tuple(depths),
         method=method,
         request=None if new_tokens is None else request_tps(new_tokens, prefill_ms, tau, cyc_ms),
