@@ -82,20 +82,15 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
         "the package)"
     )
     p1, p2, v2, k2, kd, v2_data = _zoo_step(out, size, r, say, progress)
-    paths = {"v1": str(p1), "v2": str(p2), "k2_drafter": str(k2), "k2_dflash": str(kd)}
-    paths["v2_data"] = str(v2_data)
-    steps.append({"step": "zoo", "result": paths})
+    steps.append({"step": "zoo", "result": _paths(p1=p1, p2=p2, k2=k2, kd=kd, data=v2_data)})
     prompts = held_out_prompts(v2_data, r.bench_prompts)
 
     step(f"bench: plain vs speculative decoding on {PAIR[1]} with the stale K2 drafter")
     stale = bench_step(
         out, v2, k2, prompts, r, say, progress, ("stale K2 drafter", "stale", None), lookup=True
     )
-    headline = [
-        baseline_row(stale),
-        lookup_row(stale, "bench-stale.json"),
-        headline_row("stale K2 drafter", stale, "bench-stale.json"),
-    ]
+    headline = [baseline_row(stale), lookup_row(stale, "bench-stale.json"),
+                headline_row("stale K2 drafter", stale, "bench-stale.json")]  # fmt: skip
     steps.append({"step": "bench stale", "result": stale})
 
     step("plan: what does the measured cycle need?")
@@ -124,6 +119,12 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
     steps.append({"step": "report", "result": {"headline": headline, **report}})
     what_next(out, k2, p2, v2, prompts, say)
     return _summary(out, size, steps, headline, report, t0)
+
+
+def _paths(p1, p2, k2, kd, data) -> dict[str, str]:
+    """story.json's record of the zoo step: where the pair, the K2 drafters and the data are."""
+    return {"v1": str(p1), "v2": str(p2), "k2_drafter": str(k2), "k2_dflash": str(kd),
+            "v2_data": str(data)}  # fmt: skip
 
 
 def _zoo_step(out: Path, size: str, r: Recipe, say: Say, progress):

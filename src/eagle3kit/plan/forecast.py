@@ -375,13 +375,19 @@ def plan(
     acc = make_acceptance(acceptance, per_position, tau)
     k, kmax = _depths(acc, cycle, depth, max_depth)
 
-    # tau, throughput = tau / cycle_s, and the break-even accept length baseline_tps * cycle_s
+    depths = _depth_points(cycle, acc, k, kmax)
+    req = (new_tokens, prefill_ms)
+    return _result(base, cycle, acc, k, kmax, depths, target_tps, method, req)
+
+
+def _result(base, cycle, acc, k, kmax, depths, target_tps, method, req) -> PlanResult:
+    """tau, throughput = tau / cycle_s, and the break-even accept length baseline * cycle_s at
+    depth k; the best of ``depths`` and the targets; one request's tok/s where ``req`` is
+    (new_tokens, prefill_ms) with both given."""
     cyc_ms = cycle.ms(k)
     cycle_s = cyc_ms / 1000.0
     tau = acc.accept_len(k, k)
-    tps = tau / cycle_s
     tau_be = base * cycle_s
-    depths = _depth_points(cycle, acc, k, kmax)
     best = max(depths, key=lambda d: d.tps) if depths else None  # first max: shallowest
     return PlanResult(
         baseline_tps=base,
@@ -391,7 +397,7 @@ def plan(
         tau=tau,
         per_step_acceptance=acc.const_rate(k),
         per_position_acceptance=acc.per_position[:k] if acc.per_position else None,
-        throughput_tps=tps,
+        throughput_tps=tau / cycle_s,
         break_even_tau=tau_be,
         break_even_per_step_acceptance_at_depth=rate_for_accept_len(tau_be, k),
         break_even_per_step_acceptance=rate_for_accept_len(tau_be, math.inf),  # type: ignore[arg-type]
@@ -403,7 +409,7 @@ def plan(
         targets=tuple(_target(t, base, cycle_s, k, depths) for t in target_tps),
         depths=tuple(depths),
         method=method,
-        request=None if new_tokens is None else request_tps(new_tokens, prefill_ms, tau, cyc_ms),
+        request=None if req[0] is None else request_tps(req[0], req[1], tau, cyc_ms),
     )
 
 
