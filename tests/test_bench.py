@@ -184,3 +184,42 @@ def test_training_data_still_needs_an_answer(pair, tmp_path):
     f = _write_jsonl(tmp_path / "prompts.jsonl", PROMPT_ROWS[:3])
     with pytest.raises(Eagle3Error, match="at least one sample with an assistant turn"):
         load_eval_data(f, tok)
+
+
+def _bench_costs(cli, path, *extra):
+    args = ["--prompts", "1", "--repeats", "1", "--max-new-tokens", "8", "--depth", "2"]
+    r = cli("bench", "--target", path, *extra, *args, "--concurrency", "1,2", "--json")
+    assert r.code == 0, r.err
+    return json.loads(r.out)
+
+
+@pytest.mark.parametrize(
+    "method, passes",
+    [("mtp", 2), pytest.param("dflash", 1, marks=pytest.mark.slow)],
+)
+def test_costs_of_other_drafters(cli, pair, tmp_path, method, passes):
+    """An MTP head (the tiny member's own) or a DFlash drafter (the shipped tiny K2 one) under
+    `bench --concurrency`: its pass is keyed by its method at every level (plan --methods
+    prices it: a crash, then a key `eagle3` no MTP or DFlash candidate reads, before), and a
+    cycle is that many passes (MTP: one per draft; DFlash: one block) plus the verify."""
+    from eagle3kit.zoo.shipping import shipped
+
+    path, _ = pair
+    dflash = ("--drafter", str(shipped("k2-dflash-tiny")))
+    extra = ("--method", "mtp") if method == "mtp" else dflash
+    doc = _bench_costs(cli, path, *extra)
+    levels = doc["costs"]["levels"]
+    assert [set(lv["pass_ms"]) for lv in levels] == [{method}, {method}]
+    assert all(lv["pass_ms"][method] > 0 for lv in levels)
+    chain = next(m for m in doc["methods"] if m["name"] == "chain")
+    assert (chain["method"], chain["label"]) == (method, method)
+    lv1 = levels[0]
+    # a cycle's drafting time is `passes` passes (the row's draft_ms: its own mean per cycle)
+    assert passes * lv1["pass_ms"][method] == pytest.approx(chain["draft_ms"], rel=1e-6)
+    out = tmp_path / "bench.json"
+    out.write_text(json.dumps(doc))
+    r = cli("plan", "--methods", f"{method},ngram", "--costs", out, "--accept", out, "--json")
+    assert r.code in (0, 1), r.err
+    plan = json.loads(r.out)
+    for lv in plan["levels"]:
+        assert method in {m["label"] for m in lv["methods"]}

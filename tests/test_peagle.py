@@ -277,3 +277,12 @@ def test_multi_layer_peagle_is_read_but_not_run(tmp_path):
         load_drafter(str(tmp_path / "p"))
     write_peagle(tmp_path / "one", tiny_peagle_spec(layers=1))
     assert load_drafter(str(tmp_path / "one")).drafter.parallel
+
+
+def test_bench_costs_above_level_one_refused_before_timing(target):
+    """bench's costs at a level above 1 need a drafter pass at that batch, which a P-EAGLE
+    drafter's parallel slots do not run here: refused in one line before any timing."""
+    from eagle3kit.measure.bench import bench
+
+    with pytest.raises(Eagle3Error, match=r"--concurrency: expected 1 .*P-EAGLE.*found 1,2"):
+        bench(target, random_peagle(target), [[1, 2, 3]], repeats=1, levels=(1, 2))

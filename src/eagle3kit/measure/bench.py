@@ -196,6 +196,10 @@ def bench(
         raise Eagle3Error(f"bench: unknown methods {unknown}, expected some of {list(METHODS)}")
     if drafter is None and {"chain", "tree"} & set(names):
         raise Eagle3Error("bench: the chain and tree methods need --drafter")
+    if drafter is not None:
+        from eagle3kit.measure.costs import check_levels
+
+        check_levels(drafter, levels)
     cfg = {
         "max_new_tokens": max_new_tokens,
         "depth": depth,
@@ -211,8 +215,9 @@ def bench(
 
         doc["method"] = drafter_method(drafter)
         for row in doc["methods"]:
-            if row["name"] in ("chain", "tree"):
+            if row["name"] in ("chain", "tree"):  # the label keys the loop's overhead cost
                 row["method"] = doc["method"]
+                row["label"] = doc["method"] + (" (tree)" if row["name"] == "tree" else "")
     if levels:
         doc["costs"] = _costs(target, drafter, prompts, runs, doc, levels)
     return doc

@@ -4,14 +4,18 @@ Level 1 is read off the bench's own decoding loops (measure/bench.py), over ever
 run, so the costs saw the same machine as the tok/s beside them:
 - plain_ms: plain decoding's mean step; verify_ms[n]: the mean verify forward of the cycles
   that sent n tokens (plain steps n = 1, prompt lookup's cycles 1 + its drafts, the chain's
-  k + 1); pass_ms[eagle3]: the chain's mean drafting time per cycle / k;
+  k + 1); pass_ms[method]: the chain's mean drafting time per cycle / the method's passes per
+  cycle (k for EAGLE-3 and MTP, one for a DFlash block or P-EAGLE's parallel pass), keyed
+  by the drafter's method (train/methods.py `drafter_method`);
 - overhead_ms[label]: each loop's mean cycle minus the passes and verify the model composes it
   of (bookkeeping, the lookup's string match, a tree's mask).
 Higher levels c (c sequences decoding together, one batch) scale level 1 by isolated forwards
 at batch c over batch 1, on a prompt of the bench held c times: one target forward of n new
-tokens per sequence ([c, n], n = 1 for the plain step) and one drafter step ([c, 1]) over its
-cache, each the median of `repeats` calls (the n's interleaved) after a warm-up, the caches
-cropped back to the prompt after every call. The overhead is kept at level 1's.
+tokens per sequence ([c, n], n = 1 for the plain step) and one drafter pass over its cache
+(EAGLE-3: one step [c, 1]; an MTP head: one step [c, 1] on the target's final hidden state;
+DFlash: one block [c, 1 + K] after the prompt's context), each the median of `repeats` calls
+(the n's interleaved) after a warm-up, the caches cropped back to the prompt after every call.
+The overhead is kept at level 1's. A P-EAGLE drafter's costs are measured at level 1 only.
 """
 
 from __future__ import annotations
@@ -85,9 +89,39 @@ def level_costs(
             "pass_ms": {},
         }
         if drafter is not None:
-            doc["pass_ms"]["eagle3"] = _drafter_pass_ms(drafter, ids, out.aux, repeats, sync)
+            method, ms = _drafter_pass(target, drafter, ids, out.aux, repeats, sync)
+            doc["pass_ms"][method] = ms
     target.reset()
     return doc
+
+
+def _drafter_pass(target, drafter, ids, aux, repeats: int, sync) -> tuple[str, float]:
+    """(the drafter's method, the ms of one of its passes at batch ids.shape[0])."""
+    from eagle3kit.train.methods import drafter_method
+
+    method = drafter_method(drafter)
+    if method == "mtp":
+        return method, _mtp_pass_ms(target, drafter, ids, repeats, sync)
+    if method == "dflash":
+        return method, _dflash_pass_ms(drafter, ids, aux, repeats, sync)
+    return method, _drafter_pass_ms(drafter, ids, aux, repeats, sync)
+
+
+def check_levels(drafter, levels: Sequence[int]) -> None:
+    """Refuse, before any timing, the levels whose drafter pass cannot be measured here."""
+    from eagle3kit.core.errors import Eagle3Error
+
+    if getattr(drafter, "parallel", False) and any(c > 1 for c in levels):
+        raise Eagle3Error(
+            f"--concurrency: expected 1 with a P-EAGLE drafter (its parallel pass runs at "
+            f"batch 1 here), found {','.join(map(str, levels))}; for higher levels use "
+            "plan --live with a served drafter"
+        )
+
+
+def _like(module, x: torch.Tensor) -> torch.Tensor:
+    p = next(module.parameters())
+    return x.to(device=p.device, dtype=p.dtype)
 
 
 def _drafter_pass_ms(drafter, ids: torch.Tensor, aux: torch.Tensor, repeats: int, sync) -> float:
@@ -95,8 +129,7 @@ def _drafter_pass_ms(drafter, ids: torch.Tensor, aux: torch.Tensor, repeats: int
     from eagle3kit.model.attention import DraftCache
 
     cache = DraftCache()
-    aux = aux.to(device=next(drafter.parameters()).device, dtype=next(drafter.parameters()).dtype)
-    first = drafter(ids, aux, cache)  # the prompt into the drafter's cache
+    first = drafter(ids, _like(drafter, aux), cache)  # the prompt into the drafter's cache
     p = cache.length
     h = first.hidden[:, -1:]  # [c, 1, H]
     tok = ids[:, -1:]
@@ -104,6 +137,56 @@ def _drafter_pass_ms(drafter, ids: torch.Tensor, aux: torch.Tensor, repeats: int
     def run() -> None:
         drafter(tok, h, cache, from_aux=False)
         cache.crop(p)
+
+    return _median_ms(run, repeats, sync)
+
+
+def _mtp_pass_ms(target, head, ids: torch.Tensor, repeats: int, sync) -> float:
+    """One MTP head step [c, 1] over its cache of the prompt, on the target's final hidden
+    state (decode/mtp.py: what the head reads; steps 2..k reuse its own output hidden)."""
+    from eagle3kit.decode.mtp import FinalHidden
+    from eagle3kit.model.mtp import MTPCache
+
+    feats = FinalHidden(target)
+    try:
+        target.reset()
+        hidden = feats.prefill(ids).aux  # [c, P, H]
+    finally:
+        feats.close()
+    cache = MTPCache()
+    first = head(ids[:, 1:], _like(head, hidden[:, :-1]), cache)  # pairs (h_t, x_{t+1})
+    p = cache.length
+    h, tok = first.hidden[:, -1:], ids[:, -1:]
+
+    def run() -> None:
+        head(tok, h, cache)
+        cache.crop(p)
+
+    return _median_ms(run, repeats, sync)
+
+
+def _dflash_pass_ms(drafter, ids: torch.Tensor, aux: torch.Tensor, repeats: int, sync) -> float:
+    """One DFlash block pass [c, 1 + K] as decode/block.py drafts in steady state: the prompt's
+    context but its last NEW positions in the drafter's cache, those NEW (about one cycle's
+    accepted tokens) as the pass's new context, the cache cropped back after every call."""
+    from eagle3kit.model.dflash import DFlashCache
+
+    c, p = ids.shape
+    k, new = drafter.spec.num_proposals, min(2, p - 1)
+    block = torch.full((c, 1 + k), drafter.spec.mask_token_id, device=ids.device)
+    block[:, 0] = ids[:, -1]
+    ctx = _like(drafter, aux)
+    cache = DFlashCache(drafter.spec.num_hidden_layers)
+
+    def pos(a: int, b: int) -> torch.Tensor:
+        return torch.arange(a, b, device=ids.device).expand(c, -1)
+
+    drafter(block, ctx[:, : p - new], pos(0, p - new + 1 + k), cache)  # the earlier context
+    cache.crop(p - new)
+
+    def run() -> None:
+        drafter(block, ctx[:, p - new :], pos(p - new, p + 1 + k), cache)
+        cache.crop(p - new)
 
     return _median_ms(run, repeats, sync)
 
@@ -133,11 +216,20 @@ def loop_costs(runs, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
         "verify_ms": {str(n): ms for n, ms in verify.items()},
         "pass_ms": {},
     }
-    depth = next((r["depth"] for r in rows if r.get("name") == "chain"), None)
-    if chain and depth:
-        doc["pass_ms"]["eagle3"] = 1e3 * statistics.fmean(c.draft_s for c in chain) / depth
+    row = next((r for r in rows if r.get("name") == "chain"), None)
+    if chain and row and row.get("depth"):
+        per_cycle = 1e3 * statistics.fmean(c.draft_s for c in chain)
+        method = row.get("method", "eagle3")
+        doc["pass_ms"][method] = per_cycle / _passes(method, row["depth"])
     doc["overhead_ms"] = _overhead(runs, rows, doc)
     return doc
+
+
+def _passes(method: str, depth: int, tree: bool = False) -> int:
+    """Drafter passes per cycle (plan/methods.py's table; a tree: one per level)."""
+    from eagle3kit.plan.methods import METHODS
+
+    return depth if tree else METHODS[method].draft_passes(depth)
 
 
 def _overhead(runs, rows, level1: dict[str, Any]) -> dict[str, float]:
@@ -154,8 +246,9 @@ def _overhead(runs, rows, level1: dict[str, Any]) -> dict[str, float]:
     for r in rows:
         if "cycle_ms" not in r or r.get("name") not in ("lookup", "chain", "tree"):
             continue
-        passes = 0 if r["name"] == "lookup" else r["depth"]
-        model = passes * lv.pass_ms.get("eagle3", 0.0) + lv.verify(1 + r["drafted_per_cycle"])
+        method = r.get("method", "eagle3")
+        passes = 0 if r["name"] == "lookup" else _passes(method, r["depth"], r["name"] == "tree")
+        model = passes * lv.pass_ms.get(method, 0.0) + lv.verify(1 + r["drafted_per_cycle"])
         out[r["label"]] = r["cycle_ms"] - model
     return out
 
