@@ -5,9 +5,13 @@ method, in-process at concurrency 1 and against the live fakes at 1 and a higher
         [--max-new 48] [--repeats 2] [--level 4] [--json benchmarks/results/plan-methods.json]
 
 Chat requests of the zoo's held-out files (measure/bench.py `default_prompts`) are split in two
-disjoint halves, alternating, A (the plan is made from it) and B (the check). The drafter is
-trained briefly on the target's own greedy text (tests/decode_helpers.py), as
-benchmarks/live_fake_ab.py does.
+disjoint halves, alternating, A (the plan is made from it) and B (the check). The EAGLE-3
+drafter is trained briefly on the target's own greedy text (tests/decode_helpers.py), as
+benchmarks/live_fake_ab.py does. Where the member has them, two more drafters run beside it:
+its own MTP head (`mtp`, a chain of `--depth`) and, on dsv3-v1, the shipped K2 DFlash drafter
+trained on it (`dflash`, its block's K): in-process as `bench --method mtp` / `bench --drafter
+DFLASH` measure them (their pass cost keyed by method), live as fake vLLM servers of that
+method, one request at a time.
 
 In-process: every method (plain, prompt lookup `ngram`, EAGLE-3 chain and tree) decodes A and B
 in one timing harness (measure/timing.py: rotated order), the prompts of A and B alternating, so
@@ -23,7 +27,8 @@ it when the machine's speed varies between repeats (two repeats at 16 and 70 tok
 Live: the tests' fake vLLM servers (tests/fake_engine.py, dev mode so they say their method):
 plain decoding and prompt lookup in a running batch (tests/fake_batching.py: every step one
 target forward over all active requests, so the per-request rate falls and the throughput
-grows with load), EAGLE-3 one request at a time (its drafter has one cache per sequence here).
+grows with load), the drafter servers (EAGLE-3, MTP, DFlash) one request at a time (a drafter
+has one cache per sequence here).
 One `bench --url` run has A and B as two suites at levels 1 and L (interleaved block by block,
 live/bench.py). Two predictions of suite B's pooled decode tok/s (all decoded tokens / all
 decode time, the rate the cycle model prices):
@@ -32,7 +37,7 @@ decode time, the rate the cycle model prices):
   error is the A/B difference of the measurement itself;
 - `plan --methods` on the in-process costs of half A (levels 1 and L: isolated batched forwards
   at L) and its acceptance: the cycle model proper, for the batched servers at both levels and
-  for EAGLE-3 at level 1.
+  for the drafter servers at level 1.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ def _renumber(x):
     return x
 
 
-def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
+def _inprocess(tm, d, ext, A, B, a, out_dir: Path) -> dict:
     from eagle3kit.decode import TreeShape
     from eagle3kit.measure import bench as MB
     from eagle3kit.measure import timing as T
@@ -70,6 +75,8 @@ def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
         "lookup": a.lookup,
     }
     runners = MB._runners(NAMES, tm, d, cfg)
+    for x, (t, dr, k) in ext.items():
+        runners[x] = T.spec_runner(t, dr, a.max_new, tm.tokenizer.eos_token_id, k, None)
     for r in runners.values():  # warm-up, discarded
         r(A[0])
     # A and B alternate in the harness's order (A0, B0, A1, B1, ...), so drift in the
@@ -83,21 +90,25 @@ def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
     ra, rb = [_renumber(x) for x in ra], [_renumber(x) for x in rb]
     doc_a = MB._summarise(ra, list(NAMES), A, a.repeats, cfg)
     doc_a["costs"] = MB._costs(tm, d, A, ra, doc_a, (1, a.level))
+    for x, (t, dr, k) in ext.items():
+        _add_extra(doc_a, x, t, dr, k, ra, A, a, cfg)
     file_a = out_dir / "plan-methods-inprocess-A.json"  # what `bench --json` would write
     file_a.write_text(json.dumps(doc_a, indent=1))
     doc_b = MB._summarise(rb, list(NAMES), B, a.repeats, cfg)
     levels, prefill, new = read_costs(file_a)
     mp = plan_methods(read_candidates(file_a), levels, new_tokens=new, prefill_ms=prefill)
     depth = {"plain": 0, "ngram": a.lookup, "eagle3": a.depth, "eagle3 (tree)": 4}
+    depth |= {x: k for x, (_, _, k) in ext.items()}
+    checked = [(m.get("label", "plain"), m["name"], m) for m in doc_b["methods"]]
+    checked += [(x, x, _extra_row(rb, x, B, a, cfg, k)) for x, (_, _, k) in ext.items()]
     rows = []
-    for m in doc_b["methods"]:
-        label = m.get("label", "plain")
+    for label, name, m in checked:
         pred = next(
             p
             for p in mp.rows + mp.best[1]
             if p.concurrency == 1 and p.label == label and p.depth == depth[label]
         )
-        mine = T.of(rb, m["name"])  # pooled: all B's tokens / all their seconds (see below)
+        mine = T.of(rb, name)  # pooled: all B's tokens / all their seconds (see below)
         meas = sum(len(x.tokens) for x in mine) / sum(x.s for x in mine)
         rows.append(
             {
@@ -111,6 +122,7 @@ def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
                 "tau_A": pred.tau,
                 "tau_B": m.get("tau_online", 1.0),  # plain decoding's row has none: 1
                 "error": meas / pred.request_tps - 1,
+                "same_tokens_as_greedy": m.get("same_tokens_as_greedy", True),
             }
         )
     return mp, {
@@ -118,8 +130,60 @@ def _inprocess(tm, d, A, B, a, out_dir: Path) -> dict:
         "rows": rows,
         "plan": mp.to_json(),
         "target_diversity_B": doc_b["target_diversity"],
-        "lossless_B": all(m.get("same_tokens_as_greedy", True) for m in doc_b["methods"]),
+        "lossless_B": all(r["same_tokens_as_greedy"] for r in rows),
     }
+
+
+def _extras(tm, a) -> dict:
+    """The drafters besides the trained EAGLE-3 one that the member has, {method: (target,
+    drafter, k)}: its own MTP head (chain of `--depth`), and on dsv3-v1 the shipped K2 DFlash
+    drafter trained on it (its block's K; a TargetModel capturing its layers)."""
+    from eagle3kit.model.mtp import load_mtp_head, mtp_count
+
+    out = {}
+    if mtp_count(tm.config) > 0:
+        out["mtp"] = (tm, load_mtp_head(tm), a.depth)
+    if a.member == "dsv3-v1":
+        from eagle3kit.demo.dflash_arm import load_dflash
+        from eagle3kit.zoo.shipping import shipped
+
+        kd, t = load_dflash(shipped("k2-dflash" + ("" if a.size == "full" else f"-{a.size}")), tm)
+        out["dflash"] = (t, kd, kd.spec.num_proposals)
+    return out
+
+
+def _extra_row(runs, x: str, prompts, a, cfg, k: int) -> dict:
+    """The bench row of method `x`'s runs, summarised as `bench` does a chain (its method and
+    label `x`)."""
+    from dataclasses import replace
+
+    from eagle3kit.measure import bench as MB
+
+    sub = [replace(r, method="chain") for r in runs if r.method == x]
+    sub += [r for r in runs if r.method == "greedy"]
+    row = MB._summarise(sub, ["greedy", "chain"], prompts, a.repeats, {**cfg, "depth": k})
+    row = row["methods"][1]
+    row["method"] = row["label"] = x
+    return row
+
+
+def _add_extra(doc_a, x, t, dr, k, ra, A, a, cfg) -> None:
+    """`x`'s row into half A's bench document, and its drafter pass (at every level, as `bench
+    --concurrency` measures it) and loop overhead (level 1's) into the document's costs."""
+    from dataclasses import replace
+
+    from eagle3kit.measure import costs as C
+
+    row = _extra_row(ra, x, A, a, cfg, k)
+    sub = [replace(r, method="chain") for r in ra if r.method == x]
+    levels = doc_a["costs"]["levels"]
+    own = C.loop_costs(sub + [r for r in ra if r.method == "greedy"], [row])
+    table = C.level_table(t, dr, A[0], [lv["concurrency"] for lv in levels], own)
+    over = C._overhead(sub, [row], {**levels[0], "pass_ms": table[0]["pass_ms"]})[x]
+    for lv, mine in zip(levels, table, strict=True):
+        lv["pass_ms"][x] = mine["pass_ms"][x]
+        lv["overhead_ms"][x] = over
+    doc_a["methods"].append(row)
 
 
 def _row(label, c, pred, meas, tau_b) -> dict:
@@ -138,20 +202,21 @@ def _row(label, c, pred, meas, tau_b) -> dict:
 
 def _served(dep) -> str:
     algo = ((dep["server"] or {}).get("speculative") or {}).get("method")
-    return algo if algo in ("eagle3", "ngram") else "plain"
+    return algo if algo in ("eagle3", "ngram", "mtp", "dflash") else "plain"
 
 
-def _from_costs(doc: dict, mp_in, a) -> list[dict]:
+def _from_costs(doc: dict, mp_in, a, ext) -> list[dict]:
     """The in-process plan (half A's costs at levels 1 and L, its acceptance) against the live
     servers' suite B, per level: the batched servers (plain, prompt lookup) at every level;
-    the EAGLE-3 server, which the fake serves one request at a time, at level 1 only."""
+    the drafter servers, which the fake serves one request at a time, at level 1 only."""
     depth = {"plain": 0, "ngram": a.lookup, "eagle3": a.depth}
+    depth |= {x: k for x, (_, _, k) in ext.items()}
     rows = []
     for dep in doc["deployments"]:
         label = _served(dep)
         for lv in dep["levels"]:
             c, b = lv["concurrency"], lv["suites"]["B"]
-            if label == "eagle3" and c > 1:
+            if label not in ("plain", "ngram") and c > 1:
                 continue
             pred = next(
                 p
@@ -162,7 +227,9 @@ def _from_costs(doc: dict, mp_in, a) -> list[dict]:
     return rows
 
 
-def _live(tm, d, A, B, a, out_dir: Path, mp_in) -> dict:
+def _live(tm, d, ext, A, B, a, out_dir: Path, mp_in) -> dict:
+    from contextlib import ExitStack
+
     from fake_engine import FakeEngine
 
     from eagle3kit.live.bench import LiveConfig, run_live_bench
@@ -189,8 +256,13 @@ def _live(tm, d, A, B, a, out_dir: Path, mp_in) -> dict:
         FakeEngine(tm, None, batching=True, **kw) as base,
         FakeEngine(tm, d, depth=a.depth, **kw) as eag,
         FakeEngine(tm, "ngram", depth=a.lookup, batching=True, **kw) as ng,
+        ExitStack() as more,
     ):
-        doc = run_live_bench([eag.url, ng.url], base.url, cfg)
+        urls = [eag.url, ng.url]  # and a server of each other drafter, one request at a time
+        urls += [
+            more.enter_context(FakeEngine(t, x, depth=k, **kw)).url for t, x, k in ext.values()
+        ]
+        doc = run_live_bench(urls, base.url, cfg)
         batch = {"plain": base.batcher.steps, "ngram": ng.batcher.steps}
     file_ = out_dir / "plan-methods-live.json"
     file_.write_text(json.dumps(doc, indent=1))
@@ -210,7 +282,7 @@ def _live(tm, d, A, B, a, out_dir: Path, mp_in) -> dict:
         "plan": mp.to_json(),
         "from_costs": {
             "plan_input": "plan-methods-inprocess-A.json (costs at levels 1 and L)",
-            "rows": _from_costs(doc, mp_in, a),
+            "rows": _from_costs(doc, mp_in, a, ext),
         },
         "mean_batch_per_step": mean_batch,
         "errors": doc.get("errors"),
@@ -240,9 +312,11 @@ def run(a) -> dict:
             "disjoint": not set(map(tuple, A)) & set(map(tuple, B)),
         },
     }
-    mp_in, doc["inprocess"] = _inprocess(tm, d, A, B, a, a.out)
+    ext = _extras(tm, a)
+    doc["other_drafters"] = {x: {"depth": k} for x, (_, _, k) in ext.items()}
+    mp_in, doc["inprocess"] = _inprocess(tm, d, ext, A, B, a, a.out)
     if not a.no_live:
-        doc["live"] = _live(tm, d, A, B, a, a.out, mp_in)
+        doc["live"] = _live(tm, d, ext, A, B, a, a.out, mp_in)
     live = doc.get("live", {})
     checks = {"inprocess": doc["inprocess"]["rows"], "live": live.get("rows", []),
               "live_from_inprocess_costs": live.get("from_costs", {}).get("rows", [])}  # fmt: skip
