@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import statistics
 
+import _results  # noqa: F401  (records the code state at the start: _results.AT_START)
+
 from eagle3kit.core.environment import environment_info
 
 

@@ -46,6 +46,19 @@ def git_commit() -> dict:
     }
 
 
+# The code state when the benchmark started (benchmarks/_env.py, which every benchmark imports
+# first, imports this module): a run of many minutes records the commit it ran, not one made
+# while it ran; where the state changed before the file is written, the file says so.
+AT_START = git_commit()
+
+
+def code_state() -> dict:
+    """{"commit", "dirty"} at the start, and "changed_during_run" when HEAD or the work tree
+    differ at the end."""
+    end = git_commit()
+    return {**AT_START, **({"changed_during_run": True} if end != AT_START else {})}
+
+
 def write_result(path: str | Path, kind: str, doc: dict) -> Path:
     """Write ``doc`` with kind, schema, command, commit and environment, atomically."""
     cmd = "python " + " ".join(shlex.quote(x) for x in sys.argv)
@@ -53,7 +66,7 @@ def write_result(path: str | Path, kind: str, doc: dict) -> Path:
         "kind": kind,
         "schema": 1,
         "command": cmd,
-        **git_commit(),
+        **code_state(),
         "environment": environment_info(),
         **doc,
     }

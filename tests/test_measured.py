@@ -115,3 +115,18 @@ def test_what_counts_as_a_figure():
         "2.22 GiB",
         "−0.6%",
     ]
+
+
+def test_result_records_the_code_state_at_the_start(tmp_path, monkeypatch):
+    """A benchmark of many minutes records the commit it started at; a commit made while it
+    ran (HEAD differs at the end) is flagged, not recorded as the run's code."""
+    import _results
+
+    start = {"commit": "a" * 40, "dirty": False}
+    monkeypatch.setattr(_results, "AT_START", start)
+    monkeypatch.setattr(_results, "git_commit", lambda: {"commit": "b" * 40, "dirty": False})
+    doc = json.loads(_results.write_result(tmp_path / "r.json", "k", {"x": 1}).read_text())
+    assert (doc["commit"], doc["dirty"], doc["changed_during_run"]) == ("a" * 40, False, True)
+    monkeypatch.setattr(_results, "git_commit", lambda: dict(start))
+    doc = json.loads(_results.write_result(tmp_path / "s.json", "k", {}).read_text())
+    assert doc["commit"] == "a" * 40 and "changed_during_run" not in doc
