@@ -17,7 +17,7 @@ def _render_probe(r: dict[str, Any]) -> None:
 
     con = out()
     con.print(
-        f"[bold]probe[/]: drafter {r['drafter']} on {r['target']}"
+        f"[bold]probe[/]: {r.get('method', 'drafter')} {r['drafter'] or 'head'} on {r['target']}"
         + (f" (reference {r['reference']})" if r["reference"] else "")
     )
     con.print(f"  compat: {r['compat']['verdict']}")
@@ -77,7 +77,8 @@ def _similarity_table(r: dict[str, Any]) -> Any:
     t = Table(title="hidden-state similarity, reference vs target")
     for col in ("layer", "cosine mean", "cosine p10", "CKA", "norm ratio"):
         t.add_column(col)
-    for s in [*r["similarity"], {"layer": "fc(aux)", **r["fc_similarity"]}]:
+    fc = [{"layer": "fc(aux)", **r["fc_similarity"]}] if r.get("fc_similarity") else []
+    for s in [*r["similarity"], *fc]:
         t.add_row(
             str(s["layer"]),
             f"{s['cosine_mean']:.4f}",
@@ -96,6 +97,14 @@ LIVE_SUITE = "Live: mt-bench,gsm8k,humaneval,math-500,chat or NAME=FILE; --sampl
 
 Drafter = Annotated[
     str | None, typer.Option("--drafter", help="The drafter to reuse (any layout).")
+]
+Method = Annotated[
+    str,
+    typer.Option(
+        "--method",
+        help="eagle3 or dflash (--drafter: the drafter dir; its layout tells which) or mtp "
+        "(an MTP head: the reference target's own, or --drafter HEAD_DIR; docs/probe.md).",
+    ),
 ]
 Target = Annotated[
     str | None,
@@ -163,7 +172,7 @@ MaxLen = Annotated[int, typer.Option(help="Tokens per sequence.")]
 class LocalProbe:
     """The options of a probe run here (models or feature stores), as given."""
 
-    drafter: str
+    drafter: str | None
     target: str | None
     reference: str | None
     data: str | None
@@ -178,6 +187,7 @@ class LocalProbe:
     depth: int
     samples: int
     max_len: int
+    method: str = "eagle3"
 
 
 def _from_stores(drafter, target, data, features_new, features_old) -> bool:
@@ -225,6 +235,7 @@ def probe(
     features_new: FeaturesNew = None,
     features_old: FeaturesOld = None,
     max_len: MaxLen = 256,
+    method: Method = "eagle3",
 ) -> None:
     """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance,
     verdict.
@@ -240,7 +251,9 @@ def probe(
                                 endpoint=endpoint, timeout=timeout, json_=json_out,
                                 depth=depth)  # fmt: skip
         return live.run_probe(opts, url, reference_url)
-    stores = _from_stores(drafter, target, data, features_new, features_old)
+    if method == "mtp" and target is None:
+        raise typer.BadParameter("--method mtp: expected --target (and --reference-target)")
+    stores = method != "mtp" and _from_stores(drafter, target, data, features_new, features_old)
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
 
@@ -248,7 +261,7 @@ def probe(
                    features_new=features_new, features_old=features_old,
                    online_prompts=online_prompts, device=device, dtype=dtype,
                    baseline_tps=baseline_tps, cycle_ms=cycle_ms, bench=bench, depth=depth,
-                   samples=samples, max_len=max_len)  # fmt: skip
+                   samples=samples, max_len=max_len, method=method)  # fmt: skip
     with bar(not json_out) as progress:
         r = (_probe_stores if stores else _probe_models)(a, progress)
     if json_out:
@@ -312,6 +325,7 @@ def _probe_models(a: LocalProbe, progress: Any) -> dict[str, Any]:
         a.data,
         **_shared(a),
         online_prompts=a.online_prompts,
+        method=a.method,
         device=a.device,
         dtype=a.dtype,
         progress=progress,

@@ -247,21 +247,25 @@ def online_tau(
     depth: int,
     n_prompts: int,
     max_new: int,
+    *,
+    generate: Any = None,
 ) -> dict[str, Any] | None:
     """Real chain decoding on the first ``n_prompts`` prompts (the tokens before the first
     assistant token): tau_online = emitted tokens / target verifies. None without
-    `eagle3kit.decode`."""
+    `eagle3kit.decode`. ``generate``: the decoding function (default speculative_generate;
+    probe_mtp.py passes mtp_generate)."""
     if n_prompts <= 0:
         return None
     try:
         from eagle3kit.decode import speculative_generate
     except ImportError:
         return None
+    generate = generate or speculative_generate
     accepted = cycles = tokens = 0
     for b in range(min(n_prompts, batch.input_ids.shape[0])):
         lm = batch.loss_mask[b]
         start = int(lm.nonzero()[0]) if lm.any() else int(batch.attention_mask[b].sum())
-        r = speculative_generate(
+        r = generate(
             target,
             drafter,
             batch.input_ids[b, :start].tolist(),
@@ -372,7 +376,7 @@ def _against_reference(run: Run, layers: Sequence[int], new_feats: list[Features
 
 
 def probe(
-    drafter: str,
+    drafter: str | None,
     target: str,
     reference: str | None = None,
     data: str | None = None,
@@ -388,12 +392,18 @@ def probe(
     device: str = "cpu",
     dtype: str = "float32",
     progress: Progress | None = None,
+    method: str = "eagle3",
 ) -> dict[str, Any]:
     """Run the Phase 0 probe; returns the `probe --json` document (module docstring).
     Stages: compat and loading, aux readings, similarity and acceptance against the
-    reference, verdict."""
+    reference, verdict. ``method="mtp"``: ``drafter`` is an MTP head dir or None (the
+    reference's own head), measure/probe_mtp.py."""
     speeds = speed_inputs(bench, baseline_tps, cycle_ms)
     emit(progress, "probe", 0, STAGES, "stage", doing="compat")
+    if method == "mtp":
+        loads = (drafter, target, reference, depth, device, dtype)
+        return _probe_mtp(loads, (data, samples, max_len), online_prompts, online_tokens,
+                          speeds, progress)  # fmt: skip
     doc, loaded = _compat_and_load(drafter, target, reference, depth, device, dtype)
     new = loaded.target
     if not _runs_on(loaded.spec, new):
@@ -416,6 +426,32 @@ def probe(
     aux, new_feats = _aux_reading(run, drafter)
     against = _against_reference(run, aux["chosen"]["layers"], new_feats)
     return _result(doc, aux, against, speeds, run)
+
+
+def _probe_mtp(loads, sample, online_prompts, online_tokens, speeds, progress) -> dict:
+    """Load NEW, OLD and the MTP head on each, then measure/probe_mtp.py's stages."""
+    from eagle3kit.measure import probe_mtp as M
+    from eagle3kit.measure.similarity import check_targets
+    from eagle3kit.model.loading import load_target
+
+    drafter, target, reference, depth, device, dtype = loads
+    check_targets(target, reference)
+    ref = load_target(reference, device=device, dtype=dtype) if reference else None
+    new, *heads = M.load_heads(
+        lambda: load_target(target, device=device, dtype=dtype), ref, target, drafter
+    )
+    doc = {"drafter": drafter, "target": target, "reference": reference,
+           "compat": M.compat_doc(new, drafter, target, depth), "depth": depth}  # fmt: skip
+    data, samples, max_len = sample
+    batch = (
+        data_batch(data, samples, max_len, target=new)
+        if data
+        else builtin_batch(new.tokenizer, samples, max_len)
+    )
+    doc["data"] = _data_figures(batch)
+    loaded = Loaded("mtp", None, tuple(heads), new, ref)
+    run = Run(loaded, batch, depth, True, online_prompts, online_tokens, progress)
+    return M.probe_mtp(sys.modules[__name__], doc, run, speeds)
 
 
 def _aux_reading(run: Run, drafter: str) -> tuple[dict[str, Any], list[Features]]:

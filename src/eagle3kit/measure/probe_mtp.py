@@ -1,0 +1,166 @@
+"""`probe --method mtp`: does an MTP head made for OLD serve NEW (K2 -> K2.5)?
+
+The head H: OLD's own MTP layer (``load_mtp_head``), or a head dir (``--drafter``, from
+``train --method mtp``). Served on NEW, H reads NEW's final-normed hidden state h_t and NEW's
+token embedding (model/mtp.py: the embedding, rotary and lm_head are the serving target's), so:
+- compat: H's tensors must have NEW's shapes (hidden size, vocabulary), refused in one line
+  otherwise; and how each engine serves an MTP head (plan/methods.py launch lines);
+- similarity of OLD vs NEW on what H reads: the final-normed hidden state (FinalNormTap) and
+  the token embedding, on the probe's batch (real tokens);
+- H's offline acceptance on NEW and on OLD (`evaluate_mtp_offline`, its all-positions
+  per-position acceptance and `tau_every_position`, as `probe` reports for EAGLE-3);
+- online chain decoding (`mtp_generate`) on both, `online_tau`'s figures;
+- the same verdict rules (`decide`), the final hidden state's cosine in the place of fc(aux).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from eagle3kit.core.errors import bad
+from eagle3kit.core.progress import emit
+
+if TYPE_CHECKING:
+    from eagle3kit.model.mtp import MTPHead
+    from eagle3kit.model.target import TargetModel
+
+# `P` below is measure/probe.py itself, handed in by its `probe` (which dispatches here), as
+# for measure/probe_block.py: its batches, online decoding, verdict and result are used as
+# they are.
+
+
+def _check_shapes(new: TargetModel, ref: TargetModel, target: str) -> None:
+    """H (built on OLD's shapes) must fit NEW: one line naming the field, expected vs found."""
+    for field, want, got in (
+        ("hidden_size", ref.hidden_size, new.hidden_size),
+        ("vocab_size", ref.vocab_size, new.vocab_size),
+    ):
+        if want != got:
+            raise bad(
+                f"--target {target}",
+                f"{field}: expected {want} (the MTP head's, from the reference), found {got}",
+            )
+
+
+def load_heads(
+    new_loader: Any, ref: TargetModel | None, target: str, head: str | None
+) -> tuple[TargetModel, MTPHead, MTPHead | None]:
+    """NEW (``new_loader()``, called once H on OLD is loaded: a refused head costs no load of
+    NEW) and H on NEW and on OLD: the same tensors (``head``, else OLD's own MTP layer), each
+    sharing its target's embedding, rotary and lm_head."""
+    from eagle3kit.model.mtp import load_mtp_head
+
+    if ref is None:
+        new = new_loader()
+        return new, load_mtp_head(new, head), None
+    on_ref = load_mtp_head(ref, head)  # refused when OLD ships no head and no --drafter
+    new = new_loader()
+    _check_shapes(new, ref, target)
+    return new, load_mtp_head(new, head or ref.name_or_path), on_ref
+
+
+def final_hidden(target: TargetModel, batch: Any) -> torch.Tensor:
+    """[N, H]: the final-normed hidden states of the batch's real tokens."""
+    from eagle3kit.model.mtp import FinalNormTap
+
+    tap = FinalNormTap(target)
+    dev = target.device
+    try:
+        with torch.no_grad():
+            target.model(
+                input_ids=batch.input_ids.to(dev), attention_mask=batch.attention_mask.to(dev)
+            )
+        h = tap.take()
+    finally:
+        tap.close()
+    return h[batch.attention_mask.bool().to(h.device)].float().cpu()
+
+
+def similarity(
+    new: TargetModel, ref: TargetModel, batch: Any
+) -> tuple[list[dict[str, Any]], dict[str, float]]:
+    """Rows OLD vs NEW (`compare`) on the final hidden state and the embedding of the batch's
+    real tokens; and the final hidden state's figures (the verdict's input)."""
+    from eagle3kit.measure.similarity import compare
+
+    fin = compare(final_hidden(ref, batch), final_hidden(new, batch))
+    ids = batch.input_ids[batch.attention_mask.bool()]
+    with torch.no_grad():
+        e_old = ref.embed_tokens(ids.to(ref.device)).float().cpu()
+        e_new = new.embed_tokens(ids.to(new.device)).float().cpu()
+    rows = [{"layer": "final_norm", **fin}, {"layer": "embedding", **compare(e_old, e_new)}]
+    return rows, fin
+
+
+def head_acceptance(head: MTPHead, target: TargetModel, batch: Any, depth: int) -> dict:
+    """H's offline acceptance on ``target`` over the batch, every answer position a start."""
+    from eagle3kit.measure.mtp import evaluate_mtp_offline
+    from eagle3kit.measure.probe_block import _samples
+
+    r = evaluate_mtp_offline(target, head, _samples(batch), depth)
+    ap = r["all_positions"]
+    return {
+        "acc": ap["per_position_acceptance"],
+        "cond_acc": ap["conditional_acceptance"],
+        "counted": ap["counted"],
+        "tau_every_position": r["tau_every_position"],
+        "tau_walk": r["tau_walk"],
+    }
+
+
+def compat_doc(new: TargetModel, head: str | None, target: str, depth: int) -> dict[str, Any]:
+    """How each engine serves H on NEW (plan/methods.py launch lines), H's shapes checked."""
+    from eagle3kit.plan.methods import launch_lines
+
+    notes = [
+        "vLLM and SGLang read the MTP layer from the target's checkpoint: to serve this head "
+        "on NEW, stitch it into NEW's checkpoint (convert; docs/mtp.md)",
+    ]
+    return {
+        "verdict": "ok",
+        "method": "mtp",
+        "head": head or "the reference target's own MTP layer",
+        "shapes": {"hidden_size": new.hidden_size, "vocab_size": new.vocab_size},
+        "engines": launch_lines("mtp", depth, target, None),
+        "notes": notes,
+    }
+
+
+def _online(P: ModuleType, head: MTPHead, target: TargetModel, run: Any) -> Any:
+    from eagle3kit.decode.mtp import mtp_generate
+
+    args = (run.depth, run.online_prompts, run.online_tokens)
+    return P.online_tau(head, target, run.batch, *args, generate=mtp_generate)
+
+
+def probe_mtp(
+    P: ModuleType, doc: dict[str, Any], run: Any, speeds: tuple[float | None, float | None]
+) -> dict[str, Any]:
+    """`probe`'s document for an MTP head (module docstring); ``run``: probe's Run whose
+    ``loaded.drafter`` is (H on NEW, H on OLD or None)."""
+    (head_new, head_ref), new, ref = run.loaded.drafter, run.loaded.target, run.loaded.reference
+    batch, progress, depth = run.batch, run.progress, run.depth
+    emit(progress, "probe", 1, P.STAGES, "stage", doing="acceptance on the target")
+    acc_new = head_acceptance(head_new, new, batch, depth)
+    sim, fin, acc_ref = [], None, None
+    if ref is not None:
+        emit(progress, "probe", 2, P.STAGES, "stage", doing="similarity")
+        sim, fin = similarity(new, ref, batch)
+        emit(progress, "probe", 3, P.STAGES, "stage", doing="reference acceptance")
+        acc_ref = head_acceptance(head_ref, ref, batch, depth)
+    emit(progress, "probe", 4, P.STAGES, "stage", doing="online decoding")
+    online = {"target": _online(P, head_new, new, run)}
+    if ref is not None:
+        online["reference"] = _online(P, head_ref, ref, run)
+    chosen = {"reading": "final_norm", "layers": [], "clear": True}
+    aux = {"candidates": [], "acceptance": {"final_norm": acc_new}, "chosen": chosen}
+    against = P.Against(sim, fin, acc_ref, online)
+    out = P._result({**doc, "method": "mtp"}, aux, against, speeds, run)
+    out["aux"] = None  # an MTP head reads no aux layers: its input is the final hidden state
+    out["final_similarity"], out["fc_similarity"] = out["fc_similarity"], None
+    out["reasons"] = [r.replace("fc(aux) cosine", "final hidden state cosine")
+                      for r in out["reasons"]]  # fmt: skip
+    return out
