@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file, save_file
 from conftest import run_cli
+from safetensors.torch import load_file, save_file
 
 FAST = ["--samples", "4", "--online-prompts", "1", "--json"]
 
@@ -84,3 +84,8 @@ def test_a_head_of_another_shape_is_refused(tmp_path, pair):
     assert r.code == 2, r.output
     assert "eh_proj.weight" in r.err and "expected shape [32, 64], found [32, 62]" in r.err
     assert len(r.err.strip().splitlines()) == 1
+
+
+def test_an_unknown_method_is_refused():
+    r = run_cli("probe", "--method", "medusa", "--target", "dsv3-v2")
+    assert r.code == 2 and "--method" in r.err and "'medusa'" in r.err

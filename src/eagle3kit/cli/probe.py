@@ -251,6 +251,10 @@ def probe(
                                 endpoint=endpoint, timeout=timeout, json_=json_out,
                                 depth=depth)  # fmt: skip
         return live.run_probe(opts, url, reference_url)
+    if method not in ("eagle3", "dflash", "mtp"):
+        from eagle3kit.core.errors import bad
+
+        raise bad("--method", f"expected eagle3, dflash or mtp, found {method!r}")
     if method == "mtp" and target is None:
         raise typer.BadParameter("--method mtp: expected --target (and --reference-target)")
     stores = method != "mtp" and _from_stores(drafter, target, data, features_new, features_old)
