@@ -130,17 +130,20 @@ def measure_style(tok, model, slice_name: str, style: str, n: int, max_new: int)
     return fig
 
 
-def measure(path: Path, n: int, max_new: int, bf16: bool) -> dict:
+def measure(path: Path, n: int, max_new: int, bf16: bool, slice_name: str | None = None) -> dict:
+    """The zoo bar's figures of the member in ``path`` on requests for held-out functions of
+    its own slice (or of ``slice_name``: e.g. a v1 asked what its v2 is asked)."""
     doc = json.loads((path / "zoo.json").read_text())
     from eagle3kit import zoo
 
-    slice_name = zoo.member(doc["member"]).slice
+    slice_name = slice_name or zoo.member(doc["member"]).slice
     tok, model = load(path, bf16)
     styles = {s: measure_style(tok, model, slice_name, s, n, max_new) for s in STYLES}
     return {
         "member": doc["name"],
         "dir": str(path),
         "weights": "bf16 round trip" if bf16 else "float32 as built",
+        "slice": slice_name,
         "params": doc.get("params"),
         "build_seconds": doc.get("build_seconds"),
         "recipe": doc.get("recipe"),
@@ -157,6 +160,7 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--bf16", action="store_true", help="also measure after a bf16 round trip")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--slice", default=None, help="ask for functions of this slice instead")
     ap.add_argument("--json", type=Path, default=None, help="result file (one member)")
     args = ap.parse_args()
 
@@ -167,7 +171,7 @@ def main() -> None:
     rows = []
     for d in args.dir:
         for bf16 in (False, True) if args.bf16 else (False,):
-            row = measure(d, args.requests, args.max_new, bf16)
+            row = measure(d, args.requests, args.max_new, bf16, args.slice)
             rows.append(row)
             brief = {
                 s: {
