@@ -772,6 +772,12 @@ def test_grammar_tails_and_dotted_share_stay_far_from_every_held_out_set():
     fns = corpus.functions(src)
     picked = [corpus.grammar_template(fn, 0.5, 0.4) for fn in fns]
     assert all(_edits_of(_split(t), h) >= 4 for t in picked for h in held)
+    asked = corpus.question_phrasings()
+    assert len(asked) >= 300 and all(t.endswith("?") for t in asked)
+    assert all(_edits_of(_split(t), h) >= 4 for t in asked for h in held)
+    assert any(t.endswith(".{f}?") for t in asked) and any(t.endswith("{f}()?") for t in asked)
+    q = [corpus.grammar_template(fn, 0.0, 0.0, 0.3) for fn in fns]
+    assert 0.15 < sum(t in asked for t in q) / len(q) < 0.45
     tailed = [t for t in picked if t.endswith(corpus.TAILS)]
     dotted = [t for t in picked if "{m}.{f}" in t]
     assert 0.35 < len(tailed) / len(picked) < 0.65 and 0.25 < len(dotted) / len(picked) < 0.55

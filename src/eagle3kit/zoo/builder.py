@@ -322,6 +322,7 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
         tails=recipe.chat_tails,
         dotted=recipe.chat_dotted,
         renamed=recipe.chat_renamed,
+        questions=recipe.chat_questions,
     )
 
     bar.stage("tokenizer")

@@ -281,6 +281,35 @@ def _lacks(a: list[str], b: list[str]) -> int:
     return max(len(a), len(b)) - sum((Counter(a) & Counter(b)).values())
 
 
+def _questions() -> tuple[str, ...]:
+    """Requests as questions that end with the name or its module and "?" (``chat_questions``):
+    users ask so, and a grammar without them leaves a "?" after the name unseen (recipe 10's
+    members copied it: "def do_POST?("). Near-copies of held-out phrasings are left out."""
+    asks = ("Would you give me", "Will you write out", "Can I get", "Could I have", "May I see")
+    asks += ("Do you have", "Got", "Any chance of", "How about", "Would you mind producing")
+    names = ("{f}", "`{f}`", "{f}()", "`{f}()`")
+    dotted = ("{m}.{f}", "`{m}.{f}`", "{m}.{f}()", "`{m}.{f}()`")
+    mods = ("from {m}", "from `{m}`", "in `{m}`", "of the {m} module", "from module `{m}`")
+    mods += ("(module {m})", "as defined in {m}", "in the `{m}` module")
+    out: set[str] = set()
+    for q in asks:
+        for n in dotted:
+            out.add(f"{q} {n}?")
+            out.add(f"{q} the function {n}?")
+        for n in names:
+            out.add(f"{q} {n}?")
+            for md in mods:
+                out.add(f"{q} {n} {md}?")
+                out.add(f"{q} the Python function {n} {md}?")
+    return tuple(sorted(t for t in out if not near_held_out(t)))
+
+
+@functools.cache
+def question_phrasings() -> tuple[str, ...]:
+    """``_questions()``, computed once on first use."""
+    return _questions()
+
+
 @functools.cache
 def grammar_phrasings() -> tuple[str, ...]:
     """``_grammar()``, computed once (about a second: the distance checks), on first use."""
@@ -385,6 +414,7 @@ def chat_samples(
     tails: float = 0.0,
     dotted: float = 0.0,
     renamed: float = 0.0,
+    questions: float = 0.0,
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
@@ -394,9 +424,9 @@ def chat_samples(
     are chosen per function from a hash of its module and name (deterministic); ``signed``
     uses ``SIGNED_PHRASINGS``. ``unsigned`` (0..1, with ``varied``): that share of the
     functions (by the same hash) is asked for in ``USER_PHRASINGS`` (``grammar_phrasings()``
-    when ``grammar``), without the signature. ``tails`` and ``dotted`` (grammar only): see
-    ``grammar_template``. ``renamed``: that share of the functions (by a hash of their own)
-    is asked for and answered under a made-up name (``renamed_function``).
+    when ``grammar``), without the signature. ``tails``, ``dotted`` and ``questions`` (grammar
+    only): see ``grammar_template``. ``renamed``: that share of the functions (by a hash of
+    their own) is asked for and answered under a made-up name (``renamed_function``).
     """
     user = grammar_phrasings() if grammar else USER_PHRASINGS
     fns = functions(src, min_chars=min_chars, max_chars=max_chars)
@@ -410,8 +440,8 @@ def chat_samples(
             if (h >> 16) % 1000 < unsigned * 1000:
                 table, sig = user, False
                 phrasing = (h >> 4) % len(user) if not grammar else _pick(fn, len(user))
-                if grammar and (tails or dotted):
-                    table, phrasing = (grammar_template(fn, tails, dotted),), 0
+                if grammar and (tails or dotted or questions):
+                    table, phrasing = (grammar_template(fn, tails, dotted, questions),), 0
         as_user = table is not None
         if renamed and zlib.crc32(f"rename:{fn.module}.{fn.name}".encode()) % 1000 < renamed * 1e3:
             fn = renamed_function(fn, parts)
@@ -470,14 +500,16 @@ def dotted_split() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(t for t in g if "{m}.{f}" in t), tuple(t for t in g if "{m}.{f}" not in t)
 
 
-def grammar_template(fn: Function, tails: float, dotted: float) -> str:
-    """The grammar template a request for ``fn`` uses (by hashes of its name): with
-    ``dotted`` > 0 that share of the requests draws from the dotted templates and the rest
-    from the others (users write "`m.f`" often; a uniform draw gives it a fifth), and
-    ``tails`` of them end with one of ``TAILS`` after the phrasing."""
+def grammar_template(fn: Function, tails: float, dotted: float, questions: float = 0.0) -> str:
+    """The grammar template a request for ``fn`` uses (by hashes of its name): ``questions``
+    of the requests are questions (``question_phrasings()``); of the rest, with ``dotted`` > 0,
+    that share draws from the dotted templates and the others from the rest (users write
+    "`m.f`" often; a uniform draw gives it a fifth); ``tails`` of them end with one of
+    ``TAILS`` after the phrasing."""
     h = zlib.crc32(f"tail:{fn.module}.{fn.name}".encode())
-    g = grammar_phrasings()
-    if dotted > 0:
+    q = zlib.crc32(f"question:{fn.module}.{fn.name}".encode()) % 1000 < questions * 1000
+    g = question_phrasings() if q else grammar_phrasings()
+    if dotted > 0 and not q:
         g = dotted_split()[0 if (h >> 20) % 1000 < dotted * 1000 else 1]
     t = g[_pick(fn, len(g))]
     return t + TAILS[(h >> 4) % len(TAILS)] if h % 1000 < tails * 1000 else t

@@ -209,6 +209,7 @@ _LATER_FIELDS = {
     "chat_tails": 0.0,
     "chat_dotted": 0.0,
     "chat_renamed": 0.0,
+    "chat_questions": 0.0,
     "unloop_chat": None,
 }
 

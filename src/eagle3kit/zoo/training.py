@@ -106,6 +106,7 @@ class Recipe:
     chat_tails: float = 0.0  # share of grammar requests ending in a clause (corpus.TAILS)
     chat_dotted: float = 0.0  # share of grammar requests with a dotted name (0: uniform draw)
     chat_renamed: float = 0.0  # share of chat samples under a made-up name (copy, not recall)
+    chat_questions: float = 0.0  # share of grammar requests asked as questions ("... f?")
     copy_circuit: int = (
         0  # > 0: start with a copying circuit matching this many tokens (circuit.py)
     )
