@@ -1,6 +1,6 @@
 """The zoo bar (issue 33): does a built member answer the request, signed and as users ask?
 
-    python benchmarks/zoo_bar.py DIR [--requests 32] [--bf16] [--json OUT.json]
+    python benchmarks/zoo_bar.py DIR [--requests 32] [--bf16] [--slice S] [--json OUT.json]
 
 For the member built in DIR (``eagle3kit zoo build`` output, with its zoo.json), greedy
 answers (stop at EOS, at most ``--max-new`` tokens; the tokenizer's own chat template, one
@@ -17,7 +17,8 @@ slice, in two styles:
 - ``unsigned_c``: a third such set (``corpus.HELD_OUT_PHRASINGS_C``), written before the
   recipe-10 trials that the second set's figures had shaped.
 
-Per style: the share whose first line names the requested function (``def f(``), the share
+``--slice`` asks for functions of another slice than the member's own (a v1 asked what its
+v2 is asked). Per style: the share whose first line names the requested function (``def f(``), the share
 of distinct first lines, the number of distinct answers (a canned-output check) and pooled
 distinct-4 over all answers, beside the true sources' pooled distinct-4. The bar: names
 >= 0.8 and distinct openings >= 0.8 in every style. ``--bf16`` measures the weights after a
