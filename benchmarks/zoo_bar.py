@@ -18,11 +18,12 @@ slice, in two styles:
   recipe-10 trials that the second set's figures had shaped.
 
 ``--slice`` asks for functions of another slice than the member's own (a v1 asked what its
-v2 is asked). Per style: the share whose first line names the requested function (``def f(``), the share
-of distinct first lines, the number of distinct answers (a canned-output check) and pooled
-distinct-4 over all answers, beside the true sources' pooled distinct-4. The bar: names
->= 0.8 and distinct openings >= 0.8 in every style. ``--bf16`` measures the weights after a
-round trip through bfloat16 (cast down and back), the way the zoo ships them.
+v2 is asked). Per style: the share whose first line names the requested function
+(``def f(``), the share of distinct first lines, the number of distinct answers (a
+canned-output check) and pooled distinct-4 over all answers, beside the true sources'
+pooled distinct-4. The bar: names >= 0.8 and distinct openings >= 0.8 in every style.
+``--bf16`` measures the weights after a round trip through bfloat16 (cast down and back),
+the way the zoo ships them.
 """
 
 from __future__ import annotations
