@@ -1,6 +1,6 @@
 """The zoo bar (issue 33): does a built member answer the request, signed and as users ask?
 
-    python benchmarks/zoo_bar.py DIR [--requests 32] [--bf16] [--json OUT.json]
+    python benchmarks/zoo_bar.py DIR [--requests 32] [--bf16] [--slice S] [--json OUT.json]
 
 For the member built in DIR (``eagle3kit zoo build`` output, with its zoo.json), greedy
 answers (stop at EOS, at most ``--max-new`` tokens; the tokenizer's own chat template, one
@@ -17,11 +17,13 @@ slice, in two styles:
 - ``unsigned_c``: a third such set (``corpus.HELD_OUT_PHRASINGS_C``), written before the
   recipe-10 trials that the second set's figures had shaped.
 
-Per style: the share whose first line names the requested function (``def f(``), the share
-of distinct first lines, the number of distinct answers (a canned-output check) and pooled
-distinct-4 over all answers, beside the true sources' pooled distinct-4. The bar: names
->= 0.8 and distinct openings >= 0.8 in every style. ``--bf16`` measures the weights after a
-round trip through bfloat16 (cast down and back), the way the zoo ships them.
+``--slice`` asks for functions of another slice than the member's own (a v1 asked what its
+v2 is asked). Per style: the share whose first line names the requested function
+(``def f(``), the share of distinct first lines, the number of distinct answers (a
+canned-output check) and pooled distinct-4 over all answers, beside the true sources'
+pooled distinct-4. The bar: names >= 0.8 and distinct openings >= 0.8 in every style.
+``--bf16`` measures the weights after a round trip through bfloat16 (cast down and back),
+the way the zoo ships them.
 """
 
 from __future__ import annotations
@@ -130,17 +132,20 @@ def measure_style(tok, model, slice_name: str, style: str, n: int, max_new: int)
     return fig
 
 
-def measure(path: Path, n: int, max_new: int, bf16: bool) -> dict:
+def measure(path: Path, n: int, max_new: int, bf16: bool, slice_name: str | None = None) -> dict:
+    """The zoo bar's figures of the member in ``path`` on requests for held-out functions of
+    its own slice (or of ``slice_name``: e.g. a v1 asked what its v2 is asked)."""
     doc = json.loads((path / "zoo.json").read_text())
     from eagle3kit import zoo
 
-    slice_name = zoo.member(doc["member"]).slice
+    slice_name = slice_name or zoo.member(doc["member"]).slice
     tok, model = load(path, bf16)
     styles = {s: measure_style(tok, model, slice_name, s, n, max_new) for s in STYLES}
     return {
         "member": doc["name"],
         "dir": str(path),
         "weights": "bf16 round trip" if bf16 else "float32 as built",
+        "slice": slice_name,
         "params": doc.get("params"),
         "build_seconds": doc.get("build_seconds"),
         "recipe": doc.get("recipe"),
@@ -157,6 +162,7 @@ def main() -> None:
     ap.add_argument("--max-new", type=int, default=128)
     ap.add_argument("--bf16", action="store_true", help="also measure after a bf16 round trip")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--slice", default=None, help="ask for functions of this slice instead")
     ap.add_argument("--json", type=Path, default=None, help="result file (one member)")
     args = ap.parse_args()
 
@@ -167,7 +173,7 @@ def main() -> None:
     rows = []
     for d in args.dir:
         for bf16 in (False, True) if args.bf16 else (False,):
-            row = measure(d, args.requests, args.max_new, bf16)
+            row = measure(d, args.requests, args.max_new, bf16, args.slice)
             rows.append(row)
             brief = {
                 s: {

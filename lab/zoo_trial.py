@@ -34,6 +34,14 @@ def main() -> None:
     ap.add_argument("--size", default="full")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--bf16-only", action="store_true", help="measure the bf16 round trip only")
+    ap.add_argument(
+        "--save-trained",
+        type=Path,
+        default=None,
+        help="also save the model after the likelihood phase (before unlikelihood) here: a "
+        "later trial of the unlikelihood phase alone continues from it with --parent DIR "
+        "--set steps=0 (same seed, so the same arithmetic as a full build)",
+    )
     args = ap.parse_args()
 
     import torch
@@ -56,8 +64,16 @@ def main() -> None:
         ):
             print(time.strftime("%H:%M:%S"), ev, flush=True)
 
+    def save_trained(phase, model, tok, special, data):
+        if phase == "training" and args.save_trained is not None:
+            import shutil
+
+            model.save_pretrained(str(args.save_trained))
+            for f in args.keep.glob("*.json"):  # the tokenizer files (no zoo.json yet)
+                shutil.copy(f, args.save_trained / f.name)
+
     t0 = time.time()
-    build_into(m, args.size, recipe, args.keep, args.parent, progress)
+    build_into(m, args.size, recipe, args.keep, args.parent, progress, on_phase=save_trained)
     print(f"built in {time.time() - t0:.1f} s", flush=True)
     import zoo_bar
 

@@ -761,6 +761,66 @@ def test_recipe_10_chat_samples_draw_on_the_grammar_and_keep_the_answers():
     assert not any(u in held for u in used)
 
 
+def test_grammar_tails_and_dotted_share_stay_far_from_every_held_out_set():
+    from eagle3kit.zoo import corpus
+
+    sets = (corpus.HELD_OUT_PHRASINGS, corpus.HELD_OUT_PHRASINGS_B, corpus.HELD_OUT_PHRASINGS_C)
+    held = [_split(h) for s in sets for h in s]
+    held_words = {w for h in held for w in h[0]}
+    assert not {w for t in corpus.TAILS for w in _split(t)[0]} & held_words
+    src = corpus.files("lib", limit=8)
+    fns = corpus.functions(src)
+    picked = [corpus.grammar_template(fn, 0.5, 0.4) for fn in fns]
+    assert all(_edits_of(_split(t), h) >= 4 for t in picked for h in held)
+    asked = corpus.question_phrasings()
+    assert len(asked) >= 300 and all(t.endswith("?") for t in asked)
+    assert all(_edits_of(_split(t), h) >= 4 for t in asked for h in held)
+    assert any(t.endswith(".{f}?") for t in asked) and any(t.endswith("{f}()?") for t in asked)
+    q = [corpus.grammar_template(fn, 0.0, 0.0, 0.3) for fn in fns]
+    assert 0.15 < sum(t in asked for t in q) / len(q) < 0.45
+    tailed = [t for t in picked if t.endswith(corpus.TAILS)]
+    dotted = [t for t in picked if "{m}.{f}" in t]
+    assert 0.35 < len(tailed) / len(picked) < 0.65 and 0.25 < len(dotted) / len(picked) < 0.55
+    assert len(set(picked)) > 0.8 * len(picked)
+    # off (the defaults): the requests are recipe 10's, word for word
+    plain = corpus.chat_samples(src, varied=True, signed=True, unsigned=0.7, grammar=True)
+    same = corpus.chat_samples(
+        src, varied=True, signed=True, unsigned=0.7, grammar=True, tails=0.0, dotted=0.0
+    )
+    assert plain == same
+    mixed = corpus.chat_samples(
+        src, varied=True, signed=True, unsigned=0.7, grammar=True, tails=0.5, dotted=0.4
+    )
+    assert [c["messages"][1] for c in mixed] == [c["messages"][1] for c in plain]
+    asks = [c["messages"][0]["content"].split("\n\n")[0] for c in mixed]
+    assert sum(a.endswith(corpus.TAILS) for a in asks) > 0.2 * len(asks)
+
+
+def test_renamed_share_asks_and_answers_under_a_made_up_name():
+    from eagle3kit.zoo import corpus
+
+    src = corpus.files("lib", limit=8)
+    fns = corpus.functions(src)
+    kw = dict(varied=True, signed=True, unsigned=0.7, grammar=True)
+    plain = corpus.chat_samples(src, **kw)
+    mixed = corpus.chat_samples(src, **kw, renamed=0.5)
+    assert corpus.chat_samples(src, **kw, renamed=0.0) == plain
+    moved = 0
+    for fn, p, m in zip(fns, plain, mixed, strict=True):
+        ask, answer = m["messages"][0]["content"], m["messages"][1]["content"]
+        name = re.match(r"(?:async\s+)?def\s+(\w+)\(", answer).group(1)
+        assert re.search(rf"(?<!\w){name}(?!\w)", ask), (ask, name)
+        if p == m:
+            assert name == fn.name
+            continue
+        moved += 1
+        assert name != fn.name and name.startswith("_") == fn.name.startswith("_")
+        assert 2 <= len(name.strip("_").split("_")) <= 4
+        assert not re.search(rf"(?<![\w.]){re.escape(fn.name)}(?!\w)", answer + ask)
+    assert 0.3 < moved / len(fns) < 0.7
+    assert corpus.chat_samples(src, **kw, renamed=0.5) == mixed  # deterministic
+
+
 def test_recipe_10_is_staged_for_full_members_only(monkeypatch):
     from eagle3kit.zoo import members
 

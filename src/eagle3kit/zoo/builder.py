@@ -319,6 +319,10 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
         signed=recipe.chat_signature,
         unsigned=recipe.chat_unsigned,
         grammar=recipe.chat_grammar,
+        tails=recipe.chat_tails,
+        dotted=recipe.chat_dotted,
+        renamed=recipe.chat_renamed,
+        questions=recipe.chat_questions,
     )
 
     bar.stage("tokenizer")

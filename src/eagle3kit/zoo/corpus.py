@@ -194,6 +194,15 @@ HELD_OUT_VERBS_B = HELD_OUT_VERBS  # (older name)
 # phrasing is among them.
 OPENERS = ("", "", "", "", "Hi. ", "Hello! ", "Quick one: ", "Task: ", "Next: ", "Thanks. ")
 OPENERS += ("OK, ", "One more: ", "Question: ", "Hey, ", "Another request: ", "Good morning. ")
+# What a grammar request may end with after its phrasing (``grammar_template``, recipes with
+# ``chat_tails``): a clause after the name, some with verbs of their own ("explain", "keep"),
+# so that the name is not simply the last name-like word after a verb. No word of a held-out
+# phrasing is among them, so a tail never brings a request nearer one (an edit path to the
+# request with the tail is one to the request without it, plus the tail's words).
+TAILS = (" Thanks!", " No explanation needed.", " Keep comments as they are.", " Just that one.")
+TAILS += (" Exactly as written.", " I want to study them.", " Then stop.", " No prose.")
+TAILS += (" Nothing else.", " Keep every line.", " Line by line.", " I will test them.")
+TAILS += (" Do not explain anything.", " Verbatim, no changes.", " Cheers.")
 
 
 def _grammar() -> tuple[str, ...]:
@@ -270,6 +279,35 @@ def near_held_out(template: str) -> bool:
 def _lacks(a: list[str], b: list[str]) -> int:
     """A lower bound of ``_edits(a, b)``: the words of the longer that the other lacks."""
     return max(len(a), len(b)) - sum((Counter(a) & Counter(b)).values())
+
+
+def _questions() -> tuple[str, ...]:
+    """Requests as questions that end with the name or its module and "?" (``chat_questions``):
+    users ask so, and a grammar without them leaves a "?" after the name unseen (recipe 10's
+    members copied it: "def do_POST?("). Near-copies of held-out phrasings are left out."""
+    asks = ("Would you give me", "Will you write out", "Can I get", "Could I have", "May I see")
+    asks += ("Do you have", "Got", "Any chance of", "How about", "Would you mind producing")
+    names = ("{f}", "`{f}`", "{f}()", "`{f}()`")
+    dotted = ("{m}.{f}", "`{m}.{f}`", "{m}.{f}()", "`{m}.{f}()`")
+    mods = ("from {m}", "from `{m}`", "in `{m}`", "of the {m} module", "from module `{m}`")
+    mods += ("(module {m})", "as defined in {m}", "in the `{m}` module")
+    out: set[str] = set()
+    for q in asks:
+        for n in dotted:
+            out.add(f"{q} {n}?")
+            out.add(f"{q} the function {n}?")
+        for n in names:
+            out.add(f"{q} {n}?")
+            for md in mods:
+                out.add(f"{q} {n} {md}?")
+                out.add(f"{q} the Python function {n} {md}?")
+    return tuple(sorted(t for t in out if not near_held_out(t)))
+
+
+@functools.cache
+def question_phrasings() -> tuple[str, ...]:
+    """``_questions()``, computed once on first use."""
+    return _questions()
 
 
 @functools.cache
@@ -373,6 +411,10 @@ def chat_samples(
     signed: bool = False,
     unsigned: float = 0.0,
     grammar: bool = False,
+    tails: float = 0.0,
+    dotted: float = 0.0,
+    renamed: float = 0.0,
+    questions: float = 0.0,
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
@@ -382,11 +424,15 @@ def chat_samples(
     are chosen per function from a hash of its module and name (deterministic); ``signed``
     uses ``SIGNED_PHRASINGS``. ``unsigned`` (0..1, with ``varied``): that share of the
     functions (by the same hash) is asked for in ``USER_PHRASINGS`` (``grammar_phrasings()``
-    when ``grammar``), without the signature.
+    when ``grammar``), without the signature. ``tails``, ``dotted`` and ``questions`` (grammar
+    only): see ``grammar_template``. ``renamed``: that share of the functions (by a hash of
+    their own) is asked for and answered under a made-up name (``renamed_function``).
     """
     user = grammar_phrasings() if grammar else USER_PHRASINGS
+    fns = functions(src, min_chars=min_chars, max_chars=max_chars)
+    parts = name_parts(fns) if renamed else ()
     convs = []
-    for fn in functions(src, min_chars=min_chars, max_chars=max_chars):
+    for fn in fns:
         phrasing, doc, table, sig = 0, True, None, signed
         if varied:
             h = zlib.crc32(f"{fn.module}.{fn.name}".encode())
@@ -394,11 +440,42 @@ def chat_samples(
             if (h >> 16) % 1000 < unsigned * 1000:
                 table, sig = user, False
                 phrasing = (h >> 4) % len(user) if not grammar else _pick(fn, len(user))
+                if grammar and (tails or dotted or questions):
+                    table, phrasing = (grammar_template(fn, tails, dotted, questions),), 0
+        as_user = table is not None
+        if renamed and zlib.crc32(f"rename:{fn.module}.{fn.name}".encode()) % 1000 < renamed * 1e3:
+            fn = renamed_function(fn, parts)
         ask = request(fn, phrasing, doc, sig, table)
-        if grammar and table is user:
+        if grammar and as_user:
             ask = request_opener(fn)(ask)
         convs.append(conversation(ask, fn.code))
     return convs
+
+
+def name_parts(fns: list[Function]) -> tuple[str, ...]:
+    """The pieces of the functions' names between underscores (sorted, distinct, no dunder
+    names): what ``renamed_function`` makes names of."""
+    names = [f.name for f in fns if not f.name.startswith("__")]
+    return tuple(sorted({p for n in names for p in n.split("_") if p}))
+
+
+def renamed_function(fn: Function, parts: tuple[str, ...]) -> Function:
+    """``fn`` under a made-up name of 2-4 of ``parts`` joined by "_" (by a hash of its name;
+    a leading "_" kept), the name replaced wherever it stands as a word in its code and
+    docstring: recalling such a name is impossible, so an answer can only take it from the
+    request (recipe 10's ``chat_renamed``)."""
+    if fn.name.startswith("__") or not parts:
+        return fn
+    h = zlib.crc32(f"name:{fn.module}.{fn.name}".encode())
+    k = 2 + h % 3
+    picked = [parts[(h >> (4 + 7 * i)) % len(parts)] for i in range(k)]
+    new = "_" * (len(fn.name) - len(fn.name.lstrip("_"))) + "_".join(picked)
+    word = re.compile(rf"(?<![\w.]){re.escape(fn.name)}(?!\w)")
+
+    def sub(text: str | None) -> str | None:
+        return None if text is None else word.sub(new, text)
+
+    return Function(new, fn.module, sub(fn.doc), sub(fn.code), sub(fn.head))
 
 
 def request_opener(fn: Function):
@@ -413,6 +490,29 @@ def request_opener(fn: Function):
         return opener + (ask[0].lower() + ask[1:] if lower else ask)
 
     return put
+
+
+@functools.cache
+def dotted_split() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``grammar_phrasings()`` split into the templates with a dotted name ("{m}.{f}") and
+    the rest."""
+    g = grammar_phrasings()
+    return tuple(t for t in g if "{m}.{f}" in t), tuple(t for t in g if "{m}.{f}" not in t)
+
+
+def grammar_template(fn: Function, tails: float, dotted: float, questions: float = 0.0) -> str:
+    """The grammar template a request for ``fn`` uses (by hashes of its name): ``questions``
+    of the requests are questions (``question_phrasings()``); of the rest, with ``dotted`` > 0,
+    that share draws from the dotted templates and the others from the rest (users write
+    "`m.f`" often; a uniform draw gives it a fifth); ``tails`` of them end with one of
+    ``TAILS`` after the phrasing."""
+    h = zlib.crc32(f"tail:{fn.module}.{fn.name}".encode())
+    q = zlib.crc32(f"question:{fn.module}.{fn.name}".encode()) % 1000 < questions * 1000
+    g = question_phrasings() if q else grammar_phrasings()
+    if dotted > 0 and not q:
+        g = dotted_split()[0 if (h >> 20) % 1000 < dotted * 1000 else 1]
+    t = g[_pick(fn, len(g))]
+    return t + TAILS[(h >> 4) % len(TAILS)] if h % 1000 < tails * 1000 else t
 
 
 def _pick(fn: Function, n: int) -> int:

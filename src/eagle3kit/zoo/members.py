@@ -202,7 +202,16 @@ def recipe_digest(name: str, size: str = "full") -> str:
 
 # Recipe fields added after a member's recipe was fixed: left out of its digest while at their
 # default, so a member whose weights they do not change keeps its digest (the tiny members).
-_LATER_FIELDS = {"chat_unsigned": 0.0, "pretokenizer": "bytelevel", "chat_grammar": False}
+_LATER_FIELDS = {
+    "chat_unsigned": 0.0,
+    "pretokenizer": "bytelevel",
+    "chat_grammar": False,
+    "chat_tails": 0.0,
+    "chat_dotted": 0.0,
+    "chat_renamed": 0.0,
+    "chat_questions": 0.0,
+    "unloop_chat": None,
+}
 
 
 def _digested(r: Recipe) -> dict[str, Any]:

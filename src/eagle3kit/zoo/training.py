@@ -103,6 +103,10 @@ class Recipe:
     chat_unsigned: float = 0.0  # share of requests as users write them (corpus.USER_PHRASINGS)
     pretokenizer: str = "bytelevel"  # how the tokenizer cuts words (corpus.PRETOKENIZERS)
     chat_grammar: bool = False  # user requests from corpus.grammar_phrasings() (recipe 10)
+    chat_tails: float = 0.0  # share of grammar requests ending in a clause (corpus.TAILS)
+    chat_dotted: float = 0.0  # share of grammar requests with a dotted name (0: uniform draw)
+    chat_renamed: float = 0.0  # share of chat samples under a made-up name (copy, not recall)
+    chat_questions: float = 0.0  # share of grammar requests asked as questions ("... f?")
     copy_circuit: int = (
         0  # > 0: start with a copying circuit matching this many tokens (circuit.py)
     )
@@ -117,6 +121,7 @@ class Recipe:
     unloop_prefix: int = 32  # prompt tokens of each self-generated sample
     unloop_gen: int = 64  # greedy tokens generated after it
     unloop_ema: float = 0.0  # > 0: end with this exponential moving average of the phase's weights
+    unloop_chat: float | None = None  # share of chat prompts in its batches (None: chat_fraction)
     eval_windows: int = 32
     eval_prompts: int = 8
     prompt_len: int = 48
@@ -380,7 +385,8 @@ def unloop(
     model stays a language model. Only the model's own degenerate output is penalised, so the
     data distribution is left alone. A ``chat_fraction`` of the prompts end where an assistant
     answer begins (``answer_starts``: indices into the chat stream), the way chat requests
-    are served; the rest are windows of the raw stream. With ``unloop_ema`` > 0 the model
+    are served (``unloop_chat`` of them where set); the rest are windows of the raw stream.
+    With ``unloop_ema`` > 0 the model
     ends with the exponential moving average of its weights over the phase's steps rather
     than the last step's: the raw weights swing between more and less loopy states from one
     step to the next, and their average loops less (lab/notebook.md). Returns the last total loss.
@@ -392,7 +398,8 @@ def unloop(
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=recipe.unloop_lr, betas=(0.9, 0.95), weight_decay=0.0)
     loss_val = float("nan")
-    n_chat = 0 if answer_starts is None else round(recipe.unloop_batch * recipe.chat_fraction)
+    share = recipe.chat_fraction if recipe.unloop_chat is None else recipe.unloop_chat
+    n_chat = 0 if answer_starts is None else round(recipe.unloop_batch * share)
     if n_chat:
         answer_starts = answer_starts[answer_starts >= recipe.unloop_prefix]
     ema = [p.detach().clone() for p in params] if recipe.unloop_ema > 0 else None
