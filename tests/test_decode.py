@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from decode_helpers import HELD_OUT, new_drafter, self_text, train_drafter
+from decode_helpers import HELD_OUT, accepting_drafter_dir, new_drafter
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode import (
@@ -24,19 +24,28 @@ SHAPES = {"chain": None, "tree": TreeShape(topk=3, budget=10)}
 
 
 @pytest.fixture(scope="module", params=ARCHS)
-def target(request):
+def arch(request):
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def target(arch):
     from eagle3kit import zoo
     from eagle3kit.model.target import TargetModel
 
     torch.set_num_threads(1)
-    return TargetModel.from_pretrained(zoo.get(request.param, size="tiny"))
+    return TargetModel.from_pretrained(zoo.get(arch, size="tiny"))
 
 
 @pytest.fixture(scope="module")
-def trained(target):
+def trained(arch):
     """A drafter trained briefly (training-time test, k=3) on the target's own greedy text,
-    with a draft vocabulary of half the target's (so d2t mapping is exercised)."""
-    return train_drafter(target, self_text(target, n=32), draft_vocab=256, steps=120)
+    with a draft vocabulary of half the target's (so d2t mapping is exercised): the fixture
+    copy in tests/fixtures, rebuilt by decode_helpers when the target's recipe changed."""
+    from eagle3kit import zoo
+    from eagle3kit.model.loading import load_pair
+
+    return load_pair(str(zoo.get(arch, size="tiny")), accepting_drafter_dir(arch))[1]
 
 
 def hf_greedy(target, ids: list[int], n: int) -> list[int]:

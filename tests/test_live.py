@@ -25,14 +25,14 @@ CODE = ["def ", "import ", "class ", "for i in ", "    return ", "x = ["]
 
 @pytest.fixture(scope="module")
 def pair():
-    """The zoo's tiny target and a drafter trained briefly on its own greedy text."""
-    from decode_helpers import self_text, train_drafter
+    """The zoo's tiny target and a drafter trained briefly on its own greedy text (the
+    committed fixture, decode_helpers.accepting_drafter_dir)."""
+    from decode_helpers import accepting_drafter_dir
 
     from eagle3kit import zoo
-    from eagle3kit.model.target import TargetModel
+    from eagle3kit.model.loading import load_pair
 
-    tm = TargetModel.from_pretrained(zoo.get("llama-v1", size="tiny"))
-    return tm, train_drafter(tm, self_text(tm, n=24), steps=40)
+    return load_pair(str(zoo.get("llama-v1", size="tiny")), accepting_drafter_dir())
 
 
 def prompts(n: int = 3, suite: str = "s") -> list[Prompt]:
