@@ -68,7 +68,11 @@ def block_acceptance(
 ) -> dict[str, Any]:
     from eagle3kit.measure.block_eval import evaluate_offline_dflash
 
-    r = evaluate_offline_dflash(target, d, _samples(batch), depth)
+    return acceptance_summary(evaluate_offline_dflash(target, d, _samples(batch), depth))
+
+
+def acceptance_summary(r: dict[str, Any]) -> dict[str, Any]:
+    """The probe's acceptance fields from an offline eval result (all answer positions)."""
     ap = r["all_positions"]
     return {
         "acc": ap["per_position_acceptance"],

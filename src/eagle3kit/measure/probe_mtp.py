@@ -98,17 +98,9 @@ def similarity(
 def head_acceptance(head: MTPHead, target: TargetModel, batch: Any, depth: int) -> dict:
     """H's offline acceptance on ``target`` over the batch, every answer position a start."""
     from eagle3kit.measure.mtp import evaluate_mtp_offline
-    from eagle3kit.measure.probe_block import _samples
+    from eagle3kit.measure.probe_block import _samples, acceptance_summary
 
-    r = evaluate_mtp_offline(target, head, _samples(batch), depth)
-    ap = r["all_positions"]
-    return {
-        "acc": ap["per_position_acceptance"],
-        "cond_acc": ap["conditional_acceptance"],
-        "counted": ap["counted"],
-        "tau_every_position": r["tau_every_position"],
-        "tau_walk": r["tau_walk"],
-    }
+    return acceptance_summary(evaluate_mtp_offline(target, head, _samples(batch), depth))
 
 
 def compat_doc(new: TargetModel, head: str | None, target: str, depth: int) -> dict[str, Any]:

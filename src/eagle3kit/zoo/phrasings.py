@@ -94,6 +94,12 @@ TAILS += (" Exactly as written.", " I want to study them.", " Then stop.", " No 
 TAILS += (" Nothing else.", " Keep every line.", " Line by line.", " I will test them.")
 TAILS += (" Do not explain anything.", " Verbatim, no changes.", " Cheers.")
 
+# How a request names the function and its module: bare, backticked, with "()", dotted.
+_NAME_FORMS = ("{f}", "`{f}`", "{f}()", "`{f}()`")
+_DOTTED_FORMS = ("{m}.{f}", "`{m}.{f}`", "{m}.{f}()", "`{m}.{f}()`")
+_MODULE_FORMS = ("from {m}", "from `{m}`", "in `{m}`", "of the {m} module", "from module `{m}`")
+_MODULE_FORMS += ("(module {m})", "as defined in {m}", "in the `{m}` module")
+
 
 def _grammar() -> tuple[str, ...]:
     """Recipe 10's training phrasings for requests as users write them (``chat_grammar``): a
@@ -107,10 +113,7 @@ def _grammar() -> tuple[str, ...]:
     verbs += ("Please implement", "Type in", "Create", "Let me have", "Generate", "Produce")
     verbs += ("Compose", "Construct", "Program", "Supply", "Make", "Send me", "Share")
     verbs += ("Put together", "I want", "Kindly write", "Output the code of", "Build")
-    names = ("{f}", "`{f}`", "{f}()", "`{f}()`")
-    dotted = ("{m}.{f}", "`{m}.{f}`", "{m}.{f}()", "`{m}.{f}()`")
-    mods = ("from {m}", "from `{m}`", "in `{m}`", "of the {m} module", "from module `{m}`")
-    mods += ("(module {m})", "as defined in {m}", "in the `{m}` module")
+    names, dotted, mods = _NAME_FORMS, _DOTTED_FORMS, _MODULE_FORMS
     out: set[str] = set()
     for v in verbs:
         lv = v[0].lower() + v[1:] if not v.startswith("I ") else v
@@ -177,10 +180,7 @@ def _questions() -> tuple[str, ...]:
     members copied it: "def do_POST?("). Near-copies of held-out phrasings are left out."""
     asks = ("Would you give me", "Will you write out", "Can I get", "Could I have", "May I see")
     asks += ("Do you have", "Got", "Any chance of", "How about", "Would you mind producing")
-    names = ("{f}", "`{f}`", "{f}()", "`{f}()`")
-    dotted = ("{m}.{f}", "`{m}.{f}`", "{m}.{f}()", "`{m}.{f}()`")
-    mods = ("from {m}", "from `{m}`", "in `{m}`", "of the {m} module", "from module `{m}`")
-    mods += ("(module {m})", "as defined in {m}", "in the `{m}` module")
+    names, dotted, mods = _NAME_FORMS, _DOTTED_FORMS, _MODULE_FORMS
     out: set[str] = set()
     for q in asks:
         for n in dotted:
