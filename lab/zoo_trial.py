@@ -1,7 +1,7 @@
 """One zoo recipe trial measured against the zoo bar (signed and unsigned requests).
 
     python lab/zoo_trial.py MEMBER --keep DIR [--set field=value ...] [--parent DIR]
-                            [--threads N] [--json lab/results/zoo_bar-trial-X.json]
+                            [--threads N] [--seed S] [--json lab/results/zoo_bar-trial-X.json]
 
 Builds MEMBER's current recipe with the ``--set`` overrides (values are Python literals)
 into DIR through the build's own code (``zoo.builder.build_into``) at ``--threads`` torch
@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--parent", type=Path, default=None)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--size", default="full")
+    ap.add_argument("--seed", type=int, default=None, help="the member's seed (default: its own)")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--bf16-only", action="store_true", help="measure the bf16 round trip only")
     ap.add_argument(
@@ -55,6 +56,8 @@ def main() -> None:
     print("environment: " + environment(), flush=True)
     overrides = {k: ast.literal_eval(v) for k, v in (s.split("=", 1) for s in args.set)}
     m = zoo.member(args.member)
+    if args.seed is not None:  # a second seed of a recipe: the same member, other draws
+        m = replace(m, seed=args.seed)
     recipe = replace(zoo.recipe(args.member, args.size), **overrides)
 
     def progress(ev):
