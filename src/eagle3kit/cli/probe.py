@@ -210,6 +210,15 @@ def _from_stores(drafter, target, data, features_new, features_old) -> bool:
     return stores
 
 
+def _check_method(method: str, target: str | None) -> None:
+    if method not in ("eagle3", "dflash", "mtp"):
+        from eagle3kit.core.errors import bad
+
+        raise bad("--method", f"expected eagle3, dflash or mtp, found {method!r}")
+    if method == "mtp" and target is None:
+        raise typer.BadParameter("--method mtp: expected --target (and --reference-target)")
+
+
 def probe(
     drafter: Drafter = None,
     target: Target = None,
@@ -251,12 +260,7 @@ def probe(
                                 endpoint=endpoint, timeout=timeout, json_=json_out,
                                 depth=depth)  # fmt: skip
         return live.run_probe(opts, url, reference_url)
-    if method not in ("eagle3", "dflash", "mtp"):
-        from eagle3kit.core.errors import bad
-
-        raise bad("--method", f"expected eagle3, dflash or mtp, found {method!r}")
-    if method == "mtp" and target is None:
-        raise typer.BadParameter("--method mtp: expected --target (and --reference-target)")
+    _check_method(method, target)
     stores = method != "mtp" and _from_stores(drafter, target, data, features_new, features_old)
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json

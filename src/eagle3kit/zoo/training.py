@@ -386,10 +386,9 @@ def unloop(
     data distribution is left alone. A ``chat_fraction`` of the prompts end where an assistant
     answer begins (``answer_starts``: indices into the chat stream), the way chat requests
     are served (``unloop_chat`` of them where set); the rest are windows of the raw stream.
-    With ``unloop_ema`` > 0 the model
-    ends with the exponential moving average of its weights over the phase's steps rather
-    than the last step's: the raw weights swing between more and less loopy states from one
-    step to the next, and their average loops less (lab/notebook.md). Returns the last total loss.
+    With ``unloop_ema`` > 0 the model ends with the exponential moving average of its weights
+    over the phase's steps rather than the last step's: the raw weights swing between more and
+    less loopy states, and their average loops less (lab/notebook.md). Returns the last loss.
     """
     import torch
     import torch.nn.functional as F
