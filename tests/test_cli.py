@@ -88,3 +88,25 @@ def test_zoo_build_reports_progress_through_the_callback(tmp_path):
     assert train[-1].done == train[-1].total > 1 and any("loss" in e.info for e in train)
     timed = read_manifest(built)["stage_seconds"]
     assert list(timed) == [s.split(": ", 1)[1] for s in stages]  # every reported stage is timed
+
+
+def test_help_paragraphs_are_reflowed_so_the_terminal_wraps_them():
+    """typer keeps a docstring's line breaks, which breaks a paragraph raggedly at 80 columns:
+    each paragraph becomes one line; list items and indented lines keep their own."""
+    from eagle3kit.cli import _reflow
+
+    doc = """First line
+    goes on.
+
+    A second paragraph
+    over two lines.
+    - an item
+    - another
+        indented stays"""
+    assert _reflow(doc) == (
+        "First line goes on.\n\nA second paragraph over two lines.\n- an item\n- another\n"
+        "    indented stays"
+    )
+    out = run_cli("plan", "--help").out  # at the runner's 80 columns, not ragged
+    assert "1 when it is below break-even" in " ".join(out.split())
+    assert not any(line.strip() == "when it" for line in out.splitlines())

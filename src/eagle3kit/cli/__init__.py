@@ -35,6 +35,24 @@ def _root(
     """Make EAGLE-3 speculative decoding pay. Add --debug anywhere to see tracebacks."""
 
 
+def _reflow(text: str) -> str:
+    """A docstring's paragraphs as one line each, so the terminal wraps them (typer keeps the
+    source's line breaks, which break a paragraph raggedly at 80 columns). Lines that start
+    a list item or are indented stay on their own line."""
+    import inspect
+
+    out = []
+    for para in inspect.cleandoc(text).split("\n\n"):
+        lines: list[str] = []
+        for line in para.split("\n"):
+            if lines and not line.startswith((" ", "- ", "* ", "\b")) and not para.startswith("\b"):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line)
+        out.append("\n".join(lines))
+    return "\n\n".join(out)
+
+
 def _tidy_help(cmd: Any) -> Any:
     """Help without typer's type tags on flags (`--json <bool>`) and with argument names
     as written (`compat [OPTIONS] DRAFTER OTHER`, not `{a} {b}`), for every subcommand."""
@@ -48,6 +66,8 @@ def _tidy_help(cmd: Any) -> Any:
                 (p.display_name_raw if p.required else f"[{p.display_name_raw}]")
                 + ("..." if p.nargs != 1 else "")
             )
+    if isinstance(getattr(cmd, "help", None), str):
+        cmd.help = _reflow(cmd.help)
     make_help = cmd.get_help_option
 
     def help_option(ctx: Any) -> Any:
