@@ -5,7 +5,7 @@
 For the member built in DIR (``eagle3kit zoo build`` output, with its zoo.json), greedy
 answers (stop at EOS, at most ``--max-new`` tokens; the tokenizer's own chat template, one
 left-padded batch) to held-out requests for functions of the held-out files of the member's
-slice, in two styles:
+slice, in five styles:
 
 - ``signed``: the zoo's own requests with the function's signature in the prompt
   (``corpus.SIGNED_PHRASINGS``, the phrasings the recipe trains on);
@@ -15,7 +15,9 @@ slice, in two styles:
   (``corpus.HELD_OUT_PHRASINGS_B``: verbs and word orders no training phrasing has, e.g.
   "Could you draft m.f?"), so that the figure does not hang on four phrasings;
 - ``unsigned_c``: a third such set (``corpus.HELD_OUT_PHRASINGS_C``), written before the
-  recipe-10 trials that the second set's figures had shaped.
+  recipe-10 trials that the second set's figures had shaped;
+- ``unsigned_d``: a fourth (``corpus.HELD_OUT_PHRASINGS_D``), written in round 8 before any
+  trial of a knob made after reading the third set's misses.
 
 ``--slice`` asks for functions of another slice than the member's own (a v1 asked what its
 v2 is asked). Per style: the share whose first line names the requested function
@@ -38,7 +40,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from _env import environment  # noqa: E402
 
 BAR = {"names_function": 0.8, "distinct_openings": 0.8}
-STYLES = ("signed", "unsigned", "unsigned_b", "unsigned_c")
+STYLES = ("signed", "unsigned", "unsigned_b", "unsigned_c", "unsigned_d")
 
 
 def table_for(style: str):
@@ -50,6 +52,7 @@ def table_for(style: str):
         "unsigned": corpus.HELD_OUT_PHRASINGS,
         "unsigned_b": corpus.HELD_OUT_PHRASINGS_B,
         "unsigned_c": corpus.HELD_OUT_PHRASINGS_C,
+        "unsigned_d": corpus.HELD_OUT_PHRASINGS_D,
     }[style]
 
 

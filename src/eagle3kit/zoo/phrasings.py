@@ -74,8 +74,18 @@ HELD_OUT_PHRASINGS_C = (
     "Dig up {f}() (it is in `{m}`) and print its code.",
     "{m} defines `{f}`. Sketch it.",
 )
-# Verbs of the second and third sets: no training phrasing may contain them.
+# A fourth held-out set, written in round 8 of recipe 10 (lab/notebook.md) before any trial
+# of a knob made after looking at the third set's misses ("Dig up f() ...": the particle "up"
+# taken for the name), so that such a knob is measured on phrasings it was not shaped by.
+HELD_OUT_PHRASINGS_D = (
+    "Fetch the whole of {f}(); it sits in {m}.",
+    "Recall how `{f}` in {m} goes and quote its code.",
+    "From {m}, retrieve {f} and show all of it.",
+    "Need `{m}.{f}`: the full code, never a summary.",
+)
+# Verbs of the second, third and fourth sets: no training phrasing may contain them.
 HELD_OUT_VERBS = ("reproduce", "recreate", "draft", "spell", "rewrite", "paste", "dig", "sketch")
+HELD_OUT_VERBS += ("fetch", "recall", "quote", "retrieve")
 HELD_OUT_VERBS_B = HELD_OUT_VERBS  # (older name)
 
 # What a request in the grammar may open with before its phrasing (``request_opener``): most
@@ -161,11 +171,16 @@ NEAR_EDITS = 3  # a training phrasing this close (in words) to a held-out one is
 def near_held_out(template: str) -> bool:
     """Whether ``template`` is a held-out phrasing or a near-copy of one: at most
     ``NEAR_EDITS`` word edits from one of a held-out set (punctuation, backticks and
-    "()" ignored), or using a verb of the second or third set."""
+    "()" ignored), or using a verb of the second, third or fourth set."""
     w = _words(template)
     if any(v in w for v in HELD_OUT_VERBS):
         return True
-    held = (*HELD_OUT_PHRASINGS, *HELD_OUT_PHRASINGS_B, *HELD_OUT_PHRASINGS_C)
+    held = (
+        *HELD_OUT_PHRASINGS,
+        *HELD_OUT_PHRASINGS_B,
+        *HELD_OUT_PHRASINGS_C,
+        *HELD_OUT_PHRASINGS_D,
+    )
     return any(_edits(w, h) <= NEAR_EDITS for h in map(_words, held) if _lacks(w, h) <= NEAR_EDITS)
 
 
