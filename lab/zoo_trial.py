@@ -36,6 +36,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--bf16-only", action="store_true", help="measure the bf16 round trip only")
     ap.add_argument(
+        "--measure-only", action="store_true", help="measure the member already built in --keep"
+    )
+    ap.add_argument(
         "--save-trained",
         type=Path,
         default=None,
@@ -76,7 +79,8 @@ def main() -> None:
                 shutil.copy(f, args.save_trained / f.name)
 
     t0 = time.time()
-    build_into(m, args.size, recipe, args.keep, args.parent, progress, on_phase=save_trained)
+    if not args.measure_only:
+        build_into(m, args.size, recipe, args.keep, args.parent, progress, on_phase=save_trained)
     print(f"built in {time.time() - t0:.1f} s", flush=True)
     import zoo_bar
 
