@@ -857,3 +857,30 @@ def test_idents_pretokenizer_gives_a_bare_name_before_a_space_its_def_tokens():
     name = "get_read_buffer_size"
     asks = [f"There is a function {name} in m.", f"`m.{name}`", f"def {name}(self):"]
     _same_name_tokens(name, asks, ("words", "idents"), "idents")
+
+
+def test_phrasal_requests_stay_far_from_every_held_out_set_and_default_off():
+    """Round 8's ``chat_phrasal``: verbs with a particle before the name ("Look up f()"),
+    none within three word edits of a held-out phrasing, none with a held-out verb; the share
+    follows the knob, and at 0 the requests are the earlier ones word for word."""
+    from eagle3kit.zoo import corpus
+
+    sets = (
+        corpus.HELD_OUT_PHRASINGS,
+        corpus.HELD_OUT_PHRASINGS_B,
+        corpus.HELD_OUT_PHRASINGS_C,
+        corpus.HELD_OUT_PHRASINGS_D,
+    )
+    held = [_split(h) for s in sets for h in s]
+    ph = corpus.phrasal_phrasings()
+    assert len(ph) >= 300 and len(set(ph)) == len(ph)
+    assert all(_edits_of(_split(t), h) >= 4 for t in ph for h in held)
+    assert not any(v in t.lower() for t in ph for v in ("dig", "fetch", "recall", "retrieve"))
+    assert any(t.startswith("Look up {f}() ") for t in ph)
+    src = corpus.files("lib", limit=8)
+    fns = corpus.functions(src)
+    picked = [corpus.grammar_template(fn, 0.0, 0.0, 0.0, 0.4) for fn in fns]
+    assert 0.25 < sum(t in ph for t in picked) / len(picked) < 0.55
+    kw = dict(varied=True, signed=True, unsigned=0.7, grammar=True, tails=0.5, dotted=0.4)
+    assert corpus.chat_samples(src, **kw) == corpus.chat_samples(src, **kw, phrasal=0.0)
+    assert corpus.chat_samples(src, **kw) != corpus.chat_samples(src, **kw, phrasal=0.3)

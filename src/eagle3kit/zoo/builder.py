@@ -323,6 +323,7 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
         dotted=recipe.chat_dotted,
         renamed=recipe.chat_renamed,
         questions=recipe.chat_questions,
+        phrasal=recipe.chat_phrasal,
     )
 
     bar.stage("tokenizer")

@@ -35,6 +35,7 @@ from eagle3kit.zoo.phrasings import (  # noqa: F401  (also corpus.X for callers)
     USER_PHRASINGS,
     grammar_phrasings,
     near_held_out,
+    phrasal_phrasings,
     question_phrasings,
 )
 
@@ -233,6 +234,7 @@ def chat_samples(
     dotted: float = 0.0,
     renamed: float = 0.0,
     questions: float = 0.0,
+    phrasal: float = 0.0,
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
@@ -242,9 +244,10 @@ def chat_samples(
     are chosen per function from a hash of its module and name (deterministic); ``signed``
     uses ``SIGNED_PHRASINGS``. ``unsigned`` (0..1, with ``varied``): that share of the
     functions (by the same hash) is asked for in ``USER_PHRASINGS`` (``grammar_phrasings()``
-    when ``grammar``), without the signature. ``tails``, ``dotted`` and ``questions`` (grammar
-    only): see ``grammar_template``. ``renamed``: that share of the functions (by a hash of
-    their own) is asked for and answered under a made-up name (``renamed_function``).
+    when ``grammar``), without the signature. ``tails``, ``dotted``, ``questions`` and
+    ``phrasal`` (grammar only): see ``grammar_template``. ``renamed``: that share of the
+    functions (by a hash of their own) is asked for and answered under a made-up name
+    (``renamed_function``).
     """
     user = grammar_phrasings() if grammar else USER_PHRASINGS
     fns = functions(src, min_chars=min_chars, max_chars=max_chars)
@@ -258,8 +261,9 @@ def chat_samples(
             if (h >> 16) % 1000 < unsigned * 1000:
                 table, sig = user, False
                 phrasing = (h >> 4) % len(user) if not grammar else _pick(fn, len(user))
-                if grammar and (tails or dotted or questions):
-                    table, phrasing = (grammar_template(fn, tails, dotted, questions),), 0
+                if grammar and (tails or dotted or questions or phrasal):
+                    table = (grammar_template(fn, tails, dotted, questions, phrasal),)
+                    phrasing = 0
         as_user = table is not None
         if renamed and zlib.crc32(f"rename:{fn.module}.{fn.name}".encode()) % 1000 < renamed * 1e3:
             fn = renamed_function(fn, parts)
@@ -318,16 +322,20 @@ def dotted_split() -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(t for t in g if "{m}.{f}" in t), tuple(t for t in g if "{m}.{f}" not in t)
 
 
-def grammar_template(fn: Function, tails: float, dotted: float, questions: float = 0.0) -> str:
+def grammar_template(
+    fn: Function, tails: float, dotted: float, questions: float = 0.0, phrasal: float = 0.0
+) -> str:
     """The grammar template a request for ``fn`` uses (by hashes of its name): ``questions``
-    of the requests are questions (``question_phrasings()``); of the rest, with ``dotted`` > 0,
-    that share draws from the dotted templates and the others from the rest (users write
-    "`m.f`" often; a uniform draw gives it a fifth); ``tails`` of them end with one of
-    ``TAILS`` after the phrasing."""
+    of the requests are questions (``question_phrasings()``), ``phrasal`` of the others use a
+    verb with a particle (``phrasal_phrasings()``); of the rest, with ``dotted`` > 0, that
+    share draws from the dotted templates and the others from the rest (users write "`m.f`"
+    often; a uniform draw gives it a fifth); ``tails`` of them end with one of ``TAILS``
+    after the phrasing."""
     h = zlib.crc32(f"tail:{fn.module}.{fn.name}".encode())
     q = zlib.crc32(f"question:{fn.module}.{fn.name}".encode()) % 1000 < questions * 1000
-    g = question_phrasings() if q else grammar_phrasings()
-    if dotted > 0 and not q:
+    ph = not q and zlib.crc32(f"phrasal:{fn.module}.{fn.name}".encode()) % 1000 < phrasal * 1e3
+    g = question_phrasings() if q else phrasal_phrasings() if ph else grammar_phrasings()
+    if dotted > 0 and not q and not ph:
         g = dotted_split()[0 if (h >> 20) % 1000 < dotted * 1000 else 1]
     t = g[_pick(fn, len(g))]
     return t + TAILS[(h >> 4) % len(TAILS)] if h % 1000 < tails * 1000 else t

@@ -210,6 +210,7 @@ _LATER_FIELDS = {
     "chat_dotted": 0.0,
     "chat_renamed": 0.0,
     "chat_questions": 0.0,
+    "chat_phrasal": 0.0,
     "unloop_chat": None,
 }
 

@@ -209,6 +209,37 @@ def _questions() -> tuple[str, ...]:
     return tuple(sorted(t for t in out if not near_held_out(t)))
 
 
+def _phrasal() -> tuple[str, ...]:
+    """Requests whose verb ends in a particle that reads like a name ("Look up f()", "Write
+    out m.f"), some with the module in parentheses and a second verb after the name
+    (``chat_phrasal``): recipe 10's members took such a particle, or a later verb, for the name
+    (lab/notebook.md, round 8). Near-copies of held-out phrasings are left out."""
+    verbs = ("Look up", "Write out", "Type up", "Pull up", "Bring up", "Copy out", "Lay out")
+    verbs += ("Hand over", "Set down", "Work out", "Spit out", "Whip up", "Write up", "Put down")
+    after = ("show", "give me", "write down", "type", "list", "open", "return", "join")
+    parens = ("(from {m})", "(module {m})", "(in `{m}`)", "(it lives in {m})", "(see {m})")
+    names, dotted, mods = _NAME_FORMS, _DOTTED_FORMS, _MODULE_FORMS
+    out: set[str] = set()
+    for i, v in enumerate(verbs):
+        for n in dotted:
+            out.add(f"{v} {n}.")
+            out.add(f"{v} {n} and {after[i % len(after)]} the code.")
+        for j, n in enumerate(names):
+            for md in mods:
+                out.add(f"{v} {n} {md}.")
+            for k, pr in enumerate(parens):
+                a = after[(i + j + k) % len(after)]
+                out.add(f"{v} {n} {pr} and {a} its code.")
+                out.add(f"{v} {n} {pr}, then {a} it.")
+    return tuple(sorted(t for t in out if not near_held_out(t)))
+
+
+@functools.cache
+def phrasal_phrasings() -> tuple[str, ...]:
+    """``_phrasal()``, computed once on first use."""
+    return _phrasal()
+
+
 @functools.cache
 def question_phrasings() -> tuple[str, ...]:
     """``_questions()``, computed once on first use."""
