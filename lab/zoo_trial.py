@@ -1,7 +1,7 @@
 """One zoo recipe trial measured against the zoo bar (signed and unsigned requests).
 
     python lab/zoo_trial.py MEMBER --keep DIR [--set field=value ...] [--parent DIR]
-                            [--threads N] [--seed S] [--json lab/results/zoo_bar-trial-X.json]
+                            [--threads N] [--requests 64] [--seed S] [--json OUT.json]
 
 Builds MEMBER's current recipe with the ``--set`` overrides (values are Python literals)
 into DIR through the build's own code (``zoo.builder.build_into``) at ``--threads`` torch
@@ -31,6 +31,12 @@ def main() -> None:
     ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--parent", type=Path, default=None)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument(
+        "--requests",
+        type=int,
+        default=64,
+        help="held-out requests a style (64: round 8 found 32 too noisy to compare recipes)",
+    )
     ap.add_argument("--size", default="full")
     ap.add_argument("--seed", type=int, default=None, help="the member's seed (default: its own)")
     ap.add_argument("--json", type=Path, default=None)
@@ -86,7 +92,7 @@ def main() -> None:
 
     rows = []
     for bf16 in (True,) if args.bf16_only else (False, True):
-        row = zoo_bar.measure(args.keep, 32, 128, bf16)
+        row = zoo_bar.measure(args.keep, args.requests, 128, bf16)
         row["overrides"] = overrides
         rows.append(row)
         keys = ("names_function", "distinct_openings", "distinct_answers", "pooled_distinct4")
