@@ -881,3 +881,28 @@ def test_phrasal_requests_stay_far_from_every_held_out_set_and_default_off():
     kw = dict(varied=True, signed=True, unsigned=0.7, grammar=True, tails=0.5, dotted=0.4)
     assert corpus.chat_samples(src, **kw) == corpus.chat_samples(src, **kw, phrasal=0.0)
     assert corpus.chat_samples(src, **kw) != corpus.chat_samples(src, **kw, phrasal=0.3)
+
+
+def test_a_v2_can_keep_a_share_of_its_parents_chat_samples():
+    """Round 8's ``chat_parent_mix``: a v2 adds that share of the chat samples of its
+    parent's slice (training files only), evenly spaced; off by default and for a v1."""
+    from dataclasses import replace
+
+    from eagle3kit import zoo
+    from eagle3kit.zoo import builder, corpus
+
+    r = replace(zoo.recipe("dsv3-v2", "tiny"), file_limit=8)
+    v1, v2 = zoo.member("dsv3-v1"), zoo.member("dsv3-v2")
+    assert builder._parent_chat(v2, r, "lib") == []
+    mixed = replace(r, chat_parent_mix=0.5)
+    assert builder._parent_chat(v1, mixed, "test") == []
+    lib = corpus.chat_samples(corpus.files("lib", limit=8), **builder._chat_kwargs(mixed))
+    got = builder._parent_chat(v2, mixed, "lib")
+    assert len(got) == round(len(lib) * 0.5)
+    at, seen = -1, []  # each taken in order, none twice, from all over the parent's samples
+    for c in got:
+        at = lib.index(c, at + 1)
+        seen.append(at)
+    assert seen[0] < len(lib) / 8 and seen[-1] > len(lib) * 3 / 4
+    held = {f.rel for f in corpus.files("lib", held_out=True)}
+    assert not held & {f.rel for f in corpus.files("lib", limit=8)}

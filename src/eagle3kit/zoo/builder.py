@@ -313,18 +313,8 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
     train_files = corpus.files(m.slice, limit=recipe.file_limit)
     held = corpus.files(m.slice, held_out=True, limit=held_limit)
     held_other = corpus.files(other, held_out=True, limit=held_limit)
-    convs = corpus.chat_samples(
-        train_files,
-        varied=recipe.chat_varied,
-        signed=recipe.chat_signature,
-        unsigned=recipe.chat_unsigned,
-        grammar=recipe.chat_grammar,
-        tails=recipe.chat_tails,
-        dotted=recipe.chat_dotted,
-        renamed=recipe.chat_renamed,
-        questions=recipe.chat_questions,
-        phrasal=recipe.chat_phrasal,
-    )
+    convs = corpus.chat_samples(train_files, **_chat_kwargs(recipe))
+    convs += _parent_chat(m, recipe, other)
 
     bar.stage("tokenizer")
     if parent_dir is None:
@@ -350,6 +340,26 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
         corpus.held_out_requests(held, recipe.eval_prompts, table=corpus.HELD_OUT_PHRASINGS),
     )
     return tok, special, d
+
+
+def _chat_kwargs(recipe: tr.Recipe) -> dict[str, Any]:
+    """How ``recipe`` phrases its chat requests (``corpus.chat_samples``' options)."""
+    names = ("varied", "signature", "unsigned", "grammar", "tails", "dotted", "renamed")
+    names += ("questions", "phrasal")
+    keys = {"signature": "signed"}  # chat_samples' name for chat_signature
+    return {keys.get(n, n): getattr(recipe, f"chat_{n}") for n in names}
+
+
+def _parent_chat(m: Member, recipe: tr.Recipe, other: str) -> list[dict]:
+    """A v2's share ``chat_parent_mix`` of chat samples from its parent's slice (``other``),
+    evenly spaced, so that its fine-tune keeps the requests its v1 learnt to read."""
+    if not recipe.chat_parent_mix or m.parent is None:
+        return []
+    convs = corpus.chat_samples(
+        corpus.files(other, limit=recipe.file_limit), **_chat_kwargs(recipe)
+    )
+    n = round(len(convs) * recipe.chat_parent_mix)
+    return [convs[i * len(convs) // n] for i in range(n)] if n else []
 
 
 def build_into(
