@@ -14,9 +14,13 @@ import typer
 
 from eagle3kit.core.errors import Eagle3Error
 
+_HELP = (
+    "Make speculative decoding pay (EAGLE-3, DFlash, P-EAGLE, MTP heads, prompt lookup). "
+    "Add --debug anywhere to see tracebacks."
+)
 app = typer.Typer(
     name="eagle3kit",
-    help="Make EAGLE-3 speculative decoding pay. Add --debug anywhere to see tracebacks.",
+    help=_HELP,
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -32,7 +36,8 @@ def _root(
         "Accepted anywhere on the command line.",
     ),
 ) -> None:
-    """Make EAGLE-3 speculative decoding pay. Add --debug anywhere to see tracebacks."""
+    """Make speculative decoding pay (EAGLE-3, DFlash, P-EAGLE, MTP heads, prompt lookup).
+    Add --debug anywhere to see tracebacks."""
 
 
 def _reflow(text: str) -> str:
