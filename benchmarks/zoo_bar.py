@@ -47,13 +47,7 @@ def table_for(style: str):
     """The phrasing table of ``style``."""
     from eagle3kit.zoo import corpus
 
-    return {
-        "signed": corpus.SIGNED_PHRASINGS,
-        "unsigned": corpus.HELD_OUT_PHRASINGS,
-        "unsigned_b": corpus.HELD_OUT_PHRASINGS_B,
-        "unsigned_c": corpus.HELD_OUT_PHRASINGS_C,
-        "unsigned_d": corpus.HELD_OUT_PHRASINGS_D,
-    }[style]
+    return dict(zip(STYLES, (corpus.SIGNED_PHRASINGS, *corpus.HELD_OUT_SETS), strict=True))[style]
 
 
 def requests_for(slice_name: str, style: str, n: int) -> list[dict]:

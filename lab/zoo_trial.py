@@ -87,7 +87,7 @@ def main() -> None:
     t0 = time.time()
     if not args.measure_only:
         build_into(m, args.size, recipe, args.keep, args.parent, progress, on_phase=save_trained)
-    print(f"built in {time.time() - t0:.1f} s", flush=True)
+        print(f"built in {time.time() - t0:.1f} s", flush=True)
     import zoo_bar
 
     rows = []

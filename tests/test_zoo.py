@@ -707,24 +707,12 @@ def _edits_of(a, b) -> int:
     return d[-1][-1]
 
 
-def _held_sets() -> tuple[tuple[str, ...], ...]:
-    """Every held-out phrasing set the zoo bar measures with."""
-    from eagle3kit.zoo import corpus
-
-    return (
-        corpus.HELD_OUT_PHRASINGS,
-        corpus.HELD_OUT_PHRASINGS_B,
-        corpus.HELD_OUT_PHRASINGS_C,
-        corpus.HELD_OUT_PHRASINGS_D,
-    )
-
-
 def test_recipe_10_grammar_is_large_varied_and_far_from_every_held_out_set():
     from eagle3kit.zoo import corpus
 
     g = corpus.grammar_phrasings()
     assert len(g) >= 2000 and len(set(g)) == len(g)
-    sets = _held_sets()
+    sets = corpus.HELD_OUT_SETS
     held = [h for s in sets for h in s]
     assert len(set(held)) == len(held) == 16
     held_split = [_split(h) for h in held]
@@ -777,7 +765,7 @@ def test_recipe_10_chat_samples_draw_on_the_grammar_and_keep_the_answers():
 def test_grammar_tails_and_dotted_share_stay_far_from_every_held_out_set():
     from eagle3kit.zoo import corpus
 
-    sets = _held_sets()
+    sets = corpus.HELD_OUT_SETS
     held = [_split(h) for s in sets for h in s]
     held_words = {w for h in held for w in h[0]}
     assert not {w for t in corpus.TAILS for w in _split(t)[0]} & held_words
@@ -867,7 +855,7 @@ def test_phrasal_requests_stay_far_from_every_held_out_set_and_default_off():
     follows the knob, and at 0 the requests are the earlier ones word for word."""
     from eagle3kit.zoo import corpus
 
-    sets = _held_sets()
+    sets = corpus.HELD_OUT_SETS
     held = [_split(h) for s in sets for h in s]
     ph = corpus.phrasal_phrasings()
     assert len(ph) >= 300 and len(set(ph)) == len(ph)

@@ -344,10 +344,18 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
 
 def _chat_kwargs(recipe: tr.Recipe) -> dict[str, Any]:
     """How ``recipe`` phrases its chat requests (``corpus.chat_samples``' options)."""
-    names = ("varied", "signature", "unsigned", "grammar", "tails", "dotted", "renamed")
-    names += ("questions", "phrasal")
-    keys = {"signature": "signed"}  # chat_samples' name for chat_signature
-    return {keys.get(n, n): getattr(recipe, f"chat_{n}") for n in names}
+    r = recipe
+    return dict(
+        varied=r.chat_varied,
+        signed=r.chat_signature,
+        unsigned=r.chat_unsigned,
+        grammar=r.chat_grammar,
+        tails=r.chat_tails,
+        dotted=r.chat_dotted,
+        renamed=r.chat_renamed,
+        questions=r.chat_questions,
+        phrasal=r.chat_phrasal,
+    )
 
 
 def _parent_chat(m: Member, recipe: tr.Recipe, other: str) -> list[dict]:

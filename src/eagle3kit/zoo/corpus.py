@@ -28,6 +28,7 @@ from eagle3kit.zoo.phrasings import (  # noqa: F401  (also corpus.X for callers)
     HELD_OUT_PHRASINGS_B,
     HELD_OUT_PHRASINGS_C,
     HELD_OUT_PHRASINGS_D,
+    HELD_OUT_SETS,
     OPENERS,
     PHRASINGS,
     SIGNED_PHRASINGS,

@@ -83,6 +83,13 @@ HELD_OUT_PHRASINGS_D = (
     "From {m}, retrieve {f} and show all of it.",
     "Need `{m}.{f}`: the full code, never a summary.",
 )
+# Every held-out set, in the zoo bar's order (benchmarks/zoo_bar.py: unsigned, _b, _c, _d).
+HELD_OUT_SETS = (
+    HELD_OUT_PHRASINGS,
+    HELD_OUT_PHRASINGS_B,
+    HELD_OUT_PHRASINGS_C,
+    HELD_OUT_PHRASINGS_D,
+)
 # Verbs of the second, third and fourth sets: no training phrasing may contain them.
 HELD_OUT_VERBS = ("reproduce", "recreate", "draft", "spell", "rewrite", "paste", "dig", "sketch")
 HELD_OUT_VERBS += ("fetch", "recall", "quote", "retrieve")
@@ -175,13 +182,13 @@ def near_held_out(template: str) -> bool:
     w = _words(template)
     if any(v in w for v in HELD_OUT_VERBS):
         return True
-    held = (
-        *HELD_OUT_PHRASINGS,
-        *HELD_OUT_PHRASINGS_B,
-        *HELD_OUT_PHRASINGS_C,
-        *HELD_OUT_PHRASINGS_D,
-    )
-    return any(_edits(w, h) <= NEAR_EDITS for h in map(_words, held) if _lacks(w, h) <= NEAR_EDITS)
+    return any(_edits(w, h) <= NEAR_EDITS for h in _held_words() if _lacks(w, h) <= NEAR_EDITS)
+
+
+@functools.cache
+def _held_words() -> tuple[list[str], ...]:
+    """The words of every held-out phrasing, split once (``near_held_out`` runs per template)."""
+    return tuple(_words(h) for s in HELD_OUT_SETS for h in s)
 
 
 def _lacks(a: list[str], b: list[str]) -> int:
