@@ -93,7 +93,6 @@ HELD_OUT_SETS = (
 # Verbs of the second, third and fourth sets: no training phrasing may contain them.
 HELD_OUT_VERBS = ("reproduce", "recreate", "draft", "spell", "rewrite", "paste", "dig", "sketch")
 HELD_OUT_VERBS += ("fetch", "recall", "quote", "retrieve")
-HELD_OUT_VERBS_B = HELD_OUT_VERBS  # (older name)
 
 # What a request in the grammar may open with before its phrasing (``request_opener``): most
 # open with the phrasing itself, the rest with a greeting or a label, so that the name is not
