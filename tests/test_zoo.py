@@ -894,3 +894,30 @@ def test_a_v2_can_keep_a_share_of_its_parents_chat_samples():
     assert seen[0] < len(lib) / 8 and seen[-1] > len(lib) * 3 / 4
     held = {f.rel for f in corpus.files("lib", held_out=True)}
     assert not held & {f.rel for f in corpus.files("lib", limit=8)}
+
+
+def test_wild_requests_use_no_held_out_word_stay_far_and_default_off():
+    """Round 9's ``chat_wild``: requests drawn from everyday-word pools. No pool word is a
+    word of a held-out phrasing that the grammar does not already train on, no template is
+    within three word edits of a held-out phrasing, the draw is deterministic and varied,
+    the share follows the knob, and at 0 the requests are the earlier ones word for word."""
+    from eagle3kit.zoo import corpus, phrasings
+
+    held = [_split(h) for s in corpus.HELD_OUT_SETS for h in s]
+    for word in ("show", "print", "whole", "fetch", "retrieve", "dig", "sketch", "up"):
+        assert not any(word in p.split() for pool in phrasings.wild_pools() for p in pool)
+    assert "write" in phrasings.wild_pools()[0]  # trained on by the grammar: kept
+    drawn = [phrasings.wild_template(s, 0.4) for s in range(400)]
+    assert drawn == [phrasings.wild_template(s, 0.4) for s in range(400)]
+    assert len(set(drawn)) > 390
+    assert all(_edits_of(_split(t), h) >= 4 for t in drawn for h in held)
+    assert all("{f}" in t and "{m}" in t for t in drawn)
+    assert 0.25 < sum("{m}.{f}" in t for t in drawn) / len(drawn) < 0.55
+    src = corpus.files("lib", limit=8)
+    fns = corpus.functions(src)
+    picked = [corpus.grammar_template(fn, 0.0, 0.0, wild=0.5) for fn in fns]
+    grammar = set(corpus.grammar_phrasings())
+    assert 0.35 < sum(t not in grammar for t in picked) / len(picked) < 0.65
+    kw = dict(varied=True, signed=True, unsigned=0.7, grammar=True, tails=0.5, dotted=0.4)
+    assert corpus.chat_samples(src, **kw) == corpus.chat_samples(src, **kw, wild=0.0)
+    assert corpus.chat_samples(src, **kw) != corpus.chat_samples(src, **kw, wild=0.3)

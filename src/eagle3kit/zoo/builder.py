@@ -355,6 +355,7 @@ def _chat_kwargs(recipe: tr.Recipe) -> dict[str, Any]:
         renamed=r.chat_renamed,
         questions=r.chat_questions,
         phrasal=r.chat_phrasal,
+        wild=r.chat_wild,
     )
 
 

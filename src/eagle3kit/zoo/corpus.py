@@ -38,6 +38,7 @@ from eagle3kit.zoo.phrasings import (  # noqa: F401  (also corpus.X for callers)
     near_held_out,
     phrasal_phrasings,
     question_phrasings,
+    wild_template,
 )
 
 SLICES = ("lib", "test")
@@ -236,6 +237,7 @@ def chat_samples(
     renamed: float = 0.0,
     questions: float = 0.0,
     phrasal: float = 0.0,
+    wild: float = 0.0,
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
@@ -245,10 +247,10 @@ def chat_samples(
     are chosen per function from a hash of its module and name (deterministic); ``signed``
     uses ``SIGNED_PHRASINGS``. ``unsigned`` (0..1, with ``varied``): that share of the
     functions (by the same hash) is asked for in ``USER_PHRASINGS`` (``grammar_phrasings()``
-    when ``grammar``), without the signature. ``tails``, ``dotted``, ``questions`` and
-    ``phrasal`` (grammar only): see ``grammar_template``. ``renamed``: that share of the
-    functions (by a hash of their own) is asked for and answered under a made-up name
-    (``renamed_function``).
+    when ``grammar``), without the signature. ``tails``, ``dotted``, ``questions``,
+    ``phrasal`` and ``wild`` (grammar only): see ``grammar_template``. ``renamed``: that
+    share of the functions (by a hash of their own) is asked for and answered under a
+    made-up name (``renamed_function``).
     """
     user = grammar_phrasings() if grammar else USER_PHRASINGS
     fns = functions(src, min_chars=min_chars, max_chars=max_chars)
@@ -262,8 +264,8 @@ def chat_samples(
             if (h >> 16) % 1000 < unsigned * 1000:
                 table, sig = user, False
                 phrasing = (h >> 4) % len(user) if not grammar else _pick(fn, len(user))
-                if grammar and (tails or dotted or questions or phrasal):
-                    table = (grammar_template(fn, tails, dotted, questions, phrasal),)
+                if grammar and (tails or dotted or questions or phrasal or wild):
+                    table = (grammar_template(fn, tails, dotted, questions, phrasal, wild),)
                     phrasing = 0
         as_user = table is not None
         if renamed and zlib.crc32(f"rename:{fn.module}.{fn.name}".encode()) % 1000 < renamed * 1e3:
@@ -324,21 +326,35 @@ def dotted_split() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def grammar_template(
-    fn: Function, tails: float, dotted: float, questions: float = 0.0, phrasal: float = 0.0
+    fn: Function,
+    tails: float,
+    dotted: float,
+    questions: float = 0.0,
+    phrasal: float = 0.0,
+    wild: float = 0.0,
 ) -> str:
     """The grammar template a request for ``fn`` uses (by hashes of its name): ``questions``
     of the requests are questions (``question_phrasings()``), ``phrasal`` of the others use a
-    verb with a particle (``phrasal_phrasings()``); of the rest, with ``dotted`` > 0, that
-    share draws from the dotted templates and the others from the rest (users write "`m.f`"
-    often; a uniform draw gives it a fifth); ``tails`` of them end with one of ``TAILS``
-    after the phrasing."""
-    h = zlib.crc32(f"tail:{fn.module}.{fn.name}".encode())
-    q = zlib.crc32(f"question:{fn.module}.{fn.name}".encode()) % 1000 < questions * 1000
-    ph = not q and zlib.crc32(f"phrasal:{fn.module}.{fn.name}".encode()) % 1000 < phrasal * 1e3
-    g = question_phrasings() if q else phrasal_phrasings() if ph else grammar_phrasings()
-    if dotted > 0 and not q and not ph:
-        g = dotted_split()[0 if (h >> 20) % 1000 < dotted * 1000 else 1]
-    t = g[_pick(fn, len(g))]
+    verb with a particle (``phrasal_phrasings()``), ``wild`` of the rest are drawn from
+    everyday-word pools (``wild_template``, dotted in a share ``dotted``); of the rest, with
+    ``dotted`` > 0, that share draws from the dotted templates and the others from the rest
+    (users write "`m.f`" often; a uniform draw gives it a fifth); ``tails`` of them end with
+    one of ``TAILS`` after the phrasing."""
+    key = f"{fn.module}.{fn.name}"
+
+    def share(tag: str, p: float) -> bool:
+        return zlib.crc32(f"{tag}:{key}".encode()) % 1000 < p * 1000
+
+    h = zlib.crc32(f"tail:{key}".encode())
+    q = share("question", questions)
+    ph = not q and share("phrasal", phrasal)
+    if not q and not ph and share("wild", wild):
+        t = wild_template(zlib.crc32(f"wild-draw:{key}".encode()), dotted)
+    else:
+        g = question_phrasings() if q else phrasal_phrasings() if ph else grammar_phrasings()
+        if dotted > 0 and not q and not ph:
+            g = dotted_split()[0 if (h >> 20) % 1000 < dotted * 1000 else 1]
+        t = g[_pick(fn, len(g))]
     return t + TAILS[(h >> 4) % len(TAILS)] if h % 1000 < tails * 1000 else t
 
 

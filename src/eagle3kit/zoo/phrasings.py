@@ -256,3 +256,83 @@ def question_phrasings() -> tuple[str, ...]:
 def grammar_phrasings() -> tuple[str, ...]:
     """``_grammar()``, computed once (about a second: the distance checks), on first use."""
     return _grammar()
+
+
+# Recipe 10's ``chat_wild`` (lab/notebook.md, round 9): requests whose verb, particle and the
+# clause after the name are drawn from pools of everyday words, so that no verb or position
+# tells where the name stands; what a member can learn from them is that the words of a
+# request are prose and the name is the one that is not. Words of a held-out phrasing are
+# dropped from the pools (``wild_pools``), so no held-out verb is ever trained on.
+WILD_VERBS = ("write", "give", "type", "list", "copy", "produce", "send", "share", "bring")
+WILD_VERBS += ("find", "get", "make", "build", "post", "dump", "emit", "render", "output")
+WILD_VERBS += ("present", "reveal", "display", "supply", "provide", "deliver", "hand", "grab")
+WILD_VERBS += ("pull", "extract", "lift", "restore", "rebuild", "redo", "transcribe", "jot")
+WILD_VERBS += ("note", "clone", "mirror", "duplicate", "echo", "repeat", "relay", "generate")
+WILD_VERBS += ("compose", "author", "craft", "assemble", "code", "implement", "define", "copy")
+WILD_VERBS += ("construct", "program", "prepare", "replicate", "reconstruct", "locate", "put")
+WILD_VERBS += ("include", "attach", "add", "drop", "place", "set", "work", "pick", "dish")
+WILD_VERBS += ("serve", "load", "open", "lend", "pass", "hunt", "track", "mark", "bake", "cook")
+WILD_PARTICLES = ("out", "up", "down", "over", "back", "together", "in", "off", "along")
+WILD_ADVERBS = ("quickly", "exactly", "fully", "carefully", "again", "here", "now", "today")
+WILD_ADVERBS += ("below", "verbatim", "entirely", "completely", "precisely", "properly")
+WILD_ADVERBS += ("faithfully", "literally", "briefly", "plainly", "once", "first", "soon")
+WILD_OBJECTS = ("the code", "its body", "its source", "every line", "the whole thing")
+WILD_OBJECTS += ("the lines", "the text", "the listing", "the definition", "all lines")
+WILD_OBJECTS += ("the snippet", "that", "this", "them", "the result", "each line", "it")
+WILD_MODULE_OPENERS = ("In {m}, ", "Module `{m}`: ", "From {m}, ", "{m} module: ")
+WILD_MODULE_OPENERS += ("Regarding {m}: ", "Over in `{m}`, ", "Inside {m}: ", "For {m}, ")
+
+
+@functools.cache
+def wild_pools() -> tuple[tuple[str, ...], ...]:
+    """The verb, particle, adverb and object pools of ``wild_template`` without any word of
+    a held-out phrasing that recipe 10's grammar does not already train on ("the", "code"
+    and "write" stay; "show", "print" and "whole" go); an object goes with any such word."""
+    trained = {w for t in grammar_phrasings() for w in _words(t)}
+    held = {w for ws in _held_words() for w in ws} - trained
+
+    def keep(pool: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(p for p in pool if not set(p.split()) & held))
+
+    return tuple(keep(p) for p in (WILD_VERBS, WILD_PARTICLES, WILD_ADVERBS, WILD_OBJECTS))
+
+
+def _wild_parts(rng, dotted: float) -> tuple[str, str, str]:
+    """A verb phrase, a name (with its module unless dotted) and an after-clause."""
+    verbs, particles, adverbs, objects = wild_pools()
+    verb = rng.choice(verbs)
+    r = rng.random()
+    if r < 0.45:
+        verb += f" {rng.choice(particles if r < 0.3 else adverbs)}"
+    if rng.random() < dotted:
+        name = rng.choice(_DOTTED_FORMS)
+    else:
+        name = f"{rng.choice(_NAME_FORMS)} {rng.choice(_MODULE_FORMS)}"
+    r, v2, obj, adv = rng.random(), rng.choice(verbs), rng.choice(objects), rng.choice(adverbs)
+    clauses = (f" and {v2} {obj}", f", then {v2} {obj}", f"; {v2} {obj}", f" {adv}")
+    cuts = (0.2, 0.35, 0.45, 0.6)  # and / then / ";" / an adverb; else nothing after the name
+    after = next((c for c, cut in zip(clauses, cuts, strict=True) if r < cut), "")
+    return verb, name, after
+
+
+def wild_template(seed: int, dotted: float = 0.0) -> str:
+    """One ``chat_wild`` request template (``{f}``, ``{m}``) drawn by ``seed``: a verb phrase
+    from the pools (a verb, sometimes with a particle or an adverb), the name (dotted with
+    probability ``dotted``, else with a module form), an optional clause after it with a
+    second verb, in one of three orders (verb first; module first; "About ...: verb it"),
+    and an ending. Drawn again (same stream) while near a held-out phrasing."""
+    import random
+
+    rng = random.Random(seed)
+    while True:
+        verb, name, after = _wild_parts(rng, dotted)
+        end = rng.choice((".", "", "!", ", please."))
+        order = rng.random()
+        if order < 0.55:
+            t = f"{verb[0].upper()}{verb[1:]} {name}{after}{end}"
+        elif order < 0.8:
+            t = f"{rng.choice(WILD_MODULE_OPENERS)}{verb} {name.split(' ')[0]}{after}{end}"
+        else:
+            t = f"About {name}: {verb.split(' ')[0]} it{after}{end}"
+        if not near_held_out(t):
+            return t
