@@ -921,3 +921,26 @@ def test_wild_requests_use_no_held_out_word_stay_far_and_default_off():
     kw = dict(varied=True, signed=True, unsigned=0.7, grammar=True, tails=0.5, dotted=0.4)
     assert corpus.chat_samples(src, **kw) == corpus.chat_samples(src, **kw, wild=0.0)
     assert corpus.chat_samples(src, **kw) != corpus.chat_samples(src, **kw, wild=0.3)
+
+
+def test_scrambled_names_are_random_letters_used_in_request_and_answer_and_default_off():
+    """Round 9's ``chat_scrambled``: a share of the renamed samples is asked for and answered
+    under a name of random letters (no piece of the corpus's names), the same in the request
+    and the answer's ``def`` line; at 0 the samples are the earlier ones word for word."""
+    from eagle3kit.zoo import corpus
+
+    src = corpus.files("lib", limit=8)
+    fns = corpus.functions(src)
+    parts = corpus.name_parts(fns)
+    kw = dict(varied=True, signed=True, unsigned=0.7, grammar=True, tails=0.5, renamed=0.5)
+    plain = corpus.chat_samples(src, **kw)
+    assert plain == corpus.chat_samples(src, **kw, scrambled=0.0)
+    mixed = corpus.chat_samples(src, **kw, scrambled=0.5)
+    changed = [b for a, b in zip(plain, mixed, strict=True) if a != b]
+    assert 0.1 * len(plain) < len(changed) < 0.4 * len(plain)
+    for conv in changed:
+        ask, answer = (m["content"] for m in conv["messages"])
+        name = answer.split("(", 1)[0].removeprefix("def ")
+        pieces = name.strip("_").split("_")
+        assert 2 <= len(pieces) <= 4 and all(p.isalpha() and p.islower() for p in pieces)
+        assert not set(pieces) <= set(parts) and name in ask

@@ -356,6 +356,7 @@ def _chat_kwargs(recipe: tr.Recipe) -> dict[str, Any]:
         questions=r.chat_questions,
         phrasal=r.chat_phrasal,
         wild=r.chat_wild,
+        scrambled=r.chat_scrambled,
     )
 
 

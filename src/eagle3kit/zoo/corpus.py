@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import random
 import re
 import sysconfig
 import textwrap
@@ -238,6 +239,7 @@ def chat_samples(
     questions: float = 0.0,
     phrasal: float = 0.0,
     wild: float = 0.0,
+    scrambled: float = 0.0,
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
@@ -250,7 +252,8 @@ def chat_samples(
     when ``grammar``), without the signature. ``tails``, ``dotted``, ``questions``,
     ``phrasal`` and ``wild`` (grammar only): see ``grammar_template``. ``renamed``: that
     share of the functions (by a hash of their own) is asked for and answered under a
-    made-up name (``renamed_function``).
+    made-up name (``renamed_function``), in a share ``scrambled`` of those (by a third hash) a
+    name of random letters.
     """
     user = grammar_phrasings() if grammar else USER_PHRASINGS
     fns = functions(src, min_chars=min_chars, max_chars=max_chars)
@@ -269,7 +272,8 @@ def chat_samples(
                     phrasing = 0
         as_user = table is not None
         if renamed and zlib.crc32(f"rename:{fn.module}.{fn.name}".encode()) % 1000 < renamed * 1e3:
-            fn = renamed_function(fn, parts)
+            scramble = zlib.crc32(f"scramble:{fn.module}.{fn.name}".encode()) % 1000
+            fn = renamed_function(fn, parts, scrambled=scramble < scrambled * 1000)
         ask = request(fn, phrasing, doc, sig, table)
         if grammar and as_user:
             ask = request_opener(fn)(ask)
@@ -284,16 +288,23 @@ def name_parts(fns: list[Function]) -> tuple[str, ...]:
     return tuple(sorted({p for n in names for p in n.split("_") if p}))
 
 
-def renamed_function(fn: Function, parts: tuple[str, ...]) -> Function:
+def renamed_function(fn: Function, parts: tuple[str, ...], scrambled: bool = False) -> Function:
     """``fn`` under a made-up name of 2-4 of ``parts`` joined by "_" (by a hash of its name;
     a leading "_" kept), the name replaced wherever it stands as a word in its code and
     docstring: recalling such a name is impossible, so an answer can only take it from the
-    request (recipe 10's ``chat_renamed``)."""
+    request (recipe 10's ``chat_renamed``). ``scrambled``: the pieces are 2-7 random letters
+    instead, so no piece's tokens are familiar and only an exact copy names it (round 9's
+    ``chat_scrambled``: long names were copied with a familiar piece in the middle)."""
     if fn.name.startswith("__") or not parts:
         return fn
     h = zlib.crc32(f"name:{fn.module}.{fn.name}".encode())
     k = 2 + h % 3
-    picked = [parts[(h >> (4 + 7 * i)) % len(parts)] for i in range(k)]
+    if scrambled:
+        rng = random.Random(h)
+        letters = "abcdefghijklmnopqrstuvwxyz"
+        picked = ["".join(rng.choices(letters, k=rng.randint(2, 7))) for _ in range(k)]
+    else:
+        picked = [parts[(h >> (4 + 7 * i)) % len(parts)] for i in range(k)]
     new = "_" * (len(fn.name) - len(fn.name.lstrip("_"))) + "_".join(picked)
     word = re.compile(rf"(?<![\w.]){re.escape(fn.name)}(?!\w)")
 
