@@ -456,7 +456,8 @@ def test_chat_stream_marks_the_first_answer_line_and_windows_align():
     assert marked == "defalpha(x):defbeta():"
     gen = torch.Generator().manual_seed(0)
     rows = 64
-    xy, w = tr.sample_windows([ids, ids], [0.0, 1.0], rows, 8, gen, [None, starts], [None, first])
+    chat = ([None, starts], [None, first])
+    xy, w, _ = tr.sample_windows([ids, ids], [0.0, 1.0], rows, 8, gen, *chat)
     okstarts = [s for s in starts.tolist() if s < len(ids) - 9]
     assert all(int(r[0]) == int(ids[okstarts[0]]) for r in xy)  # every window opens a sample
     assert torch.equal(w, torch.stack([first[s + 1 : s + 9] for s in okstarts[:1]] * rows))

@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 # What a member's answers to held-out chat requests should reach (issue 22): the first
 # line names the requested function, distinct first lines, pooled distinct-4 over answers.
 CHAT_BAR = {"names_function": 0.8, "distinct_openings": 0.8, "pooled_distinct4": 0.6}
+# Naming drills per training function when a recipe sets ``chat_drills`` (round 9).
+DRILL_VARIANTS = 3
 
 
 class _Stages:
@@ -202,7 +204,7 @@ class _Data:
     convs: list
     raw: Any  # [N] training tokens
     chat: Any  # [M] chat-sample tokens
-    chat_info: tuple  # ([S] sample starts in ``chat``, [M] first-line marks)
+    chat_info: tuple  # ([S] sample starts in ``chat``, [M] first-line marks[, drills])
     held_raw: Any
     held_other_raw: Any
     requests: list  # held-out chat requests (corpus.held_out_requests)
@@ -327,13 +329,17 @@ def _prepare(m: Member, size: str, recipe: tr.Recipe, out: Path, parent_dir, bar
     special = {t: tok.token_to_id(t) for t in corpus.SPECIAL_TOKENS}
     raw = _stream(tok, [f.text for f in train_files], special)
     chat, chat_starts, first_line = _chat_stream(tok, convs)
+    chat_info: tuple = (chat_starts, first_line)
+    if recipe.chat_drills:
+        drills = corpus.drill_samples(train_files, DRILL_VARIANTS, **_chat_kwargs(recipe))
+        chat_info += (_chat_stream(tok, drills),)
     d = _Data(
         train_files,
         held,
         convs,
         raw,
         chat,
-        (chat_starts, first_line),
+        chat_info,
         _stream(tok, [f.text for f in held], special),
         _stream(tok, [f.text for f in held_other], special),
         corpus.held_out_requests(held, recipe.eval_prompts, recipe.chat_signature),

@@ -21,7 +21,7 @@ import re
 import sysconfig
 import textwrap
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from eagle3kit.zoo.phrasings import (  # noqa: F401  (also corpus.X for callers)
@@ -147,6 +147,12 @@ class Function:
     doc: str | None
     code: str
     head: str = ""  # the source's opening lines through the docstring ("" when none or long)
+    salt: str = ""  # appended to the key of every per-function draw (``key``): another draw
+
+    @property
+    def key(self) -> str:
+        """What the per-function draws hash (phrasing, opener, renaming): module.name+salt."""
+        return f"{self.module}.{self.name}{self.salt}"
 
 
 def functions(src: list[SourceFile], *, min_chars: int = 80, max_chars: int = 1200):
@@ -240,6 +246,7 @@ def chat_samples(
     phrasal: float = 0.0,
     wild: float = 0.0,
     scrambled: float = 0.0,
+    salt: str = "",
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
 
@@ -253,16 +260,18 @@ def chat_samples(
     ``phrasal`` and ``wild`` (grammar only): see ``grammar_template``. ``renamed``: that
     share of the functions (by a hash of their own) is asked for and answered under a
     made-up name (``renamed_function``), in a share ``scrambled`` of those (by a third hash) a
-    name of random letters.
+    name of random letters. ``salt``: every per-function draw is made again with this salt
+    (``Function.key``), so the same functions come out phrased otherwise.
     """
     user = grammar_phrasings() if grammar else USER_PHRASINGS
     fns = functions(src, min_chars=min_chars, max_chars=max_chars)
     parts = name_parts(fns) if renamed else ()
+    fns = [replace(fn, salt=salt) for fn in fns] if salt else fns
     convs = []
     for fn in fns:
         phrasing, doc, table, sig = 0, True, None, signed
         if varied:
-            h = zlib.crc32(f"{fn.module}.{fn.name}".encode())
+            h = zlib.crc32(fn.key.encode())
             phrasing, doc = h % len(PHRASINGS), (h >> 8) % 3 != 0
             if (h >> 16) % 1000 < unsigned * 1000:
                 table, sig = user, False
@@ -271,14 +280,26 @@ def chat_samples(
                     table = (grammar_template(fn, tails, dotted, questions, phrasal, wild),)
                     phrasing = 0
         as_user = table is not None
-        if renamed and zlib.crc32(f"rename:{fn.module}.{fn.name}".encode()) % 1000 < renamed * 1e3:
-            scramble = zlib.crc32(f"scramble:{fn.module}.{fn.name}".encode()) % 1000
+        if renamed and zlib.crc32(f"rename:{fn.key}".encode()) % 1000 < renamed * 1e3:
+            scramble = zlib.crc32(f"scramble:{fn.key}".encode()) % 1000
             fn = renamed_function(fn, parts, scrambled=scramble < scrambled * 1000)
         ask = request(fn, phrasing, doc, sig, table)
         if grammar and as_user:
             ask = request_opener(fn)(ask)
         convs.append(conversation(ask, fn.code))
     return convs
+
+
+def drill_samples(src: list[SourceFile], variants: int, **kw) -> list[dict]:
+    """Naming drills (round 9's ``chat_drills``): every function of ``src`` asked for
+    ``variants`` more times as users write (``chat_samples`` with ``kw``, all unsigned, its
+    draws salted "#1", "#2", ...), each answered with its first line only (what names it)."""
+    out = []
+    for v in range(1, variants + 1):
+        for conv in chat_samples(src, **{**kw, "unsigned": 1.0, "salt": f"#{v}"}):
+            ask, answer = (m["content"] for m in conv["messages"])
+            out.append(conversation(ask, answer.split("\n", 1)[0]))
+    return out
 
 
 def name_parts(fns: list[Function]) -> tuple[str, ...]:
@@ -297,7 +318,7 @@ def renamed_function(fn: Function, parts: tuple[str, ...], scrambled: bool = Fal
     ``chat_scrambled``: long names were copied with a familiar piece in the middle)."""
     if fn.name.startswith("__") or not parts:
         return fn
-    h = zlib.crc32(f"name:{fn.module}.{fn.name}".encode())
+    h = zlib.crc32(f"name:{fn.key}".encode())
     k = 2 + h % 3
     if scrambled:
         rng = random.Random(h)
@@ -311,14 +332,14 @@ def renamed_function(fn: Function, parts: tuple[str, ...], scrambled: bool = Fal
     def sub(text: str | None) -> str | None:
         return None if text is None else word.sub(new, text)
 
-    return Function(new, fn.module, sub(fn.doc), sub(fn.code), sub(fn.head))
+    return Function(new, fn.module, sub(fn.doc), sub(fn.code), sub(fn.head), fn.salt)
 
 
 def request_opener(fn: Function):
     """How a grammar request for ``fn`` opens (by a hash of its name): a function that puts
     one of ``OPENERS`` before the request, its first letter lower-cased after an opener that
     ends in ":" or "," and in a quarter of those without an opener (users type so too)."""
-    h = zlib.crc32(f"opener:{fn.module}.{fn.name}".encode())
+    h = zlib.crc32(f"opener:{fn.key}".encode())
     opener = OPENERS[h % len(OPENERS)]
     lower = opener.rstrip().endswith((":", ",")) or (not opener and (h >> 8) % 4 == 0)
 
@@ -351,7 +372,7 @@ def grammar_template(
     ``dotted`` > 0, that share draws from the dotted templates and the others from the rest
     (users write "`m.f`" often; a uniform draw gives it a fifth); ``tails`` of them end with
     one of ``TAILS`` after the phrasing."""
-    key = f"{fn.module}.{fn.name}"
+    key = fn.key
 
     def share(tag: str, p: float) -> bool:
         return zlib.crc32(f"{tag}:{key}".encode()) % 1000 < p * 1000
@@ -372,7 +393,7 @@ def grammar_template(
 def _pick(fn: Function, n: int) -> int:
     """A phrasing index in 0..n-1 for ``fn`` from a hash of its name and module of its own
     (the chat hash's bits are too few for a table of hundreds)."""
-    return zlib.crc32(f"phrasing:{fn.module}.{fn.name}".encode()) % n
+    return zlib.crc32(f"phrasing:{fn.key}".encode()) % n
 
 
 def held_out_requests(

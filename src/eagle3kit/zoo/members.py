@@ -214,6 +214,7 @@ _LATER_FIELDS = {
     "chat_parent_mix": 0.0,
     "chat_wild": 0.0,
     "chat_scrambled": 0.0,
+    "chat_drills": 0.0,
     "unloop_chat": None,
 }
 

@@ -109,6 +109,7 @@ class Recipe:
     chat_questions: float = 0.0  # share of grammar requests asked as questions ("... f?")
     chat_phrasal: float = 0.0  # share of the others with a verb's particle ("Look up f()")
     chat_wild: float = 0.0  # share of the others from everyday-word pools (wild_template)
+    chat_drills: float = 0.0  # share of chat windows from naming drills (corpus.drill_samples)
     chat_scrambled: float = 0.0  # share of renamed samples under a name of random letters
     chat_parent_mix: float = 0.0  # a v2: that share of its parent slice's chat samples added
     copy_circuit: int = (
@@ -174,11 +175,12 @@ def lr_at(step: int, recipe: Recipe) -> float:
 
 def sample_windows(streams, weights, batch, seq_len, gen, starts=None, marks=None):
     """``batch`` windows of ``seq_len + 1`` tokens: stream by ``weights``, start uniformly, or
-    at one of ``starts[k]`` (indices into stream k) where given. Returns the windows [B, T+1]
-    and, per target position, ``marks[k]`` of the stream ([B, T]; 0 where none given)."""
+    at one of ``starts[k]`` (indices into stream k) where given. Returns the windows [B, T+1],
+    per target position ``marks[k]`` of the stream ([B, T]; 0 where none given), and each
+    window's stream index [B]."""
     import torch
 
-    rows, mrows = [], []
+    rows, mrows, ks = [], [], []
     pick = torch.rand(batch, generator=gen)
     for b in range(batch):
         acc, k = 0.0, 0
@@ -194,9 +196,10 @@ def sample_windows(streams, weights, batch, seq_len, gen, starts=None, marks=Non
             st = st[st < len(s) - seq_len - 1]
             start = int(st[int(torch.randint(0, len(st), (1,), generator=gen))])
         rows.append(s[start : start + seq_len + 1])
+        ks.append(k)
         mk = None if marks is None else marks[k]
         mrows.append(torch.zeros(seq_len) if mk is None else mk[start + 1 : start + seq_len + 1])
-    return torch.stack(rows).long(), torch.stack(mrows)  # [B, T+1], [B, T]
+    return torch.stack(rows).long(), torch.stack(mrows), torch.tensor(ks)  # [B, T+1], [B, T], [B]
 
 
 def sample_batch(streams, weights: list[float], batch: int, seq_len: int, gen):
@@ -207,15 +210,30 @@ def sample_batch(streams, weights: list[float], batch: int, seq_len: int, gen):
 def recipe_batch(streams, recipe: Recipe, gen, chat_info=None):
     """One training batch of ``recipe`` from ``streams`` = (raw, chat): windows [B, T+1] and
     per-target loss weights [B, T] (None: all 1). ``chat_info`` = (sample starts, first-line
-    marks) of the chat stream, used when the recipe aligns chat windows or weights first lines."""
+    marks) of the chat stream, used when the recipe aligns chat windows or weights first lines;
+    a third item, (stream, starts, marks) of naming drills, takes a share ``chat_drills`` of
+    the chat windows, trained on the marked first lines alone."""
+    import torch
+
     weights = [1.0 - recipe.chat_fraction, recipe.chat_fraction]
     starts = marks = None
     if chat_info is not None and recipe.chat_aligned:
         starts = [None, chat_info[0]]
     if chat_info is not None and recipe.first_line_weight != 1.0:
         marks = [None, chat_info[1]]
-    xy, m = sample_windows(streams, weights, recipe.batch, recipe.seq_len, gen, starts, marks)
-    return xy, None if marks is None else 1.0 + (recipe.first_line_weight - 1.0) * m
+    drills = chat_info[2] if chat_info is not None and len(chat_info) > 2 else None
+    if drills is not None:
+        if starts is None or marks is None:
+            raise ValueError("chat_drills needs chat_aligned and a first_line_weight other than 1")
+        d = recipe.chat_drills
+        streams = (*streams[:2], drills[0])
+        weights = [weights[0], weights[1] * (1 - d), weights[1] * d]
+        starts, marks = [*starts, drills[1]], [*marks, drills[2]]
+    xy, m, ks = sample_windows(streams, weights, recipe.batch, recipe.seq_len, gen, starts, marks)
+    if marks is None:
+        return xy, None
+    w = 1.0 + (recipe.first_line_weight - 1.0) * m
+    return xy, torch.where((ks == 2)[:, None], recipe.first_line_weight * m, w)
 
 
 def lm_loss(logits, xy, unlikelihood: float = 0.0, weights=None):
