@@ -945,3 +945,50 @@ def test_scrambled_names_are_random_letters_used_in_request_and_answer_and_defau
         pieces = name.strip("_").split("_")
         assert 2 <= len(pieces) <= 4 and all(p.isalpha() and p.islower() for p in pieces)
         assert not set(pieces) <= set(parts) and name in ask
+
+
+def test_drills_ask_again_otherwise_and_answer_with_the_def_line():
+    """Round 9's naming drills: every function asked for ``variants`` more times, phrased by
+    salted draws (not the chat sample's phrasing), without a signature, answered with its
+    ``def`` line alone."""
+    from eagle3kit.zoo import corpus
+
+    src = corpus.files("lib", limit=8)
+    kw = dict(varied=True, signed=True, unsigned=0.7, grammar=True, tails=0.5, dotted=0.4)
+    chat = corpus.chat_samples(src, **kw)
+    drills = corpus.drill_samples(src, 2, **kw)
+    assert len(drills) == 2 * len(chat)
+    asks = [c["messages"][0]["content"] for c in chat]
+    for i, conv in enumerate(drills):
+        ask, answer = (m["content"] for m in conv["messages"])
+        full = chat[i % len(chat)]["messages"][1]["content"]
+        assert answer == full.split("\n", 1)[0] and answer.startswith("def ")
+        assert "\ndef " not in ask
+    same = sum(d["messages"][0]["content"] == a for d, a in zip(drills, asks * 2, strict=True))
+    assert same < 0.05 * len(drills)
+
+
+def test_drill_windows_train_on_their_first_lines_alone():
+    """With a drill stream in ``chat_info``, a share ``chat_drills`` of the chat windows comes
+    from it, weighted ``first_line_weight`` on first-line tokens and 0 elsewhere; the other
+    windows keep 1 and ``first_line_weight``; without aligned chat windows it is refused."""
+    from dataclasses import replace
+
+    import torch
+
+    from eagle3kit.zoo import training as tr
+
+    shape = dict(vocab_size=1, file_limit=1, steps=1, lr=1.0, warmup=1, batch=256, seq_len=8)
+    r = tr.Recipe(**shape, chat_fraction=1.0, chat_aligned=True, first_line_weight=4.0)
+    r = replace(r, chat_drills=0.25)
+    raw, chat, drill = (torch.arange(a, a + 100, dtype=torch.int32) for a in (0, 100, 200))
+    starts, marks = torch.arange(0, 80, 10), torch.zeros(100)
+    marks[1:4] = 1
+    info = (starts, marks, (drill, starts, marks))
+    xy, w = tr.recipe_batch((raw, chat), r, torch.Generator().manual_seed(0), info)
+    is_drill = xy[:, 0] >= 200
+    assert 0.15 < is_drill.float().mean() < 0.35
+    assert set(w[is_drill].unique().tolist()) == {0.0, 4.0}
+    assert set(w[~is_drill].unique().tolist()) == {1.0, 4.0}
+    with pytest.raises(ValueError, match="chat_aligned"):
+        tr.recipe_batch((raw, chat), replace(r, chat_aligned=False), torch.Generator(), info)
