@@ -122,9 +122,9 @@ def _chat_stream(tok, convs: list[dict]):
     first: list[float] = []
     starts: list[int] = []
     head = corpus.ROLE_TOKENS[2] + "\n"
-    for text, e in zip(texts, enc, strict=True):
+    for conv, text, e in zip(convs, texts, enc, strict=True):
         a = text.index(head) + len(head)
-        b = text.find("\n", a)
+        b = a + len(conv["messages"][1]["content"].split("\n", 1)[0])  # not the end token
         starts.append(len(ids))
         ids += e.ids
         first += [float(a <= s < b) for s, _ in e.offsets]
