@@ -992,3 +992,19 @@ def test_drill_windows_train_on_their_first_lines_alone():
     assert set(w[~is_drill].unique().tolist()) == {1.0, 4.0}
     with pytest.raises(ValueError, match="chat_aligned"):
         tr.recipe_batch((raw, chat), replace(r, chat_aligned=False), torch.Generator(), info)
+
+
+def test_first_line_mark_ends_with_the_answers_first_line():
+    """The first-line mark covers the answer's ``def`` line and never the end-of-turn token,
+    also when the answer is that line alone (a drill): marking it taught trials D14 and L12
+    of round 9 to stop after the ``def`` line."""
+    from eagle3kit.zoo import builder, corpus
+
+    src = corpus.files("lib", limit=4)
+    kw = dict(varied=True, signed=True, unsigned=0.7, grammar=True)
+    tok = corpus.train_tokenizer([f.text for f in src], 512, "idents")
+    eos = tok.token_to_id(corpus.EOS)
+    for convs in (corpus.chat_samples(src, **kw)[:20], corpus.drill_samples(src, 1, **kw)[:20]):
+        ids, _, marks = builder._chat_stream(tok, convs)
+        assert marks[ids == eos].sum() == 0
+        assert marks.sum() >= 20 * 3  # a def line is several tokens
