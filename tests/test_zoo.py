@@ -897,56 +897,6 @@ def test_a_v2_can_keep_a_share_of_its_parents_chat_samples():
     assert not held & {f.rel for f in corpus.files("lib", limit=8)}
 
 
-def test_wild_requests_use_no_held_out_word_stay_far_and_default_off():
-    """Round 9's ``chat_wild``: requests drawn from everyday-word pools. No pool word is a
-    word of a held-out phrasing that the grammar does not already train on, no template is
-    within three word edits of a held-out phrasing, the draw is deterministic and varied,
-    the share follows the knob, and at 0 the requests are the earlier ones word for word."""
-    from eagle3kit.zoo import corpus, phrasings
-
-    held = [_split(h) for s in corpus.HELD_OUT_SETS for h in s]
-    for word in ("show", "print", "whole", "fetch", "retrieve", "dig", "sketch", "up"):
-        assert not any(word in p.split() for pool in phrasings.wild_pools() for p in pool)
-    assert "write" in phrasings.wild_pools()[0]  # trained on by the grammar: kept
-    drawn = [phrasings.wild_template(s, 0.4) for s in range(400)]
-    assert drawn == [phrasings.wild_template(s, 0.4) for s in range(400)]
-    assert len(set(drawn)) > 390
-    assert all(_edits_of(_split(t), h) >= 4 for t in drawn for h in held)
-    assert all("{f}" in t and "{m}" in t for t in drawn)
-    assert 0.25 < sum("{m}.{f}" in t for t in drawn) / len(drawn) < 0.55
-    src = corpus.files("lib", limit=8)
-    fns = corpus.functions(src)
-    picked = [corpus.grammar_template(fn, 0.0, 0.0, wild=0.5) for fn in fns]
-    grammar = set(corpus.grammar_phrasings())
-    assert 0.35 < sum(t not in grammar for t in picked) / len(picked) < 0.65
-    kw = dict(varied=True, signed=True, unsigned=0.7, grammar=True, tails=0.5, dotted=0.4)
-    assert corpus.chat_samples(src, **kw) == corpus.chat_samples(src, **kw, wild=0.0)
-    assert corpus.chat_samples(src, **kw) != corpus.chat_samples(src, **kw, wild=0.3)
-
-
-def test_scrambled_names_are_random_letters_used_in_request_and_answer_and_default_off():
-    """Round 9's ``chat_scrambled``: a share of the renamed samples is asked for and answered
-    under a name of random letters (no piece of the corpus's names), the same in the request
-    and the answer's ``def`` line; at 0 the samples are the earlier ones word for word."""
-    from eagle3kit.zoo import corpus
-
-    src = corpus.files("lib", limit=8)
-    fns = corpus.functions(src)
-    parts = corpus.name_parts(fns)
-    kw = dict(varied=True, signed=True, unsigned=0.7, grammar=True, tails=0.5, renamed=0.5)
-    plain = corpus.chat_samples(src, **kw)
-    assert plain == corpus.chat_samples(src, **kw, scrambled=0.0)
-    mixed = corpus.chat_samples(src, **kw, scrambled=0.5)
-    changed = [b for a, b in zip(plain, mixed, strict=True) if a != b]
-    assert 0.1 * len(plain) < len(changed) < 0.4 * len(plain)
-    for conv in changed:
-        ask, answer = (m["content"] for m in conv["messages"])
-        name = answer.split("(", 1)[0].removeprefix("def ")
-        pieces = name.strip("_").split("_")
-        assert 2 <= len(pieces) <= 4 and all(p.isalpha() and p.islower() for p in pieces)
-        assert not set(pieces) <= set(parts) and name in ask
-
-
 def test_drills_ask_again_otherwise_and_answer_with_the_def_line():
     """Round 9's naming drills: every function asked for ``variants`` more times, phrased by
     salted draws (not the chat sample's phrasing), without a signature, answered with its

@@ -361,8 +361,6 @@ def _chat_kwargs(recipe: tr.Recipe) -> dict[str, Any]:
         renamed=r.chat_renamed,
         questions=r.chat_questions,
         phrasal=r.chat_phrasal,
-        wild=r.chat_wild,
-        scrambled=r.chat_scrambled,
     )
 
 

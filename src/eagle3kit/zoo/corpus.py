@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import ast
 import functools
-import random
 import re
 import sysconfig
 import textwrap
@@ -39,7 +38,6 @@ from eagle3kit.zoo.phrasings import (  # noqa: F401  (also corpus.X for callers)
     near_held_out,
     phrasal_phrasings,
     question_phrasings,
-    wild_template,
 )
 
 SLICES = ("lib", "test")
@@ -244,8 +242,6 @@ def chat_samples(
     renamed: float = 0.0,
     questions: float = 0.0,
     phrasal: float = 0.0,
-    wild: float = 0.0,
-    scrambled: float = 0.0,
     salt: str = "",
 ) -> list[dict]:
     """Chat conversations built from the functions of ``src``, in file and line order.
@@ -257,10 +253,9 @@ def chat_samples(
     uses ``SIGNED_PHRASINGS``. ``unsigned`` (0..1, with ``varied``): that share of the
     functions (by the same hash) is asked for in ``USER_PHRASINGS`` (``grammar_phrasings()``
     when ``grammar``), without the signature. ``tails``, ``dotted``, ``questions``,
-    ``phrasal`` and ``wild`` (grammar only): see ``grammar_template``. ``renamed``: that
-    share of the functions (by a hash of their own) is asked for and answered under a
-    made-up name (``renamed_function``), in a share ``scrambled`` of those (by a third hash) a
-    name of random letters. ``salt``: every per-function draw is made again with this salt
+    and ``phrasal`` (grammar only): see ``grammar_template``. ``renamed``: that share of the
+    functions (by a hash of their own) is asked for and answered under a made-up name
+    (``renamed_function``). ``salt``: every per-function draw is made again with this salt
     (``Function.key``), so the same functions come out phrased otherwise.
     """
     user = grammar_phrasings() if grammar else USER_PHRASINGS
@@ -276,13 +271,12 @@ def chat_samples(
             if (h >> 16) % 1000 < unsigned * 1000:
                 table, sig = user, False
                 phrasing = (h >> 4) % len(user) if not grammar else _pick(fn, len(user))
-                if grammar and (tails or dotted or questions or phrasal or wild):
-                    table = (grammar_template(fn, tails, dotted, questions, phrasal, wild),)
+                if grammar and (tails or dotted or questions or phrasal):
+                    table = (grammar_template(fn, tails, dotted, questions, phrasal),)
                     phrasing = 0
         as_user = table is not None
         if renamed and zlib.crc32(f"rename:{fn.key}".encode()) % 1000 < renamed * 1e3:
-            scramble = zlib.crc32(f"scramble:{fn.key}".encode()) % 1000
-            fn = renamed_function(fn, parts, scrambled=scramble < scrambled * 1000)
+            fn = renamed_function(fn, parts)
         ask = request(fn, phrasing, doc, sig, table)
         if grammar and as_user:
             ask = request_opener(fn)(ask)
@@ -309,23 +303,16 @@ def name_parts(fns: list[Function]) -> tuple[str, ...]:
     return tuple(sorted({p for n in names for p in n.split("_") if p}))
 
 
-def renamed_function(fn: Function, parts: tuple[str, ...], scrambled: bool = False) -> Function:
+def renamed_function(fn: Function, parts: tuple[str, ...]) -> Function:
     """``fn`` under a made-up name of 2-4 of ``parts`` joined by "_" (by a hash of its name;
     a leading "_" kept), the name replaced wherever it stands as a word in its code and
     docstring: recalling such a name is impossible, so an answer can only take it from the
-    request (recipe 10's ``chat_renamed``). ``scrambled``: the pieces are 2-7 random letters
-    instead, so no piece's tokens are familiar and only an exact copy names it (round 9's
-    ``chat_scrambled``: long names were copied with a familiar piece in the middle)."""
+    request (recipe 10's ``chat_renamed``)."""
     if fn.name.startswith("__") or not parts:
         return fn
     h = zlib.crc32(f"name:{fn.key}".encode())
     k = 2 + h % 3
-    if scrambled:
-        rng = random.Random(h)
-        letters = "abcdefghijklmnopqrstuvwxyz"
-        picked = ["".join(rng.choices(letters, k=rng.randint(2, 7))) for _ in range(k)]
-    else:
-        picked = [parts[(h >> (4 + 7 * i)) % len(parts)] for i in range(k)]
+    picked = [parts[(h >> (4 + 7 * i)) % len(parts)] for i in range(k)]
     new = "_" * (len(fn.name) - len(fn.name.lstrip("_"))) + "_".join(picked)
     word = re.compile(rf"(?<![\w.]){re.escape(fn.name)}(?!\w)")
 
@@ -363,15 +350,13 @@ def grammar_template(
     dotted: float,
     questions: float = 0.0,
     phrasal: float = 0.0,
-    wild: float = 0.0,
 ) -> str:
     """The grammar template a request for ``fn`` uses (by hashes of its name): ``questions``
     of the requests are questions (``question_phrasings()``), ``phrasal`` of the others use a
-    verb with a particle (``phrasal_phrasings()``), ``wild`` of the rest are drawn from
-    everyday-word pools (``wild_template``, dotted in a share ``dotted``); of the rest, with
-    ``dotted`` > 0, that share draws from the dotted templates and the others from the rest
-    (users write "`m.f`" often; a uniform draw gives it a fifth); ``tails`` of them end with
-    one of ``TAILS`` after the phrasing."""
+    verb with a particle (``phrasal_phrasings()``); of the rest, with ``dotted`` > 0, that
+    share draws from the dotted templates and the others from the rest (users write "`m.f`"
+    often; a uniform draw gives it a fifth); ``tails`` of them end with one of ``TAILS``
+    after the phrasing."""
     key = fn.key
 
     def share(tag: str, p: float) -> bool:
@@ -380,13 +365,10 @@ def grammar_template(
     h = zlib.crc32(f"tail:{key}".encode())
     q = share("question", questions)
     ph = not q and share("phrasal", phrasal)
-    if not q and not ph and share("wild", wild):
-        t = wild_template(zlib.crc32(f"wild-draw:{key}".encode()), dotted)
-    else:
-        g = question_phrasings() if q else phrasal_phrasings() if ph else grammar_phrasings()
-        if dotted > 0 and not q and not ph:
-            g = dotted_split()[0 if (h >> 20) % 1000 < dotted * 1000 else 1]
-        t = g[_pick(fn, len(g))]
+    g = question_phrasings() if q else phrasal_phrasings() if ph else grammar_phrasings()
+    if dotted > 0 and not q and not ph:
+        g = dotted_split()[0 if (h >> 20) % 1000 < dotted * 1000 else 1]
+    t = g[_pick(fn, len(g))]
     return t + TAILS[(h >> 4) % len(TAILS)] if h % 1000 < tails * 1000 else t
 
 

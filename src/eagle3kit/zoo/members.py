@@ -212,8 +212,6 @@ _LATER_FIELDS = {
     "chat_questions": 0.0,
     "chat_phrasal": 0.0,
     "chat_parent_mix": 0.0,
-    "chat_wild": 0.0,
-    "chat_scrambled": 0.0,
     "chat_drills": 0.0,
     "unloop_chat": None,
 }

@@ -108,9 +108,7 @@ class Recipe:
     chat_renamed: float = 0.0  # share of chat samples under a made-up name (copy, not recall)
     chat_questions: float = 0.0  # share of grammar requests asked as questions ("... f?")
     chat_phrasal: float = 0.0  # share of the others with a verb's particle ("Look up f()")
-    chat_wild: float = 0.0  # share of the others from everyday-word pools (wild_template)
     chat_drills: float = 0.0  # share of chat windows from naming drills (corpus.drill_samples)
-    chat_scrambled: float = 0.0  # share of renamed samples under a name of random letters
     chat_parent_mix: float = 0.0  # a v2: that share of its parent slice's chat samples added
     copy_circuit: int = (
         0  # > 0: start with a copying circuit matching this many tokens (circuit.py)
