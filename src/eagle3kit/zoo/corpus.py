@@ -252,8 +252,8 @@ def chat_samples(
     are chosen per function from a hash of its module and name (deterministic); ``signed``
     uses ``SIGNED_PHRASINGS``. ``unsigned`` (0..1, with ``varied``): that share of the
     functions (by the same hash) is asked for in ``USER_PHRASINGS`` (``grammar_phrasings()``
-    when ``grammar``), without the signature. ``tails``, ``dotted``, ``questions``,
-    and ``phrasal`` (grammar only): see ``grammar_template``. ``renamed``: that share of the
+    when ``grammar``), without the signature. ``tails``, ``dotted``, ``questions`` and
+    ``phrasal`` (grammar only): see ``grammar_template``. ``renamed``: that share of the
     functions (by a hash of their own) is asked for and answered under a made-up name
     (``renamed_function``). ``salt``: every per-function draw is made again with this salt
     (``Function.key``), so the same functions come out phrased otherwise.
@@ -275,7 +275,7 @@ def chat_samples(
                     table = (grammar_template(fn, tails, dotted, questions, phrasal),)
                     phrasing = 0
         as_user = table is not None
-        if renamed and zlib.crc32(f"rename:{fn.key}".encode()) % 1000 < renamed * 1e3:
+        if renamed and _share(fn, "rename", renamed):
             fn = renamed_function(fn, parts)
         ask = request(fn, phrasing, doc, sig, table)
         if grammar and as_user:
@@ -345,11 +345,7 @@ def dotted_split() -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def grammar_template(
-    fn: Function,
-    tails: float,
-    dotted: float,
-    questions: float = 0.0,
-    phrasal: float = 0.0,
+    fn: Function, tails: float, dotted: float, questions: float = 0.0, phrasal: float = 0.0
 ) -> str:
     """The grammar template a request for ``fn`` uses (by hashes of its name): ``questions``
     of the requests are questions (``question_phrasings()``), ``phrasal`` of the others use a
@@ -357,19 +353,19 @@ def grammar_template(
     share draws from the dotted templates and the others from the rest (users write "`m.f`"
     often; a uniform draw gives it a fifth); ``tails`` of them end with one of ``TAILS``
     after the phrasing."""
-    key = fn.key
-
-    def share(tag: str, p: float) -> bool:
-        return zlib.crc32(f"{tag}:{key}".encode()) % 1000 < p * 1000
-
-    h = zlib.crc32(f"tail:{key}".encode())
-    q = share("question", questions)
-    ph = not q and share("phrasal", phrasal)
+    h = zlib.crc32(f"tail:{fn.key}".encode())
+    q = _share(fn, "question", questions)
+    ph = not q and _share(fn, "phrasal", phrasal)
     g = question_phrasings() if q else phrasal_phrasings() if ph else grammar_phrasings()
     if dotted > 0 and not q and not ph:
         g = dotted_split()[0 if (h >> 20) % 1000 < dotted * 1000 else 1]
     t = g[_pick(fn, len(g))]
     return t + TAILS[(h >> 4) % len(TAILS)] if h % 1000 < tails * 1000 else t
+
+
+def _share(fn: Function, tag: str, p: float) -> bool:
+    """Whether ``fn`` falls in the share ``p`` (0..1) of functions drawn by the hash ``tag``."""
+    return zlib.crc32(f"{tag}:{fn.key}".encode()) % 1000 < p * 1000
 
 
 def _pick(fn: Function, n: int) -> int:
