@@ -9,6 +9,9 @@ from dataclasses import dataclass
 
 import pytest
 
+# Before any test module imports huggingface_hub, which reads it once, at import.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
 
 @pytest.fixture(autouse=True, scope="session")
 def _isolated_home(tmp_path_factory):
@@ -19,6 +22,28 @@ def _isolated_home(tmp_path_factory):
         os.environ["EAGLE3KIT_HOME"] = str(tmp_path_factory.mktemp("eagle3kit_home"))
     os.environ["HF_HUB_OFFLINE"] = "1"
     yield
+
+
+@pytest.fixture
+def network_attempts(monkeypatch):
+    """Every name lookup or connection the code under test tries, refused and recorded: a test
+    asserts the list is empty (the network was never touched), whatever the machine's speed."""
+    import socket
+
+    tried: list = []
+
+    def lookup(host, *args, **kwargs):
+        tried.append(host)
+        raise socket.gaierror(socket.EAI_NONAME, "no network in this test")
+
+    def connect(self, address):
+        tried.append(address)
+        raise ConnectionRefusedError("no network in this test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setattr(socket.socket, "connect", connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", connect)
+    return tried
 
 
 @dataclass

@@ -11,6 +11,23 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
+class QuietServer(ThreadingHTTPServer):
+    """socketserver prints a failed request's traceback to sys.stderr, from the handler's
+    thread, whenever it comes: after the test that caused it, into the stderr another test
+    is capturing. The fakes keep them here instead."""
+
+    daemon_threads = True
+
+    def __init__(self, *args: Any) -> None:
+        super().__init__(*args)
+        self.errors: list[str] = []
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        import sys
+
+        self.errors.append(repr(sys.exc_info()[1]))
+
+
 class LocalServer:
     """Lifecycle of a test server: ``serve(Handler)``, ``url``, ``stop()``, a context manager."""
 
@@ -20,8 +37,7 @@ class LocalServer:
         self._httpd: ThreadingHTTPServer | None = None
 
     def serve(self, handler: type[BaseHTTPRequestHandler]) -> Any:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)  # port 0: a free port
-        self._httpd.daemon_threads = True
+        self._httpd = QuietServer(("127.0.0.1", 0), handler)  # port 0: a free port
         threading.Thread(target=self._httpd.serve_forever, daemon=True).start()
         timer = threading.Timer(self.lifetime, self.stop)
         timer.daemon = True

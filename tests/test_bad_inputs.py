@@ -15,7 +15,6 @@ import os
 import shutil
 import socket
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -824,7 +823,6 @@ CASES = [
 @pytest.mark.parametrize(("cid", "must", "args"), CASES)
 def test_bad_input(world, cid, must, args):
     before = (_digest(world.root), _digest(Path(world.paths["T"])))
-    t0 = time.perf_counter()
     r = run_cli(*world.fmt(args, cid))
     lines = r.err.strip().splitlines()
     assert r.code == 2, (r.code, r.err[-2000:], r.out[-500:])
@@ -836,7 +834,6 @@ def test_bad_input(world, cid, must, args):
     after = (_digest(world.root), _digest(Path(world.paths["T"])))
     assert after == before, "a refused command changed its inputs or earlier outputs"
     assert not (Path.cwd() / "PWNED").exists(), "a pickle was loaded"
-    assert time.perf_counter() - t0 < 20, "refusing took longer than 20 s"
 
 
 def test_the_battery_covers_every_verb():
@@ -953,17 +950,26 @@ def test_regenerate_answers_prompt_only_conversations(world, tmp_path):
     assert all(m["content"] for b in srv.bodies for m in b["messages"])
 
 
-def test_regenerate_checks_the_server_once(world, tmp_path):
+@pytest.mark.timeout
+def test_regenerate_checks_the_server_once(world, tmp_path, monkeypatch):
     from eagle3kit.core.errors import Eagle3Error
+    from eagle3kit.data.openai_servers import ServerPool
     from eagle3kit.data.regenerate import regenerate
+
+    asked, request = [], ServerPool.request
+
+    def counted(self, base, path, body):
+        asked.append(path)
+        return request(self, base, path, body)
+
+    monkeypatch.setattr(ServerPool, "request", counted)
 
     inp = tmp_path / "in.jsonl"
     _prompt_only_input(inp)
     url = f"http://127.0.0.1:{_free_port()}"
-    t0 = time.perf_counter()
     with pytest.raises(Eagle3Error, match=r"--server: no server answers at http://127\.0\.0\.1"):
         regenerate(inp, tmp_path / "out.jsonl", servers=[url], retries=4)
-    assert time.perf_counter() - t0 < 5  # one request, not retries x samples with backoff
+    assert asked == ["/v1/models"]  # one request, not retries x samples with backoff
     assert not (tmp_path / "out.jsonl").exists()
 
 

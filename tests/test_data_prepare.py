@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -313,39 +310,39 @@ def test_dataset_directory_needs_datasets_or_pyarrow(tmp_path):
     ]
 
 
+# Where the kill lands (core/stops.py): mid-build (a shard of the new DATA written in its temp
+# folder), the new DATA complete beside the old one, and just after the swap (the old one not
+# yet deleted). DATA must be the old data whole before the swap, the new data whole after it.
+KILL_POINTS = [
+    ("before:*/.DATA.*.tmp/shard-*", "old"),
+    ("before:*/DATA", "old"),
+    ("after:*/DATA", "new"),
+]
+
+
 @pytest.mark.slow
-def test_kill9_during_prepare_leaves_the_old_data(tmp_path, target):
-    """SIGKILL while the new DATA is being written: the old one stays whole; a rerun finishes."""
+@pytest.mark.kill
+@pytest.mark.parametrize(("at", "finds"), KILL_POINTS)
+def test_kill9_during_prepare_leaves_old_or_new_data_whole(tmp_path, target, at, finds):
+    """SIGKILL at each point of writing the new DATA over an old one: DATA is the old data
+    whole or the new data whole, never a mix and never missing; a rerun finishes."""
+    from kill_helpers import eagle3kit, kill_at
+
     out = tmp_path / "DATA"
     _hand_data(out)
     big = _write_jsonl(
         tmp_path / "big.jsonl",
         [_oa(("user", f"Q{i}?"), ("assistant", "A " * 50)) for i in range(1500)],
     )
-    cmd = [
-        sys.executable,
-        "-c",
-        "from eagle3kit.cli import main; main()",
-        "data",
-        "prepare",
-        str(big),
-        "--target",
-        target,
-        "-o",
-        str(out),
-        "--json",
-    ]
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ.copy()
-    )
-    deadline = time.time() + 120
-    while not any(p.name.startswith(".DATA.") for p in tmp_path.iterdir()):
-        assert proc.poll() is None and time.time() < deadline, "prepare ended before writing"
-        time.sleep(0.05)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert load_prepared(out).ids == ["a", "b", "c", "d"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=os.environ.copy())
+    cmd = eagle3kit("data", "prepare", big, "--target", target, "-o", out, "--json")
+    where = kill_at(cmd, at, tmp_path)
+    assert where.split()[1] == at.split(":")[0], where
+    got = load_prepared(out)  # every shard checked against data.json on load
+    if finds == "old":
+        assert got.ids == ["a", "b", "c", "d"]
+    else:
+        assert len(got) == 1500 and got.meta["samples"] == 1500
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=os.environ.copy())
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["samples"] == 1500 and len(load_prepared(out)) == 1500
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".DATA")] == []

@@ -98,26 +98,16 @@ def test_demo_default_out_is_under_home(monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.kill
 def test_demo_killed_during_training_resumes(tmp_path):
-    """kill -9 while the fine-tune run is training; the next demo resumes it and finishes."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
+    """kill -9 while the fine-tune run is training (just after its first saved state); the
+    next demo resumes it and finishes."""
+    from kill_helpers import eagle3kit, kill_at
 
     out = tmp_path / "demo"
-    state = out / "runs" / "finetune" / "state" / "state.json"
-    cmd = [sys.executable, "-m", "eagle3kit", "demo", "--quick", "-o", str(out), "--json"]
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=os.environ)
-    try:
-        deadline = time.time() + 300
-        while not state.is_file() and p.poll() is None and time.time() < deadline:
-            time.sleep(0.2)
-        assert state.is_file(), "the demo never reached the fine-tune run"
-    finally:
-        p.send_signal(signal.SIGKILL)
-        p.wait()
+    cmd = eagle3kit("demo", "--quick", "-o", out, "--json")
+    kill_at(cmd, "after:*/runs/finetune/state#1", tmp_path)
+    assert (out / "runs" / "finetune" / "state" / "state.json").is_file()
     assert not (out / "runs" / "finetune" / "summary.json").is_file()  # killed mid-run
     r = run_cli("demo", "--quick", "-o", out, "--json")
     assert r.code == 0, r.err

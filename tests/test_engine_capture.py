@@ -181,6 +181,7 @@ FAULTS = [
 ]
 
 
+@pytest.mark.timeout
 @pytest.mark.parametrize(("fault", "ids", "says"), FAULTS)
 def test_faults_give_one_line(cli, env, tmp_path, fault, ids, says):
     states = tmp_path / "hs"
@@ -197,6 +198,7 @@ def test_faults_give_one_line(cli, env, tmp_path, fault, ids, says):
 
 
 @pytest.mark.slow  # waits on timeouts by design (seconds)
+@pytest.mark.timeout
 def test_a_server_that_never_answers_times_out(cli, env, tmp_path):
     states = tmp_path / "hs"
     states.mkdir()

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 from fake_vllm_capture import FakeVllmCapture
+from kill_helpers import kill_at
 from test_engine_capture import TOPK, compare_stores, launch
 from test_store import check_store, make_data
 
@@ -84,23 +83,15 @@ def _reference(env, out: Path) -> None:
     capture(env["tmp"] / "data", env["tm"], out, topk=TOPK, shard_tokens=40)
 
 
+@pytest.mark.kill
 def test_kill_9_mid_capture_then_resume(cli, env, tmp_path):
     states, store = tmp_path / "hs", tmp_path / "store"
     states.mkdir()
     spec, kv, _ = launch(cli, env, states)
-    with FakeVllmCapture(env["model"], spec, kv, write_delay=0.25, lifetime=120) as fake:
+    with FakeVllmCapture(env["model"], spec, kv, lifetime=120) as fake:
         cmd = [sys.executable, "-m", "eagle3kit", *_argv(env, fake.url, states, store)]
-        p = subprocess.Popen(cmd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        man, deadline = {}, time.monotonic() + 90
-        while time.monotonic() < deadline and p.poll() is None:
-            f = store / "manifest.json"
-            man = json.loads(f.read_text()) if f.exists() else {}
-            if len(man.get("shards", [])) >= 1:
-                break
-            time.sleep(0.05)
-        p.send_signal(signal.SIGKILL)
-        p.wait(timeout=30)
-        assert p.returncode == -signal.SIGKILL, p.stderr.read().decode()[-2000:]
+        # just after the first shard is listed (the manifest's second write; core/stops.py)
+        kill_at(cmd, f"after:{store / 'manifest.json'}#2", tmp_path, _env())
         killed = json.loads((store / "manifest.json").read_text())
         assert killed["complete"] is False and 0 < killed["samples"] < len(env["ids"])
         sent = fake.requests

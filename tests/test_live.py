@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import time
 from pathlib import Path
 
 import pytest
@@ -195,14 +194,14 @@ def test_no_metrics_endpoint_says_what_is_missing(pair):
 
 
 @pytest.mark.slow  # waits on timeouts by design (seconds)
+@pytest.mark.timeout
 def test_a_stalled_stream_ends_at_the_timeout(pair):
+    """A stream that stalls (the fake holds it until it stops, long after --timeout) ends by
+    the client's timeout, said as such: not by the server going away."""
     tm, d = pair
-    with FakeEngine(tm, d, fault="stall", fault_every=2, lifetime=30) as spec:
-        t0 = time.monotonic()
+    with FakeEngine(tm, d, fault="stall", fault_every=2, lifetime=600) as spec:
         doc = run_live_bench([spec.url], None, cfg(repeats=2, timeout=4))
-        took = time.monotonic() - t0
-    assert took < 4 + 2
-    assert any("stalled" in e for e in doc["errors"])
+    assert any("stream stalled until --timeout" in e for e in doc["errors"])
     assert any("--timeout" in e and "reached" in e for e in doc["errors"])
     assert only_level(doc)["requests"] >= 1
 

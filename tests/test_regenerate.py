@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ import torch
 from eagle3kit.core.errors import Eagle3Error
 
 sys.path.insert(0, str(Path(__file__).parent))
+from kill_helpers import kill_at  # noqa: E402
 from openai_server import FakeOpenAIServer  # noqa: E402
 
 MAX_TOKENS = 10
@@ -276,6 +275,7 @@ def test_malformed_input_lines_are_skipped(tmp_path, target):
 
 
 @pytest.mark.slow
+@pytest.mark.kill
 def test_kill9_then_rerun_loses_and_duplicates_nothing(tmp_path, model_dir):
     inp, outp = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     recs = write_input(inp, 12)
@@ -295,17 +295,9 @@ def test_kill9_then_rerun_loses_and_duplicates_nothing(tmp_path, model_dir):
         "--json",
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if outp.exists() and outp.read_text().count("\n") >= 3:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the run finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    kill_at(cmd, f"after:{outp}#3", tmp_path, env)  # just after the third line (core/stops.py)
     killed_at = outp.read_text().count("\n")
-    assert 3 <= killed_at < 11
+    assert killed_at == 3
     with open(outp, "a") as f:
         f.write('{"id": "s')  # as if the kill had torn the last write
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)

@@ -63,9 +63,9 @@ class _HubFiles:
 
         where = f"{self.repo_id}/{rel}"
         try:
-            return hf_hub_download(
-                self.repo_id, rel, revision=self.revision, local_files_only=self.offline
-            )
+            if self.offline:
+                return self._from_cache(rel)
+            return hf_hub_download(self.repo_id, rel, revision=self.revision)
         except EntryNotFoundError as e:
             if not required:
                 return None
@@ -82,12 +82,31 @@ class _HubFiles:
 
     def cached(self, rel: str) -> str | None:
         """The local path of `rel` when the local Hub cache holds it (never a download)."""
-        from huggingface_hub import hf_hub_download
+        return cached_hub_file(self.repo_id, rel, revision=self.revision)
 
-        try:
-            return hf_hub_download(self.repo_id, rel, revision=self.revision, local_files_only=True)
-        except Exception:  # not in the cache (or no cached repo at all): nothing to read
-            return None
+    def _from_cache(self, rel: str) -> str:
+        from huggingface_hub.errors import EntryNotFoundError
+
+        found = self.cached(rel)
+        if found is None:
+            raise EntryNotFoundError(f"{self.repo_id}/{rel} is not in the local cache")
+        return found
+
+
+def cached_hub_file(
+    repo_id: str, filename: str, *, repo_type: str | None = None, revision: str | None = None
+) -> str | None:
+    """The local path of a Hub file when the huggingface_hub cache holds it, else None: a
+    lookup of the cache's folders, no request. (`hf_hub_download(local_files_only=True)`
+    builds request headers, and from huggingface_hub 2.x that asks the Hub for its agent
+    registry: up to 3 s on a dead network.)"""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        found = try_to_load_from_cache(repo_id, filename, revision=revision, repo_type=repo_type)
+    except Exception:  # a broken cache, an invalid id: nothing to read
+        return None
+    return found if isinstance(found, str) and Path(found).is_file() else None
 
 
 def _read_json(path: str) -> Any:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
+from eagle3kit.core.stops import stop_point
 from eagle3kit.data.conversations import (
     SHAREGPT_ROLES,
     Malformed,
@@ -426,7 +427,8 @@ def _write(
                 if unreachable >= MAX_UNREACHABLE:
                     raise _gone(outp, res, str(err))
             else:
-                _finish(fd, sid, rec, answers, res)
+                if _finish(fd, sid, rec, answers, res):
+                    stop_point("after", outp)  # a line in place (core/stops.py)
                 unreachable = 0
             n = res.done + len(res.failed)
             rate = n / max(time.monotonic() - t0, 1e-9)
@@ -444,8 +446,9 @@ def _write(
         os.close(fd)
 
 
-def _finish(fd: int, sid: str, rec: dict, answers: list[Answer], res: RegenResult) -> None:
-    """Write one regenerated sample (marked when max_tokens cut an answer), or drop it."""
+def _finish(fd: int, sid: str, rec: dict, answers: list[Answer], res: RegenResult) -> bool:
+    """Write one regenerated sample (marked when max_tokens cut an answer), or drop it: True
+    when written."""
     cut = sum(a.cut for a in answers)
     out = with_answers(rec, sid, [a.text for a in answers])
     if cut:
@@ -453,11 +456,12 @@ def _finish(fd: int, sid: str, rec: dict, answers: list[Answer], res: RegenResul
         res.cut_samples += 1
         if res.truncated == "drop":
             res.dropped.append(sid)
-            return
+            return False
         out[CUT_FIELD] = cut
     append_line(fd, out)
     res.done += 1
     res.answered += answered_open(rec, answers)
+    return True
 
 
 def _gone(outp: Path, res: RegenResult, last: str) -> Eagle3Error:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.checkpoint.hub_files import cached_hub_file
 from eagle3kit.core.environment import hub_offline
 from eagle3kit.core.errors import Eagle3Error, bad
 
@@ -131,13 +132,9 @@ def hub_unreachable(timeout: float = HUB_PROBE_TIMEOUT_S) -> str | None:
 
 
 def _cached(s: Suite) -> Path | None:
-    """The suite's file from the huggingface_hub cache alone (no network), or None."""
-    from huggingface_hub import hf_hub_download
-
-    try:
-        return Path(hf_hub_download(s.repo, s.filename, repo_type="dataset", local_files_only=True))
-    except Exception:  # LocalEntryNotFoundError, a broken cache: not usable
-        return None
+    """The suite's file from the huggingface_hub cache alone (no request), or None."""
+    found = cached_hub_file(s.repo, s.filename, repo_type="dataset")
+    return Path(found) if found else None
 
 
 def hub_file(s: Suite) -> Path:

@@ -280,7 +280,7 @@ def _manifest(
         "seed": m.seed,
         "data": {
             "source": "python stdlib",
-            "stdlib": str(corpus.stdlib_root()),
+            "stdlib": corpus.stdlib_name(),
             "slice": m.slice,
             "train_files": len(d.train_files),
             "heldout_files": len(d.held),

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import functools
+import platform
 import re
 import sysconfig
 import textwrap
@@ -78,6 +79,12 @@ class SourceFile:
 def stdlib_root() -> Path:
     """The running interpreter's standard-library directory."""
     return Path(sysconfig.get_paths()["stdlib"])
+
+
+def stdlib_name() -> str:
+    """The training text's origin as a reader can use it on any machine (the folder's path is
+    the building machine's): "stdlib of Python 3.11.7 (sysconfig 'stdlib')"."""
+    return f"stdlib of Python {platform.python_version()} (sysconfig 'stdlib')"
 
 
 def _in_slice(rel: Path, slice_name: str) -> bool:

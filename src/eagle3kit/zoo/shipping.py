@@ -205,7 +205,7 @@ def ship(
         doc["commit"] = commit
         doc["shipped"] = {
             "dtype": dtype,
-            "from": str(src),
+            "from": src.name,  # the build folder's name: its path is the builder's machine's
             "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "files": files,
         }
