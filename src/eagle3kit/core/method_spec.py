@@ -22,9 +22,6 @@ from typing import Any
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import DraftSpec
 
-# The method names used everywhere (CLI values, JSON "method" fields, docs).
-METHODS = ("eagle3", "eagle3.1", "peagle", "dflash", "mtp", "ngram")
-
 # DFlash tensors (canonical = z-lab's names, which speculators' body shares), per layer i.
 DFLASH_LAYER_TENSORS = (
     "input_layernorm.weight",

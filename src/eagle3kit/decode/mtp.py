@@ -60,6 +60,7 @@ class HeadDrafter:
     """An MTPHead with the drafter interface SpecDecoder calls (identity d2t)."""
 
     embed_loaded = True
+    method = MTPHead.method
 
     def __init__(self, head: MTPHead, device: torch.device) -> None:
         self.head = head

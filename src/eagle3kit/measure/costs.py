@@ -6,7 +6,7 @@ run, so the costs saw the same machine as the tok/s beside them:
   that sent n tokens (plain steps n = 1, prompt lookup's cycles 1 + its drafts, the chain's
   k + 1); pass_ms[method]: the chain's mean drafting time per cycle / the method's passes per
   cycle (k for EAGLE-3 and MTP, one for a DFlash block or P-EAGLE's parallel pass), keyed
-  by the drafter's method (train/methods.py `drafter_method`);
+  by the drafter's method (its `method`);
 - overhead_ms[label]: each loop's mean cycle minus the passes and verify the model composes it
   of (bookkeeping, the lookup's string match, a tree's mask).
 Higher levels c (c sequences decoding together, one batch) scale level 1 by isolated forwards
@@ -26,6 +26,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
+
+from eagle3kit.core import registry
 
 
 def _median_ms(fn: Callable[[], None], repeats: int, sync: Callable[[], None]) -> float:
@@ -97,9 +99,7 @@ def level_costs(
 
 def _drafter_pass(target, drafter, ids, aux, repeats: int, sync) -> tuple[str, float]:
     """(the drafter's method, the ms of one of its passes at batch ids.shape[0])."""
-    from eagle3kit.train.methods import drafter_method
-
-    method = drafter_method(drafter)
+    method = drafter.method
     if method == "mtp":
         return method, _mtp_pass_ms(target, drafter, ids, repeats, sync)
     if method == "dflash":
@@ -219,17 +219,15 @@ def loop_costs(runs, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     row = next((r for r in rows if r.get("name") == "chain"), None)
     if chain and row and row.get("depth"):
         per_cycle = 1e3 * statistics.fmean(c.draft_s for c in chain)
-        method = row.get("method", "eagle3")
+        method = row.get("method", registry.DEFAULT)
         doc["pass_ms"][method] = per_cycle / _passes(method, row["depth"])
     doc["overhead_ms"] = _overhead(runs, rows, doc)
     return doc
 
 
 def _passes(method: str, depth: int, tree: bool = False) -> int:
-    """Drafter passes per cycle (plan/methods.py's table; a tree: one per level)."""
-    from eagle3kit.plan.methods import METHODS
-
-    return depth if tree else METHODS[method].draft_passes(depth)
+    """Drafter passes per cycle (core/registry.py's record; a tree: one per level)."""
+    return depth if tree else registry.get(method).draft_passes(depth)
 
 
 def _overhead(runs, rows, level1: dict[str, Any]) -> dict[str, float]:
@@ -246,7 +244,7 @@ def _overhead(runs, rows, level1: dict[str, Any]) -> dict[str, float]:
     for r in rows:
         if "cycle_ms" not in r or r.get("name") not in ("lookup", "chain", "tree"):
             continue
-        method = r.get("method", "eagle3")
+        method = r.get("method", registry.DEFAULT)
         passes = 0 if r["name"] == "lookup" else _passes(method, r["depth"], r["name"] == "tree")
         model = passes * lv.pass_ms.get(method, 0.0) + lv.verify(1 + r["drafted_per_cycle"])
         out[r["label"]] = r["cycle_ms"] - model

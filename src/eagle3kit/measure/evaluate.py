@@ -138,10 +138,9 @@ def evaluate_offline(
     if getattr(drafter, "method", None) == "mtp":  # a target's MTP head: measure/mtp.py
         return evaluate_mtp_offline(target, drafter, data, depth, batch_size=batch_size)
     from eagle3kit.train.acceptance import acceptance
-    from eagle3kit.train.methods import drafter_method
 
     a = acceptance(drafter, _offline_batches(target, drafter, data, batch_size, progress), depth)
-    return offline_doc(a, drafter_method(drafter), len(data.samples), len(data.skipped))
+    return offline_doc(a, drafter.method, len(data.samples), len(data.skipped))
 
 
 def offline_doc(a: Acceptance, method: str, samples: int, skipped: int, source: str | None = None,
@@ -202,7 +201,6 @@ def evaluate_online(
     """Real decoding of `prompts`: speculative (chain, or tree) against plain greedy, timed by
     the shared harness (measure/timing.py: alternating order)."""
     from eagle3kit.measure import timing as T
-    from eagle3kit.train.methods import drafter_method
 
     if not prompts:
         raise Eagle3Error("online eval: expected at least one prompt, found none")
@@ -219,7 +217,7 @@ def evaluate_online(
     answers = [x.tokens for x in T.of(runs, "base") if x.repeat == 0]
     doc = {
         "mode": "online",
-        "method": drafter_method(drafter),  # eagle3 | eagle3.1 | peagle
+        "method": drafter.method,
         "decoding": pooled.method,  # chain | tree
         "depth": depth,
         "tau_online": pooled.tau_online,
@@ -329,7 +327,6 @@ def evaluate_store(
     from eagle3kit.measure import block_eval
     from eagle3kit.measure import store_features as S
     from eagle3kit.train.acceptance import acceptance
-    from eagle3kit.train.methods import drafter_method
 
     if block_eval.is_dflash_checkpoint(drafter):  # block drafters: measure/block_eval.py
         return block_eval.evaluate_store_dflash(
@@ -350,5 +347,5 @@ def evaluate_store(
             emit(progress, "offline eval", done, len(rows), "samples")
 
     a = acceptance(d, batches(), depth)
-    return offline_doc(a, drafter_method(d), len(rows), 0, source=str(features),
+    return offline_doc(a, d.method, len(rows), 0, source=str(features),
                        aux_layers=layers, heldout=how)  # fmt: skip

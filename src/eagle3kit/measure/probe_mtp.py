@@ -105,7 +105,7 @@ def head_acceptance(head: MTPHead, target: TargetModel, batch: Any, depth: int) 
 
 def compat_doc(new: TargetModel, head: str | None, target: str, depth: int) -> dict[str, Any]:
     """How each engine serves H on NEW (plan/methods.py launch lines), H's shapes checked."""
-    from eagle3kit.plan.methods import launch_lines
+    from eagle3kit.core import registry
 
     notes = [
         "vLLM and SGLang read the MTP layer from the target's checkpoint: to serve this head "
@@ -116,7 +116,7 @@ def compat_doc(new: TargetModel, head: str | None, target: str, depth: int) -> d
         "method": "mtp",
         "head": head or "the reference target's own MTP layer",
         "shapes": {"hidden_size": new.hidden_size, "vocab_size": new.vocab_size},
-        "engines": launch_lines("mtp", depth, target, None),
+        "engines": registry.launch_lines(registry.target_head().name, depth, target, None),
         "notes": notes,
     }
 

@@ -180,6 +180,13 @@ class Eagle3Drafter(nn.Module):
         return DraftOutput(logits=logits, hidden=normed if self.spec.norm_output else h)
 
     @property
+    def method(self) -> str:
+        """Its draft method (core/registry.py): EAGLE 3.1 when its norm flags say so."""
+        from eagle3kit.methods.eagle3.checkpoint import method_of
+
+        return method_of(self.spec)
+
+    @property
     def dtype(self) -> torch.dtype:
         """The dtype its input states are cast to (its fc's)."""
         return self.fc.weight.dtype

@@ -82,6 +82,35 @@ def _dflash_drafter(path: str, device: str, dtype: Any) -> LoadedDrafter | None:
     return LoadedDrafter(d.eval().requires_grad_(False), d.spec, f"dflash-{d.spec.layout}")
 
 
+def load_for(
+    target: str, drafter: str | None, method: str, *, device: str = "cpu", dtype: Any = "float32"
+) -> tuple[Any, Any]:
+    """(TargetModel, drafter) for `generate`, `eval` and `bench`: a drafter dir read as its
+    own method says (`load_pair`), or, for a method whose drafter ships inside the target (or
+    a standalone head dir given as the drafter), the target's head by its method's model
+    part."""
+    from eagle3kit.core import registry
+    from eagle3kit.model.mtp import is_head_dir, load_mtp  # (until methods/mtp holds it)
+
+    rec = registry.get(method)
+    if rec.target_head or is_head_dir(drafter):
+        return load_mtp(target, drafter, device=device, dtype=dtype)
+    return load_pair(target, drafter, device=device, dtype=dtype)
+
+
+def drafter_method(path: str | Path) -> str | None:
+    """The method a local drafter dir's config.json declares (None: not a local dir)."""
+    import json
+
+    from eagle3kit.checkpoint.methods import detect_method
+
+    try:
+        cfg = json.loads((Path(path).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return detect_method(cfg) if isinstance(cfg, dict) else None
+
+
 def load_target(
     name_or_path: str,
     *,

@@ -43,6 +43,7 @@ class PEagleDrafter(Eagle3Drafter):
     """An EAGLE-3 drafter that also drafts K tokens in one pass (module docstring)."""
 
     parallel = True
+    method = "peagle"
 
     def __init__(
         self,

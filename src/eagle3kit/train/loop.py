@@ -39,7 +39,7 @@ from eagle3kit.train import distributed as dist_
 from eagle3kit.train import outputs, setup, state
 from eagle3kit.train.acceptance import Acceptance, acceptance, metrics_row
 from eagle3kit.train.config import TrainConfig, lr_at, total_steps
-from eagle3kit.train.methods import method_of, spec_flags
+from eagle3kit.train.methods import spec_flags
 from eagle3kit.train.peagle import cod_loss
 from eagle3kit.train.ttt import loss_positions, ttt_loss
 from eagle3kit.train.warmstart import add_l2sp_grad, anchor_of
@@ -311,7 +311,7 @@ def _finish(r: Run) -> dict[str, Any]:
         "peak_memory_mb": _peak_memory_mb(r.d.device),
         "init_from": r.cfg.init_from,
         "attention": getattr(ctx.spec, "attention", "mha"),
-        "method": method_of(ctx.spec, parallel=getattr(ctx.drafter, "parallel", False)),
+        "method": ctx.drafter.method,
         "flags": spec_flags(ctx.spec),
         "source": ctx.source.kind,
         "train_samples": len(ctx.train_idx),

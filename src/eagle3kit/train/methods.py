@@ -24,33 +24,16 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.methods.eagle3.checkpoint import method_of  # noqa: F401  (its one rule)
 
 if TYPE_CHECKING:
-    from eagle3kit.model.dflash import DFlashDrafter
     from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.model.mtp import MTPHead
     from eagle3kit.model.protocols import Target
 
 METHODS = ("eagle3", "eagle3.1", "peagle")
 TRAIN_FLAGS = ("fc_norm", "norm_before_fc", "norm_output")
 EAGLE31 = {"fc_norm": True, "norm_before_fc": False, "norm_output": True}
 EAGLE3 = {"fc_norm": False, "norm_before_fc": False, "norm_output": False}
-
-
-def method_of(spec: Any, *, parallel: bool = False) -> str:
-    """`peagle` for a parallel drafter, `eagle3.1` when fc_norm or norm_output is set, else
-    `eagle3` (norm_before_fc alone predates 3.1: speculators wrote it for EAGLE-3 drafters)."""
-    if parallel:
-        return "peagle"
-    return "eagle3.1" if (spec.fc_norm or spec.norm_output) else "eagle3"
-
-
-def drafter_method(drafter: Eagle3Drafter | DFlashDrafter | MTPHead) -> str:
-    """The method name of a loaded drafter module (what eval and bench JSON say)."""
-    own = getattr(drafter, "method", None)
-    if isinstance(own, str):  # drafters of other families name themselves
-        return own
-    return method_of(drafter.spec, parallel=getattr(drafter, "parallel", False))
 
 
 def check_method(method: str | None) -> None:
