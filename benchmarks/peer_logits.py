@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from decode_helpers import fit_ttt, pack, self_text  # noqa: E402
 
 from eagle3kit import zoo  # noqa: E402
-from eagle3kit.checkpoint.convert import save_drafter  # noqa: E402
+from eagle3kit.checkpoint.eagle3.convert import save_drafter  # noqa: E402
 from eagle3kit.core.vocab import build_vocab  # noqa: E402
 from eagle3kit.model.drafter import DraftCache, Eagle3Drafter  # noqa: E402
 from eagle3kit.model.peagle import PEagleDrafter, save_peagle  # noqa: E402

@@ -252,7 +252,7 @@ def test_peagle_without_mask_hidden_is_an_error(tmp_path):
 def test_eagle31_mla_compat_on_the_releases_that_serve_it(tmp_path):
     """An EAGLE 3.1 MLA drafter (fc_norm + norm_output; Kimi-K2.5 shapes, sparse) on a
     Kimi-K2.5 target: vLLM >= 0.33 and SGLang serve it; vLLM 0.22 ignores norm_output for MLA."""
-    from eagle3kit.checkpoint.synthetic import (
+    from eagle3kit.checkpoint.eagle3.synthetic import (
         kimi_k25_mla_spec,
         kimi_k25_target_config,
         write_sparse_drafter,

@@ -5,14 +5,13 @@ compat_target.py, the drafter-alone checks in checker.py, the result in findings
 
 from __future__ import annotations
 
-from eagle3kit.checkpoint import engines as E
-from eagle3kit.checkpoint.checker import Finding
-from eagle3kit.checkpoint.compat_drafters import compare_drafters
 from eagle3kit.checkpoint.compat_methods import check_method_against_target
-from eagle3kit.checkpoint.compat_target import MEANS, check_against_target
-from eagle3kit.checkpoint.findings import CompatResult
-from eagle3kit.checkpoint.hub_files import open_checkpoint
+from eagle3kit.checkpoint.eagle3.compat_drafters import compare_drafters
+from eagle3kit.checkpoint.eagle3.compat_target import MEANS, check_against_target
+from eagle3kit.checkpoint.engines import rules as E
+from eagle3kit.checkpoint.findings import CompatResult, Finding
 from eagle3kit.checkpoint.inspection import is_drafter
+from eagle3kit.checkpoint.io.hub_files import open_checkpoint
 from eagle3kit.checkpoint.methods import method_header_of
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.spec import DraftSpec

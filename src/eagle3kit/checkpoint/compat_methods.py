@@ -10,13 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3kit.checkpoint import engines as E
-from eagle3kit.checkpoint import engines_methods as M
-from eagle3kit.checkpoint.checker import Finding, error, info, warning
-from eagle3kit.checkpoint.findings import CompatResult
+from eagle3kit.checkpoint.engines import methods as M
+from eagle3kit.checkpoint.engines import rules as E
+from eagle3kit.checkpoint.findings import CompatResult, Finding, error, info, warning
 from eagle3kit.checkpoint.inspection import TargetInfo, target_info
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 from eagle3kit.checkpoint.methods import MethodHeader
-from eagle3kit.checkpoint.safetensors_io import Checkpoint
 from eagle3kit.core.method_spec import DFlashSpec, PEagleSpec
 
 

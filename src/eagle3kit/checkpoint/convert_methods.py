@@ -28,10 +28,10 @@ from eagle3kit.checkpoint.dflash_layout import (
     zlab_config,
     zlab_layer_from_speculators,
 )
-from eagle3kit.checkpoint.hub_files import open_target
+from eagle3kit.checkpoint.io.hub_files import open_target
+from eagle3kit.checkpoint.io.raw_tensors import raw, tensor_sha256, write_raw
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint, TensorInfo
 from eagle3kit.checkpoint.methods import MethodHeader
-from eagle3kit.checkpoint.raw_tensors import raw, tensor_sha256, write_raw
-from eagle3kit.checkpoint.safetensors_io import Checkpoint, TensorInfo
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import Eagle3Error, bad

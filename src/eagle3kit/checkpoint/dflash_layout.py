@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from eagle3kit.checkpoint.layouts import _get
+from eagle3kit.checkpoint.eagle3.layouts import _get
 from eagle3kit.core.errors import bad
 from eagle3kit.core.method_spec import DFlashSpec
 from eagle3kit.core.spec import rope_from_config

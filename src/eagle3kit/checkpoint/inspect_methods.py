@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from eagle3kit.checkpoint.engines_methods import dflash_release_captures
+from eagle3kit.checkpoint.engines.methods import dflash_release_captures
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 from eagle3kit.checkpoint.methods import MethodHeader
 from eagle3kit.checkpoint.mtp_layout import MtpHead, find_mtp_heads, mtp_count
-from eagle3kit.checkpoint.safetensors_io import Checkpoint
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.method_spec import DFlashSpec, PEagleSpec
 

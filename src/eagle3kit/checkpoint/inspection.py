@@ -6,12 +6,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.hub_files import open_checkpoint
+from eagle3kit.checkpoint.eagle3.layouts import is_drafter_config
+from eagle3kit.checkpoint.eagle3.reader import drafter_header
 from eagle3kit.checkpoint.inspect_methods import MethodInspectResult, inspect_method, mtp_summary
-from eagle3kit.checkpoint.layouts import is_drafter_config
+from eagle3kit.checkpoint.io.hub_files import open_checkpoint
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 from eagle3kit.checkpoint.methods import DFLASH_FAMILY, detect_method, dflash_header, peagle_header
-from eagle3kit.checkpoint.reader import drafter_header
-from eagle3kit.checkpoint.safetensors_io import Checkpoint
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, default_aux_layers

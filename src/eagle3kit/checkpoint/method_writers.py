@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.checkpoint.dflash_layout import speculators_config, zlab_config
-from eagle3kit.checkpoint.layouts import canonical_to_file, config_for
+from eagle3kit.checkpoint.eagle3.layouts import canonical_to_file, config_for
 from eagle3kit.checkpoint.mtp_layout import head_record
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json, save_safetensors
 from eagle3kit.core.errors import bad

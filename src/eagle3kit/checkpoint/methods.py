@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle3kit.checkpoint.dflash_layout import is_dflash_config, read_dflash_config
-from eagle3kit.checkpoint.layouts import file_to_canonical, is_drafter_config
+from eagle3kit.checkpoint.eagle3.layouts import file_to_canonical, is_drafter_config
+from eagle3kit.checkpoint.eagle3.reader import _local_dir, drafter_header, read_tensors
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint, load_checkpoint
 from eagle3kit.checkpoint.mtp_layout import mtp_count
-from eagle3kit.checkpoint.reader import _local_dir, drafter_header, read_tensors
-from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint
 from eagle3kit.core.errors import bad
 from eagle3kit.core.method_spec import DFlashSpec, PEagleSpec
 

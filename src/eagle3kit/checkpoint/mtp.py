@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.checkpoint.io.raw_tensors import file_metadata, raw, write_raw
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint, load_checkpoint, load_local
 from eagle3kit.checkpoint.mtp_layout import (
     MtpHead,
     head_dir_config,
@@ -29,8 +31,6 @@ from eagle3kit.checkpoint.mtp_layout import (
     text_config,
 )
 from eagle3kit.checkpoint.mtp_layout import find_mtp_heads as _find
-from eagle3kit.checkpoint.raw_tensors import file_metadata, raw, write_raw
-from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint, load_local
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import bad

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from eagle3kit.checkpoint.safetensors_io import Checkpoint
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 
 MTP_COUNT_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
 _QWEN_TYPES = ("qwen3_next", "qwen3_5", "qwen3_5_moe")

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from eagle3kit.checkpoint.dflash_layout import speculators_config, zlab_config
-from eagle3kit.checkpoint.layouts import canonical_to_file
+from eagle3kit.checkpoint.eagle3.layouts import canonical_to_file
 from eagle3kit.checkpoint.method_writers import peagle_config
 from eagle3kit.core.atomic import atomic_write_json, atomic_write_with
 from eagle3kit.core.method_spec import DFlashSpec, PEagleSpec

@@ -411,9 +411,9 @@ def convert(
 
     Refuses (exit 2, nothing written) a drafter with a broken config, shapes or vocab map, and
     any conversion the destination cannot represent."""
-    from eagle3kit.checkpoint.convert import convert as run_convert
     from eagle3kit.checkpoint.convert_methods import convert_method
-    from eagle3kit.checkpoint.hub_files import open_checkpoint
+    from eagle3kit.checkpoint.eagle3.convert import convert as run_convert
+    from eagle3kit.checkpoint.io.hub_files import open_checkpoint
     from eagle3kit.checkpoint.methods import method_header_of
     from eagle3kit.cli._checks import check_output
 

@@ -437,7 +437,7 @@ def _next_capture(target: str, eng: dict, vocab: Path | None) -> None:
 def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_tokens, json_):
     """`data capture --engine vllm` (or `--launch-command`): the store, or None when only the
     launch line was printed."""
-    from eagle3kit.checkpoint.engines import parse_engines
+    from eagle3kit.checkpoint.engines.rules import parse_engines
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
     from eagle3kit.core.errors import Eagle3Error

@@ -11,7 +11,7 @@ Layer-index conventions (docs/formats.md "DFlash layer ids"). h[k] is Hugging Fa
 - speculators `aux_hidden_state_layer_ids`: the h-index, i.e. z + 1
   (speculators convert/dflash/converter.py).
 - vLLM and SGLang capture "the stream entering layer i" = h[i]; each engine release maps the
-  file's ids to capture points by its own rule (checkpoint/engines_methods.py).
+  file's ids to capture points by its own rule (checkpoint/engines/methods.py).
 """
 
 from __future__ import annotations

@@ -145,7 +145,7 @@ def _doc(drafter: DFlashDrafter, k: int, walked: list[int], every: list[int], n:
 def is_dflash_checkpoint(path: str) -> bool:
     """Whether `path` (a local folder or hub id) holds a DFlash drafter (config only)."""
     from eagle3kit.checkpoint.dflash_layout import is_dflash_config
-    from eagle3kit.checkpoint.safetensors_io import load_checkpoint
+    from eagle3kit.checkpoint.io.safetensors_io import load_checkpoint
 
     return is_dflash_config(load_checkpoint(path).config)
 
@@ -153,8 +153,8 @@ def is_dflash_checkpoint(path: str) -> bool:
 def target_io(src: str, spec: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """The target's input embedding and lm_head (the embedding when tied), read by header
     from `src` and checked against the drafter: what a z-lab drafter borrows."""
-    from eagle3kit.checkpoint.hub_files import open_target
-    from eagle3kit.checkpoint.tensor_read import read_tensor
+    from eagle3kit.checkpoint.io.hub_files import open_target
+    from eagle3kit.checkpoint.io.tensor_read import read_tensor
 
     ckpt = open_target(src)
     names = ckpt.names()

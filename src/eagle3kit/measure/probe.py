@@ -167,7 +167,7 @@ def detect_aux(
 
 def _fix_ids(engine: str, family: str, chosen: list[int], num_layers: int) -> list[int]:
     """File ids that make `engine` capture h[chosen]: every release when possible, else latest."""
-    from eagle3kit.checkpoint import engines as E
+    from eagle3kit.checkpoint.engines import rules as E
 
     where = "nested" if engine == "sglang" else "top"
     cands = [[i - 1 for i in chosen], chosen] if engine == "sglang" else [chosen]
@@ -185,8 +185,8 @@ def engine_capture(
     spec: DraftSpec, layout: str, target: Target, chosen: Sequence[int], src: str
 ) -> dict[str, Any]:
     """What each engine captures for D as written, whether that is ``chosen``, and the fix."""
-    from eagle3kit.checkpoint import engines as E
     from eagle3kit.checkpoint.compat import captured_layers
+    from eagle3kit.checkpoint.engines import rules as E
 
     chosen = list(chosen)
     family = E.target_family(target.config.to_dict())

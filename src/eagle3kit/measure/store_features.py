@@ -115,7 +115,7 @@ def drafter_for(
     """(Eagle3Drafter, spec, layout, own embedding?) on ``device``, with the target's input
     embedding read by header from ``target`` (default: the store's target) when the drafter
     carries none."""
-    from eagle3kit.checkpoint.reader import read_drafter
+    from eagle3kit.checkpoint.eagle3.reader import read_drafter
     from eagle3kit.model.peagle import drafter_class
 
     spec, tensors, head = read_drafter(path)
@@ -129,7 +129,7 @@ def drafter_for(
 
 def set_target_embedding(d: Any, spec: Any, target: str | None, store: Any) -> None:
     """Give the drafter ``target``'s input embedding (default: the store's target), by header."""
-    from eagle3kit.checkpoint.convert import target_embedding
+    from eagle3kit.checkpoint.eagle3.convert import target_embedding
 
     src = target or (store.manifest.get("target") or {}).get("name_or_path")
     if not src:

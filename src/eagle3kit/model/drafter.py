@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eagle3kit.checkpoint.convert import TRAINING_ONLY
+from eagle3kit.checkpoint.eagle3.convert import TRAINING_ONLY
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import DraftSpec, spec_for_target
 from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter's public API)
@@ -249,7 +249,7 @@ class Eagle3Drafter(nn.Module):
     ) -> Eagle3Drafter:
         """Load a drafter in any layout (SGLang, speculators/vLLM, EAGLE) from safetensors
         (a subclass reads its own fields from config.json in `from_read`)."""
-        from eagle3kit.checkpoint.reader import read_drafter
+        from eagle3kit.checkpoint.eagle3.reader import read_drafter
 
         spec, tensors, head = read_drafter(str(path))
         return cls.from_read(spec, tensors, head.ckpt.config, device, dtype, str(path))

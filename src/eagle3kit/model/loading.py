@@ -50,7 +50,7 @@ class LoadedDrafter:
 
 def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> LoadedDrafter:
     """Read a drafter in any layout (SGLang, speculators/vLLM, EAGLE; DFlash z-lab) once."""
-    from eagle3kit.checkpoint.reader import read_drafter
+    from eagle3kit.checkpoint.eagle3.reader import read_drafter
 
     dflash = _dflash_drafter(path, device, dtype)
     if dflash is not None:

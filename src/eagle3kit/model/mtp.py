@@ -410,8 +410,8 @@ def read_head_tensors(model_dir: str | Path, prefix: str) -> dict[str, torch.Ten
     """The head's tensors by the target checkpoint's names: from a head dir (canonical names
     mapped back by its config), else every tensor under ``prefix`` of a target dir (headers
     first, then only those tensors)."""
-    from eagle3kit.checkpoint.safetensors_io import load_local
-    from eagle3kit.checkpoint.tensor_read import read_tensor
+    from eagle3kit.checkpoint.io.safetensors_io import load_local
+    from eagle3kit.checkpoint.io.tensor_read import read_tensor
 
     ckpt = load_local(model_dir)
     rec = head_config(model_dir)

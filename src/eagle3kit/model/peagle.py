@@ -187,8 +187,8 @@ def save_peagle(
     A minimal writer of our own until the checkpoint layer writes P-EAGLE itself."""
     from safetensors.torch import load_file
 
-    from eagle3kit.checkpoint.convert import save_drafter
-    from eagle3kit.checkpoint.safetensors_write import write_safetensors_sparse
+    from eagle3kit.checkpoint.eagle3.convert import save_drafter
+    from eagle3kit.checkpoint.io.safetensors_write import write_safetensors_sparse
     from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 
     state = {k: v for k, v in tensors.items() if k not in ("embed_tokens.weight", MASK_HIDDEN)}

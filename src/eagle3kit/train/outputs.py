@@ -23,7 +23,7 @@ def save_servable(
     d2t/t2d, without the target's embedding), through formats.convert's writer; the folder is
     swapped in whole. A P-EAGLE drafter (`mask_token_id` given) is written in speculators'
     peagle layout instead (SGLang does not serve P-EAGLE; vLLM does)."""
-    from eagle3kit.checkpoint.convert import save_drafter
+    from eagle3kit.checkpoint.eagle3.convert import save_drafter
 
     if mask_token_id is not None:
         from eagle3kit.model.peagle import save_peagle

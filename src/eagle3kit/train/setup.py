@@ -163,8 +163,8 @@ def _target(cfg: Any, name: str, aux: Any, device: str):
 
 def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> FeaturesTarget:
     """The target of `--features` training, read by header (`FeaturesTarget`)."""
-    from eagle3kit.checkpoint.hub_files import open_target
-    from eagle3kit.checkpoint.tensor_read import read_tensor
+    from eagle3kit.checkpoint.io.hub_files import open_target
+    from eagle3kit.checkpoint.io.tensor_read import read_tensor
     from eagle3kit.core.spec import default_aux_layers
     from eagle3kit.model.target import parse_dtype
 

@@ -15,7 +15,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from eagle3kit.checkpoint.headers import TensorInfo
+from eagle3kit.checkpoint.io.headers import TensorInfo
 from eagle3kit.core.atomic import atomic_open
 from eagle3kit.core.errors import bad
 

@@ -1,10 +1,10 @@
 """compat, drafter vs target: will each engine release serve this drafter as it was trained?
 
-Serving is checked per engine release (checkpoint/engines.py; docs/formats.md "Aux layer ids"
+Serving is checked per engine release (checkpoint/engines/rules.py; docs/formats.md "Aux layer ids"
 and "Engine rules by release"): for ids X read from the drafter's config, the engine captures
 h-indices C(X) (h[x+1], h[x], or SGLang >= 0.5.13's DeepSeek/Kimi rule), or its default
 h[2, L//2, L-3] when it reads none. The drafter was trained on T = the writer's reading of X
-(checkpoint/writers.py): h[x+1] for layer-output writers, h[x] for h-index writers, our own
+(checkpoint/eagle3/writers.py): h[x+1] for layer-output writers, h[x] for h-index writers, our own
 key when eagle3kit wrote it. The engine serves it correctly iff C(X) = T; with an unknown
 writer T has two candidates, and `eagle3kit probe` picks one from data.
 """
@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint import engines as E
-from eagle3kit.checkpoint.checker import Finding, check_drafter, error, info, warning
-from eagle3kit.checkpoint.findings import PROBE, CompatResult
+from eagle3kit.checkpoint.eagle3.checker import check_drafter
+from eagle3kit.checkpoint.eagle3.reader import drafter_header
+from eagle3kit.checkpoint.eagle3.writers import Writer, infer_writer, pattern_hint, trained_on
+from eagle3kit.checkpoint.engines import rules as E
+from eagle3kit.checkpoint.findings import PROBE, CompatResult, Finding, error, info, warning
 from eagle3kit.checkpoint.inspection import TargetInfo, target_info
-from eagle3kit.checkpoint.reader import drafter_header
-from eagle3kit.checkpoint.safetensors_io import Checkpoint
-from eagle3kit.checkpoint.writers import Writer, infer_writer, pattern_hint, trained_on
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec
 
 EVIDENCE_DEFAULT = (

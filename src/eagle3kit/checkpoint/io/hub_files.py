@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.safetensors_io import (
+from eagle3kit.checkpoint.io.safetensors_io import (
     Checkpoint,
     _index_files,
     load_checkpoint,

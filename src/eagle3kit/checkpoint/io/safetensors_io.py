@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from eagle3kit.checkpoint.headers import (  # re-exported: the one header reader
+from eagle3kit.checkpoint.io.headers import (  # re-exported: the one header reader
     DTYPE_SIZES,
     MAX_HEADER_BYTES,
     TensorInfo,

@@ -1,5 +1,5 @@
 """Whole-file refusals by engine and release: what an engine refuses before (or instead of)
-reading a drafter the way `checkpoint/engines.py`'s capture and flag rules describe.
+reading a drafter the way `checkpoint/engines/rules.py`'s capture and flag rules describe.
 
 Data, re-exported by `checkpoint.engines` (import them from there). Each rule names its
 upstream source and the releases it was seen in by benchmarks/engine_check.py (vLLM 0.21.0 and

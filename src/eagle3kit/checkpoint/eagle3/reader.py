@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3kit.checkpoint.layouts import read_spec
-from eagle3kit.checkpoint.safetensors_io import Checkpoint, load_checkpoint, load_local
+from eagle3kit.checkpoint.eagle3.layouts import read_spec
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint, load_checkpoint, load_local
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import DraftSpec
 

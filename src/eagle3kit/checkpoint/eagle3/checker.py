@@ -14,50 +14,12 @@ small index tensors only:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from eagle3kit.checkpoint.reader import DrafterHeader
+from eagle3kit.checkpoint.eagle3.reader import DrafterHeader
+from eagle3kit.checkpoint.findings import Finding, error, info
 from eagle3kit.core.spec import DraftSpec
 from eagle3kit.core.vocab import vocab_problems
-
-
-@dataclass
-class Finding:
-    """One thing compat or convert found: severity (error | warning | info), a stable code,
-    a message `field: expected ..., found ...`, the engine it concerns (None: every engine),
-    the drafter it concerns in a drafter-drafter comparison ("A" | "B"), and the file it is
-    about (`where`, for convert's one error line; not part of the JSON)."""
-
-    severity: str
-    code: str
-    message: str
-    engine: str | None = None
-    drafter: str | None = None
-    where: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        doc = {
-            "severity": self.severity,
-            "code": self.code,
-            "message": self.message,
-            "engine": self.engine,
-        }
-        if self.drafter is not None:
-            doc["drafter"] = self.drafter
-        return doc
-
-
-def error(code: str, message: str, engine: str | None = None, where: str | None = None):
-    return Finding("error", code, message, engine, where=where)
-
-
-def warning(code: str, message: str, engine: str | None = None) -> Finding:
-    return Finding("warning", code, message, engine)
-
-
-def info(code: str, message: str, engine: str | None = None) -> Finding:
-    return Finding("info", code, message, engine)
 
 
 def shape_message(canon: str, stored: str, spec: DraftSpec, found: tuple[int, ...]) -> str:

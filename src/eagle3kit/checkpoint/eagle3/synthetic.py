@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from eagle3kit.checkpoint.layouts import MLA_ARCH, canonical_to_file, config_for
-from eagle3kit.checkpoint.safetensors_io import DTYPE_SIZES
-from eagle3kit.checkpoint.safetensors_write import write_with_holes
+from eagle3kit.checkpoint.eagle3.layouts import MLA_ARCH, canonical_to_file, config_for
+from eagle3kit.checkpoint.io.safetensors_io import DTYPE_SIZES
+from eagle3kit.checkpoint.io.safetensors_write import write_with_holes
 from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.core.dtypes import NAME_TO_SAFETENSORS
 from eagle3kit.core.spec import DraftSpec

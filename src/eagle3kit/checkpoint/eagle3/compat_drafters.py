@@ -11,12 +11,12 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from eagle3kit.checkpoint import engines as E
-from eagle3kit.checkpoint.checker import Finding, check_drafter, error, info, warning
-from eagle3kit.checkpoint.findings import PROBE, CompatResult
-from eagle3kit.checkpoint.reader import drafter_header
-from eagle3kit.checkpoint.safetensors_io import Checkpoint
-from eagle3kit.checkpoint.writers import infer_writer, trained_on
+from eagle3kit.checkpoint.eagle3.checker import check_drafter
+from eagle3kit.checkpoint.eagle3.reader import drafter_header
+from eagle3kit.checkpoint.eagle3.writers import infer_writer, trained_on
+from eagle3kit.checkpoint.engines import rules as E
+from eagle3kit.checkpoint.findings import PROBE, CompatResult, Finding, error, info, warning
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 from eagle3kit.core.spec import NORM_FLAGS, TRAINABLE_TENSORS, DraftSpec
 
 # Config keys that change no tensor and no math.

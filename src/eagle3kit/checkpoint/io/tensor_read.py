@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3kit.checkpoint.safetensors_io import Checkpoint, hub_range
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint, hub_range
 from eagle3kit.core.errors import bad
 
 

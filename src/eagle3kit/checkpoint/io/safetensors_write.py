@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.tensor_read import torch_dtypes
+from eagle3kit.checkpoint.io.tensor_read import torch_dtypes
 from eagle3kit.core.atomic import atomic_write_json, save_safetensors
 from eagle3kit.core.errors import bad
 

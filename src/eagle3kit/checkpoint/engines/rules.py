@@ -13,10 +13,10 @@ captures
 and, when it reads no ids, its default h[2, L//2, L-3] for an L-layer target.
 
 The DFlash and P-EAGLE rules (layer-id mapping, sample_from_anchor, causality, P-EAGLE
-serving) are in `checkpoint/engines_methods.py`, re-exported here.
+serving) are in `checkpoint/engines/methods.py`, re-exported here.
 
 Whole-file refusals (config keys, vLLM's MTP rewrite, full-vocabulary d2t, `vllm serve
-DRAFTER` with a local verifier) are in `checkpoint/engine_files.py`, re-exported here.
+DRAFTER` with a local verifier) are in `checkpoint/engines/files.py`, re-exported here.
 
 Release numbers derived from a PR's merge date (vLLM 0.22, SGLang 0.5.13)
 are inferred from tag dates; `VERSION_NOTES` says so wherever they show.
@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from eagle3kit.checkpoint.engine_files import (  # noqa: F401  (re-exported: file rules)
+from eagle3kit.checkpoint.engines.files import (  # noqa: F401  (re-exported: file rules)
     CONFIG_KEYS,
     VLLM_DIRECT_SERVE_SINCE,
     VLLM_DIRECT_SERVE_SOURCE,
@@ -41,7 +41,7 @@ from eagle3kit.checkpoint.engine_files import (  # noqa: F401  (re-exported: fil
     vllm_refuses_full_vocab_d2t,
     vllm_refuses_local_verifier,
 )
-from eagle3kit.checkpoint.engines_methods import (  # noqa: F401  (re-exported: DFlash, P-EAGLE)
+from eagle3kit.checkpoint.engines.methods import (  # noqa: F401  (re-exported: DFlash, P-EAGLE)
     DFLASH_ID_RULES,
     METHOD_RULES,
     dflash_id_rule,

@@ -23,9 +23,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from eagle3kit.checkpoint import engines as E
-from eagle3kit.checkpoint.engines import VLLM_MLA_MODEL_TYPE
-from eagle3kit.checkpoint.safetensors_io import Checkpoint
+from eagle3kit.checkpoint.engines import rules as E
+from eagle3kit.checkpoint.engines.rules import VLLM_MLA_MODEL_TYPE
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 from eagle3kit.core.dtypes import SAFETENSORS_TO_NAME
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, rope_from_config

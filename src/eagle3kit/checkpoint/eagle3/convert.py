@@ -15,15 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint import engines as E
-from eagle3kit.checkpoint.checker import check_drafter
-from eagle3kit.checkpoint.engines import (
-    VLLM_DIRECT_SERVE_SOURCE,
-    VLLM_MLA_MODEL_TYPE,
-    VLLM_MTP_SOURCE,
-)
-from eagle3kit.checkpoint.hub_files import open_target
-from eagle3kit.checkpoint.layouts import (
+from eagle3kit.checkpoint.eagle3.checker import check_drafter
+from eagle3kit.checkpoint.eagle3.layouts import (
     LAYOUTS,
     LossyConversion,
     canonical_to_file,
@@ -31,13 +24,20 @@ from eagle3kit.checkpoint.layouts import (
     mla_model_type,
     sglang_ids,
 )
-from eagle3kit.checkpoint.reader import DrafterHeader, read_drafter
-from eagle3kit.checkpoint.safetensors_io import (
+from eagle3kit.checkpoint.eagle3.reader import DrafterHeader, read_drafter
+from eagle3kit.checkpoint.engines import rules as E
+from eagle3kit.checkpoint.engines.rules import (
+    VLLM_DIRECT_SERVE_SOURCE,
+    VLLM_MLA_MODEL_TYPE,
+    VLLM_MTP_SOURCE,
+)
+from eagle3kit.checkpoint.io.hub_files import open_target
+from eagle3kit.checkpoint.io.safetensors_io import (
     _load_json,
     looks_like_repo_id,
 )
-from eagle3kit.checkpoint.safetensors_write import write_safetensors_sparse
-from eagle3kit.checkpoint.tensor_read import read_tensor
+from eagle3kit.checkpoint.io.safetensors_write import write_safetensors_sparse
+from eagle3kit.checkpoint.io.tensor_read import read_tensor
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import Eagle3Error, bad
