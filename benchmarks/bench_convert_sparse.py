@@ -1,7 +1,8 @@
 """convert on the demo's sparse Kimi-K2-shaped drafter (about 2.2 GiB of zero weights, a sparse
 file): wall time, bytes actually written, and disk blocks of the output vs its size.
 
-The source comes from eagle3kit.checkpoint.eagle3.synthetic.write_sparse_drafter (the demo's drafters);
+The source comes from eagle3kit.checkpoint.eagle3.synthetic.write_sparse_drafter (the demo's
+drafters);
 convert reads every tensor (torch) and writes the vLLM layout through
 write_safetensors_sparse, which seeks past all-zero 1 MiB runs instead of writing them.
 Usage: python benchmarks/bench_convert_sparse.py [--repeats N] [--to vllm|sglang]

@@ -14,7 +14,8 @@ from test_mla import mla_spec
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.model.drafter import DraftCache, Eagle3Drafter
-from eagle3kit.train import methods, warmstart
+from eagle3kit.methods.eagle3 import train as methods
+from eagle3kit.train import warmstart
 from eagle3kit.train.ttt import shift, unroll
 
 

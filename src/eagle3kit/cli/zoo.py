@@ -299,7 +299,7 @@ def add_mtp(
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json, out
     from eagle3kit.core.artifacts import stamp
-    from eagle3kit.train.mtp_zoo import add_mtp_layer
+    from eagle3kit.methods.mtp.train.zoo import add_mtp_layer
     from eagle3kit.zoo.shipping import read_manifest
 
     before, t0 = torch.get_num_threads(), time.time()

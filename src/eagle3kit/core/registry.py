@@ -121,11 +121,11 @@ class Method:
 _SG_STEPS = (
     "--speculative-num-steps {k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {k1}"
 )
-_EAGLE_PARTS = ("checkpoint",)
+_ALL_PARTS = LAYER_PARTS
 _EAGLE = dict(
     package="eagle3",
     passes="k",
-    parts=_EAGLE_PARTS,
+    parts=_ALL_PARTS,
     vllm=Vllm("eagle3", aliases=("eagle",)),
     sglang=Sglang("EAGLE3", aliases=("EAGLE",), flags=_SG_STEPS),
     tree=True,
@@ -142,7 +142,7 @@ METHODS: tuple[Method, ...] = (
         package="peagle",
         drafter="P-EAGLE drafter (parallel drafting)",
         passes="1",  # the k slots in one causal pass
-        parts=(),
+        parts=_ALL_PARTS,
         vllm=Vllm("eagle3", aliases=("eagle",), flags={"parallel_drafting": True}),
         store_eval=True,
         train=True,
@@ -153,7 +153,7 @@ METHODS: tuple[Method, ...] = (
         package="dflash",
         drafter="DFlash block drafter (block k+1)",
         passes="1",  # the block [token, mask x k] in one bidirectional pass
-        parts=(),
+        parts=_ALL_PARTS,
         vllm=Vllm("dflash"),
         sglang=Sglang("DFLASH", flags="--speculative-num-draft-tokens {k1}"),
         store_eval=True,
@@ -168,7 +168,7 @@ METHODS: tuple[Method, ...] = (
         package="mtp",
         drafter="the target's MTP head, recursive",
         passes="k",  # one head, rerun for k > 1 (as vLLM does)
-        parts=(),
+        parts=_ALL_PARTS,
         vllm=Vllm("mtp", aliases=("*_mtp",)),
         sglang=Sglang("NEXTN", flags=_SG_STEPS, self_draft=("EAGLE", "EAGLE3")),
         needs_draft=False,
@@ -187,7 +187,7 @@ METHODS: tuple[Method, ...] = (
         package="lookup",
         drafter="prompt lookup (n-gram match in the context)",
         passes="0",  # no model: a host-side string match
-        parts=(),
+        parts=("decode",),
         # eagle3kit's lookup matches the last 2 tokens, else the last 1 (methods/lookup)
         vllm=Vllm("ngram", extra={"prompt_lookup_max": 2, "prompt_lookup_min": 1}),
         sglang=Sglang("NGRAM", flags="--speculative-num-draft-tokens {k1}"),

@@ -118,15 +118,15 @@ def layer_plan(
 
 
 def _drafter_spec(drafter: str) -> Any:
-    """The drafter's spec by header: an EAGLE-3 DraftSpec, or a DFlashSpec (its `aux_layers`
-    are the h-indices its z-lab ids name: id + 1)."""
-    from eagle3kit.checkpoint.dflash_layout import is_dflash_config
+    """The drafter's spec by header: an EAGLE-3 DraftSpec, or its method's (a DFlashSpec's
+    `aux_layers` are the h-indices its z-lab ids name: id + 1)."""
     from eagle3kit.checkpoint.eagle3.reader import drafter_header
     from eagle3kit.checkpoint.io.safetensors_io import load_checkpoint
-    from eagle3kit.checkpoint.methods import dflash_header
+    from eagle3kit.checkpoint.methods import method_header_of
 
     ckpt = load_checkpoint(drafter)
-    return dflash_header(ckpt).spec if is_dflash_config(ckpt.config) else drafter_header(ckpt).spec
+    head = method_header_of(ckpt)  # a drafter its method's part reads (DFlash, P-EAGLE)
+    return head.spec if head is not None else drafter_header(ckpt).spec
 
 
 def drafter_aux(drafter: str | None, aux_layers: Any, num_layers: int) -> tuple[int, ...]:
@@ -320,7 +320,7 @@ def capture_layers(
     aux = drafter_aux(drafter, aux_layers, num_layers)
     more = [int(x) for x in extra or ()]
     if probe:
-        from eagle3kit.measure.probe import AuxIds, aux_candidates
+        from eagle3kit.measure.probe_aux import AuxIds, aux_candidates
 
         if drafter is not None:
             spec = _drafter_spec(drafter)

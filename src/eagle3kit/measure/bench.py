@@ -8,7 +8,7 @@ included) over all prompts of one repeat, median/min/max over repeats; speedup =
 greedy's median; tokens_per_forward = new tokens per target forward after the prefill (1
 for greedy); tau_online = mean tokens emitted per cycle, for the speculative methods.
 
-Prompt lookup runs twice: "lookup" is eagle3kit's own KV-cache loop (decode/lookup.py, the
+Prompt lookup runs twice: "lookup" is eagle3kit's own KV-cache loop (methods/lookup/decode.py, the
 n-gram rule of transformers' PromptLookupCandidateGenerator), "lookup-hf" is transformers'
 `generate(prompt_lookup_num_tokens=...)`: same method, two implementations, both reported.
 

@@ -28,6 +28,7 @@ from eagle3kit.core.artifacts import few_sequences, stamp
 from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.measure import probe as P
+from eagle3kit.measure import probe_aux as A
 from eagle3kit.measure import store_features as S
 from eagle3kit.measure import verdict as V
 from eagle3kit.model.protocols import JsonConfig
@@ -44,7 +45,7 @@ def _rows(store: Any, n: int, max_len: int) -> tuple[list[int], dict[str, Any]]:
 def detect_aux_store(d: Any, spec: Any, store: Any, rows: list[int], depth: int, max_len: int):
     """D's offline acceptance under each reading the store holds; the winner, its features."""
     held = set(S.store_layers(store))
-    cands = P.aux_candidates(spec, S.target_num_layers(store))
+    cands = A.aux_candidates(spec, S.target_num_layers(store))
     acc, feats, untested = {}, {}, []
     for c in cands:
         if not set(c["layers"]) <= held:
@@ -52,7 +53,7 @@ def detect_aux_store(d: Any, spec: Any, store: Any, rows: list[int], depth: int,
             continue
         f = S.features(store, rows, c["layers"], d, "--features-new", max_len=max_len)
         feats[c["reading"]] = f
-        acc[c["reading"]] = P.offline_acceptance(d, f, depth)
+        acc[c["reading"]] = A.offline_acceptance(d, f, depth)
     if not acc:
         raise bad(
             "--features-new",
@@ -107,7 +108,7 @@ def _reference(d, spec, own, old, rows, layers, depth, max_len, reference):
     ref_feats = S.features(old, rows, layers, d, "--features-old", max_len=max_len)
     if not own:
         S.set_target_embedding(d, spec, reference, old)
-    return ref_feats, P.offline_acceptance(d, ref_feats, depth)
+    return ref_feats, A.offline_acceptance(d, ref_feats, depth)
 
 
 def _target_path(store: Any, given: str | None) -> str | None:
@@ -163,7 +164,7 @@ def probe_features(
     emit(progress, "probe", 1, 4, "stage", doing="aux readings")
     aux, new_feats = detect_aux_store(d, spec, new, rows, depth, max_len)
     layers = aux["chosen"]["layers"]
-    aux["engines"] = P.engine_capture(spec, layout, store_target(new, tpath), layers, drafter)
+    aux["engines"] = A.engine_capture(spec, layout, store_target(new, tpath), layers, drafter)
     doc["data"] = {**_data_figures(features_new, rows, new_feats), "heldout": how}
     return _finish(
         doc,

@@ -182,7 +182,7 @@ class Eagle3Drafter(nn.Module):
     @property
     def method(self) -> str:
         """Its draft method (core/registry.py): EAGLE 3.1 when its norm flags say so."""
-        from eagle3kit.methods.eagle3.checkpoint import method_of
+        from eagle3kit.checkpoint.eagle3.layouts import method_of
 
         return method_of(self.spec)
 
@@ -194,6 +194,18 @@ class Eagle3Drafter(nn.Module):
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocabulary ids to target ids with the d2t offsets."""
         return draft_ids + self.d2t[draft_ids]
+
+    def step_inputs(
+        self, i: int, ids: torch.Tensor, hidden: torch.Tensor, from_aux: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """What unrolled step i (training-time test, train/ttt.py) reads: the shifted tokens
+        and the previous step's hidden, as given (a subclass may feed its own)."""
+        return ids, hidden, from_aux
+
+    def attach_target(self, target: EmbeddedTarget) -> None:
+        """Draft with the target's input embedding (engines feed the drafter the serving
+        target's unless its checkpoint carries its own)."""
+        self.set_embedding(target.embed_tokens.weight)
 
     def set_embedding(self, weight: torch.Tensor) -> None:
         """Use the target's (frozen) input embedding [V, H]."""

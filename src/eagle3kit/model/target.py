@@ -23,11 +23,11 @@ from typing import Any
 
 import torch
 
-from eagle3kit.checkpoint.mtp_layout import mtp_prefixes
 from eagle3kit.core.dtypes import ALIASES, NAME_BYTES
 from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import default_aux_layers
+from eagle3kit.methods.mtp.checkpoint.layout import mtp_prefixes
 from eagle3kit.model.completeness import ENGINE_ROUTE, check_loading_info, check_target_files
 
 _DTYPES = {n: getattr(torch, n) for n in NAME_BYTES} | {
@@ -37,7 +37,8 @@ _DTYPES = {n: getattr(torch, n) for n in NAME_BYTES} | {
 
 def drop_mtp_keys(info: dict[str, Any], config: Any) -> dict[str, Any]:
     """transformers' load account without the target's own MTP layers among its unexpected
-    keys: transformers never loads them (an MTP head is read by model/mtp.py's load_mtp_head)."""
+    keys: transformers never loads them (an MTP head is read by methods/mtp/model.py's
+    load_mtp_head)."""
     prefixes = mtp_prefixes(config)
     if not prefixes or not info.get("unexpected_keys"):
         return info
@@ -174,7 +175,7 @@ class TargetModel:
             raise bad(
                 f"{src}/config.json", f"expected a model transformers loads, found: {first}"
             ) from e
-        # no weight initialised at random; its own MTP head is model/mtp.py's to read
+        # no weight initialised at random; its own MTP head is methods/mtp/model.py's to read
         check_loading_info(src, drop_mtp_keys(info, model.config))
         tokenizer = None
         if not local.is_dir() or any(

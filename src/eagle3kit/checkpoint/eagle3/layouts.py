@@ -25,6 +25,7 @@ from typing import Any
 
 from eagle3kit.checkpoint.engines import rules as E
 from eagle3kit.checkpoint.engines.rules import VLLM_MLA_MODEL_TYPE
+from eagle3kit.checkpoint.io.fields import config_value as _get
 from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 from eagle3kit.core.dtypes import SAFETENSORS_TO_NAME
 from eagle3kit.core.errors import bad
@@ -101,24 +102,6 @@ def detect_layout(config: dict[str, Any], names: set[str]) -> str:
     ):
         return "vllm"
     return "eagle"
-
-
-def _get(
-    cfg: dict[str, Any], key: str, where: str, typ: type | tuple[type, ...], default: Any = ...
-) -> Any:
-    if key not in cfg or cfg[key] is None:
-        if default is ...:
-            tname = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
-            raise bad(where, f"{key}: missing (expected {tname})")
-        return default
-    v = cfg[key]
-    ok = isinstance(v, typ) and not (isinstance(v, bool) and typ in (int, float, (int, float)))
-    if not ok:
-        tname = typ.__name__ if isinstance(typ, type) else " or ".join(t.__name__ for t in typ)
-        raise bad(where, f"{key}: expected {tname}, found {v!r}")
-    if typ is int and v <= 0 and key not in ("pad_token_id", "bos_token_id", "eos_token_id"):
-        raise bad(where, f"{key}: expected a positive int, found {v}")
-    return v
 
 
 def _aux_ids(v: Any, where: str, key: str) -> tuple[int, ...] | None:
@@ -526,3 +509,14 @@ def _vllm_config(
         "torch_dtype": spec.dtype,
         **({"eagle3kit": {"aux_layers_hf": list(spec.aux_layers)}} if spec.aux_layers else {}),
     }
+
+
+EAGLE31_FLAGS = ("fc_norm", "norm_output")  # either one set: EAGLE 3.1 (docs/train.md)
+
+
+def method_of(spec: Any) -> str:
+    """An EAGLE-3 drafter's method by its flags (core/registry.py's names): `eagle3.1` when
+    fc_norm or norm_output is set, else `eagle3` (norm_before_fc alone predates 3.1:
+    speculators wrote it for EAGLE-3 drafters). `spec`: a DraftSpec or a config dict."""
+    get = spec.get if isinstance(spec, dict) else lambda f: getattr(spec, f)
+    return "eagle3.1" if any(get(f) for f in EAGLE31_FLAGS) else "eagle3"

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from eagle3kit.checkpoint.eagle3.layouts import read_spec
-from eagle3kit.checkpoint.io.safetensors_io import Checkpoint, load_checkpoint, load_local
-from eagle3kit.core.errors import bad
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint, load_checkpoint
+from eagle3kit.checkpoint.io.tensor_read import local_copy, read_tensors  # noqa: F401
 from eagle3kit.core.spec import DraftSpec
 
 
@@ -50,38 +50,10 @@ def drafter_header(where: str | Checkpoint) -> DrafterHeader:
     return DrafterHeader(ckpt, layout, spec, names)
 
 
-def read_tensors(ckpt: Checkpoint, wanted: dict[str, str]) -> dict[str, Any]:
-    """{key: torch tensor} for {key: stored name} of a local checkpoint."""
-    from safetensors import safe_open
-
-    by_file: dict[str, list[tuple[str, str]]] = {}
-    for key, stored in wanted.items():
-        by_file.setdefault(ckpt.tensors[stored].file, []).append((key, stored))
-    out: dict[str, Any] = {}
-    for fname, pairs in by_file.items():
-        try:
-            with safe_open(fname, framework="pt") as f:
-                for key, stored in pairs:
-                    out[key] = f.get_tensor(stored)
-        except Exception as e:  # the header passed our checks, so this is an I/O-level failure
-            raise bad(fname, f"cannot read tensors: {type(e).__name__}: {e}") from e
-    return out
-
-
-def _local_dir(ckpt: Checkpoint) -> Checkpoint:  # pragma: no cover - needs network
-    """For a Hub checkpoint, download its safetensors + config (the weights are needed here)."""
-    from huggingface_hub import snapshot_download
-
-    d = snapshot_download(
-        ckpt.repo_id, revision=ckpt.revision, allow_patterns=["*.json", "*.safetensors"]
-    )
-    return load_local(d)
-
-
 def read_drafter(path: str) -> tuple[DraftSpec, dict[str, Any], DrafterHeader]:
     """(spec, canonical name -> torch tensor, header) of a drafter in any layout."""
     ckpt = load_checkpoint(path)
     if ckpt.repo_id is not None:
-        ckpt = _local_dir(ckpt)
+        ckpt = local_copy(ckpt)
     head = drafter_header(ckpt)
     return head.spec, read_tensors(ckpt, head.names), head

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3kit.checkpoint.io.safetensors_io import Checkpoint, hub_range
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint, hub_range, load_local
 from eagle3kit.core.errors import bad
 
 
@@ -56,3 +56,31 @@ def read_tensor(ckpt: Checkpoint, name: str):
     if info.nbytes == 0:
         return torch.zeros(info.shape, dtype=dtypes[info.dtype])
     return torch.frombuffer(raw, dtype=dtypes[info.dtype]).reshape(info.shape)
+
+
+def read_tensors(ckpt: Checkpoint, wanted: dict[str, str]) -> dict[str, Any]:
+    """{key: torch tensor} for {key: stored name} of a local checkpoint."""
+    from safetensors import safe_open
+
+    by_file: dict[str, list[tuple[str, str]]] = {}
+    for key, stored in wanted.items():
+        by_file.setdefault(ckpt.tensors[stored].file, []).append((key, stored))
+    out: dict[str, Any] = {}
+    for fname, pairs in by_file.items():
+        try:
+            with safe_open(fname, framework="pt") as f:
+                for key, stored in pairs:
+                    out[key] = f.get_tensor(stored)
+        except Exception as e:  # the header passed our checks, so this is an I/O-level failure
+            raise bad(fname, f"cannot read tensors: {type(e).__name__}: {e}") from e
+    return out
+
+
+def local_copy(ckpt: Checkpoint) -> Checkpoint:  # pragma: no cover - needs network
+    """For a Hub checkpoint, download its safetensors + config (the weights are needed here)."""
+    from huggingface_hub import snapshot_download
+
+    d = snapshot_download(
+        ckpt.repo_id, revision=ckpt.revision, allow_patterns=["*.json", "*.safetensors"]
+    )
+    return load_local(d)
