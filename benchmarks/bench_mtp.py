@@ -7,7 +7,7 @@
 
 The K2 -> K2.5 story with MTP heads: the parent member (dsv3-v1) ships a head trained with
 it (FastMTP from fresh weights, --ship-steps, on the parent's own chat data:
-train/mtp_zoo.add_mtp_layer's recipe); the child (dsv3-v2, trained further on shifted data)
+methods/mtp/train/zoo.add_mtp_layer's recipe); the child (dsv3-v2, trained further on shifted data)
 inherits it. The script trains its own heads, from fresh weights, and ignores the layers the
 shipped members now carry (`eagle3kit zoo add-mtp`, docs/zoo.md). Arms, all scored on the
 child:
@@ -19,7 +19,7 @@ child:
 --targets target trains every head on the target's own next-token law instead of the data's
 tokens (the zoo's chat data is the stdlib's source, not the member's answers).
 Per arm: offline per-position acceptance and tau on held-out samples of the child's data
-(teacher-forced K steps, train/mtp.evaluate_head), and online greedy decoding
+(teacher-forced K steps, methods/mtp/train/finetune.evaluate_head), and online greedy decoding
 (methods/mtp/decode.py,
 depth --depth) on held-out requests (functions of the slice's held-out files): tau, whether
 every output is token-identical to plain greedy, tok/s. The plain outputs' cross-prompt
@@ -50,7 +50,7 @@ def member_dir(name: str, size: str, given: str | None) -> Path:
 
 
 def prepared(target_dir: Path, work: Path, tag: str, samples: int, max_len: int) -> Path:
-    """A DATA dir of chat samples of the member's own slice (train/mtp_zoo's recipe)."""
+    """A DATA dir of chat samples of the member's own slice (methods/mtp/train/zoo's recipe)."""
     from eagle3kit.methods.mtp.train import zoo as mtp_zoo
 
     out = work / tag

@@ -505,3 +505,16 @@ def test_writers_round_trip_what_the_readers_give(tmp_path):
     )
     stitch_mtp(str(ds), str(tmp_path / "h2"))
     assert np.array_equal(_all_tensors(ds)["model.layers.2.hnorm.weight"], head["hnorm.weight"])
+
+
+def test_a_method_part_brings_its_own_engine_rules(monkeypatch):
+    """A method's checkpoint part may declare MethodRule rows (`ENGINE_RULES`): the lookup
+    finds them beside checkpoint/engines/methods.py's own, by engine, release and key."""
+    from eagle3kit.checkpoint.engines import methods as M
+    from eagle3kit.methods.dflash import checkpoint as part
+
+    row = M.MethodRule("vllm", "dflash", "probe-key", "yes", (0, 40), None, "a test row")
+    monkeypatch.setattr(part, "ENGINE_RULES", (row,), raising=False)
+    assert M.method_rule("vllm", (0, 41), "dflash", "probe-key") is row
+    assert M.method_rule("vllm", (0, 39), "dflash", "probe-key") is None
+    assert M.method_rule("sglang", None, "dflash", "probe-key") is None

@@ -291,7 +291,7 @@ def test_the_k2_dflash_drafter_ships_and_loads_strictly(lab, monkeypatch):
     tensor, no other) against its target dsv3-v1, and the demo uses it with no training."""
     from eagle3kit.demo.dflash_arm import k2_dflash
     from eagle3kit.methods.dflash.model import DFlashDrafter
-    from eagle3kit.methods.dflash.train import run as dflash
+    from eagle3kit.methods.dflash.train import loop as dflash
 
     folder = shipping.ROOT / lab
     doc = shipping.check(folder, again=True)

@@ -1,8 +1,9 @@
 """compat for a drafter its method's part reads (DFlash, P-EAGLE, ...) against a target, per
 engine release: what every such drafter is checked for, then its part's own rules.
 
-The rules are data (checkpoint/engines/methods.py, docs/formats.md "Newer methods: engine
-rules"); each method's checkpoint part applies them (`target_findings`, `engine_findings`). As
+The rules are data (checkpoint/engines/methods.py;
+docs/formats.md "Newer methods: engine rules"); each method's checkpoint part applies them
+(`target_findings`, `engine_findings`). As
 for EAGLE-3, anything that makes an engine run the drafter other than as it was trained
 (other layers, other causality, other slot count) is an error: it costs acceptance silently;
 so is a configuration the engine refuses at load.

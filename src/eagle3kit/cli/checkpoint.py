@@ -356,6 +356,7 @@ def _convert_mtp(src: str, output: str | None, stitch: str | None, index: int, j
 
 
 def convert(
+    *,
     src: Src,
     to: To = None,
     output: Output = None,

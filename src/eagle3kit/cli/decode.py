@@ -95,6 +95,7 @@ TopP = Annotated[float, typer.Option("--top-p", callback=top_p)]
 
 
 def generate(
+    *,
     target: Target,
     prompt: Prompt,
     drafter: Drafter = None,
@@ -204,6 +205,7 @@ EvalSuite = Annotated[
 
 
 def eval_(
+    *,
     target: LocalTarget = None,
     drafter: Drafter = None,
     method: Method = "eagle3",
@@ -252,15 +254,36 @@ def eval_(
             f"expected --drafter (or --method {METHODS[1]}, or --online --url)"
         )
     if features is not None:
-        return _eval_features(drafter, features, depth, target, heldout, device, json_,
-                              method, data is not None or online)  # fmt: skip
+        extra = data is not None or online
+        return _eval_features(
+            drafter,
+            features,
+            depth,
+            target=target,
+            heldout=heldout,
+            device=device,
+            json_=json_,
+            method=method,
+            extra=extra,
+        )
     if target is None or data is None:
         raise bad("eval", "expected --target and --data (or --features STORE)")
     tm, d = _load(target, drafter, device, threads, method)
-    _eval_local(tm, d, data, heldout, depth, online, max_new_tokens, repeats, limit, json_)
+    _eval_local(
+        tm,
+        d,
+        data,
+        heldout=heldout,
+        depth=depth,
+        online=online,
+        max_new=max_new_tokens,
+        repeats=repeats,
+        limit=limit,
+        json_=json_,
+    )
 
 
-def _eval_features(drafter, features, depth, target, heldout, device, json_, method, extra):
+def _eval_features(drafter, features, depth, *, target, heldout, device, json_, method, extra):
     """`eval --features STORE`: offline acceptance from a feature store, no target run."""
     from eagle3kit.cli._progress import bar
     from eagle3kit.measure.evaluate import evaluate_store
@@ -277,7 +300,7 @@ def _eval_features(drafter, features, depth, target, heldout, device, json_, met
     _output(r, json_, _render_eval)
 
 
-def _eval_local(tm, d, data, heldout, depth, online, max_new, repeats, limit, json_):
+def _eval_local(tm, d, data, *, heldout, depth, online, max_new, repeats, limit, json_):
     """`eval --target --data`: offline acceptance, and online decoding with --online."""
     from eagle3kit.cli._progress import bar
     from eagle3kit.measure.evaluate import evaluate, load_eval_data
@@ -320,6 +343,7 @@ DrafterDepth = Annotated[int, typer.Option("--drafter-depth", help=LIVE_DEPTH_HE
 
 
 def bench_(
+    *,
     target: LocalTarget = None,
     drafter: Drafter = None,
     method: Method = "eagle3",

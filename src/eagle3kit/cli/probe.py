@@ -232,6 +232,7 @@ def _check_method(method: str, target: str | None) -> None:
 
 
 def probe(
+    *,
     drafter: Drafter = None,
     target: Target = None,
     reference: Reference = None,

@@ -274,7 +274,9 @@ def train(**options) -> None:
         raise typer.BadParameter(
             f"expected one of {', '.join(trained)}, found {method!r}", param_hint="--method"
         )
-    _run(registry.part(method or registry.DEFAULT, "train"), options)
+    part = registry.part(method or registry.DEFAULT, "train")
+    run = {k: options[k] for k in ("resume", "threads", "json_")}
+    _run(part.config(options), **run, part=part, options=options)
 
 
 def _signature() -> inspect.Signature:
@@ -302,8 +304,9 @@ def register(app: typer.Typer) -> None:
     app.command("train")(train)
 
 
-def _run(part, options: dict) -> None:
-    """The run the method's train part makes of the options, and its summary (rank 0)."""
+def _run(cfg, *, resume: bool, threads: int | None, json_: bool, part, options: dict) -> None:
+    """The run of `cfg` (the settings the method's train part made of the options) and its
+    summary (rank 0)."""
     import os
 
     import torch
@@ -312,15 +315,15 @@ def _run(part, options: dict) -> None:
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json, out
 
-    check_device(options["device"])  # one line for cuda on a machine without it, before work
-    if options["threads"]:
-        torch.set_num_threads(options["threads"])
+    check_device(cfg.device)  # one line for cuda on a machine without it, before any work
+    if threads:
+        torch.set_num_threads(threads)
     main_rank = os.environ.get("RANK", "0") == "0"
-    with bar(not options["json_"] and main_rank) as progress:
-        summary = part.run(options, _warnings(progress, main_rank))
+    with bar(not json_ and main_rank) as progress:
+        summary = part.run(cfg, options, resume=resume, progress=_warnings(progress, main_rank))
     if not main_rank:
         return
-    if options["json_"]:
+    if json_:
         emit_json(summary)
         return
     for line in part.summary_lines(summary):

@@ -6,7 +6,7 @@ target's greedy output, sampling exactly its distribution), plain decoding, the 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core import registry
 from eagle3kit.decode.generation import Generation
@@ -14,6 +14,10 @@ from eagle3kit.decode.plain import greedy_generate, plain_generate
 from eagle3kit.decode.sampling import Sampling
 from eagle3kit.decode.speculative import SpecDecoder, TreeShape
 from eagle3kit.decode.stats import Cycle, DecodeStats
+
+if TYPE_CHECKING:
+    from eagle3kit.model.protocols import Drafter
+    from eagle3kit.model.target import TargetModel
 
 __all__ = [
     "Cycle",
@@ -28,7 +32,9 @@ __all__ = [
 ]
 
 
-def speculative_generate(target: Any, drafter: Any, prompt_ids: Any, **kw: Any) -> Generation:
+def speculative_generate(
+    target: TargetModel, drafter: Drafter, prompt_ids: Any, **kw: Any
+) -> Generation:
     """Speculative decoding with any drafter, as its method proposes (EAGLE-3 chains/trees,
     P-EAGLE's one pass, DFlash blocks of `depth` drafts, an MTP head); decode/speculative.py's
     keywords."""

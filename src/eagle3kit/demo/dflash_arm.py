@@ -74,7 +74,7 @@ def build_k2_dflash(final: Path, p1: Path, size: str, progress: Progress | None)
     demo-drafter.json); returns run/best."""
     from eagle3kit.core.atomic import atomic_dir
     from eagle3kit.demo.steps import RECIPES, k2_key, prepare_data
-    from eagle3kit.methods.dflash.train.run import train_dflash_drafter
+    from eagle3kit.methods.dflash.train.loop import train_dflash_drafter
 
     r = RECIPES[size]
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -103,7 +103,7 @@ def train_dflash_run(
     a drafter from scratch, as benchmarks/demo_dflash_arm.py measures): reused when complete
     with this recipe, resumed when a previous demo was killed in it, else trained fresh.
     Returns its summary (also RUN/summary.json)."""
-    from eagle3kit.methods.dflash.train.run import train_dflash, train_dflash_drafter
+    from eagle3kit.methods.dflash.train.loop import train_dflash, train_dflash_drafter
     from eagle3kit.methods.dflash.train.step import DFlashOptions
 
     run = out / "runs" / RUN

@@ -41,6 +41,7 @@ from eagle3kit.measure.verdict import break_even, decide, speed_inputs
 
 if TYPE_CHECKING:
     from eagle3kit.data.features import Features
+    from eagle3kit.model.protocols import Drafter
     from eagle3kit.model.target import TargetModel
 
 CLEAR_MARGIN = 0.05  # tau difference under which the aux reading is called uncertain
@@ -79,7 +80,7 @@ def choose_reading(cands: list[dict[str, Any]], acc: dict[str, dict]) -> dict[st
 def hidden_similarity(
     ref_feats: list[Features],
     new_feats: list[Features],
-    drafter: Any,
+    drafter: Drafter,
     layers: Sequence[int],
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """OLD vs NEW at ``layers`` on the batch's real tokens, from each target's features of the
@@ -101,7 +102,7 @@ def hidden_similarity(
 
 
 def online_tau(
-    drafter: Any,
+    drafter: Drafter,
     target: TargetModel,
     batch: Batch,
     depth: int,
@@ -164,9 +165,9 @@ class Loaded:
 
     layout: str
     spec: Any  # the drafter method's spec
-    drafter: Any
-    target: Any  # NEW (a TargetModel)
-    reference: Any  # OLD, or None
+    drafter: Drafter | tuple[Drafter, Drafter | None]  # a target-head method: on NEW and OLD
+    target: TargetModel  # NEW
+    reference: TargetModel | None  # OLD
 
 
 @dataclass
@@ -234,8 +235,21 @@ def probe(
     dir or None, the reference's own head) loads its own (its part's `probe_head`)."""
     speeds = speed_inputs(bench, baseline_tps, cycle_ms)
     emit(progress, "probe", 0, STAGES, "stage", doing="compat")
-    req = Request(drafter, target, reference, data, depth, samples, max_len, online_prompts,
-                  online_tokens, device, dtype, speeds, progress)  # fmt: skip
+    req = Request(
+        drafter,
+        target,
+        reference,
+        data,
+        depth,
+        samples,
+        max_len,
+        online_prompts,
+        online_tokens,
+        device,
+        dtype,
+        speeds,
+        progress,
+    )
     if registry.get(method).target_head:
         return registry.part(method, "measure").probe_head(req)
     doc, loaded = compat_and_load(req)
@@ -244,8 +258,17 @@ def probe(
         return not_runnable(doc)
     batch = batch_of(req, new)
     doc["data"] = data_figures(batch)
-    run = Run(loaded, batch, depth, bool(loaded.drafter.embed_loaded), online_prompts,
-              online_tokens, progress, speeds, drafter)  # fmt: skip
+    run = Run(
+        loaded,
+        batch,
+        depth,
+        bool(loaded.drafter.embed_loaded),
+        online_prompts,
+        online_tokens,
+        progress,
+        speeds,
+        drafter,
+    )
     return registry.part(loaded.drafter.method, "measure").probe(doc, run)
 
 

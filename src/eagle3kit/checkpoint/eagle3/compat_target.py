@@ -345,7 +345,7 @@ def _vllm_refusals(
     sel: E.EngineSel, d: Checkpoint, spec: DraftSpec, names: dict[str, str], vocab: int
 ) -> list[Finding]:
     """Files vLLM refuses outright (engine_check on 0.21.0 and 0.33.0; sources in
-    engine_files.py)."""
+    engines/files.py)."""
     if sel.name != "vllm":
         return []
     out, mt = [], d.config.get("model_type")

@@ -38,6 +38,7 @@ from eagle3kit.checkpoint.io.safetensors_io import (
 )
 from eagle3kit.checkpoint.io.safetensors_write import write_safetensors_sparse
 from eagle3kit.checkpoint.io.tensor_read import read_tensor
+from eagle3kit.core import registry
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 from eagle3kit.core.errors import Eagle3Error, bad
@@ -130,24 +131,12 @@ def save_drafter(
 
 
 def launch_command(layout: str, draft: str, target: str | None, steps: int = 3) -> str:
-    """The engine command that serves `draft` (SGLang counts one more draft token than vLLM)."""
+    """The engine command that serves `draft` in `layout` (SGLang counts one more draft token
+    than vLLM; core/registry.py's lines), or how the original EAGLE code loads it."""
     tgt = target or "TARGET_MODEL"
-    if layout == "sglang":
-        return (
-            f"python -m sglang.launch_server --model-path {tgt} --speculative-algorithm EAGLE3 "
-            f"--speculative-draft-model-path {draft} --speculative-num-steps {steps} "
-            f"--speculative-eagle-topk 1 --speculative-num-draft-tokens {steps + 1}"
-        )
-    if layout == "vllm":
-        return (
-            f"vllm serve {tgt} --speculative-config "
-            f'\'{{"method": "eagle3", "model": "{draft}", "num_speculative_tokens": {steps}}}\''
-        )
-    return (
-        'python -c "from eagle.model.ea_model import EaModel; '
-        f"EaModel.from_pretrained(base_model_path='{tgt}', ea_model_path='{draft}', "
-        'use_eagle3=True)"'
-    )
+    if layout in ("sglang", "vllm"):
+        return registry.launch_lines(registry.DEFAULT, steps, tgt, draft)[layout]
+    return registry.eagle_code_line(tgt, draft)
 
 
 @dataclass

@@ -375,7 +375,7 @@ def _llama_block(spec: DraftSpec) -> dict[str, Any]:
 
 def mla_model_type(spec: DraftSpec, layout: str) -> str:
     """The model_type written for an MLA drafter: its own (default deepseek_v3), except that
-    for vLLM a type vLLM turns into its MTP model is written as kimi_k2 (engines.py
+    for vLLM a type vLLM turns into its MTP model is written as kimi_k2 (engines/rules.py
     VLLM_MTP_MODEL_TYPES: the same DeepseekV3Config to vLLM)."""
     mt = spec.model_type or "deepseek_v3"
     if layout == "vllm" and mt == "deepseek_v3":

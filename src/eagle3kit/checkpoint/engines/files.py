@@ -5,7 +5,7 @@ Data, re-exported by `checkpoint.engines` (import them from there). Each rule na
 upstream source and the releases it was seen in by benchmarks/engine_check.py (vLLM 0.21.0 and
 0.33.0, SGLang 0.5.23). Where a rule changed between the two vLLM releases checked and the
 release of the change is not pinned, it is taken to start at 0.33 (the first release checked
-to have it) and `VERSION_NOTES` in engines.py says the change lies somewhere in 0.22 to 0.33.
+to have it) and `VERSION_NOTES` in rules.py says the change lies somewhere in 0.22 to 0.33.
 """
 
 from __future__ import annotations

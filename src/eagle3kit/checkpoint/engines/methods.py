@@ -2,8 +2,10 @@
 
 Every row is one row of docs/formats.md "Newer methods: engine rules", with its source (the
 installed vLLM 0.21.0 / 0.33.0 and SGLang 0.5.23 files, file:function, or a PR). Re-exported
-by engines.py beside the EAGLE-3 rules; compat_methods.py applies them. Notation as in
-engines.py: h[k] = HF `output_hidden_states[k]`, the stream entering decoder layer k.
+by rules.py beside the EAGLE-3 rules; each method's checkpoint part applies them
+(methods/<package>/checkpoint/compat.py), and may declare its own rows (`ENGINE_RULES`).
+Notation as in rules.py: h[k] = HF `output_hidden_states[k]`, the stream entering decoder
+layer k.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ class DFlashIdRule:
 
 DFLASH_ID_RULES = (
     # vLLM before PR #40727 (merged 2026-04-23; absent from 0.21.0, present in 0.33.0, so
-    # 0.22 is inferred as its release like engines.py's PR #42764): target_layer_ids used as
+    # 0.22 is inferred as its release like rules.py's PR #42764): target_layer_ids used as
     # capture ids unshifted
     DFlashIdRule(
         "vllm",
@@ -273,11 +275,20 @@ def _representative(since: Version | None, until: Version | None) -> Version | N
     return None
 
 
+def method_rules() -> tuple[MethodRule, ...]:
+    """Every method rule: this table's, then those a method's checkpoint part declares as data
+    (its `ENGINE_RULES`), so a new method brings its rows in its own package."""
+    from eagle3kit.core import registry
+
+    parts = registry.parts("checkpoint")
+    return METHOD_RULES + tuple(r for _, p in parts for r in getattr(p, "ENGINE_RULES", ()))
+
+
 def method_rule(engine: str, version: Version | None, method: str, key: str) -> MethodRule | None:
     return next(
         (
             r
-            for r in METHOD_RULES
+            for r in method_rules()
             if (r.engine, r.method, r.key) == (engine, method, key)
             and in_range(version, r.since, r.until)
         ),

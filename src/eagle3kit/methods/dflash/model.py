@@ -28,9 +28,10 @@ used (HF `hidden_states[id + 1]`); eagle3kit's aux ids name the layer's INPUT
 
 Parameter names equal z-lab's checkpoint names (`fc`, `hidden_norm`, `norm`, `layers.i.*`),
 so `state_dict()` is a z-lab checkpoint. Device and dtype are parameters; no CUDA assumed.
-The spec is the checkpoint layer's `core.method_spec.DFlashSpec`; checkpoints are read by its
-one reader (`checkpoint.methods.read_dflash`, both layouts) and written by its one writer
-(`checkpoint.method_writers.save_dflash`, in `spec.layout`).
+The spec is the checkpoint part's `DFlashSpec` (methods/dflash/checkpoint/spec.py);
+checkpoints are read by its one reader (methods/dflash/checkpoint/read.py `read_dflash`, both
+layouts) and written by its one writer (methods/dflash/checkpoint/write.py `save_dflash`, in
+`spec.layout`).
 """
 
 from __future__ import annotations
@@ -300,8 +301,9 @@ class DFlashDrafter(nn.Module):
         device: torch.device | str = "cpu",
         dtype: torch.dtype | None = None,
     ) -> DFlashDrafter:
-        """Read a DFlash checkpoint in z-lab's or speculators' layout (checkpoint/methods.py
-        `read_dflash`: a local folder or a hub id), strictly."""
+        """Read a DFlash checkpoint in z-lab's or speculators' layout (its one reader,
+        methods/dflash/checkpoint/read.py `read_dflash`: a local folder or a hub id),
+        strictly."""
         from eagle3kit.methods.dflash.checkpoint.read import read_dflash
 
         spec, tensors, head = read_dflash(str(path))
@@ -327,7 +329,7 @@ class DFlashDrafter(nn.Module):
         return d
 
     def save_pretrained(self, path: str | Path, *, verifier: str | None = None) -> Path:
-        """Write the checkpoint in `spec.layout` (checkpoint/method_writers.py `save_dflash`),
+        """Write the checkpoint in `spec.layout` (methods/dflash/checkpoint/write.py `save_dflash`),
         replacing `path` atomically."""
         sd = {n: t.detach().contiguous().cpu() for n, t in self.state_dict().items()}
         return save_dflash_tensors(path, self.spec, sd, verifier=verifier)

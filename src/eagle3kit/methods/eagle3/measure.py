@@ -6,7 +6,7 @@ training computes them (data/features.py); P-EAGLE's part reuses these."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -17,12 +17,16 @@ from eagle3kit.measure.costs import like, median_ms
 from eagle3kit.measure.evaluate import EvalData, offline_batches, offline_doc
 from eagle3kit.measure.probe_aux import probe_aux as probe
 
+if TYPE_CHECKING:
+    from eagle3kit.model.drafter import Eagle3Drafter
+    from eagle3kit.model.target import TargetModel
+
 __all__ = ["evaluate_offline", "evaluate_store", "pass_ms", "probe"]
 
 
 def evaluate_offline(
-    target: Any,
-    drafter: Any,
+    target: TargetModel,
+    drafter: Eagle3Drafter,
     data: EvalData,
     depth: int = 3,
     *,

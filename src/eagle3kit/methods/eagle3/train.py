@@ -6,7 +6,7 @@ run's drafter, the loss of one step, how the run's drafters are written, and the
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,15 +14,19 @@ from eagle3kit.checkpoint.eagle3.layouts import method_of
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.train import distributed as dist_
 from eagle3kit.train import flags as F
-from eagle3kit.train.config import check_method, from_options
+from eagle3kit.train.config import TrainConfig, check_method, from_options
 from eagle3kit.train.outputs import save_servable
 from eagle3kit.train.ttt import loss_positions, ttt_loss
+
+if TYPE_CHECKING:
+    from eagle3kit.model.protocols import Target
 
 __all__ = [
     "EAGLE3",
     "EAGLE31",
     "TTT",
     "check_method",
+    "config",
     "loss",
     "method_of",
     "prepare",
@@ -49,7 +53,7 @@ def wanted_flags(cfg: Any, start: dict[str, bool] | None) -> dict[str, bool]:
     return F.wanted_flags(cfg, start, preset(cfg.method))
 
 
-def prepare(m: Any, cfg: Any, target: Any, info: dict[str, Any] | None) -> Any:
+def prepare(m: Any, cfg: Any, target: Target, info: dict[str, Any] | None) -> Any:
     """The run's drafter from its start `m`: itself; a drafter of another method (a P-EAGLE
     checkpoint) cannot be trained as EAGLE-3 (its own tensors would be dropped)."""
     if m.method not in PRESETS:
@@ -73,11 +77,16 @@ def save(out: Path, spec: Any, tensors: dict[str, torch.Tensor], verifier: Any, 
     save_servable(out, spec, tensors, verifier)
 
 
-def run(options: dict[str, Any], progress: Any) -> dict[str, Any]:
-    """`train` (the CLI's options) through the TTT loop; its summary."""
+def config(options: dict[str, Any]) -> TrainConfig:
+    """The run's settings from the CLI's options (those that are TrainConfig's fields)."""
+    return from_options(options)
+
+
+def run(cfg: TrainConfig, options: dict[str, Any], *, resume: bool, progress: Any) -> dict:
+    """The run of `cfg` through the TTT loop; its summary."""
     from eagle3kit.train.loop import train
 
-    return train(from_options(options), resume=options["resume"], progress=progress)
+    return train(cfg, resume=resume, progress=progress)
 
 
 def summary_lines(s: dict[str, Any]) -> list[str]:

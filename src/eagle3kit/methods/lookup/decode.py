@@ -24,13 +24,16 @@ which varies by cycle and is 0 when nothing matched), so tau = tokens per target
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode.generation import Clock, Generation, Output, prompt_tensor, stop_set
 from eagle3kit.decode.stats import Cycle, DecodeStats
+
+if TYPE_CHECKING:
+    from eagle3kit.model.target import TargetModel
 
 
 def lookup_candidates(
@@ -122,7 +125,7 @@ def _lookup_cycle(target, ids, prompt, out: Output, clock: Clock, rule: dict):
     return done, Cycle(len(drafts), accepted, t_draft, t_verify, t_draft + t_verify + clock.lap())
 
 
-def generate(target: Any, drafter: Any, prompt_ids: Any, **kw: Any) -> Generation:
+def generate(target: TargetModel, drafter: None, prompt_ids: Any, **kw: Any) -> Generation:
     """Prompt lookup with decode/speculative.py's keywords (the part core/registry.py asks
     for; no drafter): `depth` is the most tokens one lookup proposes. Greedy only."""
     if drafter is not None or kw.pop("tree", None) is not None:

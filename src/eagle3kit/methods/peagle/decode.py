@@ -20,7 +20,7 @@ token for token whatever the drafter, since verification is unchanged.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -28,6 +28,10 @@ from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode.generation import Generation
 from eagle3kit.decode.sampling import Sampling, draw, probs
 from eagle3kit.decode.speculative import SpecDecoder, speculative_generate
+
+if TYPE_CHECKING:
+    from eagle3kit.methods.peagle.model import PEagleDrafter
+    from eagle3kit.model.target import TargetModel
 
 
 def parallel_chain(
@@ -57,7 +61,7 @@ class PEagleDecoder(SpecDecoder):
         return parallel_chain(self.drafter, self.cache, self.logits, self.depth, self.s, self.gen)
 
 
-def generate(target: Any, drafter: Any, prompt_ids: Any, **kw: Any) -> Generation:
+def generate(target: TargetModel, drafter: PEagleDrafter, prompt_ids: Any, **kw: Any) -> Generation:
     """Speculative decoding with a P-EAGLE drafter (decode/speculative.py's keywords)."""
     if kw.get("tree") is not None:
         raise Eagle3Error("tree: a P-EAGLE drafter drafts a chain in one pass; drop the tree")

@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.nn.functional as F
 
-from eagle3kit.methods.eagle3.train import run, summary_lines
+from eagle3kit.methods.eagle3.train import config, run, summary_lines
 from eagle3kit.train import distributed as dist_
 from eagle3kit.train.ttt import teacher_probs
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     from eagle3kit.model.protocols import Target
 
 __all__ = [
+    "config",
     "TTT",
     "cod_anchors",
     "cod_layout",

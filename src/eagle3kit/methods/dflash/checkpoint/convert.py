@@ -44,8 +44,9 @@ def convert_to(
 
 
 def launch_commands(spec: DFlashSpec, layout: str, draft: str, target: str | None) -> dict:
-    """{engine: command} for the engines that serve this layout (docs/formats.md "Newer
-    methods: engine rules"): vLLM either; SGLang z-lab's only; K = the block's proposals."""
+    """{engine: command} for the engines that serve this layout
+    (docs/formats.md "Newer methods: engine rules"): vLLM either; SGLang z-lab's only; K = the
+    block's proposals."""
     lines = registry.launch_lines("dflash", spec.num_proposals, target or "TARGET_MODEL", draft)
     served = ("vllm", "sglang") if layout == "zlab" else ("vllm",)
     return {e: lines[e] for e in served if lines[e]}

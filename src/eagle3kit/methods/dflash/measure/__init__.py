@@ -6,7 +6,7 @@ probe.py     the probe's stages (readings of its layer ids, block acceptance)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -14,10 +14,16 @@ from eagle3kit.measure.costs import like, median_ms
 from eagle3kit.methods.dflash.measure.offline import evaluate_offline_dflash, evaluate_store_dflash
 from eagle3kit.methods.dflash.measure.probe import probe
 
+if TYPE_CHECKING:
+    from eagle3kit.methods.dflash.model import DFlashDrafter
+    from eagle3kit.model.target import TargetModel
+
 __all__ = ["evaluate_offline", "evaluate_store", "pass_ms", "probe"]
 
 
-def evaluate_offline(target: Any, drafter: Any, data: Any, depth: int, **kw: Any) -> dict:
+def evaluate_offline(
+    target: TargetModel, drafter: DFlashDrafter, data: Any, depth: int, **kw: Any
+) -> dict:
     """Block acceptance on the held-out samples (offline.py); `batch_size` does not apply."""
     return evaluate_offline_dflash(target, drafter, data, depth, progress=kw.get("progress"))
 

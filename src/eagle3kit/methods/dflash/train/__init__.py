@@ -8,22 +8,30 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3kit.methods.dflash.train.run import train_dflash
+from eagle3kit.methods.dflash.train.loop import train_dflash
 from eagle3kit.methods.dflash.train.step import DFlashOptions
-from eagle3kit.train.config import from_options
+from eagle3kit.train.config import TrainConfig, from_options
 
-__all__ = ["run", "summary_lines"]
+__all__ = ["config", "run", "summary_lines"]
 
 
-def run(options: dict[str, Any], progress: Any) -> dict[str, Any]:
-    """`train --method dflash` (the CLI's options): its own loop, block options from the CLI."""
+def config(options: dict[str, Any]) -> TrainConfig:
+    """The run's settings from the CLI's options (DFlash has its own loop: no TTT method)."""
+    return from_options(options, method=None)
+
+
+def run(cfg: TrainConfig, options: dict[str, Any], *, resume: bool, progress: Any) -> dict:
+    """`train --method dflash`: its own loop, the block options from the CLI's."""
     o = options
     opts = DFlashOptions(
-        o["block_size"], o["draft_layers"], o["anchors"], o["gamma"], o["dflash_loss"],
+        o["block_size"],
+        o["draft_layers"],
+        o["anchors"],
+        o["gamma"],
+        o["dflash_loss"],
         weights=o["position_weights"],
-    )  # fmt: skip
-    cfg = from_options(options, method=None)  # the run's settings; DFlash is its own loop
-    return train_dflash(cfg, opts, resume=options["resume"], progress=progress)
+    )
+    return train_dflash(cfg, opts, resume=resume, progress=progress)
 
 
 def summary_lines(s: dict[str, Any]) -> list[str]:

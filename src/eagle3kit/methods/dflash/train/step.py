@@ -20,7 +20,7 @@ Per sample (tokens x_0..x_{T-1}, loss mask m_t, the target's aux states h_t), pe
 
 The drafter's embedding and lm_head are the target's, frozen; everything else trains.
 Checkpoints are written in z-lab's layout (methods/dflash/model.py `save_pretrained`). The run (its
-loop, torchrun/FSDP2, RUN/best, RUN/state, --resume) is methods/dflash/train/run.py.
+loop, torchrun/FSDP2, RUN/best, RUN/state, --resume) is methods/dflash/train/loop.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ probe.py     `probe --method mtp` (loads NEW, OLD and the head on each)
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -17,15 +17,19 @@ from eagle3kit.methods.mtp.checkpoint.layout import METHOD
 from eagle3kit.methods.mtp.measure.offline import evaluate_mtp_offline
 from eagle3kit.methods.mtp.measure.probe import probe_head
 
+if TYPE_CHECKING:
+    from eagle3kit.methods.mtp.model import MTPHead
+    from eagle3kit.model.target import TargetModel
+
 __all__ = ["evaluate_offline", "evaluate_store", "pass_ms", "probe_head"]
 
 
-def evaluate_offline(target: Any, head: Any, data: Any, depth: int, **kw: Any) -> dict:
+def evaluate_offline(target: TargetModel, head: MTPHead, data: Any, depth: int, **kw: Any) -> dict:
     """The head's acceptance on the held-out samples (offline.py)."""
     return evaluate_mtp_offline(target, head, data, depth, batch_size=kw.get("batch_size", 8))
 
 
-def evaluate_store(drafter: Any, features: Any, depth: int, **kw: Any) -> dict:
+def evaluate_store(drafter: str | None, features: Any, depth: int, **kw: Any) -> dict:
     """Refused: a feature store keeps aux layers, not what the head reads."""
     why = registry.get(METHOD).why_not["store_eval"]
     raise bad("--features", f"{METHOD}: expected --data ({why})")

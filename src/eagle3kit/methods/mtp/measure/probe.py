@@ -154,8 +154,17 @@ def probe_head(req: Request) -> dict[str, Any]:
     batch = batch_of(req, new)
     doc["data"] = data_figures(batch)
     loaded = Loaded(METHOD, None, tuple(heads), new, ref)
-    run = Run(loaded, batch, req.depth, True, req.online_prompts, req.online_tokens,
-              req.progress, req.speeds, req.drafter)  # fmt: skip
+    run = Run(
+        loaded,
+        batch,
+        req.depth,
+        True,
+        req.online_prompts,
+        req.online_tokens,
+        req.progress,
+        req.speeds,
+        req.drafter,
+    )
     return _stages(doc, run)
 
 

@@ -12,21 +12,33 @@ from eagle3kit.core.errors import bad
 from eagle3kit.methods.mtp.train.finetune import MTPTrainConfig, train_mtp
 from eagle3kit.methods.mtp.train.zoo import add_mtp_layer
 
-__all__ = ["add_mtp_layer", "run", "summary_lines"]
+__all__ = ["add_mtp_layer", "config", "run", "summary_lines"]
 
 
-def run(options: dict[str, Any], progress: Any) -> dict[str, Any]:
-    """`train --method mtp` (the CLI's options): RUN/head (the target's names) and
-    RUN/summary.json."""
+def config(options: dict[str, Any]) -> MTPTrainConfig:
+    """`train --method mtp`'s settings from the CLI's options."""
     o = options
     if o["target"] is None or o["data"] is None:
         raise bad("train --method mtp", "expected --target and --data (a DATA dir)")
-    cfg = MTPTrainConfig(
-        target=o["target"], data=str(o["data"]), out=o["out"], init_from=o["init_from"],
-        steps=o["steps"] or 200, batch_size=o["batch_size"], max_len=o["max_len"], lr=o["lr"],
-        k=o["mtp_steps"], eval_samples=o["eval_samples"], seed=o["seed"], device=o["device"],
+    return MTPTrainConfig(
+        target=o["target"],
+        data=str(o["data"]),
+        out=o["out"],
+        init_from=o["init_from"],
+        steps=o["steps"] or 200,
+        batch_size=o["batch_size"],
+        max_len=o["max_len"],
+        lr=o["lr"],
+        k=o["mtp_steps"],
+        eval_samples=o["eval_samples"],
+        seed=o["seed"],
+        device=o["device"],
         targets=o["mtp_targets"],
-    )  # fmt: skip
+    )
+
+
+def run(cfg: MTPTrainConfig, options: dict[str, Any], *, resume: bool, progress: Any) -> dict:
+    """RUN/head (the target's names) and RUN/summary.json (a head run is not resumed)."""
     return train_mtp(cfg, progress)
 
 

@@ -1,7 +1,7 @@
 """compat of a P-EAGLE drafter against a target, per engine release: which configs each
 release serves, the architectures it registers, mask_hidden's width, the aux layers it
-captures (the rules are data in checkpoint/engines/methods.py; docs/formats.md "Newer
-methods: engine rules")."""
+captures (the rules are data in checkpoint/engines/methods.py;
+docs/formats.md "Newer methods: engine rules")."""
 
 from __future__ import annotations
 
