@@ -55,8 +55,10 @@ def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> L
     `detect_method`, from its config) picks the model part that builds it."""
     from eagle3kit.core import registry
 
-    name = drafter_method(path) or registry.DEFAULT
-    return registry.part(name, "model").load_drafter(path, device=device, dtype=dtype)
+    part = registry.part(drafter_method(path) or registry.DEFAULT, "model")
+    if not hasattr(part, "load_drafter"):  # a target (its own MTP head is no drafter dir)
+        part = registry.part(registry.DEFAULT, "model")  # whose reader says what is wrong
+    return part.load_drafter(path, device=device, dtype=dtype)
 
 
 def drafter_method(path: str | Path) -> str | None:
