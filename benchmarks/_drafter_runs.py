@@ -199,7 +199,7 @@ def held_out_requests(target: str, tokenizer, n: int) -> list[list[int]]:
     """Prompt ids (the target's chat template) of ``n`` requests from the held-out files of
     the target's slice: requests no drafter here trained on."""
     from eagle3kit.data.regenerate import chat_prompt_ids
-    from eagle3kit.train.mtp_zoo import _slice
+    from eagle3kit.methods.mtp.train.zoo import _slice
     from eagle3kit.zoo import corpus
 
     sliced, signed = _slice(Path(target))

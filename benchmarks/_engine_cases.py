@@ -23,8 +23,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.convert import convert, launch_command
-from eagle3kit.checkpoint.synthetic import write_sparse_drafter, write_target_config
+from eagle3kit.checkpoint.eagle3.convert import convert, launch_command
+from eagle3kit.checkpoint.eagle3.synthetic import write_sparse_drafter, write_target_config
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.spec import NORM_FLAGS, DraftSpec, default_aux_layers
 
@@ -233,8 +233,8 @@ def rebuild(case: dict[str, Any], out: Path) -> tuple[Path, Path]:
 
     import numpy as np
 
-    from eagle3kit.checkpoint.safetensors_io import DTYPE_SIZES
-    from eagle3kit.checkpoint.safetensors_write import write_with_holes
+    from eagle3kit.checkpoint.io.safetensors_io import DTYPE_SIZES
+    from eagle3kit.checkpoint.io.safetensors_write import write_with_holes
 
     files = case["files"]
     drafter, target = out / case["name"] / "drafter", out / case["name"] / "target"

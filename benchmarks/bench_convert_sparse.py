@@ -1,7 +1,8 @@
 """convert on the demo's sparse Kimi-K2-shaped drafter (about 2.2 GiB of zero weights, a sparse
 file): wall time, bytes actually written, and disk blocks of the output vs its size.
 
-The source comes from eagle3kit.checkpoint.synthetic.write_sparse_drafter (the demo's drafters);
+The source comes from eagle3kit.checkpoint.eagle3.synthetic.write_sparse_drafter (the demo's
+drafters);
 convert reads every tensor (torch) and writes the vLLM layout through
 write_safetensors_sparse, which seeks past all-zero 1 MiB runs instead of writing them.
 Usage: python benchmarks/bench_convert_sparse.py [--repeats N] [--to vllm|sglang]
@@ -31,8 +32,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from eagle3kit.checkpoint.convert import convert
-    from eagle3kit.checkpoint.synthetic import kimi_k2_spec, write_sparse_drafter
+    from eagle3kit.checkpoint.eagle3.convert import convert
+    from eagle3kit.checkpoint.eagle3.synthetic import kimi_k2_spec, write_sparse_drafter
 
     tmp = Path(tempfile.mkdtemp(prefix="bench_convert_"))
     try:

@@ -30,7 +30,7 @@ def write_real_drafter(out: Path) -> Path:
     """A Kimi-K2-shaped SGLang drafter whose weight bytes are real, non-zero data."""
     import numpy as np
 
-    from eagle3kit.checkpoint.synthetic import kimi_k2_spec, write_sparse_drafter
+    from eagle3kit.checkpoint.eagle3.synthetic import kimi_k2_spec, write_sparse_drafter
 
     write_sparse_drafter(out, kimi_k2_spec())  # headers, d2t, t2d
     f = out / "model.safetensors"

@@ -138,7 +138,7 @@ def _extras(tm, a) -> dict:
     """The drafters besides the trained EAGLE-3 one that the member has, {method: (target,
     drafter, k)}: its own MTP head (chain of `--depth`), and on dsv3-v1 the shipped K2 DFlash
     drafter trained on it (its block's K; a TargetModel capturing its layers)."""
-    from eagle3kit.model.mtp import load_mtp_head, mtp_count
+    from eagle3kit.methods.mtp.model import load_mtp_head, mtp_count
 
     out = {}
     if mtp_count(tm.config) > 0:

@@ -7,7 +7,7 @@
 
 The K2 -> K2.5 story with MTP heads: the parent member (dsv3-v1) ships a head trained with
 it (FastMTP from fresh weights, --ship-steps, on the parent's own chat data:
-train/mtp_zoo.add_mtp_layer's recipe); the child (dsv3-v2, trained further on shifted data)
+methods/mtp/train/zoo.add_mtp_layer's recipe); the child (dsv3-v2, trained further on shifted data)
 inherits it. The script trains its own heads, from fresh weights, and ignores the layers the
 shipped members now carry (`eagle3kit zoo add-mtp`, docs/zoo.md). Arms, all scored on the
 child:
@@ -19,7 +19,8 @@ child:
 --targets target trains every head on the target's own next-token law instead of the data's
 tokens (the zoo's chat data is the stdlib's source, not the member's answers).
 Per arm: offline per-position acceptance and tau on held-out samples of the child's data
-(teacher-forced K steps, train/mtp.evaluate_head), and online greedy decoding (decode/mtp.py,
+(teacher-forced K steps, methods/mtp/train/finetune.evaluate_head), and online greedy decoding
+(methods/mtp/decode.py,
 depth --depth) on held-out requests (functions of the slice's held-out files): tau, whether
 every output is token-identical to plain greedy, tok/s. The plain outputs' cross-prompt
 figures (core/diversity.cross_prompt) say whether the member's answers depend on the prompt.
@@ -49,8 +50,8 @@ def member_dir(name: str, size: str, given: str | None) -> Path:
 
 
 def prepared(target_dir: Path, work: Path, tag: str, samples: int, max_len: int) -> Path:
-    """A DATA dir of chat samples of the member's own slice (train/mtp_zoo's recipe)."""
-    from eagle3kit.train import mtp_zoo
+    """A DATA dir of chat samples of the member's own slice (methods/mtp/train/zoo's recipe)."""
+    from eagle3kit.methods.mtp.train import zoo as mtp_zoo
 
     out = work / tag
     if (out / "data" / "data.json").is_file():
@@ -62,7 +63,7 @@ def prepared(target_dir: Path, work: Path, tag: str, samples: int, max_len: int)
 def requests(target_dir: Path, target, n: int) -> list[list[int]]:
     """Prompt ids of n held-out requests of the member's slice, in its chat template."""
     from eagle3kit.data.regenerate import chat_prompt_ids
-    from eagle3kit.train.mtp_zoo import _slice
+    from eagle3kit.methods.mtp.train.zoo import _slice
     from eagle3kit.zoo import corpus
 
     sliced, signed = _slice(target_dir)
@@ -71,7 +72,7 @@ def requests(target_dir: Path, target, n: int) -> list[list[int]]:
 
 
 def train(target, data: Path, out: Path, steps: int, init: str | None, a, lr=None) -> Path:
-    from eagle3kit.train.mtp import MTPTrainConfig, train_mtp
+    from eagle3kit.methods.mtp.train.finetune import MTPTrainConfig, train_mtp
 
     if not (out / "head" / "model.safetensors").is_file():
         cfg = MTPTrainConfig(
@@ -87,8 +88,8 @@ def fresh_init(target, out: Path) -> str:
     """A head dir of fresh weights (seed 0), to start the arms trained "from fresh weights":
     the shipped DeepSeek members carry their own MTP layer, which train_mtp would otherwise
     start from."""
-    from eagle3kit.model.mtp import MTPHead
-    from eagle3kit.train.mtp import save_head
+    from eagle3kit.methods.mtp.model import MTPHead
+    from eagle3kit.methods.mtp.train.finetune import save_head
 
     if not (out / "model.safetensors").is_file():
         torch.manual_seed(0)
@@ -97,7 +98,7 @@ def fresh_init(target, out: Path) -> str:
 
 
 def online(target, head, prompts, plain, a) -> dict:
-    from eagle3kit.decode.mtp import mtp_generate
+    from eagle3kit.methods.mtp.decode import mtp_generate
 
     runs, same, t0 = [], True, time.perf_counter()
     for ids, ref in zip(prompts, plain, strict=True):
@@ -145,9 +146,9 @@ def run(a) -> None:
     from eagle3kit.core.diversity import cross_prompt
     from eagle3kit.data.prepared import load_prepared
     from eagle3kit.decode import greedy_generate
+    from eagle3kit.methods.mtp.model import MTPHead, load_mtp_head
+    from eagle3kit.methods.mtp.train.finetune import evaluate_head
     from eagle3kit.model.loading import load_target
-    from eagle3kit.model.mtp import MTPHead, load_mtp_head
-    from eagle3kit.train.mtp import evaluate_head
 
     work = Path(a.work or tempfile.mkdtemp(prefix="bench-mtp-"))
     child_dir = member_dir(a.member, a.size, a.member_dir)

@@ -47,8 +47,8 @@ def score(target: str, drafter: str, test, depth: int) -> dict:
 
 def untrained_peagle(k2: str, out: Path, seed: int) -> str:
     """The K2 drafter as P-EAGLE before any training (what the warm start begins from)."""
+    from eagle3kit.methods.peagle.model import PEagleDrafter, save_peagle
     from eagle3kit.model.loading import load_drafter
-    from eagle3kit.model.peagle import PEagleDrafter, save_peagle
 
     m = load_drafter(k2).drafter
     p = PEagleDrafter.from_eagle3(m, mask_token_id=0, seed=seed)

@@ -25,7 +25,7 @@ cannot run is reported as not run, with the reason; no figure stands in for it.
 
 `--method eagle3.1` sets fc_norm + norm_output on both sides (ours: DraftSpec flags; the peer:
 the same Eagle3DraftModel with its 3.1 flags). `--method peagle` times P-EAGLE's step on both
-sides: ours `train/peagle.py` `cod_loss` (the drafter warm-started from the same EAGLE-3 one
+sides: ours `methods/peagle/train.py` `cod_loss` (the drafter warm-started from the same EAGLE-3 one
 with `mask_hidden` added), the peer's PEagleDraftModel forward; k is the number of depths, COD
 at ratio 0.7 and floor 0.2 on both, each side drawing its own subsets (about
 T x (1 + sum_d max(0.7^d, 0.2)) elements per step), batch 1 (speculators packs P-EAGLE into
@@ -62,8 +62,8 @@ def make(shape: dict, b: int, device: str, method: str = "eagle3"):
     import torch
 
     from eagle3kit.core.spec import DraftSpec
+    from eagle3kit.methods.peagle.model import PEagleDrafter
     from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.model.peagle import PEagleDrafter
 
     h, v, vd, t = shape["h"], shape["v"], shape["vd"], shape["t"]
     spec = DraftSpec(
@@ -118,7 +118,7 @@ def ours_step(shape: dict, b: int, device: str, method: str = "eagle3"):
     divided by its count as the trainer does) forward, backward, clip, AdamW."""
     import torch
 
-    from eagle3kit.train.peagle import cod_loss
+    from eagle3kit.methods.peagle.train import cod_loss
     from eagle3kit.train.ttt import ttt_loss
 
     m, f = make(shape, b, device, method)

@@ -8,7 +8,8 @@ an answer token), blocks of mask tokens after each anchor, every block in one pa
 drafter with the block mask, KL to the verifier's law of each slot with the exp(-(k-1)/γ)
 position weights (γ = 4), backward, clip_grad_norm 1.0, AdamW over the drafter's body (fc,
 hidden_norm, the layers, norm; the embedding and lm_head are the target's and frozen on both
-sides). Ours: `train/dflash.py` `make_blocks`, `block_logits`, `block_loss`; the teacher's
+sides). Ours: `methods/dflash/train/step.py` `make_blocks`, `block_logits`, `block_loss`; the
+teacher's
 log-probabilities are computed in the step from the verifier's last hidden state through its
 norm and head, as speculators does (so both steps do the same work). The peer,
 vllm-project/speculators' DFlashDraftModel, runs for real in its own venv
@@ -46,11 +47,11 @@ def ours_step(s: dict):
     import torch
     import torch.nn.functional as F
 
-    from eagle3kit.core.method_spec import DFlashSpec
     from eagle3kit.data.features import Features
+    from eagle3kit.methods.dflash.checkpoint.spec import DFlashSpec
+    from eagle3kit.methods.dflash.model import DFlashDrafter
+    from eagle3kit.methods.dflash.train.step import block_logits, block_loss, make_blocks
     from eagle3kit.model.attention import RMSNorm
-    from eagle3kit.model.dflash import DFlashDrafter
-    from eagle3kit.train.dflash import block_logits, block_loss, make_blocks
 
     h, v, t = s["h"], s["v"], s["t"]
     spec = DFlashSpec(

@@ -12,7 +12,8 @@ standing for a target (context states, embedding, lm_head). Each peer runs in it
   ours: `DFlashDrafter.from_pretrained` + the same pass.
 - speculators: its DFlashDraftModel takes the same tensors with strict=True (plus the
   embedding/lm_head its layout adds from the target) and runs its training pass with its own
-  random anchors; ours: the one-pass training forward (train/dflash.py) on those anchors.
+  random anchors; ours: the one-pass training forward (methods/dflash/train/step.py) on those
+  anchors.
 
 The result file holds the max |logit difference| per peer (pass: <= 1e-4), the versions and
 the load reports. Peer venvs: $DFLASH_PY (default ~/.cache/eagle3kit-peers/dflash/bin/python),
@@ -33,9 +34,9 @@ from types import SimpleNamespace
 import torch
 from safetensors.torch import load_file, save_file
 
-from eagle3kit.core.method_spec import DFlashSpec
-from eagle3kit.model.dflash import DFlashDrafter
-from eagle3kit.train.dflash import block_logits, blocks_at
+from eagle3kit.methods.dflash.checkpoint.spec import DFlashSpec
+from eagle3kit.methods.dflash.model import DFlashDrafter
+from eagle3kit.methods.dflash.train.step import block_logits, blocks_at
 
 HERE = Path(__file__).resolve().parent
 PEERS = {

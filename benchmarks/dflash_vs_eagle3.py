@@ -61,10 +61,10 @@ def bench_row(target_path, drafter, aux, prompts, r, depth: int) -> dict:
 
 def main() -> None:
     from eagle3kit.demo.steps import RECIPES, held_out_prompts, prepare_data, train_config
-    from eagle3kit.model.dflash import DFlashDrafter
+    from eagle3kit.methods.dflash.model import DFlashDrafter
+    from eagle3kit.methods.dflash.train.loop import train_dflash_drafter
     from eagle3kit.model.drafter import Eagle3Drafter
     from eagle3kit.model.loading import resolve_target
-    from eagle3kit.train.dflash_run import train_dflash_drafter
     from eagle3kit.train.loop import train
 
     ap = argparse.ArgumentParser()

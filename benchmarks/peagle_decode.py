@@ -9,7 +9,7 @@ The two arms of benchmarks/bench_peagle.py (`fine_tune`: the shipped K2 drafter 
 dsv3-v2 as EAGLE-3 and as P-EAGLE, same data, steps, schedule and seed; --reuse keeps runs
 already in --work), then ONE timing run (measure/timing.py `time_methods`, the harness `bench`
 uses: every prompt decoded by every method in rotated order, repeat after repeat) of four
-methods on one loaded target: plain greedy, prompt lookup (decode/lookup.py, 10 tokens),
+methods on one loaded target: plain greedy, prompt lookup (methods/lookup/decode.py, 10 tokens),
 the EAGLE-3 fine-tune's chain (K sequential draft steps per cycle) and the P-EAGLE fine-tune's
 chain (K drafts from one drafter pass), both at depth K = --ttt-steps. Prompts: --prompts
 requests from the held-out files of dsv3-v2's slice (its chat template). Each row: tok/s

@@ -39,12 +39,12 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
 from decode_helpers import fit_ttt, pack, self_text  # noqa: E402
 
 from eagle3kit import zoo  # noqa: E402
-from eagle3kit.checkpoint.convert import save_drafter  # noqa: E402
+from eagle3kit.checkpoint.eagle3.convert import save_drafter  # noqa: E402
 from eagle3kit.core.vocab import build_vocab  # noqa: E402
+from eagle3kit.methods.peagle.model import PEagleDrafter, save_peagle  # noqa: E402
+from eagle3kit.methods.peagle.train import cod_anchors, cod_layout  # noqa: E402
 from eagle3kit.model.drafter import DraftCache, Eagle3Drafter  # noqa: E402
-from eagle3kit.model.peagle import PEagleDrafter, save_peagle  # noqa: E402
 from eagle3kit.model.target import TargetModel  # noqa: E402
-from eagle3kit.train.peagle import cod_anchors, cod_layout  # noqa: E402
 from eagle3kit.train.ttt import shift, unroll  # noqa: E402
 
 TOL = 1e-4

@@ -71,8 +71,8 @@ def random_drafter(out: Path, spec: DraftSpec, layout: str = "sglang", seed: int
     """A real (random-weight) drafter checkpoint written through eagle3kit's own writer."""
     import torch
 
-    from eagle3kit.checkpoint.convert import save_drafter
-    from eagle3kit.checkpoint.synthetic import default_vocab_map
+    from eagle3kit.checkpoint.eagle3.convert import save_drafter
+    from eagle3kit.checkpoint.eagle3.synthetic import default_vocab_map
     from eagle3kit.model.drafter import Eagle3Drafter
 
     torch.manual_seed(seed)

@@ -124,7 +124,7 @@ def fit_ttt(
 def save_drafter_dir(drafter: Eagle3Drafter, out) -> str:
     """Write `drafter` as an SGLang-layout drafter dir (without embedding: the CLI must take the
     target's)."""
-    from eagle3kit.checkpoint.convert import save_drafter
+    from eagle3kit.checkpoint.eagle3.convert import save_drafter
 
     save_drafter(out, drafter.spec, drafter.canonical_state(with_embedding=False), "sglang")
     return str(out)

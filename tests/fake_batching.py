@@ -8,10 +8,11 @@ prompt lookup (the methods whose drafting needs no model of its own), on the sha
 - a new request is prefilled alone (batch 1) between two steps, emits its first token, and its
   KV cache is spliced into the running batch (left padding, masked out);
 - one step = one target forward over [B, n]: row i carries its last token and its drafts
-  (prompt lookup: the n-gram rule of decode/lookup.py, at most `lookup` tokens; plain: none),
+  (prompt lookup: the n-gram rule of methods/lookup/decode.py, at most `lookup` tokens; plain:
+  none),
   padded to the longest row; n = 1 + the most drafts any row proposed;
 - each row accepts its longest draft prefix equal to the target's argmax plus the bonus token,
-  exactly as decode/lookup.py does batch 1; rejected drafts and padding stay in the cache as
+  exactly as methods/lookup/decode.py does batch 1; rejected drafts and padding stay in the cache as
   holes, masked out in every later step (their keys are never attended to); positions are
   each row's own count of real tokens, so rotary embeddings see each sequence as if alone;
 - finished rows leave the batch, and leading columns no row uses are trimmed.
@@ -33,8 +34,8 @@ from typing import Any
 import torch
 
 from eagle3kit.decode.generation import Output, stop_set
-from eagle3kit.decode.lookup import lookup_candidates
 from eagle3kit.decode.stats import Cycle
+from eagle3kit.methods.lookup.decode import lookup_candidates
 
 
 @dataclass

@@ -1,8 +1,9 @@
 """Test fixture: what the fake engines (tests/fake_engine.py) say and do per speculative method.
 
 The decoding is eagle3kit's own (decode/speculative.py for EAGLE-3 chains and P-EAGLE's one-pass
-chain, decode/block.py for DFlash blocks, decode/mtp.py for an MTP head used recursively,
-decode/lookup.py for prompt lookup); what the servers report about it follows the engines:
+chain, methods/dflash/decode.py for DFlash blocks, methods/mtp/decode.py for an MTP head used
+recursively,
+methods/lookup/decode.py for prompt lookup); what the servers report about it follows the engines:
 
 - vLLM counts every method alike. The scheduler calls `make_spec_decoding_stats(num_draft_tokens
   = len(scheduled_spec_token_ids), num_accepted_tokens = len(generated_token_ids) - 1)` once per
@@ -33,8 +34,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from eagle3kit.decode import Sampling, lookup_generate, speculative_generate
-from eagle3kit.decode.mtp import mtp_generate
+from eagle3kit.decode import Sampling, speculative_generate
+from eagle3kit.methods.lookup.decode import lookup_generate
+from eagle3kit.methods.mtp.decode import mtp_generate
 
 METHODS = ("eagle3", "peagle", "dflash", "mtp", "ngram")
 

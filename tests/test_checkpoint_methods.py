@@ -15,13 +15,20 @@ import pytest
 from conftest import run_cli
 from safetensors.numpy import load_file, save_file
 
-from eagle3kit.checkpoint import synthetic_methods as S
 from eagle3kit.checkpoint.compat import compat
-from eagle3kit.checkpoint.convert_methods import convert_method
 from eagle3kit.checkpoint.inspection import inspect_checkpoint
-from eagle3kit.checkpoint.methods import detect_method, dflash_header, peagle_header
-from eagle3kit.checkpoint.mtp import extract_mtp, find_mtp_heads, stitch_mtp
+from eagle3kit.checkpoint.method_convert import convert_method
+from eagle3kit.checkpoint.methods import detect_method
 from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.methods.dflash.checkpoint.read import dflash_header
+from eagle3kit.methods.dflash.checkpoint.synthetic import tiny_dflash_spec, write_dflash
+from eagle3kit.methods.mtp.checkpoint.heads import extract_mtp, find_mtp_heads, stitch_mtp
+from eagle3kit.methods.mtp.checkpoint.synthetic import (
+    write_deepseek_mtp_target,
+    write_qwen3_next_mtp_target,
+)
+from eagle3kit.methods.peagle.checkpoint.read import peagle_header
+from eagle3kit.methods.peagle.checkpoint.synthetic import tiny_peagle_spec, write_peagle
 
 
 def _target(path: Path, hidden: int = 32, vocab: int = 96, layers: int = 8) -> Path:
@@ -71,8 +78,8 @@ def _sha(p: Path) -> str:
 
 
 def test_dflash_both_layouts_inspected(tmp_path):
-    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
-    S.write_dflash(tmp_path / "s", S.tiny_dflash_spec("speculators"))
+    write_dflash(tmp_path / "z", tiny_dflash_spec())
+    write_dflash(tmp_path / "s", tiny_dflash_spec("speculators"))
     for name, fmt in (("z", "zlab"), ("s", "speculators")):
         doc = inspect_checkpoint(str(tmp_path / name)).to_json()
         assert (doc["method"], doc["format"]) == ("dflash", fmt)
@@ -96,7 +103,7 @@ def test_dflash_both_layouts_inspected(tmp_path):
 def test_dflash_block_size_nested_and_default_ids(tmp_path):
     """Qwen3.5+ checkpoints nest block_size in dflash_config; without target_layer_ids z-lab
     spreads them from layer 1 to L-3: 5 layers on 36 -> [1, 9, 17, 25, 33]."""
-    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
+    write_dflash(tmp_path / "z", tiny_dflash_spec())
     cfg_path = tmp_path / "z" / "config.json"
     cfg = json.loads(cfg_path.read_text())
     cfg["dflash_config"]["block_size"] = cfg.pop("block_size")
@@ -112,8 +119,8 @@ def test_dflash_block_size_nested_and_default_ids(tmp_path):
 
 
 def test_dflash_compat_ids_per_engine_release(tmp_path):
-    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
-    S.write_dflash(tmp_path / "s", S.tiny_dflash_spec("speculators"))
+    write_dflash(tmp_path / "z", tiny_dflash_spec())
+    write_dflash(tmp_path / "s", tiny_dflash_spec("speculators"))
     t = _target(tmp_path / "t")
     # vLLM before PR #40727 reads z-lab ids unshifted: h[1, 5] instead of h[2, 6]
     r = compat(str(tmp_path / "z"), str(t), "vllm@0.21")
@@ -128,27 +135,27 @@ def test_dflash_compat_ids_per_engine_release(tmp_path):
 
 def test_dflash_compat_semantics(tmp_path):
     t = _target(tmp_path / "t")
-    S.write_dflash(tmp_path / "a", S.tiny_dflash_spec(sample_from_anchor=True))
+    write_dflash(tmp_path / "a", tiny_dflash_spec(sample_from_anchor=True))
     r = compat(str(tmp_path / "a"), str(t), "both")
     assert _errors(r).count("sample-from-anchor") == 2  # vLLM refuses, SGLang ignores it
     r = compat(str(tmp_path / "a"), str(t), "vllm", num_speculative_tokens=4)
     assert "num-speculative-tokens" not in _errors(r)  # B = 4 proposals with the anchor
-    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
+    write_dflash(tmp_path / "z", tiny_dflash_spec())
     r = compat(str(tmp_path / "z"), str(t), "vllm", num_speculative_tokens=4)
     assert "num-speculative-tokens" in _errors(r)  # B - 1 = 3
-    S.write_dflash(tmp_path / "m", S.tiny_dflash_spec(mask_token_id=96))
+    write_dflash(tmp_path / "m", tiny_dflash_spec(mask_token_id=96))
     assert "mask-token" in _errors(compat(str(tmp_path / "m"), str(t), "vllm"))
     assert "hidden-size" in _errors(
         compat(str(tmp_path / "z"), str(_target(tmp_path / "t48", hidden=48)), "vllm")
     )
     # a sliding (causal) layer beside a full one: vLLM before 0.33 runs every layer
     # bidirectional; 0.33 and SGLang resolve it per layer as the reference does
-    mixed = S.tiny_dflash_spec(
+    mixed = tiny_dflash_spec(
         layer_types=("sliding_attention", "full_attention"),
         sliding_window=16,
         layer_causal=(True, False),
     )
-    S.write_dflash(tmp_path / "w", mixed)
+    write_dflash(tmp_path / "w", mixed)
     assert "dflash-causality" in _errors(compat(str(tmp_path / "w"), str(t), "vllm@0.21"))
     assert compat(str(tmp_path / "w"), str(t), "vllm@0.33").compatible
     assert compat(str(tmp_path / "w"), str(t), "sglang@0.5.23").compatible
@@ -156,7 +163,7 @@ def test_dflash_compat_semantics(tmp_path):
 
 def test_dflash_convert_round_trip_bit_exact(tmp_path):
     t = _target(tmp_path / "t")
-    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
+    write_dflash(tmp_path / "z", tiny_dflash_spec())
     convert_method(
         dflash_header(str(tmp_path / "z")), "speculators", str(tmp_path / "s"), embed_from=str(t)
     )
@@ -174,20 +181,20 @@ def test_dflash_convert_round_trip_bit_exact(tmp_path):
 
 def test_dflash_convert_refusals(tmp_path):
     t = _target(tmp_path / "t")
-    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
+    write_dflash(tmp_path / "z", tiny_dflash_spec())
     with pytest.raises(Eagle3Error, match="--embed-from"):
         convert_method(dflash_header(str(tmp_path / "z")), "speculators", str(tmp_path / "o1"))
     # a speculators drafter whose head was trained: dropping it would change the drafter
-    S.write_dflash(tmp_path / "s", S.tiny_dflash_spec("speculators"))
+    write_dflash(tmp_path / "s", tiny_dflash_spec("speculators"))
     with pytest.raises(Eagle3Error, match="differ"):
         convert_method(
             dflash_header(str(tmp_path / "s")), "zlab", str(tmp_path / "o2"), embed_from=str(t)
         )
-    reduced = S.tiny_dflash_spec("speculators", draft_vocab_size=48)
-    S.write_dflash(tmp_path / "r", reduced)
+    reduced = tiny_dflash_spec("speculators", draft_vocab_size=48)
+    write_dflash(tmp_path / "r", reduced)
     with pytest.raises(Eagle3Error, match="draft_vocab_size"):
         convert_method(dflash_header(str(tmp_path / "r")), "zlab", str(tmp_path / "o3"))
-    S.write_dflash(tmp_path / "b", S.tiny_dflash_spec(), omit=("fc.weight",))
+    write_dflash(tmp_path / "b", tiny_dflash_spec(), omit=("fc.weight",))
     with pytest.raises(Eagle3Error, match="fc.weight: missing"):
         convert_method(
             dflash_header(str(tmp_path / "b")),
@@ -199,7 +206,7 @@ def test_dflash_convert_refusals(tmp_path):
 
 
 def test_dflash_bad_config_one_line(tmp_path):
-    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
+    write_dflash(tmp_path / "z", tiny_dflash_spec())
     p = tmp_path / "z" / "config.json"
     cfg = json.loads(p.read_text())
     cfg["dflash_config"].pop("mask_token_id")
@@ -213,7 +220,7 @@ def test_dflash_bad_config_one_line(tmp_path):
 
 def test_peagle_layouts_inspect_convert_compat(tmp_path):
     t = _target(tmp_path / "t")
-    S.write_peagle(tmp_path / "p", S.tiny_peagle_spec())
+    write_peagle(tmp_path / "p", tiny_peagle_spec())
     doc = inspect_checkpoint(str(tmp_path / "p")).to_json()
     assert (doc["method"], doc["format"], doc["num_hidden_layers"]) == ("peagle", "speculators", 2)
     assert doc["mask_hidden"] == [1, 1, 96] and doc["missing"] == []
@@ -244,7 +251,7 @@ def test_peagle_layouts_inspect_convert_compat(tmp_path):
 
 def test_peagle_without_mask_hidden_is_an_error(tmp_path):
     t = _target(tmp_path / "t")
-    S.write_peagle(tmp_path / "p", S.tiny_peagle_spec(), omit=("mask_hidden",))
+    write_peagle(tmp_path / "p", tiny_peagle_spec(), omit=("mask_hidden",))
     r = compat(str(tmp_path / "p"), str(t), "vllm@0.33")
     assert "missing-tensor" in _errors(r)
 
@@ -252,7 +259,7 @@ def test_peagle_without_mask_hidden_is_an_error(tmp_path):
 def test_eagle31_mla_compat_on_the_releases_that_serve_it(tmp_path):
     """An EAGLE 3.1 MLA drafter (fc_norm + norm_output; Kimi-K2.5 shapes, sparse) on a
     Kimi-K2.5 target: vLLM >= 0.33 and SGLang serve it; vLLM 0.22 ignores norm_output for MLA."""
-    from eagle3kit.checkpoint.synthetic import (
+    from eagle3kit.checkpoint.eagle3.synthetic import (
         kimi_k25_mla_spec,
         kimi_k25_target_config,
         write_sparse_drafter,
@@ -273,7 +280,7 @@ def test_eagle31_mla_compat_on_the_releases_that_serve_it(tmp_path):
 
 
 def test_deepseek_mtp_extract_stitch_bit_exact(tmp_path):
-    t = S.write_deepseek_mtp_target(tmp_path / "ds")
+    t = write_deepseek_mtp_target(tmp_path / "ds")
     heads = find_mtp_heads(str(t))
     assert [(h.style, h.layer, h.prefix, len(h.names)) for h in heads] == [
         ("deepseek", 2, "model.layers.2.", 15)
@@ -297,7 +304,7 @@ def test_deepseek_mtp_extract_stitch_bit_exact(tmp_path):
 
 
 def test_qwen3_next_mtp_fine_tuned_head_stitched(tmp_path):
-    t = S.write_qwen3_next_mtp_target(tmp_path / "q", text_config=True)
+    t = write_qwen3_next_mtp_target(tmp_path / "q", text_config=True)
     (h,) = find_mtp_heads(str(t))
     assert (h.style, h.count_key, h.names["eh_proj.weight"]) == (
         "qwen3_next",
@@ -318,7 +325,7 @@ def test_qwen3_next_mtp_fine_tuned_head_stitched(tmp_path):
 
 
 def test_stitch_refuses_a_head_of_other_shape(tmp_path):
-    t = S.write_deepseek_mtp_target(tmp_path / "ds")
+    t = write_deepseek_mtp_target(tmp_path / "ds")
     extract_mtp(str(t), str(tmp_path / "head"))
     tuned = load_file(str(tmp_path / "head" / "model.safetensors"))
     tuned["enorm.weight"] = np.zeros(17, np.float32)
@@ -340,7 +347,7 @@ def test_detect_method_table():
 
 def test_cli_inspect_compat_convert(tmp_path):
     t = _target(tmp_path / "t")
-    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
+    write_dflash(tmp_path / "z", tiny_dflash_spec())
     r = run_cli("inspect", tmp_path / "z", "--json")
     assert r.code == 0 and json.loads(r.out)["target_layers"]["speculators"] == [2, 6]
     assert run_cli("compat", tmp_path / "z", t, "--engine", "vllm@0.21").code == 1
@@ -359,9 +366,9 @@ def test_cli_inspect_compat_convert(tmp_path):
     assert '"method": "dflash"' in json.loads(r.out)["launch_commands"]["vllm"]
     r = run_cli("convert", tmp_path / "z", "--to", "vllm", "-o", tmp_path / "x")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
-    S.write_dflash(tmp_path / "b", S.tiny_dflash_spec(), omit=("norm.weight",))
+    write_dflash(tmp_path / "b", tiny_dflash_spec(), omit=("norm.weight",))
     assert run_cli("inspect", tmp_path / "b").code == 1
-    ds = S.write_deepseek_mtp_target(tmp_path / "ds")
+    ds = write_deepseek_mtp_target(tmp_path / "ds")
     r = run_cli("convert", ds, "--extract-mtp", "-o", tmp_path / "h")
     assert r.code == 0 and (tmp_path / "h" / "config.json").exists()
     r = run_cli("convert", ds, "--stitch-mtp", tmp_path / "h", "--json")
@@ -401,16 +408,17 @@ def test_kimi_style_prefixed_mtp_layer_found(tmp_path):
 
 
 def test_readers_give_torch_tensors_under_canonical_names(tmp_path):
-    from eagle3kit.checkpoint.methods import read_dflash, read_peagle
+    from eagle3kit.methods.dflash.checkpoint.read import read_dflash
+    from eagle3kit.methods.peagle.checkpoint.read import read_peagle
 
-    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
+    write_dflash(tmp_path / "z", tiny_dflash_spec())
     spec, tensors, _ = read_dflash(str(tmp_path / "z"))
     raw_z = load_file(str(tmp_path / "z" / "model.safetensors"))
     assert set(tensors) == set(raw_z)
     assert np.array_equal(
         tensors["layers.1.mlp.up_proj.weight"].numpy(), raw_z["layers.1.mlp.up_proj.weight"]
     )
-    S.write_peagle(tmp_path / "v", S.tiny_peagle_spec("vllm"))
+    write_peagle(tmp_path / "v", tiny_peagle_spec("vllm"))
     spec_p, tp, _ = read_peagle(str(tmp_path / "v"))
     raw_v = load_file(str(tmp_path / "v" / "model.safetensors"))
     # layer 0 under EAGLE-3's canonical names, layers >= 1 as stored, mask_hidden [1, 1, 3H]
@@ -467,16 +475,19 @@ def test_dflash2_style_config_with_is_causal_and_rope_parameters(tmp_path):
 def test_writers_round_trip_what_the_readers_give(tmp_path):
     import dataclasses
 
-    from eagle3kit.checkpoint.method_writers import save_dflash, save_mtp_head, save_peagle
-    from eagle3kit.checkpoint.methods import read_dflash, read_peagle
+    from eagle3kit.methods.dflash.checkpoint.read import read_dflash
+    from eagle3kit.methods.dflash.checkpoint.write import save_dflash
+    from eagle3kit.methods.mtp.checkpoint.write import save_mtp_head
+    from eagle3kit.methods.peagle.checkpoint.read import read_peagle
+    from eagle3kit.methods.peagle.checkpoint.write import save_peagle
 
-    S.write_dflash(tmp_path / "z", S.tiny_dflash_spec())
+    write_dflash(tmp_path / "z", tiny_dflash_spec())
     spec, tensors, _ = read_dflash(str(tmp_path / "z"))
     save_dflash(tmp_path / "z2", spec, tensors)
     spec2, tensors2, _ = read_dflash(str(tmp_path / "z2"))
     assert spec2.target_layer_ids == (1, 5) and spec2.block_size == 4
     assert all(tensors[k].equal(tensors2[k]) for k in tensors) and set(tensors) == set(tensors2)
-    S.write_peagle(tmp_path / "v", S.tiny_peagle_spec("vllm"))
+    write_peagle(tmp_path / "v", tiny_peagle_spec("vllm"))
     pspec, pt, _ = read_peagle(str(tmp_path / "v"))
     save_peagle(tmp_path / "p", dataclasses.replace(pspec, layout="speculators"), pt)
     pspec2, pt2, _ = read_peagle(str(tmp_path / "p"))
@@ -484,7 +495,7 @@ def test_writers_round_trip_what_the_readers_give(tmp_path):
     assert set(pt) == set(pt2) and all(pt[k].equal(pt2[k]) for k in pt)
     with pytest.raises(Eagle3Error, match="mask_hidden: missing"):
         save_peagle(tmp_path / "q", pspec, {k: v for k, v in pt.items() if k != "mask_hidden"})
-    ds = S.write_deepseek_mtp_target(tmp_path / "ds")
+    ds = write_deepseek_mtp_target(tmp_path / "ds")
     extract_mtp(str(ds), str(tmp_path / "h"))
     head = {k: v * 2 for k, v in load_file(str(tmp_path / "h" / "model.safetensors")).items()}
     import torch
@@ -494,3 +505,16 @@ def test_writers_round_trip_what_the_readers_give(tmp_path):
     )
     stitch_mtp(str(ds), str(tmp_path / "h2"))
     assert np.array_equal(_all_tensors(ds)["model.layers.2.hnorm.weight"], head["hnorm.weight"])
+
+
+def test_a_method_part_brings_its_own_engine_rules(monkeypatch):
+    """A method's checkpoint part may declare MethodRule rows (`ENGINE_RULES`): the lookup
+    finds them beside checkpoint/engines/methods.py's own, by engine, release and key."""
+    from eagle3kit.checkpoint.engines import methods as M
+    from eagle3kit.methods.dflash import checkpoint as part
+
+    row = M.MethodRule("vllm", "dflash", "probe-key", "yes", (0, 40), None, "a test row")
+    monkeypatch.setattr(part, "ENGINE_RULES", (row,), raising=False)
+    assert M.method_rule("vllm", (0, 41), "dflash", "probe-key") is row
+    assert M.method_rule("vllm", (0, 39), "dflash", "probe-key") is None
+    assert M.method_rule("sglang", None, "dflash", "probe-key") is None

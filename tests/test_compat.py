@@ -11,7 +11,11 @@ from ckpt_helpers import tiny_spec, write_target_config
 from conftest import run_cli
 
 from eagle3kit.checkpoint.compat import compat
-from eagle3kit.checkpoint.synthetic import default_vocab_map, kimi_k2_spec, write_sparse_drafter
+from eagle3kit.checkpoint.eagle3.synthetic import (
+    default_vocab_map,
+    kimi_k2_spec,
+    write_sparse_drafter,
+)
 from eagle3kit.core.errors import Eagle3Error
 
 
@@ -240,7 +244,7 @@ def test_one_checker_for_compat_and_convert(tmp_path, target):
     """A defect of a drafter alone is found by checker.check_drafter, told by compat with the
     drafter it concerns as a field (not a message prefix), and refused by convert in the same
     words."""
-    from eagle3kit.checkpoint.convert import convert
+    from eagle3kit.checkpoint.eagle3.convert import convert
 
     good = drafter(tmp_path, "good")
     broken = drafter(tmp_path, "broken", omit=("embed_tokens.weight", "lm_head.weight"))

@@ -11,7 +11,7 @@ from ckpt_helpers import random_drafter, tiny_spec
 from conftest import run_cli
 from safetensors.torch import load_file
 
-from eagle3kit.checkpoint.reader import read_drafter
+from eagle3kit.checkpoint.eagle3.reader import read_drafter
 from eagle3kit.core.spec import NORM_FLAGS
 from eagle3kit.model.drafter import Eagle3Drafter
 
@@ -89,7 +89,7 @@ def test_refuses_lossy_conversion(tmp_path):
 
 
 def test_refuses_unknown_tensors(tmp_path):
-    from eagle3kit.checkpoint.safetensors_write import write_safetensors
+    from eagle3kit.checkpoint.io.safetensors_write import write_safetensors
 
     src = random_drafter(tmp_path / "src", tiny_spec(), "sglang")
     t = load_file(src / "model.safetensors")
@@ -119,13 +119,13 @@ def test_bad_layout_name(tmp_path):
 
 
 def _bad_drafter(tmp_path, spec=None, **kw):
-    from eagle3kit.checkpoint.synthetic import write_sparse_drafter
+    from eagle3kit.checkpoint.eagle3.synthetic import write_sparse_drafter
 
     return write_sparse_drafter(tmp_path / "src", spec or tiny_spec(), "sglang", **kw)
 
 
 def _vocab():
-    from eagle3kit.checkpoint.synthetic import default_vocab_map
+    from eagle3kit.checkpoint.eagle3.synthetic import default_vocab_map
 
     return default_vocab_map(tiny_spec())  # d2t int64 [128], t2d bool [512]: every 4th id
 
@@ -330,7 +330,7 @@ def test_embed_from_target(tmp_path):
 def test_sparse_source_stays_sparse_and_umask_respected(tmp_path):
     import os
 
-    from eagle3kit.checkpoint.convert import convert
+    from eagle3kit.checkpoint.eagle3.convert import convert
 
     spec = tiny_spec(
         hidden_size=256,

@@ -1,4 +1,5 @@
-"""DFlash block drafters (model/dflash.py, decode/block.py): z-lab's tensor names, the cached
+"""DFlash block drafters (methods/dflash/model.py, methods/dflash/decode.py): z-lab's tensor names,
+the cached
 context equal to a full recompute, save/load, lossless greedy decoding with random drafters
 on both zoo architectures, and the sampled path's law at every output position."""
 
@@ -10,11 +11,11 @@ import pytest
 import torch
 from test_sampling_deep import LAW_P, PositionTarget, fits
 
-from eagle3kit.checkpoint.dflash_layout import read_dflash_config, zlab_config
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode import Sampling, greedy_generate, speculative_generate
-from eagle3kit.decode import block as BLK
-from eagle3kit.model.dflash import DFlashCache, DFlashDrafter
+from eagle3kit.methods.dflash import decode as BLK
+from eagle3kit.methods.dflash.checkpoint.layout import read_dflash_config, zlab_config
+from eagle3kit.methods.dflash.model import DFlashCache, DFlashDrafter
 
 ARCHS = ["llama-v1", "dsv3-v1"]
 ZLAB_IDS = (1, 3)  # z-lab ids (layer outputs) on the 8-layer tiny members: aux ids 2, 4
@@ -147,8 +148,8 @@ def test_speculators_layout_loads_and_decodes(target, tmp_path):
     """`convert` z-lab -> speculators (the target's embedding/lm_head copied in): the one
     reader loads both, the logits are equal, and decoding with the self-contained drafter
     (nothing attached) is token-identical to plain greedy."""
-    from eagle3kit.checkpoint.convert_methods import convert_method
-    from eagle3kit.checkpoint.methods import dflash_header
+    from eagle3kit.checkpoint.method_convert import convert_method
+    from eagle3kit.methods.dflash.checkpoint.read import dflash_header
 
     d = random_drafter(target, seed=3)
     d.save_pretrained(tmp_path / "z")
@@ -175,7 +176,7 @@ def test_speculators_layout_loads_and_decodes(target, tmp_path):
 def test_vocab_map_scatters_draft_logits(target, tmp_path):
     """A speculators drafter whose lm_head covers a subset of the vocabulary (d2t): its logits
     are the full head's on that subset and -inf elsewhere, read back through the reader."""
-    from eagle3kit.checkpoint.method_writers import save_dflash
+    from eagle3kit.methods.dflash.checkpoint.write import save_dflash
 
     d = random_drafter(target, seed=4)
     v = d.spec.vocab_size
@@ -286,8 +287,8 @@ def test_offline_walk_replays_online_block_decoding(target):
     online block decoding went through, draft for draft; JSON names as `eval` uses them."""
     if target.config.model_type != "deepseek_v3":
         pytest.skip("random drafts are accepted on the DeepSeek member only: test there (time)")
-    from eagle3kit.measure.block_eval import evaluate_offline_dflash
     from eagle3kit.measure.evaluate import EvalData
+    from eagle3kit.methods.dflash.measure.offline import evaluate_offline_dflash
 
     d = random_drafter(target, seed=1)
     samples, online = [], []

@@ -11,7 +11,7 @@ import torch
 from test_train_helpers import tiny_data, tiny_target
 
 from eagle3kit.core.errors import Eagle3Error
-from eagle3kit.model.dflash import DFlashDrafter
+from eagle3kit.methods.dflash.model import DFlashDrafter
 
 ZLAB_IDS = (1, 3)  # h-indices 2, 4
 pytestmark = pytest.mark.slow  # ~25 s on the 2-core machine: a target, a store capture
@@ -35,7 +35,7 @@ def env(tmp_path_factory):
 
 def _drafts(d, feats, lm):
     """The drafter's proposals (argmax per block slot) at every answer position."""
-    from eagle3kit.train.dflash import block_logits, blocks_at
+    from eagle3kit.methods.dflash.train.step import block_logits, blocks_at
 
     anchors = lm.nonzero().view(1, -1)
     blocks = blocks_at(feats, anchors, torch.ones_like(anchors, dtype=torch.bool),
@@ -50,9 +50,9 @@ def test_eval_features_equals_online_eval(env):
     the same features at the wrong layers give other drafts (so the check can fail)."""
     from eagle3kit.data.features import compute_features
     from eagle3kit.data.store import FeatureStore
-    from eagle3kit.measure.block_eval import evaluate_offline_dflash
     from eagle3kit.measure.evaluate import evaluate_store
     from eagle3kit.measure.store_features import held_rows
+    from eagle3kit.methods.dflash.measure.offline import evaluate_offline_dflash
 
     store = env.tmp / "store"
     got = evaluate_store(str(env.tmp / "zlab"), store, 5, target=str(env.path), heldout=8)

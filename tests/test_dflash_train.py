@@ -1,4 +1,5 @@
-"""`train --method dflash` (train/dflash.py): the block mask and position weights by hand, the
+"""`train --method dflash` (methods/dflash/train/step.py): the block mask and position weights by
+hand, the
 one-pass training logits equal to the decoding pass, acceptance counting, and the CLI run:
 z-lab checkpoint out, warm start, exact resume."""
 
@@ -12,8 +13,8 @@ import pytest
 import torch
 from test_train_helpers import tiny_data, tiny_target
 
-from eagle3kit.model.dflash import DFlashDrafter
-from eagle3kit.train.dflash import (
+from eagle3kit.methods.dflash.model import DFlashDrafter
+from eagle3kit.methods.dflash.train.step import (
     acceptance,
     block_logits,
     block_mask,

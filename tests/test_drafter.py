@@ -118,7 +118,7 @@ def test_kv_cache_incremental_equals_full():
 
 
 def test_d2t_maps_to_target_ids():
-    from eagle3kit.checkpoint.synthetic import default_vocab_map
+    from eagle3kit.checkpoint.eagle3.synthetic import default_vocab_map
 
     m = _random(tiny_spec())
     d2t, _ = default_vocab_map(m.spec)

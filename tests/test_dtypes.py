@@ -5,7 +5,7 @@ import subprocess
 
 import torch
 
-from eagle3kit.checkpoint.headers import DTYPE_SIZES
+from eagle3kit.checkpoint.io.headers import DTYPE_SIZES
 from eagle3kit.core import dtypes
 
 

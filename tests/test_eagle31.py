@@ -1,6 +1,7 @@
-"""EAGLE 3.1 training semantics (train/methods.py): presets and flags, a warm start keeps its
-checkpoint's flags (an MLA 3.1 drafter included), a change is applied and reported, and the TTT
-unroll feeds norm(h) to the next step when the drafter declares norm_output."""
+"""EAGLE 3.1 training semantics (train/flags.py, methods/eagle3/train.py): presets and flags, a
+warm start keeps its checkpoint's flags (an MLA 3.1 drafter included), a change is applied and
+reported, and the TTT unroll feeds norm(h) to the next step when the drafter declares
+norm_output."""
 
 from __future__ import annotations
 
@@ -13,8 +14,9 @@ from ckpt_helpers import random_drafter, tiny_spec
 from test_mla import mla_spec
 
 from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.methods.eagle3 import train as methods
 from eagle3kit.model.drafter import DraftCache, Eagle3Drafter
-from eagle3kit.train import methods, warmstart
+from eagle3kit.train import warmstart
 from eagle3kit.train.ttt import shift, unroll
 
 

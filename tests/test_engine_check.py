@@ -36,7 +36,7 @@ from pathlib import Path
 import pytest
 
 from eagle3kit.checkpoint.compat import compat
-from eagle3kit.checkpoint.engines import parse_engines, vllm_refuses_local_verifier
+from eagle3kit.checkpoint.engines.rules import parse_engines, vllm_refuses_local_verifier
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))

@@ -15,9 +15,9 @@ import pytest
 from ckpt_helpers import tiny_spec
 from conftest import run_cli
 
-from eagle3kit.checkpoint import engines as E
 from eagle3kit.checkpoint.compat import compat
-from eagle3kit.checkpoint.synthetic import write_sparse_drafter
+from eagle3kit.checkpoint.eagle3.synthetic import write_sparse_drafter
+from eagle3kit.checkpoint.engines import rules as E
 from eagle3kit.core.errors import Eagle3Error
 
 A, B = [1, 29, 57], [2, 30, 58]
@@ -300,8 +300,8 @@ def test_cli_engine_version_json(tmp_path):
 def test_kimi_k25_mla_drafter_on_k25(tmp_path):
     """lightseekorg's K2.5 MLA drafter as TorchSpec's native export writes it ([1, 29, 57]
     layer outputs in eagle_config = h[2, 30, 58]), header-exact and sparse, on a K2.5 config."""
-    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec, kimi_k25_target_config
-    from eagle3kit.checkpoint.synthetic import write_target_config as write_target
+    from eagle3kit.checkpoint.eagle3.synthetic import kimi_k25_mla_spec, kimi_k25_target_config
+    from eagle3kit.checkpoint.eagle3.synthetic import write_target_config as write_target
 
     over = {"eagle3kit": None, "_torchspec_version": "0.3.0"}
     d = write_sparse_drafter(tmp_path / "mla", kimi_k25_mla_spec(), "sglang", config_overrides=over)
@@ -333,8 +333,8 @@ def test_kimi_k25_mla_drafter_on_k25(tmp_path):
 # unused (benchmarks/results/engine_check-sglang-0.5.23.json, kimi_k2-mla-*-norm_before_fc)
 @pytest.mark.parametrize("flag,engine", [("norm_before_fc", "vllm"), ("norm_before_fc", "sglang")])
 def test_mla_norm_flags_the_engine_lacks(tmp_path, flag, engine):
-    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec, kimi_k25_target_config
-    from eagle3kit.checkpoint.synthetic import write_target_config as write_target
+    from eagle3kit.checkpoint.eagle3.synthetic import kimi_k25_mla_spec, kimi_k25_target_config
+    from eagle3kit.checkpoint.eagle3.synthetic import write_target_config as write_target
 
     spec = kimi_k25_mla_spec()  # the writer refuses the flag for vLLM; a third party's file has it
     extra = {
@@ -452,7 +452,7 @@ VLLM_NAMES = {"fc.weight", "layers.0.self_attn.q_proj.weight"}
     ],
 )
 def test_writer_markers(tmp_path, config, names, files, name, reading, confidence):
-    from eagle3kit.checkpoint.writers import infer_writer
+    from eagle3kit.checkpoint.eagle3.writers import infer_writer
 
     (tmp_path / "config.json").write_text(json.dumps(config))
     for f in files:
@@ -463,7 +463,7 @@ def test_writer_markers(tmp_path, config, names, files, name, reading, confidenc
 
 
 def test_trained_on_by_reading():
-    from eagle3kit.checkpoint.writers import Writer, trained_on
+    from eagle3kit.checkpoint.eagle3.writers import Writer, trained_on
 
     ids = {"top": None, "nested": (1, 29, 57)}
     out = Writer("ModelOpt", "layer_output", ["x"], "high")

@@ -10,8 +10,9 @@ import pytest
 import torch
 from fake_engine import FakeEngine
 
-from eagle3kit.decode import greedy_generate, lookup_generate
+from eagle3kit.decode import greedy_generate
 from eagle3kit.live.client import Deadline, stream
+from eagle3kit.methods.lookup.decode import lookup_generate
 
 TEXTS = ["def main(", "import os\nimport ", "class Point:\n    def ", "    return x"]
 

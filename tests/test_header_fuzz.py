@@ -8,7 +8,7 @@ import struct
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eagle3kit.checkpoint.safetensors_io import parse_header
+from eagle3kit.checkpoint.io.safetensors_io import parse_header
 from eagle3kit.core.errors import Eagle3Error
 
 _entry = st.fixed_dictionaries(

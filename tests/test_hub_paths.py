@@ -15,8 +15,8 @@ from ckpt_helpers import tiny_spec
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from eagle3kit.checkpoint import safetensors_io as sio
-from eagle3kit.checkpoint.synthetic import write_sparse_drafter
+from eagle3kit.checkpoint.eagle3.synthetic import write_sparse_drafter
+from eagle3kit.checkpoint.io import safetensors_io as sio
 from eagle3kit.core.errors import Eagle3Error
 
 REPO = "org/drafter"

@@ -8,7 +8,7 @@ import pytest
 from ckpt_helpers import tiny_spec, write_target_config
 from conftest import run_cli
 
-from eagle3kit.checkpoint.synthetic import kimi_k2_spec, write_sparse_drafter
+from eagle3kit.checkpoint.eagle3.synthetic import kimi_k2_spec, write_sparse_drafter
 
 
 def test_inspect_kimi_k2_json(tmp_path):
@@ -112,7 +112,7 @@ MLA_ATTN = (
 
 @pytest.mark.parametrize("layout", ["sglang", "vllm"])
 def test_inspect_kimi_k25_mla_every_tensor_has_a_role(tmp_path, layout):
-    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec
+    from eagle3kit.checkpoint.eagle3.synthetic import kimi_k25_mla_spec
 
     d = write_sparse_drafter(tmp_path / layout, kimi_k25_mla_spec(), layout)
     r = run_cli("inspect", d, "--json")
@@ -143,7 +143,7 @@ def test_inspect_modelopt_kimik2_export(tmp_path):
     """ModelOpt's kimik2 template: V2 architecture, model_type kimi_k2, layers.0.* names, no
     draft_vocab_size key (the vocab comes from lm_head), ModelOpt keys in eagle_config, no
     embed_tokens or t2d."""
-    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec
+    from eagle3kit.checkpoint.eagle3.synthetic import kimi_k25_mla_spec
 
     spec = kimi_k25_mla_spec().replace(draft_vocab_size=32000)
     eagle_cfg = {

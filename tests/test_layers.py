@@ -32,6 +32,7 @@ LAYERS = [
     "cli",
 ]
 TORCH_FREE = ["core", "plan", "checkpoint"]  # never import torch at import time
+METHODS = "methods"  # one package per draft method, its parts named after their layers
 
 
 def _modules() -> dict[str, Path]:
@@ -49,8 +50,21 @@ MODULES = _modules()
 
 
 def _package(mod: str) -> str:
+    """The layer a module belongs to: its top package, or for a method package's part
+    (`eagle3kit.methods.<name>.<layer>[.<module>]`) the layer the part is named after; the
+    method packages' own `__init__` modules sit at the bottom (they import nothing)."""
     parts = mod.split(".")
+    if len(parts) > 1 and parts[1] == METHODS:
+        return parts[3] if len(parts) > 3 else LAYERS[0]
     return parts[1] if len(parts) > 1 else ""
+
+
+def _owner(mod: str) -> str:
+    """Who may share private names with `mod`: its top package, or its method package."""
+    parts = mod.split(".")
+    if len(parts) > 1 and parts[1] == METHODS:
+        return ".".join(parts[1:3])
+    return _package(mod)
 
 
 def _resolve(mod: str, node: ast.ImportFrom) -> str:
@@ -111,7 +125,7 @@ def test_no_private_names_across_packages():
     bad = []
     for mod in MODULES:
         for target, name, line in _imports(mod):
-            if _package(target) == _package(mod):
+            if _owner(target) == _owner(mod):
                 continue
             private_mod = any(p.startswith("_") and p != "__init__" for p in target.split("."))
             if private_mod or (name.startswith("_") and not name.startswith("__")):
@@ -184,3 +198,61 @@ def test_torch_free_layers_do_not_import_torch(pkg):
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+def _registry():
+    from eagle3kit.core import registry
+
+    return registry
+
+
+def test_method_parts_are_the_registrys():
+    """methods/<package>/ holds one part per layer the registry lists for it (a module
+    `<layer>.py` or a package `<layer>/`), and nothing else."""
+    registry = _registry()
+    found = set()
+    for mod in MODULES:
+        parts = mod.split(".")
+        if len(parts) > 3 and parts[1] == METHODS:
+            found.add((parts[2], parts[3]))
+    declared = {(m.package, layer) for m in registry.METHODS for layer in m.parts}
+    assert found == declared, (
+        f"parts not in core/registry.py: {sorted(found - declared)}; "
+        f"declared, not found: {sorted(declared - found)}"
+    )
+    assert {layer for _, layer in found} <= set(registry.LAYER_PARTS) <= set(LAYERS)
+
+
+def _part_calls(source: str) -> list[tuple[str | None, int]]:
+    """(layer asked for, line) of every `registry.part(name, LAYER)` / `registry.parts(LAYER)`
+    call in `source` (None: the layer is not a string literal)."""
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
+            continue
+        f = node.func
+        if f.attr not in ("part", "parts") or getattr(f.value, "id", None) != "registry":
+            continue
+        args = node.args[1:] if f.attr == "part" else node.args[:1]
+        args += [k.value for k in node.keywords if k.arg == "layer"]
+        lit = args[0].value if args and isinstance(args[0], ast.Constant) else None
+        out.append((lit if isinstance(lit, str) else None, node.lineno))
+    return out
+
+
+def test_method_parts_are_asked_for_by_their_layer_or_above():
+    """Generic code reaches a method's part through the registry; a module asks only for a
+    part of its own layer or below (the layer order, as imports keep it), named literally."""
+    bad = []
+    for mod in MODULES:
+        for layer, line in _part_calls(MODULES[mod].read_text()):
+            if layer is None or layer not in LAYERS:
+                bad.append(f"{mod}:{line} asks for a part by a non-literal layer")
+            elif LAYERS.index(layer) > _layer(mod):
+                bad.append(f"{mod}:{line} asks for the {layer} part (a higher layer)")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_part_check_reads_every_ask():
+    code = 'x = registry.part("dflash", "measure")\ny = registry.parts(LAYER)\nz = part("a", "b")\n'
+    assert _part_calls(code) == [("measure", 1), (None, 2)]

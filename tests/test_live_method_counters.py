@@ -48,7 +48,7 @@ def _right(p: int) -> bool:
 
 
 def dflash_oracle(target, seq):
-    from eagle3kit.model.dflash import DFlashDrafter
+    from eagle3kit.methods.dflash.model import DFlashDrafter
 
     class Oracle(DFlashDrafter):
         def forward(self, block_ids, aux, position_ids, cache=None, attn_mask=None):
@@ -74,10 +74,10 @@ def _one_hot(shape_like: torch.Tensor, toks: list[int]) -> torch.Tensor:
 
 def peagle_oracle(target, seq):
     """P-EAGLE: the drafter's output on pair t guesses x_{t+2}; slot i after a cache of m
-    pairs guesses x_{m+2+i} (decode/parallel.py)."""
+    pairs guesses x_{m+2+i} (methods/peagle/decode.py)."""
     from decode_helpers import new_drafter
 
-    from eagle3kit.model.peagle import PEagleDrafter
+    from eagle3kit.methods.peagle.model import PEagleDrafter
 
     class Oracle(PEagleDrafter):
         def forward(self, ids, hidden, cache=None, *a, **kw):
@@ -107,7 +107,7 @@ class OracleHead:
     method = "mtp"
 
     def __init__(self, target, seq: list[int]) -> None:
-        from eagle3kit.model.mtp import MTPHead
+        from eagle3kit.methods.mtp.model import MTPHead
 
         self.head, self.seq = MTPHead.for_target(target).eval(), seq
         self.vocab_size = self.head.vocab_size

@@ -1,4 +1,4 @@
-"""Prompt lookup in our own KV-cache loop (eagle3kit.decode.lookup): the n-gram rule equals
+"""Prompt lookup in our own KV-cache loop (eagle3kit.methods.lookup.decode): the n-gram rule equals
 transformers' PromptLookupCandidateGenerator, and decoding is lossless with tau > 1."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import torch
 from decode_helpers import HELD_OUT
 
 from eagle3kit.core.errors import Eagle3Error
-from eagle3kit.decode import greedy_generate, lookup_candidates, lookup_generate
+from eagle3kit.decode import greedy_generate
+from eagle3kit.methods.lookup.decode import lookup_candidates, lookup_generate
 
 
 def hf_candidates(seq, num, ngram, max_length, eos):

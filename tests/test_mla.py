@@ -273,7 +273,7 @@ def test_forward_refuses_without_embedding():
 
 
 def test_kimi_k25_mla_shapes():
-    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec
+    from eagle3kit.checkpoint.eagle3.synthetic import kimi_k25_mla_spec
 
     shapes = kimi_k25_mla_spec().expected_shapes()
     a = "midlayer.self_attn."
@@ -287,7 +287,7 @@ def test_kimi_k25_mla_shapes():
 
 
 def test_spec_for_target_takes_deepseek_mla_dims():
-    from eagle3kit.checkpoint.synthetic import kimi_k25_target_config
+    from eagle3kit.checkpoint.eagle3.synthetic import kimi_k25_target_config
 
     cfg = kimi_k25_target_config()
     s = spec_for_target(cfg, attention="mla", draft_vocab_size=32000)
@@ -418,7 +418,7 @@ def test_kimi_k25_mla_sparse_round_trip_byte_identical(tmp_path):
     the export names on the way, and holes stay holes."""
     from conftest import run_cli
 
-    from eagle3kit.checkpoint.synthetic import kimi_k25_mla_spec, write_sparse_drafter
+    from eagle3kit.checkpoint.eagle3.synthetic import kimi_k25_mla_spec, write_sparse_drafter
 
     src = write_sparse_drafter(tmp_path / "sg", kimi_k25_mla_spec())
     r = run_cli("convert", src, "--to", "vllm", "-o", tmp_path / "v", "--json")
@@ -443,7 +443,7 @@ def test_kimi_k25_mla_compat_and_eagle_refusal(tmp_path):
     written)."""
     from conftest import run_cli
 
-    from eagle3kit.checkpoint.synthetic import (
+    from eagle3kit.checkpoint.eagle3.synthetic import (
         kimi_k25_mla_spec,
         kimi_k25_target_config,
         write_sparse_drafter,

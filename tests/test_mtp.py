@@ -1,4 +1,5 @@
-"""MTP heads (model/mtp.py) and decoding with them (decode/mtp.py) on the tiny DeepSeek-V3 zoo
+"""MTP heads (methods/mtp/model.py) and decoding with them (methods/mtp/decode.py) on the tiny
+DeepSeek-V3 zoo
 member: checkpoint names as DeepSeek-V3 / Qwen3-Next ship them, strict loading, the head's own
 cache, and lossless decoding (greedy token-identical to plain; sampled: the target's law)."""
 
@@ -14,17 +15,17 @@ from test_sampling_deep import LAW_Q as Q_LAW
 from test_sampling_deep import PositionTarget
 from test_train_helpers import headless_target
 
-from eagle3kit.checkpoint.mtp_layout import mtp_count, mtp_prefix
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode import greedy_generate
-from eagle3kit.decode.mtp import FinalHidden, mtp_generate
-from eagle3kit.model.loading import load_target
-from eagle3kit.model.mtp import (
+from eagle3kit.methods.mtp.checkpoint.layout import mtp_count, mtp_prefix
+from eagle3kit.methods.mtp.decode import FinalHidden, mtp_generate
+from eagle3kit.methods.mtp.model import (
     MTPCache,
     MTPHead,
     fuse_experts,
     split_experts,
 )
+from eagle3kit.model.loading import load_target
 
 # DeepSeek-V3's MTP layer (deepseek-ai/DeepSeek-V3 README_WEIGHTS.md; vLLM deepseek_mtp.py)
 # at model.layers.{L}: its own parts, then one decoder layer's (MLA + MoE, as the tiny's L-1)
@@ -184,7 +185,7 @@ def test_target_dir_with_an_mtp_layer_loads(target, head, tmp_path, member):
     import shutil
 
     from eagle3kit.core.atomic import save_safetensors
-    from eagle3kit.model.mtp import load_mtp_head
+    from eagle3kit.methods.mtp.model import load_mtp_head
 
     src = member
     for f in src.iterdir():
@@ -203,7 +204,7 @@ def test_target_dir_with_an_mtp_layer_loads(target, head, tmp_path, member):
 
 
 def test_a_target_without_a_head_is_refused(target):
-    from eagle3kit.model.mtp import load_mtp_head
+    from eagle3kit.methods.mtp.model import load_mtp_head
 
     with pytest.raises(Eagle3Error, match="num_nextn_predict_layers"):
         load_mtp_head(target)
@@ -256,8 +257,8 @@ def test_sampled_decoding_emits_the_target_law():
 def test_head_dir_round_trip_in_the_extract_layout(target, head, tmp_path, member):
     """train's head dir is convert's extract layout: canonical names (the name after the
     layer's prefix), config.json eagle3kit_mtp.names -> the target's names; it loads back."""
-    from eagle3kit.model.mtp import head_config, is_head_dir, load_mtp_head
-    from eagle3kit.train.mtp import save_head
+    from eagle3kit.methods.mtp.model import head_config, is_head_dir, load_mtp_head
+    from eagle3kit.methods.mtp.train.finetune import save_head
 
     save_head(head, target, tmp_path / "h", {"steps": 0})
     rec = head_config(tmp_path / "h")
@@ -270,16 +271,17 @@ def test_head_dir_round_trip_in_the_extract_layout(target, head, tmp_path, membe
 
 
 def test_convert_extract_and_stitch_meet_the_head(target, head, tmp_path, member):
-    """Across the checkpoint layer (checkpoint/mtp.py, from the ck branch; skipped until it is
+    """Across the checkpoint layer (methods/mtp/checkpoint/heads.py, from the ck branch; skipped
+    until it is
     merged): a head extracted by convert loads here, and a fine-tuned head saved here is put
     back by convert's stitch and read from the stitched target."""
     import json
     import shutil
 
-    ck = pytest.importorskip("eagle3kit.checkpoint.mtp")
+    ck = pytest.importorskip("eagle3kit.methods.mtp.checkpoint.heads")
     from eagle3kit.core.atomic import save_safetensors
-    from eagle3kit.model.mtp import load_mtp_head
-    from eagle3kit.train.mtp import save_head
+    from eagle3kit.methods.mtp.model import load_mtp_head
+    from eagle3kit.methods.mtp.train.finetune import save_head
 
     dst = tmp_path / "target"
     shutil.copytree(member, dst)

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 from test_train_helpers import headless_target, tiny_data
 
 from eagle3kit.decode import greedy_generate
-from eagle3kit.train.mtp import step_weights
+from eagle3kit.methods.mtp.train.finetune import step_weights
 
 
 def test_fastmtp_step_weights():
@@ -20,7 +20,7 @@ def test_fastmtp_step_weights():
 
 
 def test_walk_and_accepted_counts_by_hand():
-    from eagle3kit.train.mtp import accepted, walk
+    from eagle3kit.methods.mtp.train.finetune import accepted, walk
 
     # target greedy tokens g[t]; the head's three steps at anchor t guess g[t+1], g[t+2], g[t+3]
     g = torch.tensor([[5, 6, 7, 8, 9, 10, 11]])
@@ -34,7 +34,7 @@ def test_walk_and_accepted_counts_by_hand():
 
 
 def test_distilling_a_one_hot_teacher_is_the_data_loss():
-    from eagle3kit.train.mtp import mtp_loss
+    from eagle3kit.methods.mtp.train.finetune import mtp_loss
 
     torch.manual_seed(0)
     ids = torch.randint(0, 9, (2, 8))
@@ -75,8 +75,8 @@ def test_train_method_mtp_raises_tau_and_decodes_losslessly(cli, tmp_path):
 
 @pytest.mark.slow  # ~20 s: a DATA dir, 10 training steps, one decode
 def test_add_mtp_layer_writes_a_member_that_serves_its_head(cli, tmp_path):
+    from eagle3kit.methods.mtp.train.zoo import add_mtp_layer
     from eagle3kit.model.loading import load_target
-    from eagle3kit.train.mtp_zoo import add_mtp_layer
 
     member, out = headless_target(tmp_path), tmp_path / "dsv3-v1-tiny-mtp"
     torch.set_num_threads(1)

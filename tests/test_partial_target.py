@@ -20,7 +20,7 @@ import pytest
 import torch
 from test_store import make_data
 
-from eagle3kit.checkpoint.safetensors_io import Checkpoint
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 
 HEADS = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
 SHARDS = [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
@@ -141,7 +141,7 @@ def test_output_head_reads_only_norm_and_lm_head(env, arch, reads):
     model's, and no other tensor read."""
     from safetensors.torch import load_file
 
-    from eagle3kit.checkpoint.hub_files import open_target
+    from eagle3kit.checkpoint.io.hub_files import open_target
     from eagle3kit.live.heads import OutputHead
 
     head = OutputHead(open_target(str(_target(env, arch, "partial"))))
@@ -233,8 +233,8 @@ def test_engine_capture_from_a_partial_target(cli, env, arch, reads, tmp_path):
 
 
 def test_a_needed_tensor_in_an_absent_shard_names_it(env):
-    from eagle3kit.checkpoint.hub_files import open_target
-    from eagle3kit.checkpoint.tensor_read import read_tensor
+    from eagle3kit.checkpoint.io.hub_files import open_target
+    from eagle3kit.checkpoint.io.tensor_read import read_tensor
     from eagle3kit.core.errors import Eagle3Error
 
     ckpt = open_target(str(_target(env, "llama-v1", "partial")))
@@ -369,8 +369,8 @@ def test_hub_id_reads_only_the_shards_it_needs(env, hub, reads):
     only when a tensor in it is read, and named in one line when it cannot be."""
     from safetensors.torch import load_file
 
-    from eagle3kit.checkpoint.hub_files import open_target
-    from eagle3kit.checkpoint.tensor_read import read_tensor
+    from eagle3kit.checkpoint.io.hub_files import open_target
+    from eagle3kit.checkpoint.io.tensor_read import read_tensor
     from eagle3kit.core.errors import Eagle3Error
 
     wmap = env["dsv3-v1"]["wmap"]

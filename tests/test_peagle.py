@@ -1,4 +1,5 @@
-"""P-EAGLE (model/peagle.py, decode/parallel.py, train/peagle.py): lossless greedy decoding on
+"""P-EAGLE (methods/peagle/model.py, methods/peagle/decode.py, methods/peagle/train.py): lossless
+greedy decoding on
 both tiny zoo architectures, the decoder's parallel pass equal to the training unroll, the COD
 pass equal to the full one on the elements it keeps, the checkpoint round trip, warm start."""
 
@@ -10,9 +11,9 @@ from decode_helpers import HELD_OUT, hf_greedy_ids, new_drafter
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode import speculative_generate
+from eagle3kit.methods.peagle.model import PEagleDrafter
+from eagle3kit.methods.peagle.train import cod_anchors, cod_layout
 from eagle3kit.model.drafter import DraftCache
-from eagle3kit.model.peagle import PEagleDrafter
-from eagle3kit.train.peagle import cod_anchors, cod_layout
 from eagle3kit.train.ttt import ttt_mask, unroll
 
 ARCHS = ["llama-v1", "dsv3-v1"]
@@ -30,7 +31,7 @@ def target(request):
 def random_peagle(target, seed: int = 0, **flags) -> PEagleDrafter:
     d = new_drafter(target, seed=seed)
     if flags:
-        from eagle3kit.train.methods import with_flags
+        from eagle3kit.train.flags import with_flags
 
         d = with_flags(
             d, {**{"fc_norm": False, "norm_before_fc": False, "norm_output": False}, **flags}
@@ -130,8 +131,8 @@ def test_cod_pass_equals_the_full_unroll_on_kept_elements(target):
 
 
 def test_checkpoint_round_trip_and_loader(tmp_path, target):
+    from eagle3kit.methods.peagle.model import save_peagle
     from eagle3kit.model.loading import load_drafter
-    from eagle3kit.model.peagle import save_peagle
 
     d = random_peagle(target, seed=3, norm_output=True)
     cfg = save_peagle(tmp_path / "pe", d.spec, d.canonical_state(), d.mask_token_id, None)
@@ -164,7 +165,7 @@ def test_cod_training_learns_the_slots(target):
     """A few AdamW steps on the COD loss lower it on a fixed batch, and mask_hidden moves
     (the slots' own state is trained, not only the shared weights)."""
     from eagle3kit.data.features import compute_features
-    from eagle3kit.train.peagle import cod_loss
+    from eagle3kit.methods.peagle.train import cod_loss
 
     d = random_peagle(target, seed=5, norm_output=True).train()
     ids, _ = _features(target, n=16)
@@ -268,7 +269,7 @@ def test_multi_layer_peagle_is_read_but_not_run(tmp_path):
     """A 2-layer P-EAGLE checkpoint: inspect reads its layers; loading it to run says in one
     line that layers 1.. are not built (not the EAGLE-3 reader's 'one decoder layer')."""
     from eagle3kit.checkpoint.inspection import inspect_checkpoint
-    from eagle3kit.checkpoint.synthetic_methods import tiny_peagle_spec, write_peagle
+    from eagle3kit.methods.peagle.checkpoint.synthetic import tiny_peagle_spec, write_peagle
     from eagle3kit.model.loading import load_drafter
 
     write_peagle(tmp_path / "p", tiny_peagle_spec(layers=2))

@@ -11,13 +11,13 @@ import pytest
 from conftest import run_cli
 
 from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.registry import launch_lines
 from eagle3kit.plan import plan
 from eagle3kit.plan.method_inputs import read_candidates, read_costs
 from eagle3kit.plan.methods import (
     Candidate,
     LevelCosts,
     cycle_ms,
-    launch_lines,
     plan_methods,
     vllm_schedule,
     vllm_schedule_config,

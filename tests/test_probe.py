@@ -186,7 +186,7 @@ def test_aux_reading_detected_against_a_lying_config(pair, tmp_path):
     probe must never clearly choose the wrong reading. How far the data favours it depends on
     the tiny members' weights, which differ between CPUs (margins 0.048 to over 0.1 measured):
     below CLEAR_MARGIN the probe keeps the config's reading and says so (rule: test above)."""
-    from eagle3kit.checkpoint.convert import convert
+    from eagle3kit.checkpoint.eagle3.convert import convert
     from eagle3kit.measure.probe import probe
 
     d, v1, v2 = pair

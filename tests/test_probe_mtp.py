@@ -70,7 +70,7 @@ def test_a_target_without_a_head_is_refused(tmp_path, pair):
 
 
 def test_a_head_of_another_shape_is_refused(tmp_path, pair):
-    from eagle3kit.checkpoint.mtp import extract_mtp
+    from eagle3kit.methods.mtp.checkpoint.heads import extract_mtp
 
     old, new = pair
     head = tmp_path / "head"

@@ -1,4 +1,4 @@
-"""checkpoint/reader.py is the one reader of drafter checkpoints."""
+"""checkpoint/eagle3/reader.py is the one reader of drafter checkpoints."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from ckpt_helpers import random_drafter, tiny_spec
 
 import eagle3kit
-from eagle3kit.checkpoint.reader import drafter_header, read_drafter
+from eagle3kit.checkpoint.eagle3.reader import drafter_header, read_drafter
 from eagle3kit.model.drafter import Eagle3Drafter
 
 SRC = Path(eagle3kit.__file__).parent
@@ -24,13 +24,13 @@ def _calls(tree: ast.AST, name: str) -> bool:
 
 
 def test_only_the_reader_calls_read_spec():
-    """Every verb that opens a drafter goes through checkpoint/reader.py."""
+    """Every verb that opens a drafter goes through checkpoint/eagle3/reader.py."""
     callers = sorted(
         str(p.relative_to(SRC))
         for p in SRC.rglob("*.py")
         if _calls(ast.parse(p.read_text()), "read_spec")
     )
-    assert callers == ["checkpoint/reader.py"]
+    assert callers == ["checkpoint/eagle3/reader.py"]
 
 
 def test_read_drafter_gives_canonical_names_in_every_layout(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from ckpt_helpers import raw_safetensors, tiny_spec
 from conftest import run_cli
 
-from eagle3kit.checkpoint.synthetic import write_sparse_drafter
+from eagle3kit.checkpoint.eagle3.synthetic import write_sparse_drafter
 
 
 def _assert_bad(r, needle: str, *also: str):
@@ -131,8 +131,8 @@ def test_sharded_checkpoint_reads(tmp_path):
     """A sharded checkpoint (index + two shards) is read through its weight_map."""
     import torch
 
-    from eagle3kit.checkpoint.safetensors_io import load_local
-    from eagle3kit.checkpoint.safetensors_write import write_safetensors
+    from eagle3kit.checkpoint.io.safetensors_io import load_local
+    from eagle3kit.checkpoint.io.safetensors_write import write_safetensors
 
     d = tmp_path / "sharded"
     d.mkdir()
@@ -152,8 +152,8 @@ def test_header_matches_safetensors_library(tmp_path):
     import torch
     from safetensors import safe_open
 
-    from eagle3kit.checkpoint.safetensors_io import read_header_file
-    from eagle3kit.checkpoint.safetensors_write import write_safetensors
+    from eagle3kit.checkpoint.io.safetensors_io import read_header_file
+    from eagle3kit.checkpoint.io.safetensors_write import write_safetensors
 
     tensors = {
         "a": torch.randn(3, 5),
@@ -178,8 +178,8 @@ def test_sparse_writer_round_trips_through_the_safetensors_library(tmp_path):
     import torch
     from safetensors.torch import load_file
 
-    from eagle3kit.checkpoint.safetensors_io import read_header_file
-    from eagle3kit.checkpoint.safetensors_write import SPARSE_CHUNK, write_safetensors_sparse
+    from eagle3kit.checkpoint.io.safetensors_io import read_header_file
+    from eagle3kit.checkpoint.io.safetensors_write import SPARSE_CHUNK, write_safetensors_sparse
 
     g = torch.Generator().manual_seed(0)
     tensors = {
@@ -211,7 +211,7 @@ def test_writers_follow_the_umask(tmp_path):
 
     import torch
 
-    from eagle3kit.checkpoint.safetensors_write import write_json, write_safetensors
+    from eagle3kit.checkpoint.io.safetensors_write import write_json, write_safetensors
 
     old = os.umask(0o022)
     try:

@@ -241,6 +241,7 @@ class PositionDrafter:
 
     embed_loaded = True
     dtype = torch.float32  # model/protocols.py Drafter: the dtype its inputs are cast to
+    method = "eagle3"  # ... and its draft method (core/registry.py), whose decoder runs it
 
     def __init__(self) -> None:
         self.d2t = torch.zeros(V, dtype=torch.long)

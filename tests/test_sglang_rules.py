@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 from ckpt_helpers import tiny_spec
 
-from eagle3kit.checkpoint import engines as E
 from eagle3kit.checkpoint.compat import compat
-from eagle3kit.checkpoint.convert import convert
-from eagle3kit.checkpoint.synthetic import write_sparse_drafter
+from eagle3kit.checkpoint.eagle3.convert import convert
+from eagle3kit.checkpoint.eagle3.synthetic import write_sparse_drafter
+from eagle3kit.checkpoint.engines import rules as E
 from eagle3kit.core.errors import Eagle3Error
 
 L = 8  # target layers, as in the engine_check cases

@@ -159,7 +159,7 @@ def test_layers_picked_from_the_superset_equal_a_plain_capture(env, superset):
 
 
 def test_train_picks_the_drafter_layers_and_takes_heldout_counts(cli, env, drafter, superset):
-    from eagle3kit.checkpoint.reader import drafter_header
+    from eagle3kit.checkpoint.eagle3.reader import drafter_header
 
     summary = json.loads((drafter / "summary.json").read_text())
     assert summary["heldout_samples"] == 2  # `--heldout 2`: a count, as the help says

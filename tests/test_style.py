@@ -52,3 +52,43 @@ def test_no_new_dict_of_locals():
             found[p.relative_to(ROOT / "src" / "eagle3kit").as_posix()] = n
     grown = {f: n for f, n in found.items() if n > _LOCALS_DICT_LEFT.get(f, 0)}
     assert not grown, f"dict(locals()): pass a typed option object instead; found {grown}"
+
+
+MAX_POSITIONAL = 6  # more: pass an object, or make them keyword-only (`*,`)
+PLUMBING = ("measure", "cli")  # and the method packages' measure parts
+
+
+def _positional(source: str) -> list[tuple[str, int, int]]:
+    """(function, line, positional parameters) for each function taking more than
+    MAX_POSITIONAL positional parameters (self and cls not counted)."""
+    import ast
+
+    out = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+            n = len([a for a in args if a not in ("self", "cls")])
+            if n > MAX_POSITIONAL:
+                out.append((node.name, node.lineno, n))
+    return out
+
+
+def test_no_long_positional_plumbing_in_measure_and_cli():
+    src = ROOT / "src" / "eagle3kit"
+    files = [p for pkg in PLUMBING for p in sorted((src / pkg).rglob("*.py"))]
+    files += sorted((src / "methods").glob("*/measure*")) + sorted(
+        (src / "methods").glob("*/measure/*.py")
+    )
+    bad = [
+        f"{p.relative_to(ROOT)}:{line}: {name} takes {n} positional arguments"
+        for p in files
+        if p.is_file()
+        for name, line, n in _positional(p.read_text())
+    ]
+    assert not bad, "\n".join(bad)
+
+
+def test_the_positional_check_counts():
+    code = "def f(a, b, c, d, e, f, g): pass\ndef h(self, a, b, c, d, e, f): pass\n"
+    code += "def k(a, *, b, c, d, e, f, g, h): pass\n"
+    assert _positional(code) == [("f", 1, 7)]

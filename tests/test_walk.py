@@ -37,7 +37,7 @@ from fake_vllm_capture import FakeVllmCapture
 from openai_server import FakeOpenAIServer
 from test_partial_target import HEADS, make_partial
 
-from eagle3kit.checkpoint.safetensors_io import Checkpoint
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 
 pytestmark = pytest.mark.slow
 DOC = Path(__file__).resolve().parents[1] / "docs" / "engine-capture.md"

@@ -269,8 +269,8 @@ def test_method_mtp_on_a_shipped_member_uses_its_head_with_no_training(cli, monk
     """`generate --method mtp` on a shipped DS member drafts with the shipped head (nothing
     trained), token-identical to plain greedy."""
     from eagle3kit.decode import greedy_generate
+    from eagle3kit.methods.mtp.train import finetune as mtp
     from eagle3kit.model.loading import load_target
-    from eagle3kit.train import mtp
 
     monkeypatch.setattr(mtp, "train_mtp", lambda *a, **k: pytest.fail("trained an MTP head"))
     prompt = "def parse(text):"
@@ -290,8 +290,8 @@ def test_the_k2_dflash_drafter_ships_and_loads_strictly(lab, monkeypatch):
     """The K2 DFlash drafter: shipped with its recipe and figures, loaded strictly (every
     tensor, no other) against its target dsv3-v1, and the demo uses it with no training."""
     from eagle3kit.demo.dflash_arm import k2_dflash
-    from eagle3kit.model.dflash import DFlashDrafter
-    from eagle3kit.train import dflash_run as dflash
+    from eagle3kit.methods.dflash.model import DFlashDrafter
+    from eagle3kit.methods.dflash.train import loop as dflash
 
     folder = shipping.ROOT / lab
     doc = shipping.check(folder, again=True)

@@ -33,7 +33,7 @@ COLUMNS = "120"
 
 def _synthetic():
     try:
-        from eagle3kit.checkpoint import synthetic
+        from eagle3kit.checkpoint.eagle3 import synthetic
     except ImportError:  # the layout before the checkpoint/ package
         from eagle3kit.formats import synthetic  # type: ignore[no-redef]
     return synthetic

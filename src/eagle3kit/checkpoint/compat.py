@@ -5,14 +5,13 @@ compat_target.py, the drafter-alone checks in checker.py, the result in findings
 
 from __future__ import annotations
 
-from eagle3kit.checkpoint import engines as E
-from eagle3kit.checkpoint.checker import Finding
-from eagle3kit.checkpoint.compat_drafters import compare_drafters
-from eagle3kit.checkpoint.compat_methods import check_method_against_target
-from eagle3kit.checkpoint.compat_target import MEANS, check_against_target
-from eagle3kit.checkpoint.findings import CompatResult
-from eagle3kit.checkpoint.hub_files import open_checkpoint
+from eagle3kit.checkpoint.eagle3.compat_drafters import compare_drafters
+from eagle3kit.checkpoint.eagle3.compat_target import MEANS, check_against_target
+from eagle3kit.checkpoint.engines import rules as E
+from eagle3kit.checkpoint.findings import CompatResult, Finding
 from eagle3kit.checkpoint.inspection import is_drafter
+from eagle3kit.checkpoint.io.hub_files import open_checkpoint
+from eagle3kit.checkpoint.method_compat import check_method_against_target
 from eagle3kit.checkpoint.methods import method_header_of
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.spec import DraftSpec
@@ -50,8 +49,8 @@ def compat(
     ma, mb = method_header_of(ca), method_header_of(cb)
     if ma and mb:
         raise Eagle3Error(
-            f"{a} and {b}: a {ma.method} and a {mb.method} drafter; compat checks a DFlash or "
-            "P-EAGLE drafter against its target (comparing two is not supported)"
+            f"{a} and {b}: a {ma.method} and a {mb.method} drafter; compat checks a "
+            f"{ma.method} drafter against its target (comparing two is not supported)"
         )
     if ma or mb:
         head, target = (ma, cb) if ma else (mb, ca)

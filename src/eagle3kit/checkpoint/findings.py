@@ -1,4 +1,4 @@
-"""What `eagle3kit compat` answers: a CompatResult holding its findings (checker.Finding).
+"""What `eagle3kit compat` answers: a CompatResult holding its findings (Finding).
 
 A finding carries its severity, a stable code, a message naming the field, the expected and
 the found value, and as fields (never as a message prefix) the engine it concerns (`engine`,
@@ -10,8 +10,46 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from eagle3kit.checkpoint.checker import Finding
 from eagle3kit.core.artifacts import stamp
+
+
+@dataclass
+class Finding:
+    """One thing compat or convert found: severity (error | warning | info), a stable code,
+    a message `field: expected ..., found ...`, the engine it concerns (None: every engine),
+    the drafter it concerns in a drafter-drafter comparison ("A" | "B"), and the file it is
+    about (`where`, for convert's one error line; not part of the JSON)."""
+
+    severity: str
+    code: str
+    message: str
+    engine: str | None = None
+    drafter: str | None = None
+    where: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc = {
+            "severity": self.severity,
+            "code": self.code,
+            "message": self.message,
+            "engine": self.engine,
+        }
+        if self.drafter is not None:
+            doc["drafter"] = self.drafter
+        return doc
+
+
+def error(code: str, message: str, engine: str | None = None, where: str | None = None):
+    return Finding("error", code, message, engine, where=where)
+
+
+def warning(code: str, message: str, engine: str | None = None) -> Finding:
+    return Finding("warning", code, message, engine)
+
+
+def info(code: str, message: str, engine: str | None = None) -> Finding:
+    return Finding("info", code, message, engine)
+
 
 PROBE = "`eagle3kit probe` measures acceptance under each reading and settles it"
 

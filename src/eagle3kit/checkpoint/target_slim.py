@@ -16,9 +16,9 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.headers import TensorInfo
-from eagle3kit.checkpoint.hub_files import TOKENIZER_FILES, open_target
-from eagle3kit.checkpoint.safetensors_io import Checkpoint
+from eagle3kit.checkpoint.io.headers import TensorInfo
+from eagle3kit.checkpoint.io.hub_files import TOKENIZER_FILES, open_target
+from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir
 from eagle3kit.core.errors import bad

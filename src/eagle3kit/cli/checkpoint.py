@@ -8,6 +8,7 @@ import typer
 
 from eagle3kit.cli._options import JsonFlag
 from eagle3kit.cli._render import emit_json, err, out
+from eagle3kit.core import registry
 from eagle3kit.core.errors import bad
 
 
@@ -48,17 +49,9 @@ def _render_target(r: dict) -> None:
         f"  {len(r['tensors'])} tensors, {_fmt_bytes(r['total_bytes'])}; tokenizer: "
         f"{'yes' if r['has_tokenizer'] else 'no'}"
     )
-    mtp = r.get("mtp")
-    if mtp:
-        heads = ", ".join(
-            f"#{h['index']} ({h['style']}, {h['prefix']}*, {h['tensors']} tensors)"
-            for h in mtp["heads"]
-        )
-        con.print(
-            f"  MTP heads: {len(mtp['heads'])} found ({heads or 'none'}); config declares "
-            f"{mtp['declared']}"
-            + (f", {mtp['missing']} not in the files" if mtp["missing"] else "")
-        )
+    for _, part in registry.parts("checkpoint"):  # the drafters a target ships (MTP heads)
+        for line in getattr(part, "target_lines", lambda r: [])(r):
+            con.print(line, markup=False, highlight=False)
     part = r.get("partial")
     if part:
         sh = part["shards"]
@@ -109,44 +102,14 @@ def _render_spec(con, r: dict) -> None:
         )
 
 
-def _render_method(con, r: dict) -> None:
-    """A DFlash or P-EAGLE drafter's method fields in a few lines."""
-    s = r["spec"]
-    if r["method"] == "peagle":
-        d = s["draft"]
-        con.print(
-            f"[bold]{r['source']}[/]: P-EAGLE drafter, [cyan]{r['format']}[/] layout, "
-            f"{r['num_hidden_layers']} layers, hidden {d['hidden_size']} (target "
-            f"{d['target_hidden_size']}), vocab {d['draft_vocab_size']} of {d['vocab_size']}"
-        )
-        con.print(
-            f"  mask token {r['mask_token_id']} ({r['mask_token_key']}), mask_hidden "
-            f"{r['mask_hidden'] or 'missing'}, aux layers {r['aux_layers']} (h-indices), K "
-            f"{r['num_speculative_tokens'] or 'not recorded'}"
-        )
-        return
-    tl = r["target_layers"]
-    con.print(
-        f"[bold]{r['source']}[/]: DFlash drafter ({r['variant']}), [cyan]{r['format']}[/] "
-        f"layout, {s['num_hidden_layers']} layers, hidden {s['hidden_size']}, vocab "
-        f"{s['draft_vocab_size']} of {s['vocab_size']}"
-    )
-    con.print(
-        f"  block {r['block_size']} ({r['num_proposals']} proposals"
-        f"{', sample_from_anchor' if r['sample_from_anchor'] else ''}), mask token "
-        f"{r['mask_token_id']}, causal layers "
-        f"{[i for i, c in enumerate(r['layer_causal']) if c] or 'none'}"
-    )
-    con.print(
-        f"  target layers: z-lab {tl['zlab']} (layer outputs) = speculators {tl['speculators']}"
-        f" = h{tl['h']}"
-    )
-    for release, cap in tl["engines"].items():
-        ok = "not served" if cap is None else f"captures h{cap}"
-        bad_ = cap is not None and cap != tl["h"]
-        con.print(f"    {release}: {ok}{' [red](one layer off)[/]' if bad_ else ''}")
-    for n in r.get("notes") or []:
-        con.print(f"  note: {n}", markup=False, highlight=False)
+def _method_lines(r: dict) -> list[str] | None:
+    """The few lines a drafter's method part writes about it (None: EAGLE-3's own render)."""
+    from eagle3kit.core import registry
+
+    found = registry.family(r.get("method"))
+    part = registry.part(found.name, "checkpoint") if found else None
+    lines = getattr(part, "summary_lines", None)
+    return lines(r) if lines is not None else None
 
 
 def _render_drafter(r: dict) -> None:
@@ -154,10 +117,11 @@ def _render_drafter(r: dict) -> None:
     from rich.table import Table
 
     con = out()
-    if r.get("method") in ("dflash", "peagle", "dflash2", "dspark", "domino"):
-        _render_method(con, r)
-    else:
+    lines = _method_lines(r)
+    if lines is None:
         _render_spec(con, r)
+    for line in lines or ():
+        con.print(line, markup=False, highlight=False)
     table = Table(show_lines=False)
     for col in ("name", "shape", "dtype", "bytes", "role"):
         table.add_column(col, overflow="fold")
@@ -362,16 +326,17 @@ def _print_launch(lines: dict[str, str] | str) -> None:
 
 
 def _convert_mtp(src: str, output: str | None, stitch: str | None, index: int, js: bool) -> None:
-    from eagle3kit.checkpoint.mtp import extract_mtp, stitch_mtp
     from eagle3kit.cli._checks import check_output
 
+    head = registry.target_head()  # the method whose drafter ships inside the target
+    heads = registry.part(head.name, "checkpoint")
     if stitch is not None:
-        r = stitch_mtp(src, stitch)
+        r = heads.stitch_mtp(src, stitch)
     else:
         if output is None:
             raise bad("-o", "missing: --extract-mtp writes the head to a new directory")
         check_output(output, "-o", src, kind="dir")
-        r = extract_mtp(src, output, index)
+        r = heads.extract_mtp(src, output, index)
     if js:
         emit_json(r.to_json())
         return
@@ -387,15 +352,11 @@ def _convert_mtp(src: str, output: str | None, stitch: str | None, index: int, j
         f"stitched {stitch} into {src}: new shard {doc['new_shard']}; rewritten "
         f"{doc['rewritten'] or 'none'}; untouched {len(doc['untouched'])} shard(s)"
     )
-    _print_launch(
-        {
-            "vllm": f"vllm serve {src} --speculative-config "
-            '\'{"method": "mtp", "num_speculative_tokens": 1}\''
-        }
-    )
+    _print_launch({"vllm": registry.launch_lines(head.name, 1, src, None)["vllm"]})
 
 
 def convert(
+    *,
     src: Src,
     to: To = None,
     output: Output = None,
@@ -411,9 +372,9 @@ def convert(
 
     Refuses (exit 2, nothing written) a drafter with a broken config, shapes or vocab map, and
     any conversion the destination cannot represent."""
-    from eagle3kit.checkpoint.convert import convert as run_convert
-    from eagle3kit.checkpoint.convert_methods import convert_method
-    from eagle3kit.checkpoint.hub_files import open_checkpoint
+    from eagle3kit.checkpoint.eagle3.convert import convert as run_convert
+    from eagle3kit.checkpoint.io.hub_files import open_checkpoint
+    from eagle3kit.checkpoint.method_convert import convert_method
     from eagle3kit.checkpoint.methods import method_header_of
     from eagle3kit.cli._checks import check_output
 

@@ -89,6 +89,7 @@ TrustRemoteCode = Annotated[
 
 
 def prepare(
+    *,
     inputs: Inputs,
     target: Target,
     output: PrepareOutput,

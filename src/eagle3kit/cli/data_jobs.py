@@ -116,6 +116,7 @@ JsonOut = Annotated[bool, typer.Option("--json", help=JSON_HELP)]
 
 
 def regenerate_cmd(
+    *,
     input: Input,
     output: RegenOutput,
     target: RegenTarget = None,
@@ -304,6 +305,7 @@ LockTimeout = Annotated[
 
 
 def capture_cmd(
+    *,
     data: DataArg = None,
     target: CaptureTarget = ...,
     output: CaptureOutput = None,
@@ -348,7 +350,16 @@ def capture_cmd(
         common = dict(vocab=vocab, topk=topk, shard_tokens=shard_tokens,
                       heldout=heldout_data or None)  # fmt: skip
         aux = list(aux_layers) if aux_layers else None
-        res = _engine_capture(data, target, output, aux, eng, common, batch_tokens, json_)
+        res = _engine_capture(
+            data,
+            target,
+            output,
+            aux,
+            eng=eng,
+            common=common,
+            batch_tokens=batch_tokens,
+            json_=json_,
+        )
         if res is None:
             return
     else:
@@ -434,10 +445,10 @@ def _next_capture(target: str, eng: dict, vocab: Path | None) -> None:
     )
 
 
-def _engine_capture(data, target, output, aux, eng: dict, common: dict, batch_tokens, json_):
+def _engine_capture(data, target, output, aux, *, eng: dict, common: dict, batch_tokens, json_):
     """`data capture --engine vllm` (or `--launch-command`): the store, or None when only the
     launch line was printed."""
-    from eagle3kit.checkpoint.engines import parse_engines
+    from eagle3kit.checkpoint.engines.rules import parse_engines
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
     from eagle3kit.core.errors import Eagle3Error

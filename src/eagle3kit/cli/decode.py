@@ -11,6 +11,7 @@ import typer
 
 from eagle3kit.cli._checks import heldout_amount, top_p
 from eagle3kit.cli._options import Device, JsonFlag, Seed
+from eagle3kit.core import registry
 from eagle3kit.core.errors import bad
 
 TARGET_HELP = "Target: a model dir, a hub id, or a zoo member (dsv3-v2, llama-v1-tiny)."
@@ -25,13 +26,11 @@ LIVE_ENDPOINT_HELP = "Live: chat, completions, or generate (SGLang's native endp
 LIVE_DEPTH_HELP = "Live: the drafter's trained depth (warns when the server's settings cap tau)."
 
 
-def _load(
-    target: str, drafter: str | None, device: str, threads: int | None, method: str = "eagle3"
-):
+def _load(target: str, drafter: str | None, device: str, threads: int | None, method: str):
     """(TargetModel, drafter) on `device`, torch using `threads` CPU threads when given; for
-    --method mtp (or a head dir as --drafter) the drafter is an MTP head (model/mtp.py)."""
-    from eagle3kit.model.loading import load_pair
-    from eagle3kit.model.mtp import is_head_dir, load_mtp
+    --method mtp (or a head dir as --drafter) the drafter is an MTP head (model/loading.py
+    `load_for`)."""
+    from eagle3kit.model.loading import load_for
 
     if method not in METHODS:
         raise bad("--method", f"expected one of {', '.join(METHODS)}, found {method!r}")
@@ -39,9 +38,7 @@ def _load(
         import torch
 
         torch.set_num_threads(threads)
-    if method == "mtp" or is_head_dir(drafter):
-        return load_mtp(target, drafter, device=device)
-    return load_pair(target, drafter, device=device)
+    return load_for(target, drafter, method, device=device)
 
 
 def _check_depth(depth: int, option: str = "--depth") -> None:
@@ -64,7 +61,8 @@ def _tree(tree: bool, topk: int, budget: int):
     return TreeShape(topk, budget) if tree else None
 
 
-METHODS = ("eagle3", "mtp")
+# a drafter dir (its method read from the file), or the target's own head
+METHODS = (registry.DEFAULT, registry.target_head().name)
 Method = Annotated[
     str,
     typer.Option(
@@ -97,6 +95,7 @@ TopP = Annotated[float, typer.Option("--top-p", callback=top_p)]
 
 
 def generate(
+    *,
     target: Target,
     prompt: Prompt,
     drafter: Drafter = None,
@@ -117,13 +116,12 @@ def generate(
     """Generate with speculative decoding; streams the text, ends with tau and tok/s."""
     from eagle3kit.data.regenerate import chat_prompt_ids
     from eagle3kit.decode import Sampling, speculative_generate
-    from eagle3kit.decode.mtp import mtp_generate
 
     if not prompt:
         raise bad("--prompt", "expected some text, found an empty prompt")
     _check_depth(depth)
-    if drafter is None and method == "eagle3":
-        raise bad("--drafter", "expected a drafter dir (or --method mtp), found none")
+    if drafter is None and method in METHODS and not registry.get(method).target_head:
+        raise bad("--drafter", f"expected a drafter dir (or --method {METHODS[1]}), found none")
     tm, d = _load(target, drafter, device, threads, method)
     tok = tm.tokenizer
     if tok is None:
@@ -133,8 +131,7 @@ def generate(
     if not ids:
         raise bad("--prompt", f"expected text that makes at least one token, found {prompt!r}")
     stream = None if json_ else _Streamer(tok)
-    gen = mtp_generate if getattr(d, "method", None) == "mtp" else speculative_generate
-    g = gen(
+    g = speculative_generate(
         tm,
         d,
         ids,
@@ -208,6 +205,7 @@ EvalSuite = Annotated[
 
 
 def eval_(
+    *,
     target: LocalTarget = None,
     drafter: Drafter = None,
     method: Method = "eagle3",
@@ -251,25 +249,49 @@ def eval_(
             online,
         )
     _check_depth(depth)
-    if drafter is None and method != "mtp":
-        raise typer.BadParameter("expected --drafter (or --method mtp, or --online --url)")
+    if drafter is None and not (method in METHODS and registry.get(method).target_head):
+        raise typer.BadParameter(
+            f"expected --drafter (or --method {METHODS[1]}, or --online --url)"
+        )
     if features is not None:
-        return _eval_features(drafter, features, depth, target, heldout, device, json_,
-                              method, data is not None or online)  # fmt: skip
+        extra = data is not None or online
+        return _eval_features(
+            drafter,
+            features,
+            depth,
+            target=target,
+            heldout=heldout,
+            device=device,
+            json_=json_,
+            method=method,
+            extra=extra,
+        )
     if target is None or data is None:
         raise bad("eval", "expected --target and --data (or --features STORE)")
     tm, d = _load(target, drafter, device, threads, method)
-    _eval_local(tm, d, data, heldout, depth, online, max_new_tokens, repeats, limit, json_)
+    _eval_local(
+        tm,
+        d,
+        data,
+        heldout=heldout,
+        depth=depth,
+        online=online,
+        max_new=max_new_tokens,
+        repeats=repeats,
+        limit=limit,
+        json_=json_,
+    )
 
 
-def _eval_features(drafter, features, depth, target, heldout, device, json_, method, extra):
+def _eval_features(drafter, features, depth, *, target, heldout, device, json_, method, extra):
     """`eval --features STORE`: offline acceptance from a feature store, no target run."""
     from eagle3kit.cli._progress import bar
     from eagle3kit.measure.evaluate import evaluate_store
 
-    if method == "mtp" or drafter is None:
-        raise bad("--features", "mtp: expected --data (a feature store keeps aux layers, not the "
-                  "final hidden states an MTP head reads)")  # fmt: skip
+    rec = registry.get(method)
+    if drafter is None or not rec.store_eval:
+        why = rec.why_not.get("store_eval", "its drafter is not in a feature store")
+        raise bad("--features", f"{method}: expected --data ({why})")
     if extra:
         raise bad("eval --features", "offline only, and without --data")
     with bar(not json_) as progress:
@@ -278,7 +300,7 @@ def _eval_features(drafter, features, depth, target, heldout, device, json_, met
     _output(r, json_, _render_eval)
 
 
-def _eval_local(tm, d, data, heldout, depth, online, max_new, repeats, limit, json_):
+def _eval_local(tm, d, data, *, heldout, depth, online, max_new, repeats, limit, json_):
     """`eval --target --data`: offline acceptance, and online decoding with --online."""
     from eagle3kit.cli._progress import bar
     from eagle3kit.measure.evaluate import evaluate, load_eval_data
@@ -321,6 +343,7 @@ DrafterDepth = Annotated[int, typer.Option("--drafter-depth", help=LIVE_DEPTH_HE
 
 
 def bench_(
+    *,
     target: LocalTarget = None,
     drafter: Drafter = None,
     method: Method = "eagle3",
@@ -368,10 +391,7 @@ def bench_(
     with bar(not json_) as progress:
         r = bench(tm, d, ps, repeats=repeats, max_new_tokens=max_new_tokens, depth=depth,
                   tree=TreeShape(topk, budget), tree_depth=tree_depth, lookup=lookup,
-                  methods=("greedy", "lookup", "lookup-hf", "chain") if method == "mtp" else None,
                   levels=_levels(concurrency), progress=progress)  # fmt: skip
-    if method == "mtp" or getattr(d, "method", None) == "mtp":
-        r["method"] = "mtp"  # its chain row drafts with the target's MTP head
     _output(r, json_, _render_bench)
 
 

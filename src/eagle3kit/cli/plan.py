@@ -301,6 +301,7 @@ class PlanOptions:
 
 
 def plan(
+    *,
     baseline_tps: BaselineTps = None,
     decode_ms: DecodeMs = None,
     cycle_ms: CycleMs = None,

@@ -48,10 +48,10 @@ def _candidates(o: MethodsOptions):
         label, path = parse_accept_arg(a)
         cands += read_candidates(path, label)
     if o.methods:
-        from eagle3kit.plan.methods import method
+        from eagle3kit.core import registry
 
         for m in o.methods:
-            method(m, "--methods")
+            registry.get(m, "--methods")
         cands = [c for c in cands if c.method in o.methods]
     if not cands:
         want = ", ".join(o.methods) or "any method"
@@ -94,10 +94,10 @@ def run(o: MethodsOptions, json_: bool) -> bool:
 
 def _best_served(mp, cands):
     """The candidate vLLM serves with the highest tok/s at the lowest level."""
-    from eagle3kit.plan.methods import METHODS
+    from eagle3kit.core import registry
 
     low = mp.best[min(mp.best)]
-    served = [p for p in low if p.label != "plain" and METHODS[p.method].vllm is not None]
+    served = [p for p in low if p.label != "plain" and registry.get(p.method).serves("vllm")]
     if not served:
         raise Eagle3Error("--vllm-schedule: no candidate that vLLM serves")
     top = max(served, key=lambda p: p.user_tps)
@@ -106,13 +106,13 @@ def _best_served(mp, cands):
 
 def _launches(mp, cands, model: str) -> dict[str, Any]:
     """Per level, the winner's SGLang and vLLM launch lines."""
-    from eagle3kit.plan.methods import launch_lines
+    from eagle3kit.core import registry
 
     out = {}
     for c, w in sorted(mp.winners.items()):
         cand = next((x for x in cands if x.label == w.label), None)
-        name = cand.method if cand else "eagle3"
-        out[str(c)] = launch_lines(name, w.depth, model, cand.draft if cand else None)
+        name = cand.method if cand else registry.DEFAULT
+        out[str(c)] = registry.launch_lines(name, w.depth, model, cand.draft if cand else None)
     return out
 
 

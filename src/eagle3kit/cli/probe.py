@@ -210,16 +210,29 @@ def _from_stores(drafter, target, data, features_new, features_old) -> bool:
     return stores
 
 
+def _target_head(method: str) -> bool:
+    """The method's drafter ships inside the target (its MTP head): models, not stores."""
+    from eagle3kit.core import registry
+
+    return registry.get(method).target_head
+
+
 def _check_method(method: str, target: str | None) -> None:
-    if method not in ("eagle3", "dflash", "mtp"):
+    from eagle3kit.core import registry
+
+    probed = registry.names(can="probe")
+    if method not in probed:
         from eagle3kit.core.errors import bad
 
-        raise bad("--method", f"expected eagle3, dflash or mtp, found {method!r}")
-    if method == "mtp" and target is None:
-        raise typer.BadParameter("--method mtp: expected --target (and --reference-target)")
+        raise bad(
+            "--method", f"expected {', '.join(probed[:-1])} or {probed[-1]}, found {method!r}"
+        )
+    if registry.get(method).target_head and target is None:
+        raise typer.BadParameter(f"--method {method}: expected --target (and --reference-target)")
 
 
 def probe(
+    *,
     drafter: Drafter = None,
     target: Target = None,
     reference: Reference = None,
@@ -261,7 +274,9 @@ def probe(
                                 depth=depth)  # fmt: skip
         return live.run_probe(opts, url, reference_url)
     _check_method(method, target)
-    stores = method != "mtp" and _from_stores(drafter, target, data, features_new, features_old)
+    stores = not _target_head(method) and _from_stores(
+        drafter, target, data, features_new, features_old
+    )
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
 

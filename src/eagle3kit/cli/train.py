@@ -7,49 +7,12 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from eagle3kit.cli._checks import heldout_amount
 from eagle3kit.cli._options import Seed, TrustRemoteCode
-
-if TYPE_CHECKING:
-    from eagle3kit.train.loop import TrainConfig
-
-
-def _render(s: dict) -> None:
-    from eagle3kit.cli._render import out
-
-    o = out()
-    depth = s.get("tau_every_position_by_depth") or []
-    o.print(
-        f"trained {s['steps']} steps ({s['source']}, {s.get('method', 'eagle3')} "
-        f"{s['attention']} drafter, "
-        f"{s['train_samples']} samples, {s['world_size']} process(es))"
-    )
-    o.print(
-        f"best step {s['best_step']}: tau_every_position {s['tau_every_position']:.3f} "
-        f"(by depth: {', '.join(f'{x:.2f}' for x in depth)})"
-    )
-    if s.get("tau_walk") is not None:
-        o.print(f"walked tau (tau_walk, picks best): {s['tau_walk']:.3f}")
-    cov = s.get("vocab_coverage")
-    if cov:
-        o.print(f"DATA's loss tokens in the draft vocab: {cov['fraction']:.1%}")
-    if s.get("best_acc"):
-        o.print("held-out accuracy per draft step: " + ", ".join(f"{a:.3f}" for a in s["best_acc"]))
-    tps = s.get("tokens_per_s")
-    o.print(f"{tps:.0f} tokens/s; peak memory {s['peak_memory_mb']:.0f} MB" if tps else "")
-    ref = s.get("reference")
-    if ref:
-        o.print(
-            f"accept length on the old target {ref['target']}"
-            + (f" (store {ref['features']})" if ref.get("features") else "")
-            + f": {ref['before']['old']:.3f} -> "
-            f"{ref['after']['old']:.3f}; on the new target: {ref['before']['new']:.3f} -> "
-            f"{ref['after']['new']:.3f}"
-        )
 
 
 def _warnings(progress, main_rank: bool):
@@ -284,7 +247,6 @@ CONFIG_OPTIONS = {
     "time_limit": TimeLimit,
     "trust_remote_code": TrustRemoteCode,
 }
-TRAIN_METHODS = ("eagle3", "eagle3.1", "peagle", "dflash", "mtp")
 RUN_OPTIONS = {  # how to run, not saved with the run: (option, default)
     "resume": (Resume, False),
     "threads": (Threads, None),
@@ -304,30 +266,17 @@ def train(**options) -> None:
     """Train a drafter (training-time test); keeps RUN/best by the walked accept length.
     --method eagle3.1 / peagle train those EAGLE variants (docs/train.md), dflash a DFlash
     block drafter (docs/dflash.md), mtp fine-tunes the target's own MTP head (docs/mtp.md)."""
-    from eagle3kit.train.loop import TrainConfig
+    from eagle3kit.core import registry
 
     method = options["method"]
-    if method not in (None, *TRAIN_METHODS):
+    trained = registry.names(can="train")
+    if method not in (None, *trained):
         raise typer.BadParameter(
-            f"expected one of {', '.join(TRAIN_METHODS)}, found {method!r}", param_hint="--method"
+            f"expected one of {', '.join(trained)}, found {method!r}", param_hint="--method"
         )
-    if method == "mtp":
-        return _run_mtp(options)
-    fields = {k: options[k] for k in CONFIG_OPTIONS}
-    if method == "dflash":
-        fields["method"] = None  # DFlash has its own loop (train/dflash_run.py)
-    cfg = TrainConfig(**fields)
+    part = registry.part(method or registry.DEFAULT, "train")
     run = {k: options[k] for k in ("resume", "threads", "json_")}
-    if method == "dflash":
-        from eagle3kit.train.dflash import DFlashOptions
-
-        o = options
-        opts = DFlashOptions(
-            o["block_size"], o["draft_layers"], o["anchors"], o["gamma"], o["dflash_loss"],
-            weights=o["position_weights"],
-        )  # fmt: skip
-        return _run(cfg, **run, dflash=opts)
-    _run(cfg, **run)
+    _run(part.config(options), **run, part=part, options=options)
 
 
 def _signature() -> inspect.Signature:
@@ -355,79 +304,27 @@ def register(app: typer.Typer) -> None:
     app.command("train")(train)
 
 
-def _run(cfg: TrainConfig, *, resume: bool, threads: int | None, json_: bool, dflash=None) -> None:
-    """The run of `cfg` and its summary (rank 0)."""
+def _run(cfg, *, resume: bool, threads: int | None, json_: bool, part, options: dict) -> None:
+    """The run of `cfg` (the settings the method's train part made of the options) and its
+    summary (rank 0)."""
     import os
 
     import torch
 
     from eagle3kit.cli._checks import check_device
     from eagle3kit.cli._progress import bar
-    from eagle3kit.cli._render import emit_json
-    from eagle3kit.train.loop import train as run_train
+    from eagle3kit.cli._render import emit_json, out
 
     check_device(cfg.device)  # one line for cuda on a machine without it, before any work
     if threads:
         torch.set_num_threads(threads)
     main_rank = os.environ.get("RANK", "0") == "0"
     with bar(not json_ and main_rank) as progress:
-        if dflash is not None:
-            from eagle3kit.train.dflash_run import train_dflash
-
-            summary = train_dflash(cfg, dflash, resume=resume, progress=progress)
-        else:
-            summary = run_train(cfg, resume=resume, progress=_warnings(progress, main_rank))
+        summary = part.run(cfg, options, resume=resume, progress=_warnings(progress, main_rank))
     if not main_rank:
         return
     if json_:
         emit_json(summary)
-    elif dflash is not None:
-        _render_dflash(summary)
-    else:
-        _render(summary)
-
-
-def _render_dflash(s: dict) -> None:
-    from eagle3kit.cli._render import out
-
-    acc = ", ".join(f"{a:.2f}" for a in s["per_position_acceptance"])
-    out().print(
-        f"trained a DFlash drafter {s['steps']} steps ({s['source']}, block {s['block_size']}, "
-        f"{s['train_samples']} samples); best step {s['best_step']}: expected accept length "
-        f"{s['tau_every_position']:.3f} (per position: {acc}) -> {s['best']}"
-    )
-
-
-def _run_mtp(o: dict) -> None:
-    """`train --method mtp` (train/mtp.py): RUN/head (the target's names) + RUN/summary.json."""
-    from eagle3kit.cli._progress import bar
-    from eagle3kit.cli._render import emit_json
-    from eagle3kit.cli._render import out as console
-    from eagle3kit.core.errors import bad
-    from eagle3kit.train.mtp import MTPTrainConfig, train_mtp
-
-    if o["target"] is None or o["data"] is None:
-        raise bad("train --method mtp", "expected --target and --data (a DATA dir)")
-    if o["threads"] is not None:
-        import torch
-
-        torch.set_num_threads(o["threads"])
-    cfg = MTPTrainConfig(
-        target=o["target"], data=str(o["data"]), out=o["out"], init_from=o["init_from"],
-        steps=o["steps"] or 200, batch_size=o["batch_size"], max_len=o["max_len"], lr=o["lr"],
-        k=o["mtp_steps"], eval_samples=o["eval_samples"], seed=o["seed"], device=o["device"],
-        targets=o["mtp_targets"],
-    )  # fmt: skip
-    json_ = o["json_"]
-    with bar(not json_) as progress:
-        s = train_mtp(cfg, progress)
-    if json_:
-        return emit_json(s)
-    b, a = s["before"], s["after"]
-    console().print(
-        f"mtp head ({s['init']}): {cfg.steps} steps, loss {s['loss']['first']:.3f} -> "
-        f"{s['loss']['last']:.3f}; held-out tau_every_position "
-        f"{b['tau_every_position']:.3f} -> {a['tau_every_position']:.3f} "
-        f"(per position {', '.join(f'{x:.2f}' for x in a['per_position_acceptance'])}); "
-        f"head: {s['head']}"
-    )
+        return
+    for line in part.summary_lines(summary):
+        out().print(line, markup=False, highlight=False)

@@ -130,6 +130,7 @@ Strict = Annotated[
 
 
 def build(
+    *,
     name: Name,
     out_dir: Out,
     size: Size = "full",
@@ -282,6 +283,7 @@ MemberDir = Annotated[
 
 
 def add_mtp(
+    *,
     src: MemberDir,
     out_dir: Out,
     steps: Annotated[int, typer.Option(help="FastMTP training steps.")] = 240,
@@ -298,18 +300,19 @@ def add_mtp(
 
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json, out
+    from eagle3kit.core import registry
     from eagle3kit.core.artifacts import stamp
-    from eagle3kit.train.mtp_zoo import add_mtp_layer
     from eagle3kit.zoo.shipping import read_manifest
+
+    heads = registry.part(registry.target_head().name, "train")  # the MTP layer's training
 
     before, t0 = torch.get_num_threads(), time.time()
     torch.set_num_threads(1)  # a build's figures should not depend on the machine's cores
     try:
         with bar(True) as progress:
-            add_mtp_layer(
-                src, out_dir, steps, samples=samples, max_len=max_len, seed=seed,
-                progress=progress,
-            )  # fmt: skip
+            heads.add_mtp_layer(
+                src, out_dir, steps, samples=samples, max_len=max_len, seed=seed, progress=progress
+            )
     finally:
         torch.set_num_threads(before)
     mtp = (read_manifest(out_dir) or {}).get("mtp", {})

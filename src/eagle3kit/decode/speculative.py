@@ -33,7 +33,6 @@ import torch
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.decode.generation import Clock, Generation, Output, prompt_tensor, stop_set
-from eagle3kit.decode.parallel import parallel_chain
 from eagle3kit.decode.sampling import (
     GREEDY,
     Sampling,
@@ -129,11 +128,8 @@ class SpecDecoder:
         return Draft(m, *self._draft_chain())
 
     def _draft_chain(self) -> tuple[list[int], torch.Tensor | None]:
-        """k draft tokens (target ids) and, when sampling, their draft laws q [k, Vd]."""
-        if getattr(self.drafter, "parallel", False):  # P-EAGLE: one pass (decode/parallel.py)
-            return parallel_chain(
-                self.drafter, self.cache, self.logits, self.depth, self.s, self.gen
-            )
+        """k draft tokens (target ids) and, when sampling, their draft laws q [k, Vd]: one
+        drafter step per token (a method drafting otherwise overrides this)."""
         logits, hidden, drafts, qs = self.logits, self.hidden, [], []
         for i in range(self.depth):
             if self.s.greedy:
@@ -200,11 +196,13 @@ def speculative_generate(
     eos_token_id: int | None = None,
     seed: int = 0,
     on_tokens: Callable[[list[int]], None] | None = None,
+    decoder: type[SpecDecoder] | None = None,
 ) -> Generation:
-    """Decode up to ``max_new_tokens`` after ``prompt_ids`` (see the module docstring)."""
+    """Decode up to ``max_new_tokens`` after ``prompt_ids`` (see the module docstring);
+    ``decoder``: a SpecDecoder that drafts its own way (P-EAGLE's one pass)."""
     _check(drafter, depth, tree, max_new_tokens)
     ids = prompt_tensor(prompt_ids, target.device)  # [1, P]
-    dec = SpecDecoder(target, drafter, depth, tree, sampling, seed)
+    dec = (decoder or SpecDecoder)(target, drafter, depth, tree, sampling, seed)
     out = Output(stop_set(eos_token_id), max_new_tokens, on_tokens)
     stats = DecodeStats(depth=depth, method="tree" if tree else "chain", prompt_tokens=ids.shape[1])
     return run_cycles(dec, ids, out, stats)
@@ -252,8 +250,6 @@ def _check(drafter, depth: int, tree: TreeShape | None, max_new_tokens: int) -> 
         raise Eagle3Error(f"depth: expected >= 1, found {depth}")
     if max_new_tokens < 1:
         raise Eagle3Error(f"max_new_tokens: expected >= 1, found {max_new_tokens}")
-    if tree is not None and getattr(drafter, "parallel", False):
-        raise Eagle3Error("tree: a P-EAGLE drafter drafts a chain in one pass; drop the tree")
     if tree is not None and (tree.topk < 1 or tree.budget < 1):
         raise Eagle3Error(f"tree: expected topk >= 1 and budget >= 1, found {tree}")
     if not getattr(drafter, "embed_loaded", True):

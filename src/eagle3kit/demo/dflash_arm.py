@@ -8,7 +8,8 @@ Its block is B = depth + 1 (`[last token, mask x depth]`), so it drafts `depth` 
 cycle like the chain arms, in one drafter pass (docs/dflash.md). The K2 DFlash drafter trains
 as the EAGLE-3 K2 drafter does (on `v1_samples` of the stdlib library slice, the recipe's
 batch, length and learning rate, seed 0, one torch thread) for `k2_dflash_steps`; the
-fine-tune takes the recipe's `tune_steps` at a third of the learning rate (train/dflash.py
+fine-tune takes the recipe's `tune_steps` at a third of the learning rate
+(methods/dflash/train/step.py
 `train_dflash_drafter`); both have one layer and draw `ANCHORS` blocks per sample
 (docs/dflash.md "Demo entry point"). The target reads the drafter's layers through a second
 TargetModel over the same weights.
@@ -27,7 +28,7 @@ from eagle3kit.core.progress import Progress
 
 if TYPE_CHECKING:
     from eagle3kit.demo.steps import Recipe
-    from eagle3kit.model.dflash import DFlashDrafter
+    from eagle3kit.methods.dflash.model import DFlashDrafter
     from eagle3kit.model.target import TargetModel
 
 STALE = "stale K2 DFlash"
@@ -73,7 +74,7 @@ def build_k2_dflash(final: Path, p1: Path, size: str, progress: Progress | None)
     demo-drafter.json); returns run/best."""
     from eagle3kit.core.atomic import atomic_dir
     from eagle3kit.demo.steps import RECIPES, k2_key, prepare_data
-    from eagle3kit.train.dflash_run import train_dflash_drafter
+    from eagle3kit.methods.dflash.train.loop import train_dflash_drafter
 
     r = RECIPES[size]
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -102,8 +103,8 @@ def train_dflash_run(
     a drafter from scratch, as benchmarks/demo_dflash_arm.py measures): reused when complete
     with this recipe, resumed when a previous demo was killed in it, else trained fresh.
     Returns its summary (also RUN/summary.json)."""
-    from eagle3kit.train.dflash import DFlashOptions
-    from eagle3kit.train.dflash_run import train_dflash, train_dflash_drafter
+    from eagle3kit.methods.dflash.train.loop import train_dflash, train_dflash_drafter
+    from eagle3kit.methods.dflash.train.step import DFlashOptions
 
     run = out / "runs" / RUN
     state = run / "state" / "state.json"
@@ -151,7 +152,7 @@ def train_dflash_run(
 def load_dflash(path: Path, v2: TargetModel) -> tuple[DFlashDrafter, TargetModel]:
     """The drafter for inference, and a TargetModel over v2's weights that captures the
     drafter's layers (close it after use); the drafter borrows its embedding and lm_head."""
-    from eagle3kit.model.dflash import DFlashDrafter
+    from eagle3kit.methods.dflash.model import DFlashDrafter
     from eagle3kit.model.target import TargetModel
 
     d = DFlashDrafter.from_pretrained(path).eval().requires_grad_(False)
@@ -174,9 +175,10 @@ class _Samples:
 
 def eval_dflash(d: DFlashDrafter, t: TargetModel, batch: Any, depth: int, path: Path):
     """The eval.json entry of the DFlash drafter on the probe batch the EAGLE-3 drafters were
-    measured on (measure/block_eval.py); `walk_acc` is its walked P(r >= i), as theirs."""
+    measured on (methods/dflash/measure/offline.py); `walk_acc` is its walked P(r >= i), as
+    theirs."""
     from eagle3kit.demo.steps import eval_entry
-    from eagle3kit.measure.block_eval import evaluate_offline_dflash
+    from eagle3kit.methods.dflash.measure.offline import evaluate_offline_dflash
 
     r = evaluate_offline_dflash(t, d, _Samples(batch), depth)
     return eval_entry(r, path, "dflash", block_size=d.spec.block_size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from eagle3kit.model.mtp import MTPHead
+    from eagle3kit.methods.mtp.model import MTPHead
     from eagle3kit.model.target import TargetModel
 
 LABEL = "MTP (shipped head)"
@@ -18,8 +18,8 @@ LABEL = "MTP (shipped head)"
 
 def shipped_head(v2: TargetModel) -> MTPHead | None:
     """The target's own MTP head, or None when its config declares none."""
-    from eagle3kit.checkpoint.mtp_layout import mtp_count
-    from eagle3kit.model.mtp import load_mtp_head
+    from eagle3kit.methods.mtp.checkpoint.layout import mtp_count
+    from eagle3kit.methods.mtp.model import load_mtp_head
 
     if not mtp_count(v2.config):
         return None
@@ -28,8 +28,8 @@ def shipped_head(v2: TargetModel) -> MTPHead | None:
 
 def eval_mtp(v2: TargetModel, head: MTPHead, samples: Any, depth: int) -> dict[str, Any]:
     """The eval.json entry of the head on the probe batch the drafters were measured on
-    (measure/mtp.py); `walk_acc` is its walked P(r >= i), as theirs."""
+    (methods/mtp/measure/offline.py); `walk_acc` is its walked P(r >= i), as theirs."""
     from eagle3kit.demo.steps import eval_entry
-    from eagle3kit.measure.mtp import evaluate_mtp_offline
+    from eagle3kit.methods.mtp.measure.offline import evaluate_mtp_offline
 
     return eval_entry(evaluate_mtp_offline(v2, head, samples, depth), v2.name_or_path, "mtp")

@@ -67,9 +67,9 @@ def seed_plan(out: Path, say: Callable[[str], None]) -> dict[str, Any]:
 def prologue(out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """The situation in the seed: plan on its numbers; inspect and compat the Kimi drafters."""
     from eagle3kit.checkpoint.compat import compat
+    from eagle3kit.checkpoint.eagle3.synthetic import kimi_k2_spec, write_sparse_drafter
     from eagle3kit.checkpoint.findings import trained_on_words
     from eagle3kit.checkpoint.inspection import inspect_checkpoint
-    from eagle3kit.checkpoint.synthetic import kimi_k2_spec, write_sparse_drafter
 
     steps = [seed_plan(out, say)]
     k2 = write_sparse_drafter(

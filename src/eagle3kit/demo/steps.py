@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3kit.core import registry
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json, atomic_write_text
 from eagle3kit.core.progress import Progress
 
@@ -176,11 +177,11 @@ def k2_key(method: str, p1: Path, size: str, extra: dict[str, Any] | None = None
 
     r = RECIPES[size]
     key: dict[str, Any] = {"kind": "eagle3kit.demo_drafter", "schema": 1, "version": 1}
-    if method != "eagle3":  # the EAGLE-3 key as it was before there were two K2 drafters
+    if method != registry.DEFAULT:  # EAGLE-3's key as it was before there were two
         key["method"] = method
     key["target"] = str(p1)
     key["target_weights"] = identity(p1)  # another shipped zoo retrains it
-    fields = K2_FIELDS if method == "eagle3" else K2_DFLASH_FIELDS
+    fields = K2_FIELDS if method == registry.DEFAULT else K2_DFLASH_FIELDS
     key["recipe"] = {f: getattr(r, f) for f in fields} | (extra or {})
     return key
 
@@ -349,7 +350,7 @@ def lookup_row(b: dict[str, Any], src: str) -> dict[str, Any]:
     row = next(m for m in b["methods"] if m["name"] == "lookup")
     return {
         "name": "prompt lookup",
-        "method": "ngram",
+        "method": registry.of_decoder("lookup").name,
         "tps": row["tokens_per_s"]["median"],
         "plain": b["baseline_tps"],
         "speedup": row["speedup"],
@@ -360,24 +361,34 @@ def lookup_row(b: dict[str, Any], src: str) -> dict[str, Any]:
 
 def headline_row(name: str, b: dict[str, Any], src: str) -> dict[str, Any]:
     """One row of the demo's headline table from a bench document (its "method": the chain
-    row's draft method, eagle3 or dflash)."""
+    row's draft method). A method other than the stale bench's (which times EAGLE-3 steps
+    only) keeps its own drafter pass: its bench's drafting time per cycle over its passes."""
     row = {
         "name": name,
-        "method": b.get("method", "eagle3"),
+        "method": b.get("method", registry.DEFAULT),
         "tps": b["spec_tps"],
         "plain": b["baseline_tps"],
         "speedup": b["speedup"],
         "tau_online": b["tau_online"],
         "source": src,
     }
-    if row["method"] == "dflash":  # its one drafter pass per cycle, for the prediction
-        row["pass_ms"] = b["draft_ms"]
-    elif row["method"] == "mtp":  # one head pass per drafted token
-        row["pass_ms"] = round(b["draft_ms"] / b["depth"], 4)
+    if row["method"] != registry.DEFAULT:
+        row["pass_ms"] = round(
+            b["draft_ms"] / registry.get(row["method"]).draft_passes(b["depth"]), 4
+        )
     return row
 
 
-DRAFTED = ("eagle3", "dflash", "mtp")  # the methods of the drafters' and heads' rows
+def _drafted(h: dict[str, Any]) -> bool:
+    """A row of a drafter or a head (not plain decoding, not a model-free method)."""
+    m = registry.find(h.get("method"))
+    return m is not None and not m.model_free
+
+
+def _model_free(h: dict[str, Any]) -> bool:
+    """A row of a method without a drafter (prompt lookup)."""
+    m = registry.find(h.get("method"))
+    return m is not None and m.model_free
 
 
 def predict_headline(
@@ -398,18 +409,18 @@ def predict_headline(
     levels, prefill, new = costs_of(stale["costs"], "bench-stale.json")
     lv = levels[0]
     for h in headline:
-        if h.get("method") in DRAFTED and h["name"] in ev["drafters"]:
+        if _drafted(h) and h["name"] in ev["drafters"]:
             pp = tuple(ev["drafters"][h["name"]]["walk_acc"][:depth])
             at, h["predicted_from"] = lv, "eval.json (offline, walked)"
-            if h["method"] in ("dflash", "mtp"):
+            if "pass_ms" in h:
                 at = replace(lv, pass_ms={**lv.pass_ms, h["method"]: h["pass_ms"]})
                 h["predicted_from"] += f"; its drafter pass from {h['source']}"
             p = predict(Candidate(h["name"], h["method"], pp), at, depth, new, prefill)
-        elif h.get("method") == "ngram":
+        elif _model_free(h):
             row = next(m for m in stale["methods"] if m["name"] == "lookup")
             cand = Candidate(
-                "ngram",
-                "ngram",
+                h["method"],
+                h["method"],
                 tuple(row["per_position_acceptance"]),
                 drafted=row["drafted_per_cycle"],
             )
@@ -423,8 +434,8 @@ def predict_headline(
 
 def lookup_verdict(headline: list[dict[str, Any]]) -> str | None:
     """A line when no trained drafter beats prompt lookup (measured), else None."""
-    look = next((h for h in headline if h.get("method") == "ngram"), None)
-    drafters = [h for h in headline if h.get("method") in DRAFTED]
+    look = next((h for h in headline if _model_free(h)), None)
+    drafters = [h for h in headline if _drafted(h)]
     if look is None or not drafters:
         return None
     best = max(drafters, key=lambda h: h["tps"])

@@ -390,7 +390,7 @@ def _mtp_arm(out, v2, batch, ev, prompts, r: Recipe, say: Say, progress) -> list
 
 def _eval_eagle3(v2, paths: dict[str, Path], batch, depth: int, say: Say) -> dict[str, Any]:
     """Each EAGLE-3 drafter's offline acceptance on ``batch``: eval.json's entries."""
-    from eagle3kit.measure.probe import offline_acceptance, target_features
+    from eagle3kit.measure.probe_aux import offline_acceptance, target_features
     from eagle3kit.train.acceptance import acceptance
 
     out = {}

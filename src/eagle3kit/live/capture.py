@@ -5,7 +5,7 @@ speculative method ``extract_hidden_states`` with the ``ExampleHiddenStatesConne
 connector (vLLM PR #33736) writes, per request, the residual stream at the layer ids it was
 launched with (`live/capture_client.py` has the protocol). vLLM id k is the residual stream
 after decoder layer k-1 (vLLM `EagleModelMixin._maybe_add_hidden_state`), i.e. our h-index k
-(`eagle3kit.checkpoint.engines`: vLLM's rule "as_is"); id L = num_hidden_layers is the last
+(`eagle3kit.checkpoint.engines.rules`: vLLM's rule "as_is"); id L = num_hidden_layers is the last
 layer's output *before* the final norm. We ask for the drafter's aux layers plus L:
 
     layer_ids = sorted(aux h-indices) + [L]
@@ -87,9 +87,9 @@ def layer_plan(
     drafter: Sequence[int] | None = None,  # the drafter's h-indices, when aux holds more
 ) -> LayerPlan:
     """vLLM ids for these aux h-indices (under the rule of the engine table,
-    `checkpoint/engines.py`, for this vLLM release and target family) plus L; ``layer_ids``
+    `checkpoint/engines/rules.py`, for this vLLM release and target family) plus L; ``layer_ids``
     (what a running server was launched with) must be exactly those."""
-    from eagle3kit.checkpoint import engines as E
+    from eagle3kit.checkpoint.engines import rules as E
     from eagle3kit.model.target import validate_aux_layers
 
     aux = validate_aux_layers(aux, num_layers)
@@ -118,15 +118,15 @@ def layer_plan(
 
 
 def _drafter_spec(drafter: str) -> Any:
-    """The drafter's spec by header: an EAGLE-3 DraftSpec, or a DFlashSpec (its `aux_layers`
-    are the h-indices its z-lab ids name: id + 1)."""
-    from eagle3kit.checkpoint.dflash_layout import is_dflash_config
-    from eagle3kit.checkpoint.methods import dflash_header
-    from eagle3kit.checkpoint.reader import drafter_header
-    from eagle3kit.checkpoint.safetensors_io import load_checkpoint
+    """The drafter's spec by header: an EAGLE-3 DraftSpec, or its method's (a DFlashSpec's
+    `aux_layers` are the h-indices its z-lab ids name: id + 1)."""
+    from eagle3kit.checkpoint.eagle3.reader import drafter_header
+    from eagle3kit.checkpoint.io.safetensors_io import load_checkpoint
+    from eagle3kit.checkpoint.methods import method_header_of
 
     ckpt = load_checkpoint(drafter)
-    return dflash_header(ckpt).spec if is_dflash_config(ckpt.config) else drafter_header(ckpt).spec
+    head = method_header_of(ckpt)  # a drafter its method's part reads (DFlash, P-EAGLE)
+    return head.spec if head is not None else drafter_header(ckpt).spec
 
 
 def drafter_aux(drafter: str | None, aux_layers: Any, num_layers: int) -> tuple[int, ...]:
@@ -304,7 +304,7 @@ def _torch_dtype(name: str | None) -> torch.dtype | None:
 
 def open_target(target: str) -> tuple[Any, TargetShape]:
     """The target's checkpoint description (config + headers; no weight read) and shape."""
-    from eagle3kit.checkpoint.hub_files import open_target as open_checkpoint
+    from eagle3kit.checkpoint.io.hub_files import open_target as open_checkpoint
 
     ckpt = open_checkpoint(target)  # partial: only the norm's and lm_head's shards are read
     return ckpt, target_shape(ckpt)
@@ -320,7 +320,7 @@ def capture_layers(
     aux = drafter_aux(drafter, aux_layers, num_layers)
     more = [int(x) for x in extra or ()]
     if probe:
-        from eagle3kit.measure.probe import AuxIds, aux_candidates
+        from eagle3kit.measure.probe_aux import AuxIds, aux_candidates
 
         if drafter is not None:
             spec = _drafter_spec(drafter)
@@ -344,7 +344,7 @@ def plan_for(
 ) -> tuple[Any, LayerPlan]:
     """The target's checkpoint and the layer plan: the drafter's aux h-indices, then
     ``extra`` ones and (``probe``) the probe's candidates (`capture_layers`)."""
-    from eagle3kit.checkpoint.engines import target_family
+    from eagle3kit.checkpoint.engines.rules import target_family
 
     ckpt, shape = open_target(target)
     own, aux = capture_layers(drafter, aux_layers, extra, probe, shape.num_layers)

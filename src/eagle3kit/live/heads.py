@@ -1,5 +1,5 @@
 """A target's output head alone: its final norm and lm_head, read from its safetensors by
-header (`eagle3kit.checkpoint.tensor_read.read_tensor`), nothing else of the model.
+header (`eagle3kit.checkpoint.io.tensor_read.read_tensor`), nothing else of the model.
 
 Engine capture gets the last decoder layer's output *before* the final norm from the engine
 (vLLM's `extract_hidden_states` id L) and turns it into next-token logits here:
@@ -71,7 +71,7 @@ class OutputHead:
     """Final RMSNorm + lm_head of a target, loaded alone: ``logits(h_last_prenorm)``."""
 
     def __init__(self, ckpt: Any, *, device: str | torch.device = "cpu") -> None:
-        from eagle3kit.checkpoint.tensor_read import read_tensor
+        from eagle3kit.checkpoint.io.tensor_read import read_tensor
 
         self.shape = target_shape(ckpt)
         cfg = text_config(ckpt.config)

@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle3kit.core import registry
 from eagle3kit.live.client import Deadline, ServerFault, get_json, get_text
 
 VLLM_SPEC = "vllm:spec_decode_"
@@ -122,26 +123,21 @@ def _sglang_info(url: str, deadline: Deadline) -> dict | None:
 
 
 def sglang_method(algo: str, draft: str | None, model: str | None) -> str | None:
-    """eagle3kit's method name for SGLang's `speculative_algorithm` (docs/live.md): NEXTN is
-    rewritten to EAGLE at startup and a DeepSeek-style target's draft path defaults to its model
-    path, so EAGLE/EAGLE3 drafting from the model itself is its MTP head."""
-    a = algo.upper()
-    if a in ("DFLASH", "NGRAM"):
-        return a.lower()
-    if a == "NEXTN" or (a in ("EAGLE", "EAGLE3") and draft and draft == model):
-        return "mtp"
-    return "eagle3" if a in ("EAGLE", "EAGLE3") else None
+    """eagle3kit's method name for SGLang's `speculative_algorithm` (docs/live.md; the map is
+    core/registry.py's): NEXTN is rewritten to EAGLE at startup and a DeepSeek-style target's
+    draft path defaults to its model path, so EAGLE/EAGLE3 drafting from the model itself is its
+    MTP head."""
+    found = registry.from_engine("sglang", algo, draft_is_target=bool(draft) and draft == model)
+    return found.name if found else None
 
 
 def vllm_method(spec: dict) -> str | None:
     """eagle3kit's method name for vLLM's `speculative_config` (`"method"`, and
-    `"parallel_drafting": true` for P-EAGLE; older MTP names end in `_mtp`)."""
-    m = str(spec.get("method") or "").lower()
-    if m in ("eagle3", "eagle"):
-        return "peagle" if spec.get("parallel_drafting") else "eagle3"
-    if m == "mtp" or m.endswith("_mtp"):
-        return "mtp"
-    return m if m in ("dflash", "ngram") else None
+    `"parallel_drafting": true` for P-EAGLE; older MTP names end in `_mtp`), by
+    core/registry.py's map."""
+    flags = {"parallel_drafting": spec.get("parallel_drafting")}
+    found = registry.from_engine("vllm", str(spec.get("method") or ""), flags)
+    return found.name if found else None
 
 
 def sglang_speculative(doc: dict) -> dict[str, Any] | None:

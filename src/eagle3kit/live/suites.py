@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.hub_files import cached_hub_file
+from eagle3kit.checkpoint.io.hub_files import cached_hub_file
 from eagle3kit.core.environment import hub_offline
 from eagle3kit.core.errors import Eagle3Error, bad
 

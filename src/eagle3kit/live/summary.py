@@ -24,6 +24,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from eagle3kit.core import registry
 from eagle3kit.plan.forecast import conditional
 
 KIND = "eagle3kit.bench-live"
@@ -206,8 +207,9 @@ def tau_bound(spec: dict[str, Any] | None) -> tuple[float | None, list[str]]:
         return None, []
     steps, topk, ndt = spec["num_steps"], spec.get("topk") or 1, spec.get("num_draft_tokens")
     notes = []
-    if str(spec.get("algorithm") or "").upper() == "DFLASH" and ndt:
-        return float(ndt), []  # SGLang forces num_steps to 1; a block of B drafts B - 1
+    found = registry.from_engine("any", str(spec.get("algorithm") or ""))
+    if found is not None and found.passes == "1" and ndt:
+        return float(ndt), []  # one pass drafts the block: SGLang forces num_steps to 1
     depth = steps
     if topk == 1 and ndt and ndt - 1 < steps:
         depth = ndt - 1

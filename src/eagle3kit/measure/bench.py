@@ -8,7 +8,7 @@ included) over all prompts of one repeat, median/min/max over repeats; speedup =
 greedy's median; tokens_per_forward = new tokens per target forward after the prefill (1
 for greedy); tau_online = mean tokens emitted per cycle, for the speculative methods.
 
-Prompt lookup runs twice: "lookup" is eagle3kit's own KV-cache loop (decode/lookup.py, the
+Prompt lookup runs twice: "lookup" is eagle3kit's own KV-cache loop (methods/lookup/decode.py, the
 n-gram rule of transformers' PromptLookupCandidateGenerator), "lookup-hf" is transformers'
 `generate(prompt_lookup_num_tokens=...)`: same method, two implementations, both reported.
 
@@ -34,18 +34,15 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core import registry
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress
 
-METHODS = ("greedy", "lookup", "lookup-hf", "chain", "tree")  # also accepted: "hf-greedy"
-# plan's method name and label of each of our speculative loops (plan/methods.py)
-PLAN_NAMES = {
-    "lookup": ("ngram", "ngram"),
-    "chain": ("eagle3", "eagle3"),
-    "tree": ("eagle3", "eagle3 (tree)"),
-}
+# the decoding loops a bench times (not method names: core/registry.py says which method each
+# of our speculative loops runs); also accepted: "hf-greedy"
+METHODS = ("greedy", "lookup", "lookup-hf", "chain", "tree")
 
 
 def environment() -> dict[str, Any]:
@@ -187,10 +184,8 @@ def bench(
         raise Eagle3Error(f"repeats: expected >= 1, found {repeats}")
     prompts = prompts or default_prompts(target.tokenizer)
     names = list(methods or (METHODS if drafter is not None else METHODS[:3]))
-    if methods is None and (
-        getattr(drafter, "method", None) == "dflash" or getattr(drafter, "parallel", False)
-    ):
-        names.remove("tree")  # DFlash blocks and P-EAGLE's one pass draft a chain, not a tree
+    if methods is None and drafter is not None and not registry.get(drafter.method).tree:
+        names.remove("tree")  # DFlash blocks, P-EAGLE's one pass, MTP heads: a chain only
     unknown = [m for m in names if m not in (*METHODS, "hf-greedy")]
     if unknown:
         raise Eagle3Error(f"bench: unknown methods {unknown}, expected some of {list(METHODS)}")
@@ -211,9 +206,7 @@ def bench(
     runs = T.time_methods(runners, prompts, repeats, progress=progress, label="bench")
     doc = _summarise(runs, names, prompts, repeats, cfg)
     if drafter is not None:  # which draft method the chain/tree rows ran
-        from eagle3kit.train.methods import drafter_method
-
-        doc["method"] = drafter_method(drafter)
+        doc["method"] = drafter.method
         for row in doc["methods"]:
             if row["name"] in ("chain", "tree"):  # the label keys the loop's overhead cost
                 row["method"] = doc["method"]
@@ -263,9 +256,9 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
             depth = {"lookup": cfg["lookup"], "chain": cfg["depth"]}.get(m, cfg["tree_depth"])
             st = T.pooled(runs, m, depth)
             row.update(_bound(st, t_decode))
-            row["method"], row["label"] = PLAN_NAMES[m]
-            if st.method in ("dflash", "mtp"):  # the chain row ran a block drafter / MTP head
-                row["method"] = row["label"] = st.method
+            ran = registry.of_decoder(st.method) or registry.get(registry.DEFAULT)
+            row["method"] = ran.name  # plan's method and label of the loop
+            row["label"] = ran.name + (" (tree)" if m == "tree" else "")
         methods.append(row)
     base = next((x["tokens_per_s"]["median"] for x in methods if x["name"] == "greedy"), None)
     for row in methods:

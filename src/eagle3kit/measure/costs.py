@@ -6,7 +6,7 @@ run, so the costs saw the same machine as the tok/s beside them:
   that sent n tokens (plain steps n = 1, prompt lookup's cycles 1 + its drafts, the chain's
   k + 1); pass_ms[method]: the chain's mean drafting time per cycle / the method's passes per
   cycle (k for EAGLE-3 and MTP, one for a DFlash block or P-EAGLE's parallel pass), keyed
-  by the drafter's method (train/methods.py `drafter_method`);
+  by the drafter's method (its `method`);
 - overhead_ms[label]: each loop's mean cycle minus the passes and verify the model composes it
   of (bookkeeping, the lookup's string match, a tree's mask).
 Higher levels c (c sequences decoding together, one batch) scale level 1 by isolated forwards
@@ -27,8 +27,10 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core import registry
 
-def _median_ms(fn: Callable[[], None], repeats: int, sync: Callable[[], None]) -> float:
+
+def median_ms(fn: Callable[[], None], repeats: int, sync: Callable[[], None]) -> float:
     fn()  # warm-up, discarded
     sync()
     ts = []
@@ -96,99 +98,23 @@ def level_costs(
 
 
 def _drafter_pass(target, drafter, ids, aux, repeats: int, sync) -> tuple[str, float]:
-    """(the drafter's method, the ms of one of its passes at batch ids.shape[0])."""
-    from eagle3kit.train.methods import drafter_method
-
-    method = drafter_method(drafter)
-    if method == "mtp":
-        return method, _mtp_pass_ms(target, drafter, ids, repeats, sync)
-    if method == "dflash":
-        return method, _dflash_pass_ms(drafter, ids, aux, repeats, sync)
-    return method, _drafter_pass_ms(drafter, ids, aux, repeats, sync)
+    """(the drafter's method, the ms of one of its passes at batch ids.shape[0], as its
+    method's measure part times it: `pass_ms`)."""
+    part = registry.part(drafter.method, "measure")
+    return drafter.method, part.pass_ms(target, drafter, ids, aux, repeats, sync)
 
 
 def check_levels(drafter, levels: Sequence[int]) -> None:
-    """Refuse, before any timing, the levels whose drafter pass cannot be measured here."""
-    from eagle3kit.core.errors import Eagle3Error
-
-    if getattr(drafter, "parallel", False) and any(c > 1 for c in levels):
-        raise Eagle3Error(
-            f"--concurrency: expected 1 with a P-EAGLE drafter (its parallel pass runs at "
-            f"batch 1 here), found {','.join(map(str, levels))}; for higher levels use "
-            "plan --live with a served drafter"
-        )
+    """Refuse, before any timing, the levels whose drafter pass its method's measure part
+    cannot time here (`check_levels`)."""
+    check = getattr(registry.part(drafter.method, "measure"), "check_levels", None)
+    if check is not None:
+        check(levels)
 
 
-def _like(module, x: torch.Tensor) -> torch.Tensor:
+def like(module, x: torch.Tensor) -> torch.Tensor:
     p = next(module.parameters())
     return x.to(device=p.device, dtype=p.dtype)
-
-
-def _drafter_pass_ms(drafter, ids: torch.Tensor, aux: torch.Tensor, repeats: int, sync) -> float:
-    """One drafter step [c, 1] over its cache of the prompt (the chain's steps 2..k)."""
-    from eagle3kit.model.attention import DraftCache
-
-    cache = DraftCache()
-    first = drafter(ids, _like(drafter, aux), cache)  # the prompt into the drafter's cache
-    p = cache.length
-    h = first.hidden[:, -1:]  # [c, 1, H]
-    tok = ids[:, -1:]
-
-    def run() -> None:
-        drafter(tok, h, cache, from_aux=False)
-        cache.crop(p)
-
-    return _median_ms(run, repeats, sync)
-
-
-def _mtp_pass_ms(target, head, ids: torch.Tensor, repeats: int, sync) -> float:
-    """One MTP head step [c, 1] over its cache of the prompt, on the target's final hidden
-    state (decode/mtp.py: what the head reads; steps 2..k reuse its own output hidden)."""
-    from eagle3kit.decode.mtp import FinalHidden
-    from eagle3kit.model.mtp import MTPCache
-
-    feats = FinalHidden(target)
-    try:
-        target.reset()
-        hidden = feats.prefill(ids).aux  # [c, P, H]
-    finally:
-        feats.close()
-    cache = MTPCache()
-    first = head(ids[:, 1:], _like(head, hidden[:, :-1]), cache)  # pairs (h_t, x_{t+1})
-    p = cache.length
-    h, tok = first.hidden[:, -1:], ids[:, -1:]
-
-    def run() -> None:
-        head(tok, h, cache)
-        cache.crop(p)
-
-    return _median_ms(run, repeats, sync)
-
-
-def _dflash_pass_ms(drafter, ids: torch.Tensor, aux: torch.Tensor, repeats: int, sync) -> float:
-    """One DFlash block pass [c, 1 + K] as decode/block.py drafts in steady state: the prompt's
-    context but its last NEW positions in the drafter's cache, those NEW (about one cycle's
-    accepted tokens) as the pass's new context, the cache cropped back after every call."""
-    from eagle3kit.model.dflash import DFlashCache
-
-    c, p = ids.shape
-    k, new = drafter.spec.num_proposals, min(2, p - 1)
-    block = torch.full((c, 1 + k), drafter.spec.mask_token_id, device=ids.device)
-    block[:, 0] = ids[:, -1]
-    ctx = _like(drafter, aux)
-    cache = DFlashCache(drafter.spec.num_hidden_layers)
-
-    def pos(a: int, b: int) -> torch.Tensor:
-        return torch.arange(a, b, device=ids.device).expand(c, -1)
-
-    drafter(block, ctx[:, : p - new], pos(0, p - new + 1 + k), cache)  # the earlier context
-    cache.crop(p - new)
-
-    def run() -> None:
-        drafter(block, ctx[:, p - new :], pos(p - new, p + 1 + k), cache)
-        cache.crop(p - new)
-
-    return _median_ms(run, repeats, sync)
 
 
 def _ratio(iso: dict[str, Any], base: dict[str, Any]) -> Callable[[str, str], float]:
@@ -219,17 +145,15 @@ def loop_costs(runs, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     row = next((r for r in rows if r.get("name") == "chain"), None)
     if chain and row and row.get("depth"):
         per_cycle = 1e3 * statistics.fmean(c.draft_s for c in chain)
-        method = row.get("method", "eagle3")
+        method = row.get("method", registry.DEFAULT)
         doc["pass_ms"][method] = per_cycle / _passes(method, row["depth"])
     doc["overhead_ms"] = _overhead(runs, rows, doc)
     return doc
 
 
 def _passes(method: str, depth: int, tree: bool = False) -> int:
-    """Drafter passes per cycle (plan/methods.py's table; a tree: one per level)."""
-    from eagle3kit.plan.methods import METHODS
-
-    return depth if tree else METHODS[method].draft_passes(depth)
+    """Drafter passes per cycle (core/registry.py's record; a tree: one per level)."""
+    return depth if tree else registry.get(method).draft_passes(depth)
 
 
 def _overhead(runs, rows, level1: dict[str, Any]) -> dict[str, float]:
@@ -246,7 +170,7 @@ def _overhead(runs, rows, level1: dict[str, Any]) -> dict[str, float]:
     for r in rows:
         if "cycle_ms" not in r or r.get("name") not in ("lookup", "chain", "tree"):
             continue
-        method = r.get("method", "eagle3")
+        method = r.get("method", registry.DEFAULT)
         passes = 0 if r["name"] == "lookup" else _passes(method, r["depth"], r["name"] == "tree")
         model = passes * lv.pass_ms.get(method, 0.0) + lv.verify(1 + r["drafted_per_cycle"])
         out[r["label"]] = r["cycle_ms"] - model

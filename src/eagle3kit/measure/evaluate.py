@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from eagle3kit.core import registry
 from eagle3kit.core.artifacts import few_sequences, stamp
 from eagle3kit.core.diversity import cross_prompt, distinct_ngram_ratio
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
-from eagle3kit.measure.mtp import evaluate_mtp_offline
 
 if TYPE_CHECKING:
     import torch
@@ -127,21 +127,13 @@ def evaluate_offline(
     batch_size: int = 8,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
-    """Teacher-forced acceptance on the held-out samples (module docstring); the aggregation
-    is `eagle3kit.train.acceptance`'s, the one training and probe use."""
-    if getattr(drafter, "method", None) == "dflash":  # block drafters: measure/block_eval.py
-        from eagle3kit.measure.block_eval import evaluate_offline_dflash
-
-        return evaluate_offline_dflash(target, drafter, data, depth, progress=progress)
-    if depth < 1:
-        raise Eagle3Error(f"depth: expected draft steps >= 1, found {depth}")
-    if getattr(drafter, "method", None) == "mtp":  # a target's MTP head: measure/mtp.py
-        return evaluate_mtp_offline(target, drafter, data, depth, batch_size=batch_size)
-    from eagle3kit.train.acceptance import acceptance
-    from eagle3kit.train.methods import drafter_method
-
-    a = acceptance(drafter, _offline_batches(target, drafter, data, batch_size, progress), depth)
-    return offline_doc(a, drafter_method(drafter), len(data.samples), len(data.skipped))
+    """Teacher-forced acceptance on the held-out samples (module docstring), as the drafter's
+    method measures it (its measure part's `evaluate_offline`; EAGLE-3's is the aggregation of
+    `eagle3kit.train.acceptance`, the one training and probe use)."""
+    part = registry.part(drafter.method, "measure")
+    return part.evaluate_offline(
+        target, drafter, data, depth, batch_size=batch_size, progress=progress
+    )
 
 
 def offline_doc(a: Acceptance, method: str, samples: int, skipped: int, source: str | None = None,
@@ -174,7 +166,7 @@ def offline_doc(a: Acceptance, method: str, samples: int, skipped: int, source: 
     return stamp(doc, "eval")
 
 
-def _offline_batches(target, drafter, data: EvalData, batch_size: int, progress):
+def offline_batches(target, drafter, data: EvalData, batch_size: int, progress):
     """Features of the held-out samples, batch by batch, on the drafter's device and dtype."""
     from eagle3kit.data.features import compute_features
     from eagle3kit.data.prepared import Sample, collate
@@ -202,7 +194,6 @@ def evaluate_online(
     """Real decoding of `prompts`: speculative (chain, or tree) against plain greedy, timed by
     the shared harness (measure/timing.py: alternating order)."""
     from eagle3kit.measure import timing as T
-    from eagle3kit.train.methods import drafter_method
 
     if not prompts:
         raise Eagle3Error("online eval: expected at least one prompt, found none")
@@ -219,7 +210,7 @@ def evaluate_online(
     answers = [x.tokens for x in T.of(runs, "base") if x.repeat == 0]
     doc = {
         "mode": "online",
-        "method": drafter_method(drafter),  # eagle3 | eagle3.1 | peagle
+        "method": drafter.method,
         "decoding": pooled.method,  # chain | tree
         "depth": depth,
         "tau_online": pooled.tau_online,
@@ -325,30 +316,18 @@ def evaluate_store(
     store (aux dequantised from fp8), the drafter's layers picked by h-index. The samples:
     ``heldout`` (a fraction or a count of the store, by sample id) or by default the whole
     store when it was captured from held-out data, else DATA's held-out split (5%, the one
-    training leaves out); the document's ``heldout`` says which."""
-    from eagle3kit.measure import block_eval
-    from eagle3kit.measure import store_features as S
-    from eagle3kit.train.acceptance import acceptance
-    from eagle3kit.train.methods import drafter_method
+    training leaves out); the document's ``heldout`` says which. The drafter's method (read
+    from its config) measures it: its measure part's `evaluate_store`."""
+    from eagle3kit.model.loading import drafter_method
 
-    if block_eval.is_dflash_checkpoint(drafter):  # block drafters: measure/block_eval.py
-        return block_eval.evaluate_store_dflash(
-            drafter, str(features), depth, target=target, heldout=heldout, device=device,
-            progress=progress,
-        )  # fmt: skip
-    store = S.open_store(features)
-    d, spec, _, _ = S.drafter_for(drafter, target, store, device)
-    S.check_vocab(store, d, str(features))
-    rows, how = S.held_rows(store, heldout)
-    layers = S.drafter_layers(spec, store)
-
-    def batches():
-        feats = S.features(store, rows, layers, d, str(features), chunk=batch_size)
-        for i, f in enumerate(feats):
-            yield f
-            done = min((i + 1) * batch_size, len(rows))
-            emit(progress, "offline eval", done, len(rows), "samples")
-
-    a = acceptance(d, batches(), depth)
-    return offline_doc(a, drafter_method(d), len(rows), 0, source=str(features),
-                       aux_layers=layers, heldout=how)  # fmt: skip
+    part = registry.part(drafter_method(drafter) or registry.DEFAULT, "measure")
+    return part.evaluate_store(
+        drafter,
+        str(features),
+        depth,
+        target=target,
+        heldout=heldout,
+        batch_size=batch_size,
+        device=device,
+        progress=progress,
+    )

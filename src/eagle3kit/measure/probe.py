@@ -20,27 +20,28 @@ The user's "Phase 0": plug the K2 drafter into K2.5 and measure, before training
 
 Token sequences come from a prepared data dir (`--data`, its held-out split) or, by default,
 built-in conversations (measure/probe_batches.py); only assistant tokens are scored.
+
+The stages are the drafter's method's (its measure part's `probe`, core/registry.py), given the
+run as one object (`Run`: what was loaded, the batch, the depth, the speeds); EAGLE-3's are in
+measure/probe_aux.py, which the other methods' follow. A method whose drafter ships inside the
+target (an MTP head) loads its own (`probe_head`).
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from eagle3kit.core import registry
 from eagle3kit.core.artifacts import few_sequences, stamp
-from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.measure.probe_batches import Batch, builtin_batch, data_batch
 from eagle3kit.measure.verdict import break_even, decide, speed_inputs
 
 if TYPE_CHECKING:
-    from eagle3kit.core.spec import DraftSpec
     from eagle3kit.data.features import Features
-    from eagle3kit.model.dflash import DFlashDrafter
-    from eagle3kit.model.drafter import Eagle3Drafter
-    from eagle3kit.model.protocols import Target
+    from eagle3kit.model.protocols import Drafter
     from eagle3kit.model.target import TargetModel
 
 CLEAR_MARGIN = 0.05  # tau difference under which the aux reading is called uncertain
@@ -48,80 +49,13 @@ DEFAULT_DEPTH = 3
 STAGES = 5  # progress: compat and loading, aux readings, similarity, reference, online
 
 
-def _with_aux(target: TargetModel, layers: Sequence[int]) -> TargetModel:
+def with_aux(target: TargetModel, layers: Sequence[int]) -> TargetModel:
     """A TargetModel over the same weights that captures ``layers`` instead."""
     from eagle3kit.model.target import TargetModel
 
     return TargetModel(
         target.model, target.tokenizer, aux_layers=tuple(layers), name_or_path=target.name_or_path
     )
-
-
-def target_features(
-    target: TargetModel, batch: Batch, drafter: Eagle3Drafter, chunk: int = 8
-) -> list[Features]:
-    from eagle3kit.data.features import compute_features
-
-    out = []
-    for s in range(0, batch.input_ids.shape[0], chunk):
-        sl = slice(s, s + chunk)
-        f = compute_features(
-            target, batch.input_ids[sl], batch.attention_mask[sl], batch.loss_mask[sl], drafter.d2t
-        )
-        out.append(f.to(drafter.fc.weight.device, drafter.fc.weight.dtype))
-    return out
-
-
-def offline_acceptance(drafter: Eagle3Drafter, feats: list[Features], depth: int) -> dict[str, Any]:
-    """Teacher-forced acceptance over feature batches (`train.acceptance`); probe's verdict
-    and aux reading use its ``tau_every_position``."""
-    from eagle3kit.train.acceptance import acceptance
-
-    d = acceptance(drafter, feats, depth).rounded(6)
-    out = {k: d[k] for k in ("acc", "cond_acc", "counted", "loss")}  # loss: CE to the target
-    taus = {k: d[k] for k in ("tau_every_position", "tau_walk")}
-    return {**out, **taus}
-
-
-@dataclass(frozen=True)
-class AuxIds:
-    """A drafter's aux ids as `aux_candidates` reads them, without its spec (a `DraftSpec`
-    offers the same two fields)."""
-
-    aux_layers_raw: tuple[int, ...] | None  # as the file wrote them
-    aux_layers: tuple[int, ...] | None  # h-indices, when the file says which reading
-
-
-def aux_candidates(spec: DraftSpec | AuxIds, num_layers: int) -> list[dict[str, Any]]:
-    """The readings of D's aux ids: h[X] (HF index) and h[X+1] (layer output), valid ones only.
-
-    X are the ids as the file wrote them (``aux_layers_raw``); with none written, the engines'
-    default (2, L//2, L-3) under both readings."""
-    from eagle3kit.core.spec import default_aux_layers
-
-    raw = spec.aux_layers_raw or spec.aux_layers or default_aux_layers(num_layers)
-    out, seen = [], set()
-    for name, shift, who in (
-        ("h[X]", 0, "ids are HF hidden-state indices (speculators, original EAGLE, vLLM)"),
-        ("h[X+1]", 1, "ids name decoder-layer outputs (SpecForge, ModelOpt, SGLang)"),
-    ):
-        layers = tuple(int(i) + shift for i in raw)
-        if layers in seen or not all(0 <= i < num_layers for i in layers):
-            continue
-        seen.add(layers)
-        out.append(
-            {
-                "reading": name,
-                "layers": list(layers),
-                "writers": who,
-                "declared": spec.aux_layers is not None and tuple(spec.aux_layers) == layers,
-            }
-        )
-    if not out:
-        raise Eagle3Error(
-            f"probe: aux ids {list(raw)} fit neither reading on a {num_layers}-layer target"
-        )
-    return out
 
 
 def choose_reading(cands: list[dict[str, Any]], acc: dict[str, dict]) -> dict[str, Any]:
@@ -143,83 +77,10 @@ def choose_reading(cands: list[dict[str, Any]], acc: dict[str, dict]) -> dict[st
     }
 
 
-def detect_aux(
-    drafter: Eagle3Drafter, target: TargetModel, batch: Batch, spec: DraftSpec, depth: int
-) -> dict[str, Any]:
-    """D's offline acceptance on ``target`` under each reading; the winner and its margin."""
-    cands = aux_candidates(spec, target.num_layers)
-    acc, feats = {}, {}
-    for c in cands:
-        t = _with_aux(target, c["layers"])
-        try:
-            feats[c["reading"]] = target_features(t, batch, drafter)
-        finally:
-            t.close()
-        acc[c["reading"]] = offline_acceptance(drafter, feats[c["reading"]], depth)
-    chosen = choose_reading(cands, acc)
-    return {
-        "candidates": cands,
-        "acceptance": acc,
-        "chosen": chosen,
-        "target_features": feats[chosen["reading"]],
-    }
-
-
-def _fix_ids(engine: str, family: str, chosen: list[int], num_layers: int) -> list[int]:
-    """File ids that make `engine` capture h[chosen]: every release when possible, else latest."""
-    from eagle3kit.checkpoint import engines as E
-
-    where = "nested" if engine == "sglang" else "top"
-    cands = [[i - 1 for i in chosen], chosen] if engine == "sglang" else [chosen]
-    cands = [c for c in cands if min(c) >= 0]
-
-    def ok(ids: list[int]) -> list[str]:
-        return E.releases_capturing(engine, family, {where: tuple(ids)}, num_layers, chosen)
-
-    n_bands = len(E.bands(engine))
-    best = max(cands, key=lambda c: (len(ok(c)) == n_bands, bool(ok(c))))
-    return best
-
-
-def engine_capture(
-    spec: DraftSpec, layout: str, target: Target, chosen: Sequence[int], src: str
-) -> dict[str, Any]:
-    """What each engine captures for D as written, whether that is ``chosen``, and the fix."""
-    from eagle3kit.checkpoint import engines as E
-    from eagle3kit.checkpoint.compat import captured_layers
-
-    chosen = list(chosen)
-    family = E.target_family(target.config.to_dict())
-    declared_ok = spec.aux_layers is not None and list(spec.aux_layers) == chosen
-    out: dict[str, Any] = {}
-    for eng, key in (
-        ("sglang", "eagle_config.eagle_aux_hidden_state_layer_ids"),
-        ("vllm", "eagle_aux_hidden_state_layer_ids (top level)"),
-    ):
-        cap, why = captured_layers(eng, spec, layout, target.num_layers, family=family)
-        fix = None
-        if cap != chosen:
-            ids = _fix_ids(eng, family, chosen, target.num_layers)
-            where = "nested" if eng == "sglang" else "top"
-            serves = E.releases_capturing(
-                eng, family, {where: tuple(ids)}, target.num_layers, chosen
-            )
-            fix = f"set {key} to {ids} in config.json (captured right by {', '.join(serves)})"
-            if declared_ok:
-                fix = f"eagle3kit convert {src} --to {eng} -o OUT  (or {fix})"
-        out[eng] = {"captures": cap, "why": why, "ok": cap == chosen, "fix": fix}
-    if family == "deepseek":
-        out["sglang"]["versions"] = (
-            "DeepSeek/Kimi targets: SGLang < 0.5.13 captures h[id + 1]; >= 0.5.13 (PR #25454) "
-            "h[id + 1] only when the first id is 1, else h[id]"
-        )
-    return out
-
-
 def hidden_similarity(
     ref_feats: list[Features],
     new_feats: list[Features],
-    drafter: Eagle3Drafter,
+    drafter: Drafter,
     layers: Sequence[int],
 ) -> tuple[list[dict[str, Any]], dict[str, float]]:
     """OLD vs NEW at ``layers`` on the batch's real tokens, from each target's features of the
@@ -241,7 +102,7 @@ def hidden_similarity(
 
 
 def online_tau(
-    drafter: Eagle3Drafter,
+    drafter: Drafter,
     target: TargetModel,
     batch: Batch,
     depth: int,
@@ -252,8 +113,8 @@ def online_tau(
 ) -> dict[str, Any] | None:
     """Real chain decoding on the first ``n_prompts`` prompts (the tokens before the first
     assistant token): tau_online = emitted tokens / target verifies. None without
-    `eagle3kit.decode`. ``generate``: the decoding function (default speculative_generate;
-    probe_mtp.py passes mtp_generate)."""
+    `eagle3kit.decode`. ``generate``: the decoding function (default: decode's
+    speculative_generate, the drafter's method proposing)."""
     if n_prompts <= 0:
         return None
     try:
@@ -279,7 +140,23 @@ def online_tau(
     return {"tau_online": round(tau, 6), "tokens": tokens, "cycles": cycles}
 
 
-# ---------------------------------------------------------------- the probe
+@dataclass
+class Request:
+    """What `probe` was asked: the drafter, NEW and OLD, the sample, the sizes, the speeds."""
+
+    drafter: str | None
+    target: str
+    reference: str | None
+    data: str | None
+    depth: int
+    samples: int
+    max_len: int
+    online_prompts: int
+    online_tokens: int
+    device: str
+    dtype: str
+    speeds: tuple[float | None, float | None]
+    progress: Progress | None = None
 
 
 @dataclass
@@ -287,15 +164,16 @@ class Loaded:
     """What the in-process probe loads: the drafter (its checkpoint read once) and both targets."""
 
     layout: str
-    spec: DraftSpec
-    drafter: Eagle3Drafter
+    spec: Any  # the drafter method's spec
+    drafter: Drafter | tuple[Drafter, Drafter | None]  # a target-head method: on NEW and OLD
     target: TargetModel  # NEW
     reference: TargetModel | None  # OLD
 
 
 @dataclass
 class Run:
-    """One in-process probe after loading: what each stage reads."""
+    """One in-process probe after loading: what each stage reads (a method's measure part is
+    given it, `probe(doc, run)`)."""
 
     loaded: Loaded
     batch: Batch
@@ -304,6 +182,8 @@ class Run:
     online_prompts: int
     online_tokens: int
     progress: Progress | None
+    speeds: tuple[float | None, float | None] = (None, None)
+    drafter: str | None = None  # its path (named in a fix)
 
 
 @dataclass
@@ -325,54 +205,9 @@ def _load(drafter: str, target: str, reference: str | None, device: str, dtype: 
     return Loaded(ld.layout, ld.spec, ld.drafter, new, ref)
 
 
-def _runs_on(spec: DraftSpec, target: TargetModel) -> bool:
+def runs_on(spec: Any, target: TargetModel) -> bool:
+    """The drafter reads the target's hidden size and vocabulary."""
     return spec.target_hidden_size == target.hidden_size and spec.vocab_size == target.vocab_size
-
-
-def _on(drafter: Eagle3Drafter, target: TargetModel, own_embed: bool) -> Eagle3Drafter:
-    """Engines feed the drafter the serving target's embedding unless it carries its own."""
-    if not own_embed:
-        drafter.set_embedding(target.embed_tokens.weight)
-    return drafter
-
-
-def _on_block(drafter: DFlashDrafter, target: TargetModel) -> DFlashDrafter:
-    """A DFlash drafter without its own embedding/lm_head borrows the serving target's."""
-    if not hasattr(drafter, "embed_tokens"):
-        drafter.attach_target(target)
-    return drafter
-
-
-def _online(run: Run, target: TargetModel, layers: Sequence[int]) -> dict[str, Any] | None:
-    """Real chain decoding on ``target`` capturing ``layers`` (`online_tau`)."""
-    t = _with_aux(target, layers)
-    d = _on(run.loaded.drafter, t, run.own_embed)
-    try:
-        return online_tau(d, t, run.batch, run.depth, run.online_prompts, run.online_tokens)
-    finally:
-        t.close()
-
-
-def _against_reference(run: Run, layers: Sequence[int], new_feats: list[Features]) -> Against:
-    """Similarity OLD vs NEW, D's offline acceptance on OLD, and online decoding on both.
-    ``new_feats``: NEW's features of the batch at ``layers`` (from detect_aux)."""
-    d, new, ref = run.loaded.drafter, run.loaded.target, run.loaded.reference
-    emit(run.progress, "probe", 2, STAGES, "stage", doing="similarity")
-    out = Against([], None, None, {})
-    if ref is not None:
-        tref = _with_aux(ref, layers)
-        try:
-            ref_feats = target_features(tref, run.batch, d)
-        finally:
-            tref.close()
-        out.similarity, out.fc_similarity = hidden_similarity(ref_feats, new_feats, d, layers)
-        emit(run.progress, "probe", 3, STAGES, "stage", doing="reference acceptance")
-        out.acceptance = offline_acceptance(_on(d, ref, run.own_embed), ref_feats, run.depth)
-    emit(run.progress, "probe", 4, STAGES, "stage", doing="online decoding")
-    out.online = {"target": _online(run, new, layers)}
-    if ref is not None:
-        out.online["reference"] = _online(run, ref, layers)
-    return out
 
 
 def probe(
@@ -392,85 +227,61 @@ def probe(
     device: str = "cpu",
     dtype: str = "float32",
     progress: Progress | None = None,
-    method: str = "eagle3",
+    method: str = registry.DEFAULT,
 ) -> dict[str, Any]:
     """Run the Phase 0 probe; returns the `probe --json` document (module docstring).
-    Stages: compat and loading, aux readings, similarity and acceptance against the
-    reference, verdict. ``method="mtp"``: ``drafter`` is an MTP head dir or None (the
-    reference's own head), measure/probe_mtp.py."""
+    Stages: compat and loading, then the drafter's method's (its measure part's `probe`).
+    A method whose drafter ships inside the target (``method="mtp"``: ``drafter`` is a head
+    dir or None, the reference's own head) loads its own (its part's `probe_head`)."""
     speeds = speed_inputs(bench, baseline_tps, cycle_ms)
     emit(progress, "probe", 0, STAGES, "stage", doing="compat")
-    if method == "mtp":
-        loads = (drafter, target, reference, depth, device, dtype)
-        return _probe_mtp(loads, (data, samples, max_len), online_prompts, online_tokens,
-                          speeds, progress)  # fmt: skip
-    doc, loaded = _compat_and_load(drafter, target, reference, depth, device, dtype)
+    req = Request(
+        drafter,
+        target,
+        reference,
+        data,
+        depth,
+        samples,
+        max_len,
+        online_prompts,
+        online_tokens,
+        device,
+        dtype,
+        speeds,
+        progress,
+    )
+    if registry.get(method).target_head:
+        return registry.part(method, "measure").probe_head(req)
+    doc, loaded = compat_and_load(req)
     new = loaded.target
-    if not _runs_on(loaded.spec, new):
+    if not runs_on(loaded.spec, new):
         return not_runnable(doc)
-    batch = (
-        data_batch(data, samples, max_len, target=new)
-        if data
-        else builtin_batch(new.tokenizer, samples, max_len)
+    batch = batch_of(req, new)
+    doc["data"] = data_figures(batch)
+    run = Run(
+        loaded,
+        batch,
+        depth,
+        bool(loaded.drafter.embed_loaded),
+        online_prompts,
+        online_tokens,
+        progress,
+        speeds,
+        drafter,
     )
-    doc["data"] = _data_figures(batch)
-    if getattr(loaded.drafter, "method", None) == "dflash":  # measure/probe_block.py
-        from eagle3kit.measure.probe_block import probe_block
-
-        run = Run(loaded, batch, depth, False, online_prompts, online_tokens, progress)
-        this = sys.modules[__name__]  # its helpers, without probe_block importing probe
-        return probe_block(this, doc, run, speeds)
-    own_embed = bool(loaded.drafter.embed_loaded)
-    run = Run(loaded, batch, depth, own_embed, online_prompts, online_tokens, progress)
-    emit(progress, "probe", 1, STAGES, "stage", doing="aux readings")
-    aux, new_feats = _aux_reading(run, drafter)
-    against = _against_reference(run, aux["chosen"]["layers"], new_feats)
-    return _result(doc, aux, against, speeds, run)
+    return registry.part(loaded.drafter.method, "measure").probe(doc, run)
 
 
-def _probe_mtp(loads, sample, online_prompts, online_tokens, speeds, progress) -> dict:
-    """Load NEW, OLD and the MTP head on each, then measure/probe_mtp.py's stages."""
-    from eagle3kit.measure import probe_mtp as M
-    from eagle3kit.measure.similarity import check_targets
-    from eagle3kit.model.loading import load_target
-
-    drafter, target, reference, depth, device, dtype = loads
-    check_targets(target, reference)
-    ref = load_target(reference, device=device, dtype=dtype) if reference else None
-    new, *heads = M.load_heads(
-        lambda: load_target(target, device=device, dtype=dtype), ref, target, drafter
-    )
-    doc = {"drafter": drafter, "target": target, "reference": reference,
-           "compat": M.compat_doc(new, drafter, target, depth), "depth": depth}  # fmt: skip
-    data, samples, max_len = sample
-    batch = (
-        data_batch(data, samples, max_len, target=new)
-        if data
-        else builtin_batch(new.tokenizer, samples, max_len)
-    )
-    doc["data"] = _data_figures(batch)
-    loaded = Loaded("mtp", None, tuple(heads), new, ref)
-    run = Run(loaded, batch, depth, True, online_prompts, online_tokens, progress)
-    return M.probe_mtp(sys.modules[__name__], doc, run, speeds)
+def batch_of(req: Request, new: TargetModel) -> Batch:
+    """The token sequences scored: DATA's held-out ones (`--data`), else the built-in ones."""
+    if req.data:
+        return data_batch(req.data, req.samples, req.max_len, target=new)
+    return builtin_batch(new.tokenizer, req.samples, req.max_len)
 
 
-def _aux_reading(run: Run, drafter: str) -> tuple[dict[str, Any], list[Features]]:
-    """The aux readings tried on NEW, the engines' capture of the chosen one, and its features."""
-    ld, new = run.loaded, run.loaded.target
-    aux = detect_aux(_on(ld.drafter, new, run.own_embed), new, run.batch, ld.spec, run.depth)
-    aux["engines"] = engine_capture(ld.spec, ld.layout, new, aux["chosen"]["layers"], drafter)
-    new_feats = aux.pop("target_features")  # the chosen reading's features, for the similarity
-    return aux, new_feats
-
-
-def _result(
-    doc: dict[str, Any],
-    aux: dict[str, Any],
-    against: Against,
-    speeds: tuple[float | None, float | None],
-    run: Run,
-) -> dict[str, Any]:
+def result(doc: dict[str, Any], aux: dict[str, Any], against: Against, run: Run) -> dict[str, Any]:
     """Break-even and verdict from the figures; the stamped `probe --json` document."""
+    speeds = run.speeds
     acc_new = aux["acceptance"][aux["chosen"]["reading"]]  # D on NEW, the chosen reading
     acc_ref = against.acceptance  # D on OLD
     tau, tau_ref = acc_new["tau_every_position"], acc_ref["tau_every_position"] if acc_ref else None
@@ -495,18 +306,17 @@ def _result(
     return stamp(doc, "probe")
 
 
-def _compat_and_load(
-    drafter: str, target: str, reference: str | None, depth: int, device: str, dtype: str
-) -> tuple[dict[str, Any], Loaded]:
+def compat_and_load(req: Request) -> tuple[dict[str, Any], Loaded]:
     """Check the targets' configs, run compat, load everything: (the document's head, what
     was loaded)."""
+    drafter, target, reference = req.drafter, req.target, req.reference
     from eagle3kit.checkpoint.compat import compat
     from eagle3kit.measure.similarity import check_targets
     from eagle3kit.model.loading import resolve_target
 
     check_targets(target, reference)  # from the configs, before any weight is read
     c = compat(drafter, resolve_target(target), "both")
-    loaded = _load(drafter, target, reference, device, dtype)
+    loaded = _load(drafter, target, reference, req.device, req.dtype)
     if loaded.reference is not None:
         hs = (loaded.target.hidden_size, loaded.reference.hidden_size)
         check_targets(target, reference, *hs)
@@ -515,7 +325,7 @@ def _compat_and_load(
         "target": target,
         "reference": reference,
         "compat": c.to_json(),
-        "depth": depth,
+        "depth": req.depth,
     }
     return doc, loaded
 
@@ -539,7 +349,7 @@ def not_runnable(doc: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _data_figures(batch: Batch) -> dict[str, Any]:
+def data_figures(batch: Batch) -> dict[str, Any]:
     return {
         "source": batch.source,
         "sequences": int(batch.input_ids.shape[0]),

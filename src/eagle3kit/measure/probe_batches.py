@@ -5,7 +5,7 @@ scored (loss_mask)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -100,3 +100,33 @@ def _pad(rows: list[tuple[list[int], list[bool]]], source: str, torch: Any) -> B
 
 
 # ---------------------------------------------------------------- measurements
+
+
+@dataclass
+class Samples:
+    """A probe batch as the offline evaluations read data: (ids, loss mask) per row."""
+
+    samples: list[tuple[Any, Any]]  # (input_ids [T], loss_mask [T])
+    source: Any
+    skipped: list[Any] = field(default_factory=list)
+
+
+def batch_samples(batch: Batch) -> Samples:
+    """Each row of `batch` cut to its real tokens, with its loss mask."""
+    rows = []
+    for b in range(batch.input_ids.shape[0]):
+        n = int(batch.attention_mask[b].sum())
+        rows.append((batch.input_ids[b, :n], batch.loss_mask[b, :n].long()))
+    return Samples(rows, batch.source)
+
+
+def acceptance_summary(r: dict[str, Any]) -> dict[str, Any]:
+    """The probe's acceptance fields from an offline eval result (all answer positions)."""
+    ap = r["all_positions"]
+    return {
+        "acc": ap["per_position_acceptance"],
+        "cond_acc": ap["conditional_acceptance"],
+        "counted": ap["counted"],
+        "tau_every_position": r["tau_every_position"],
+        "tau_walk": r["tau_walk"],
+    }

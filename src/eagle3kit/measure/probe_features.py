@@ -22,15 +22,19 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core.artifacts import few_sequences, stamp
 from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.measure import probe as P
+from eagle3kit.measure import probe_aux as A
 from eagle3kit.measure import store_features as S
 from eagle3kit.measure import verdict as V
 from eagle3kit.model.protocols import JsonConfig
+
+if TYPE_CHECKING:
+    from eagle3kit.model.drafter import Eagle3Drafter
 
 
 def _rows(store: Any, n: int, max_len: int) -> tuple[list[int], dict[str, Any]]:
@@ -44,7 +48,7 @@ def _rows(store: Any, n: int, max_len: int) -> tuple[list[int], dict[str, Any]]:
 def detect_aux_store(d: Any, spec: Any, store: Any, rows: list[int], depth: int, max_len: int):
     """D's offline acceptance under each reading the store holds; the winner, its features."""
     held = set(S.store_layers(store))
-    cands = P.aux_candidates(spec, S.target_num_layers(store))
+    cands = A.aux_candidates(spec, S.target_num_layers(store))
     acc, feats, untested = {}, {}, []
     for c in cands:
         if not set(c["layers"]) <= held:
@@ -52,7 +56,7 @@ def detect_aux_store(d: Any, spec: Any, store: Any, rows: list[int], depth: int,
             continue
         f = S.features(store, rows, c["layers"], d, "--features-new", max_len=max_len)
         feats[c["reading"]] = f
-        acc[c["reading"]] = P.offline_acceptance(d, f, depth)
+        acc[c["reading"]] = A.offline_acceptance(d, f, depth)
     if not acc:
         raise bad(
             "--features-new",
@@ -102,12 +106,30 @@ def _same_tokens(new: Any, old: Any, rows: list[int]) -> None:
             )
 
 
-def _reference(d, spec, own, old, rows, layers, depth, max_len, reference):
+@dataclass
+class StoreRun:
+    """One probe from stores after opening them: what its last stages read."""
+
+    drafter: Eagle3Drafter  # D, on NEW's embedding unless it carries its own
+    spec: Any
+    own: bool  # D carries its own input embedding
+    new: Any  # NEW's store
+    old: Any  # OLD's store, or None
+    rows: list[int]
+    depth: int
+    max_len: int
+    reference: str | None  # OLD's path (its embedding, read by header)
+    speeds: tuple[float | None, float | None]
+    progress: Progress | None
+
+
+def _reference(run: StoreRun, layers: list[int]) -> tuple[list[Any], dict[str, Any]]:
     """OLD's features at ``layers`` and D's offline acceptance on OLD (OLD's embedding)."""
-    ref_feats = S.features(old, rows, layers, d, "--features-old", max_len=max_len)
-    if not own:
-        S.set_target_embedding(d, spec, reference, old)
-    return ref_feats, P.offline_acceptance(d, ref_feats, depth)
+    d, old = run.drafter, run.old
+    ref_feats = S.features(old, run.rows, layers, d, "--features-old", max_len=run.max_len)
+    if not run.own:
+        S.set_target_embedding(d, run.spec, run.reference, old)
+    return ref_feats, A.offline_acceptance(d, ref_feats, run.depth)
 
 
 def _target_path(store: Any, given: str | None) -> str | None:
@@ -163,23 +185,12 @@ def probe_features(
     emit(progress, "probe", 1, 4, "stage", doing="aux readings")
     aux, new_feats = detect_aux_store(d, spec, new, rows, depth, max_len)
     layers = aux["chosen"]["layers"]
-    aux["engines"] = P.engine_capture(spec, layout, store_target(new, tpath), layers, drafter)
+    aux["engines"] = A.engine_capture(spec, layout, store_target(new, tpath), layers, drafter)
     doc["data"] = {**_data_figures(features_new, rows, new_feats), "heldout": how}
-    return _finish(
-        doc,
-        d,
-        spec,
-        own,
-        (new, old),
-        rows,
-        aux,
-        new_feats,
-        depth,
-        max_len,
-        rpath,
-        (baseline_tps, cycle_ms),
-        progress,
+    run = StoreRun(
+        d, spec, own, new, old, rows, depth, max_len, rpath, (baseline_tps, cycle_ms), progress
     )
+    return _finish(doc, run, aux, new_feats)
 
 
 def _data_figures(features_new: str, rows: list[int], new_feats: list[Any]) -> dict[str, Any]:
@@ -192,18 +203,16 @@ def _data_figures(features_new: str, rows: list[int], new_feats: list[Any]) -> d
     }
 
 
-def _finish(
-    doc, d, spec, own, stores, rows, aux, new_feats, depth, max_len, rpath, speeds, progress
-):
+def _finish(doc: dict[str, Any], run: StoreRun, aux: dict[str, Any], new_feats: list[Any]):
     """Similarity and acceptance against OLD, break-even, verdict (as `probe.probe`)."""
+    d, rows, depth, speeds, progress = run.drafter, run.rows, run.depth, run.speeds, run.progress
     layers = aux["chosen"]["layers"]
     acc_new = aux["acceptance"][aux["chosen"]["reading"]]
     sim, fc_sim, acc_ref = [], None, None
-    new, old = stores
-    if old is not None:
+    if run.old is not None:
         emit(progress, "probe", 2, 4, "stage", doing="similarity")
-        _same_tokens(new, old, rows)
-        ref_feats, acc_ref = _reference(d, spec, own, old, rows, layers, depth, max_len, rpath)
+        _same_tokens(run.new, run.old, rows)
+        ref_feats, acc_ref = _reference(run, layers)
         sim, fc_sim = P.hidden_similarity(ref_feats, new_feats, d, layers)
     tau, tau_ref = acc_new["tau_every_position"], acc_ref["tau_every_position"] if acc_ref else None
     be = None

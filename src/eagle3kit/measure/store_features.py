@@ -115,12 +115,10 @@ def drafter_for(
     """(Eagle3Drafter, spec, layout, own embedding?) on ``device``, with the target's input
     embedding read by header from ``target`` (default: the store's target) when the drafter
     carries none."""
-    from eagle3kit.checkpoint.reader import read_drafter
-    from eagle3kit.model.peagle import drafter_class
+    from eagle3kit.model.loading import load_drafter
 
-    spec, tensors, head = read_drafter(path)
-    layout, cfg = head.layout, head.ckpt.config
-    d = drafter_class(cfg).from_read(spec, tensors, cfg, device, dtype, path)
+    ld = load_drafter(path, device=device, dtype=dtype)  # its method's model part builds it
+    d, spec, layout = ld.drafter, ld.spec, ld.layout
     own = bool(d.embed_loaded)
     if not own:
         set_target_embedding(d, spec, target, store)
@@ -129,7 +127,7 @@ def drafter_for(
 
 def set_target_embedding(d: Any, spec: Any, target: str | None, store: Any) -> None:
     """Give the drafter ``target``'s input embedding (default: the store's target), by header."""
-    from eagle3kit.checkpoint.convert import target_embedding
+    from eagle3kit.checkpoint.eagle3.convert import target_embedding
 
     src = target or (store.manifest.get("target") or {}).get("name_or_path")
     if not src:

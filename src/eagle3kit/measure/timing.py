@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from eagle3kit.core import registry
 from eagle3kit.core.progress import Progress, emit
 
 
@@ -46,26 +47,21 @@ def plain_runner(target, max_new_tokens: int, eos: int | None) -> Runner:
 
 
 def lookup_runner(target, max_new_tokens: int, eos: int | None, k: int) -> Runner:
-    """Greedy decoding drafted by prompt lookup in our own KV-cache loop (decode/lookup.py)."""
-    from eagle3kit.decode import lookup_generate
-
+    """Greedy decoding drafted by prompt lookup in our own KV-cache loop (the decode part of
+    the method core/registry.py runs under the loop name "lookup")."""
+    look = registry.part(registry.of_decoder("lookup").name, "decode")
     return lambda ids: timed(
-        lookup_generate(
-            target, ids, max_new_tokens=max_new_tokens, num_output_tokens=k, eos_token_id=eos
-        )
+        look.generate(target, None, ids, max_new_tokens=max_new_tokens, depth=k, eos_token_id=eos)
     )
 
 
 def spec_runner(target, drafter, max_new_tokens: int, eos: int | None, depth: int, tree) -> Runner:
-    """Greedy speculative decoding, chain (tree None) or tree; an MTP head (its ``method``
-    "mtp") drafts through decode/mtp.py."""
+    """Greedy speculative decoding, chain (tree None) or tree, as the drafter's method
+    proposes (decode `speculative_generate`)."""
     from eagle3kit.decode import speculative_generate
-    from eagle3kit.decode.mtp import mtp_generate
-
-    gen = mtp_generate if getattr(drafter, "method", None) == "mtp" else speculative_generate
 
     def run(ids: list[int]) -> Timed:
-        g = gen(
+        g = speculative_generate(
             target,
             drafter,
             ids,

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.safetensors_io import load_local
+from eagle3kit.checkpoint.io.safetensors_io import load_local
 from eagle3kit.core.errors import Eagle3Error, bad
 
 ENGINE_ROUTE = (

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from eagle3kit.checkpoint.convert import TRAINING_ONLY
+from eagle3kit.checkpoint.eagle3.convert import TRAINING_ONLY
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import DraftSpec, spec_for_target
 from eagle3kit.model.attention import (  # noqa: F401  (re-exported: the drafter's public API)
@@ -180,6 +180,13 @@ class Eagle3Drafter(nn.Module):
         return DraftOutput(logits=logits, hidden=normed if self.spec.norm_output else h)
 
     @property
+    def method(self) -> str:
+        """Its draft method (core/registry.py): EAGLE 3.1 when its norm flags say so."""
+        from eagle3kit.checkpoint.eagle3.layouts import method_of
+
+        return method_of(self.spec)
+
+    @property
     def dtype(self) -> torch.dtype:
         """The dtype its input states are cast to (its fc's)."""
         return self.fc.weight.dtype
@@ -187,6 +194,18 @@ class Eagle3Drafter(nn.Module):
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor:
         """Map draft-vocabulary ids to target ids with the d2t offsets."""
         return draft_ids + self.d2t[draft_ids]
+
+    def step_inputs(
+        self, i: int, ids: torch.Tensor, hidden: torch.Tensor, from_aux: bool
+    ) -> tuple[torch.Tensor, torch.Tensor, bool]:
+        """What unrolled step i (training-time test, train/ttt.py) reads: the shifted tokens
+        and the previous step's hidden, as given (a subclass may feed its own)."""
+        return ids, hidden, from_aux
+
+    def attach_target(self, target: EmbeddedTarget) -> None:
+        """Draft with the target's input embedding (engines feed the drafter the serving
+        target's unless its checkpoint carries its own)."""
+        self.set_embedding(target.embed_tokens.weight)
 
     def set_embedding(self, weight: torch.Tensor) -> None:
         """Use the target's (frozen) input embedding [V, H]."""
@@ -242,7 +261,7 @@ class Eagle3Drafter(nn.Module):
     ) -> Eagle3Drafter:
         """Load a drafter in any layout (SGLang, speculators/vLLM, EAGLE) from safetensors
         (a subclass reads its own fields from config.json in `from_read`)."""
-        from eagle3kit.checkpoint.reader import read_drafter
+        from eagle3kit.checkpoint.eagle3.reader import read_drafter
 
         spec, tensors, head = read_drafter(str(path))
         return cls.from_read(spec, tensors, head.ckpt.config, device, dtype, str(path))

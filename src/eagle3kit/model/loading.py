@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LoadedDrafter",
+    "drafter_method",
     "load_drafter",
+    "load_for",
     "load_pair",
     "load_target",
     "parse_dtype",
@@ -49,37 +51,60 @@ class LoadedDrafter:
 
 
 def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> LoadedDrafter:
-    """Read a drafter in any layout (SGLang, speculators/vLLM, EAGLE; DFlash z-lab) once."""
-    from eagle3kit.checkpoint.reader import read_drafter
+    """Read a drafter of any method and layout once: its method (checkpoint/methods.py
+    `detect_method`, from its config) picks the model part that builds it."""
+    from eagle3kit.core import registry
 
-    dflash = _dflash_drafter(path, device, dtype)
-    if dflash is not None:
-        return dflash
-    from eagle3kit.model.peagle import drafter_class, refuse_extra_layers
-
-    refuse_extra_layers(path)
-    spec, tensors, head = read_drafter(str(path))
-    cfg = head.ckpt.config  # P-EAGLE's: mask_hidden + a mask token
-    d = drafter_class(cfg).from_read(spec, tensors, cfg, device, parse_dtype(dtype), str(path))
-    return LoadedDrafter(d.eval().requires_grad_(False), spec, head.layout)
+    part = registry.part(drafter_method(path) or registry.DEFAULT, "model")
+    if not hasattr(part, "load_drafter"):  # a target (its own MTP head is no drafter dir)
+        part = registry.part(registry.DEFAULT, "model")  # whose reader says what is wrong
+    return part.load_drafter(path, device=device, dtype=dtype)
 
 
-def _dflash_drafter(path: str, device: str, dtype: Any) -> LoadedDrafter | None:
-    """A DFlash drafter (z-lab's or speculators' layout, model/dflash.py), else None."""
+def drafter_method(path: str | Path) -> str | None:
+    """The method a drafter's config.json declares (a local dir's, else the Hub repo's by
+    header; None when there is none to read)."""
     import json
 
-    cfg_file = Path(str(path)).expanduser() / "config.json"
-    try:
-        cfg = json.loads(cfg_file.read_text())
-    except (OSError, ValueError):
-        return None  # not a local JSON config: the general reader reports it
-    from eagle3kit.checkpoint.dflash_layout import is_dflash_config
-    from eagle3kit.model.dflash import DFlashDrafter
+    from eagle3kit.checkpoint.methods import detect_method
 
-    if not isinstance(cfg, dict) or not is_dflash_config(cfg):
+    try:
+        cfg = json.loads((Path(str(path)).expanduser() / "config.json").read_text())
+    except (OSError, ValueError):
+        cfg = _hub_config(str(path))
+    return detect_method(cfg) if isinstance(cfg, dict) else None
+
+
+def _hub_config(path: str) -> dict[str, Any] | None:
+    """A Hub repo's config.json, by header (None: not a Hub id, or it cannot be read: the
+    reader then says why)."""
+    from eagle3kit.checkpoint.io.safetensors_io import load_checkpoint, looks_like_repo_id
+    from eagle3kit.core.errors import Eagle3Error
+
+    if Path(path).expanduser().exists() or not looks_like_repo_id(path):
         return None
-    d = DFlashDrafter.from_pretrained(cfg_file.parent, device=device, dtype=parse_dtype(dtype))
-    return LoadedDrafter(d.eval().requires_grad_(False), d.spec, f"dflash-{d.spec.layout}")
+    try:
+        return load_checkpoint(path).config
+    except Eagle3Error:
+        return None
+
+
+def load_for(
+    target: str, drafter: str | None, method: str, *, device: str = "cpu", dtype: Any = "float32"
+) -> tuple[Any, Any]:
+    """(TargetModel, drafter) for `generate`, `eval` and `bench`: a drafter dir read as its
+    own method says (`load_pair`); for a method whose drafter ships inside the target (or a
+    standalone head dir given as the drafter), the target's head by its method's model part."""
+    from eagle3kit.core import registry
+
+    rec = registry.get(method)
+    if not rec.target_head and drafter is not None:
+        found = registry.family(drafter_method(drafter))
+        rec = found if found is not None and found.target_head else rec
+    if rec.target_head:
+        part = registry.part(rec.name, "model")
+        return part.load_pair(target, drafter, device=device, dtype=dtype)
+    return load_pair(target, drafter, device=device, dtype=dtype)
 
 
 def load_target(
@@ -134,8 +159,6 @@ def load_pair(
             f"target_hidden_size: expected the target's {tm.hidden_size}, "
             f"found {d.spec.target_hidden_size}",
         )
-    if hasattr(d, "attach_target") and not d.embed_loaded:
-        d.attach_target(tm)  # DFlash (z-lab): the target's embedding and lm_head
-    elif not d.embed_loaded:
-        d.set_embedding(tm.embed_tokens.weight)
+    if not d.embed_loaded:
+        d.attach_target(tm)  # the target's embedding (and a DFlash drafter's, its lm_head)
     return tm, d

@@ -17,7 +17,8 @@ warm-starting a drafter needs (`Eagle3Drafter.for_target`, train setup). Decodin
 needs the KV cache and the tokenizer, takes the `TargetModel` itself.
 
 `Drafter` is what a decoder needs of a drafter: the EAGLE-3 module fits it, and so does any
-other method's module that drafts over a draft vocabulary mapped by d2t.
+other method's module that drafts over a draft vocabulary mapped by d2t. Its `method` names
+its draft method, which picks the method's package parts (core/registry.py `part`).
 """
 
 from __future__ import annotations
@@ -104,12 +105,14 @@ class Drafter(Protocol):
     own cache), the draft -> target id map (target_id = draft_id + d2t[draft_id]), the dtype
     it takes its input states in, and whether its input embedding is loaded."""
 
+    method: str  # its draft method's name (core/registry.py)
     d2t: torch.Tensor  # [Vd]
     embed_loaded: bool
 
     @property
     def dtype(self) -> torch.dtype: ...
     def to_target_ids(self, draft_ids: torch.Tensor) -> torch.Tensor: ...
+    def attach_target(self, target: EmbeddedTarget) -> None: ...
     def __call__(
         self,
         input_ids: torch.Tensor,

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from eagle3kit.checkpoint.mtp_layout import mtp_prefixes
+from eagle3kit.core import registry
 from eagle3kit.core.dtypes import ALIASES, NAME_BYTES
 from eagle3kit.core.environment import quiet_transformers
 from eagle3kit.core.errors import Eagle3Error, bad
@@ -36,9 +36,14 @@ _DTYPES = {n: getattr(torch, n) for n in NAME_BYTES} | {
 
 
 def drop_mtp_keys(info: dict[str, Any], config: Any) -> dict[str, Any]:
-    """transformers' load account without the target's own MTP layers among its unexpected
-    keys: transformers never loads them (an MTP head is read by model/mtp.py's load_mtp_head)."""
-    prefixes = mtp_prefixes(config)
+    """transformers' load account without the drafters the target ships among its unexpected
+    keys (its own MTP layers: each checkpoint part's `target_prefixes`): transformers never
+    loads them (an MTP head is read by its method's model part)."""
+    prefixes = tuple(
+        p
+        for _, part in registry.parts("checkpoint")
+        for p in getattr(part, "target_prefixes", lambda c: ())(config)
+    )
     if not prefixes or not info.get("unexpected_keys"):
         return info
     keep = [k for k in info["unexpected_keys"] if not str(k).startswith(prefixes)]
@@ -174,7 +179,7 @@ class TargetModel:
             raise bad(
                 f"{src}/config.json", f"expected a model transformers loads, found: {first}"
             ) from e
-        # no weight initialised at random; its own MTP head is model/mtp.py's to read
+        # no weight initialised at random; its own MTP head is methods/mtp/model.py's to read
         check_loading_info(src, drop_mtp_keys(info, model.config))
         tokenizer = None
         if not local.is_dir() or any(

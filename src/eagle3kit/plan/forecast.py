@@ -338,9 +338,9 @@ def _method_cycle(cycle: CycleModel, method: str | None) -> CycleModel:
     """The cycle with the method's drafting cost: k, one or no drafter passes per cycle."""
     if method is None:
         return cycle
-    from eagle3kit.plan.methods import method as method_row
+    from eagle3kit.core import registry
 
-    return replace(cycle, passes=method_row(method).passes)
+    return replace(cycle, passes=registry.get(method).passes)
 
 
 def plan(

@@ -234,13 +234,13 @@ def plan_args_from_file(path: str | Path, given: dict[str, Any]) -> dict[str, An
 
 
 def _method_of(path: str | Path) -> str | None:
-    """The file's "method" when it names one of plan/methods.py's (a DFlash eval: "dflash"),
-    so its cycle is priced with that method's drafting cost."""
-    from eagle3kit.plan.methods import METHODS
+    """The file's "method" when it names a method of core/registry.py (a DFlash eval:
+    "dflash"), so its cycle is priced with that method's drafting cost."""
+    from eagle3kit.core import registry
 
     doc = read_doc(path)
-    name = doc.get("method") if isinstance(doc, dict) else None
-    return name if name in METHODS else None
+    found = registry.find(doc.get("method") if isinstance(doc, dict) else None)
+    return found.name if found else None
 
 
 def acceptance_from_file(path: str | Path, depth: int | None) -> dict[str, Any]:

@@ -12,8 +12,9 @@ Costs: any JSON object with a top-level ``"costs"`` object (`eagle3kit bench --l
               "prefill_ms": 21.0, "new_tokens": 64.0}
 
 Acceptance: an ``eagle3kit.eval`` document (offline or online) or an ``eagle3kit.bench``
-document. An eval names its method in ``"method"`` (one of plan/methods.py's METHODS; the
-decoder's ``"chain"``/``"tree"`` or no field read as eagle3, with a note) and carries
+document. An eval names its method in ``"method"`` (one of core/registry.py's; a decoding
+loop's name such as ``"chain"``/``"tree"`` read as the method it runs, no field as the default
+method, with a note) and carries
 ``per_position_acceptance`` (cumulative P(a >= i), i = 1..depth) and ``cycles``. A bench
 row carries the same plus ``"method"`` and, for lookup and trees, ``drafted_per_cycle``.
 Where a file gives no per-position acceptance, the candidate is refused by name.
@@ -25,12 +26,11 @@ import math
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.core import registry
 from eagle3kit.core.artifacts import kind_of
 from eagle3kit.core.errors import bad
 from eagle3kit.plan.from_file import read_doc
-from eagle3kit.plan.methods import METHODS, Candidate, LevelCosts
-
-DECODER_NAMES = {"chain": "eagle3", "tree": "eagle3", "lookup": "ngram"}
+from eagle3kit.plan.methods import Candidate, LevelCosts
 
 
 def _pos(where: str, key: str, v: Any, *, zero_ok: bool = False) -> float:
@@ -111,12 +111,11 @@ def costs_of(costs: dict, where: str) -> tuple[list[LevelCosts], float | None, f
 def _method_of(where: str, name: Any) -> tuple[str, str | None]:
     """(method, note) from a document's "method" field."""
     if name is None:
-        return "eagle3", 'no "method" field: read as eagle3'
-    if name in METHODS:
-        return str(name), None
-    if name in DECODER_NAMES:
-        return DECODER_NAMES[name], None
-    raise bad(where, f"method: expected one of {', '.join(METHODS)}, found {name!r}")
+        return registry.DEFAULT, f'no "method" field: read as {registry.DEFAULT}'
+    found = registry.find(name) or registry.of_decoder(name)
+    if found is not None:
+        return found.name, None
+    raise bad(where, f"method: expected one of {', '.join(registry.names())}, found {name!r}")
 
 
 def _cumulative(where: str, key: str, pp: Any) -> tuple[float, ...]:
@@ -182,10 +181,10 @@ def _num(v: Any) -> float | None:
 def _from_bench(doc: dict, where: str, label: str | None) -> list[Candidate]:
     out = []
     for i, row in enumerate(doc.get("methods") or []):
-        if not isinstance(row, dict) or row.get("name") not in DECODER_NAMES:
+        runs = registry.of_decoder(row.get("name")) if isinstance(row, dict) else None
+        if runs is None:
             continue  # greedy and transformers' lookup: not a candidate
-        name = row.get("method") or DECODER_NAMES[row["name"]]
-        name, _ = _method_of(where, name)
+        name, _ = _method_of(where, row.get("method") or runs.name)
         tree = row["name"] == "tree"
         key = f"methods[{i}].per_position_acceptance"
         pp = _cumulative(where, key, row.get("per_position_acceptance"))
@@ -220,30 +219,20 @@ def parse_accept_arg(text: str) -> tuple[str | None, str]:
     return None, text
 
 
-ALGORITHMS = {
-    "eagle3": "eagle3",
-    "eagle": "eagle3",
-    "ngram": "ngram",
-    "dflash": "dflash",
-    "mtp": "mtp",
-    "nextn": "mtp",
-}
-
-
 def _live_label(dep: dict, i: int, where: str) -> tuple[str, str]:
     """(method, label) of a speculative deployment from what the server said it runs: the
     method live/server.py read off it (P-EAGLE, SGLang's MTP-as-EAGLE), else its algorithm."""
     spec = (dep.get("server") or {}).get("speculative") or {}
     algo = str(spec.get("algorithm") or "")
-    name = spec.get("method") if spec.get("method") in METHODS else ALGORITHMS.get(algo.lower())
-    if name is None:
+    found = registry.find(spec.get("method")) or registry.from_engine("any", algo)
+    if found is None:
         raise bad(
             where,
             f"deployments[{i}].server.speculative.algorithm: expected one of "
-            f"{', '.join(sorted(ALGORITHMS))}, found {algo or 'none'} (vLLM says it only with "
-            "VLLM_SERVER_DEV_MODE=1)",
+            f"{', '.join(registry.engine_names())}, found {algo or 'none'} (vLLM says it only "
+            "with VLLM_SERVER_DEV_MODE=1)",
         )
-    return name, name
+    return found.name, found.name
 
 
 def _view(lv: dict, suite: str | None, where: str) -> dict:

@@ -13,6 +13,8 @@ Every method drafts k tokens and the target verifies them with the bonus token i
     mtp        k           the target's own MTP head, rerun recursively for k > 1 (as vLLM does)
     ngram      0           prompt lookup: no model, only a host-side string match
 
+(the passes are core/registry.py's `Method.passes`, the one record of each method).
+
 `c` is the concurrency level (requests decoding together, i.e. the batch): pass_ms(c),
 verify_ms(c, n) and the plain step plain_ms(c) are measured at that level. drafted(k) is k for a
 chain, the tree's node count for a tree, and for prompt lookup the mean number of tokens it
@@ -36,110 +38,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from eagle3kit.core import registry
 from eagle3kit.core.errors import Eagle3Error
-
-
-@dataclass(frozen=True)
-class Method:
-    """One row of the method table: how it drafts, and how each engine serves it."""
-
-    name: str
-    passes: str  # "k" (one drafter pass per draft token), "1" (one pass per cycle), "0"
-    drafter: str  # what drafts
-    vllm: str | None  # the --speculative-config JSON body, {draft} {k} filled in; None: not served
-    sglang: str | None  # SGLang's speculative flags; None: not served
-    needs_draft: bool = True
-
-    def draft_passes(self, k: int) -> int:
-        return {"k": k, "1": 1, "0": 0}[self.passes]
-
-
-_SG_EAGLE = (
-    "--speculative-algorithm EAGLE3 --speculative-draft-model-path {draft} "
-    "--speculative-num-steps {k} --speculative-eagle-topk 1 --speculative-num-draft-tokens {k1}"
-)
-# Sources (docs/plan.md "Methods" cites them): vLLM vllm/config/speculative.py (method names,
-# parallel_drafting, mtp defaulting to the target), SGLang server_args (EAGLE3, DFLASH, NEXTN,
-# NGRAM algorithms).
-METHODS: dict[str, Method] = {
-    m.name: m
-    for m in (
-        Method(
-            "eagle3",
-            "k",
-            "EAGLE-3 drafter",
-            '{{"method": "eagle3", "model": "{draft}", "num_speculative_tokens": {k}}}',
-            _SG_EAGLE,
-        ),
-        Method(
-            "eagle3.1",
-            "k",
-            "EAGLE 3.1 drafter (fc_norm / norm_output)",
-            '{{"method": "eagle3", "model": "{draft}", "num_speculative_tokens": {k}}}',
-            _SG_EAGLE,
-        ),
-        Method(
-            "peagle",
-            "1",
-            "P-EAGLE drafter (parallel drafting)",
-            '{{"method": "eagle3", "model": "{draft}", "num_speculative_tokens": {k}, '
-            '"parallel_drafting": true}}',
-            None,  # SGLang does not serve P-EAGLE
-        ),
-        Method(
-            "dflash",
-            "1",
-            "DFlash block drafter (block k+1)",
-            '{{"method": "dflash", "model": "{draft}", "num_speculative_tokens": {k}}}',
-            "--speculative-algorithm DFLASH --speculative-draft-model-path {draft} "
-            "--speculative-num-draft-tokens {k1}",
-        ),
-        Method(
-            "mtp",
-            "k",
-            "the target's MTP head, recursive",
-            '{{"method": "mtp", "num_speculative_tokens": {k}}}',
-            "--speculative-algorithm NEXTN --speculative-num-steps {k} "
-            "--speculative-eagle-topk 1 --speculative-num-draft-tokens {k1}",
-            needs_draft=False,
-        ),
-        Method(
-            "ngram",
-            "0",
-            "prompt lookup (n-gram match in the context)",
-            # eagle3kit's lookup matches the last 2 tokens, else the last 1 (decode/lookup.py)
-            '{{"method": "ngram", "num_speculative_tokens": {k}, "prompt_lookup_max": 2, '
-            '"prompt_lookup_min": 1}}',
-            "--speculative-algorithm NGRAM --speculative-num-draft-tokens {k1}",
-            needs_draft=False,
-        ),
-    )
-}
-
-
-def method(name: str, where: str = "--method") -> Method:
-    if name not in METHODS:
-        raise Eagle3Error(f"{where}: expected one of {', '.join(METHODS)}, found {name!r}")
-    return METHODS[name]
-
-
-def launch_lines(name: str, k: int, target: str, draft: str | None) -> dict[str, str | None]:
-    """The SGLang and vLLM launch commands of method `name` at k draft tokens (None: the
-    engine does not serve it)."""
-    m = method(name)
-    if k == 0:
-        return {
-            "sglang": f"python -m sglang.launch_server --model-path {target}",
-            "vllm": f"vllm serve {target}",
-        }
-    d = draft or "DRAFTER_DIR"
-    sg = m.sglang and (
-        f"python -m sglang.launch_server --model-path {target} "
-        + m.sglang.format(draft=d, k=k, k1=k + 1)
-    )
-    vl = m.vllm and f"vllm serve {target} --speculative-config '{m.vllm.format(draft=d, k=k)}'"
-    return {"sglang": sg, "vllm": vl}
-
 
 # --- Inputs -----------------------------------------------------------------------------------
 
@@ -280,7 +180,7 @@ def cycle_ms(cand: Candidate, lv: LevelCosts, k: int) -> float:
     a running server's cycle is measured whole, at the depth it serves."""
     if cand.label in lv.cycle_ms:
         return lv.cycle_ms[cand.label]
-    m = METHODS[cand.method]
+    m = registry.get(cand.method, "candidate method")
     passes = cand.passes_per_cycle if cand.passes_per_cycle is not None else m.draft_passes(k)
     key = cand.method
     if passes and key not in lv.pass_ms:
@@ -403,7 +303,7 @@ def _missing_notes(candidates: Sequence[Candidate]) -> list[str]:
     have = {c.method for c in candidates}
     return [
         f'{m}: no measured acceptance given (no eval/bench with "method": "{m}"), not priced'
-        for m in METHODS
+        for m in registry.names()
         if m not in have
     ]
 
@@ -444,18 +344,16 @@ def vllm_schedule(mp: MethodsPlan, label: str, max_batch: int) -> list[tuple[int
 def vllm_schedule_config(mp: MethodsPlan, cand: Candidate, max_batch: int) -> dict[str, Any]:
     """The --speculative-config JSON carrying the schedule (num_speculative_tokens = the
     largest k: vLLM clamps every scheduled k to it)."""
-    import json
-
     sched = vllm_schedule(mp, cand.label, max_batch)
     kmax = max(k for *_, k in sched)
-    m = METHODS[cand.method]
-    if m.vllm is None:
+    m = registry.get(cand.method, "candidate method")
+    if not m.serves("vllm"):
         raise Eagle3Error(f"--vllm-schedule: vLLM does not serve {cand.method}")
     if kmax == 0:
         raise Eagle3Error(
             f"--vllm-schedule: plain decoding wins at every measured level for {cand.label!r}; "
             "serve without speculation (vLLM needs num_speculative_tokens > 0)"
         )
-    doc = json.loads(m.vllm.format(draft=cand.draft or "DRAFTER_DIR", k=kmax))
+    doc = m.vllm_config(kmax, cand.draft) or {}
     doc["num_speculative_tokens_per_batch_size"] = [list(e) for e in sched]
     return doc

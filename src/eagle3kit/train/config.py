@@ -23,7 +23,7 @@ class TrainConfig:
     features: str | None = None
     init_from: str | None = None
     attention: str = "mha"
-    # the draft method (train/methods.py): None keeps a warm start's, eagle3 when fresh
+    # the draft method (a TTT one, `check_method`): None keeps a warm start's, else the default
     method: str | None = None
     fc_norm: bool | None = None  # None: the method's (or the warm start's) value
     norm_before_fc: bool | None = None
@@ -154,3 +154,23 @@ def total_steps(cfg: TrainConfig, n_train: int) -> int:
         return cfg.steps
     epochs = cfg.epochs if cfg.epochs is not None else 1.0
     return max(1, math.ceil(epochs * n_train / cfg.batch_size))
+
+
+def ttt_methods() -> tuple[str, ...]:
+    """The methods this training-time-test loop trains (those whose train part says `TTT`)."""
+    from eagle3kit.core import registry
+
+    trained = registry.names(can="train")
+    return tuple(n for n in trained if getattr(registry.part(n, "train"), "TTT", False))
+
+
+def check_method(method: str | None) -> None:
+    """`--method` of a TTT run: None (a warm start's own, else the default) or a TTT method."""
+    if method is not None and method not in ttt_methods():
+        raise Eagle3Error(f"--method: expected one of {', '.join(ttt_methods())}, found {method!r}")
+
+
+def from_options(options: dict[str, Any], **over: Any) -> TrainConfig:
+    """A TrainConfig from the CLI's options (those that are its fields), `over` on top."""
+    names = {f.name for f in fields(TrainConfig)}
+    return TrainConfig(**{k: v for k, v in options.items() if k in names} | over)

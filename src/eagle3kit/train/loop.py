@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from eagle3kit.core import registry
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_write_json
 from eagle3kit.core.errors import bad
@@ -39,9 +40,7 @@ from eagle3kit.train import distributed as dist_
 from eagle3kit.train import outputs, setup, state
 from eagle3kit.train.acceptance import Acceptance, acceptance, metrics_row
 from eagle3kit.train.config import TrainConfig, lr_at, total_steps
-from eagle3kit.train.methods import method_of, spec_flags
-from eagle3kit.train.peagle import cod_loss
-from eagle3kit.train.ttt import loss_positions, ttt_loss
+from eagle3kit.train.flags import spec_flags
 from eagle3kit.train.warmstart import add_l2sp_grad, anchor_of
 
 __all__ = [
@@ -51,7 +50,6 @@ __all__ = [
     "lr_at",
     "total_steps",
     "train",
-    "train_peagle_from",
 ]
 
 
@@ -78,6 +76,11 @@ class Run:
     busy: float = 0.0  # seconds of training steps
     t_mark: float = 0.0  # start of the current stretch of steps
     t_start: float = 0.0
+
+    @property
+    def part(self) -> Any:
+        """The trained method's train part (its loss and writer, core/registry.py)."""
+        return registry.part(self.ctx.drafter.method, "train")
 
 
 def train(
@@ -120,14 +123,7 @@ def train(
 def _train_step(r: Run, feats: Any) -> torch.Tensor:
     """Forward, backward and update on this rank's slice; the loss (detached, on the device)."""
     m, k = r.model, r.cfg.ttt_steps
-    if getattr(r.ctx.drafter, "parallel", False):  # P-EAGLE: COD over k depths, one pass
-        mine = range(r.d.rank, r.cfg.batch_size, r.d.world)  # this rank's rows of the batch
-        gens = dist_.row_generators(r.cfg.seed, r.step, mine)
-        s, n = cod_loss(m, feats, k, ratio=r.cfg.cod_ratio, floor=r.cfg.cod_min, gen=gens)
-        loss = s / dist_.all_sum(n, r.d).clamp(min=1)
-    else:
-        norm = dist_.all_sum(loss_positions(m.t2d, feats, k), r.d)  # global |C_i|, float32 [k]
-        loss, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1), counts=False)
+    loss = r.part.loss(m, feats, k, r.cfg, r.d, r.step)  # the method's (methods/<package>/train)
     (loss * r.d.world).backward()
     dist_.sync_replicated(m, r.d)  # P-EAGLE's mask_hidden (FSDP2 averages the rest)
     if r.anchor is not None:
@@ -243,7 +239,7 @@ def _after_eval(r: Run, met: Acceptance, step_dir: bool) -> None:
         r.best_step, r.best_tau_walk = r.step, met.tau_walk
         r.best_tau_every_position = met.tau_every_position
         if r.d.main:
-            outputs.save_servable(r.dir / "best", r.ctx.spec, tensors, r.cfg.target, _mask(r))
+            r.part.save(r.dir / "best", r.ctx.spec, tensors, r.cfg.target, r.ctx.drafter)
     if r.d.main:
         outputs.append_metrics(r.dir / "metrics.jsonl", metrics_row(r.step, met))
         rows = outputs.read_metrics(r.dir / "metrics.jsonl")
@@ -259,7 +255,7 @@ def _save_point(r: Run, *, step_dir: bool, tensors: dict | None = None) -> None:
     if not r.d.main:
         return
     if step_dir:
-        outputs.save_servable(r.dir / f"step-{r.step}", r.ctx.spec, tensors, r.cfg.target, _mask(r))
+        r.part.save(r.dir / f"step-{r.step}", r.ctx.spec, tensors, r.cfg.target, r.ctx.drafter)
     groups = [{k: v for k, v in g.items() if k != "params"} for g in r.opt.param_groups]
     meta = {
         "step": r.step,
@@ -272,11 +268,6 @@ def _save_point(r: Run, *, step_dir: bool, tensors: dict | None = None) -> None:
         "config": asdict(r.cfg),
     }
     state.save_state(r.dir / "state", model=tensors, optim=optim, anchor=anchor, meta=meta)
-
-
-def _mask(r: Run) -> int | None:
-    """The P-EAGLE drafter's mask token (its checkpoints are written as P-EAGLE), else None."""
-    return getattr(r.ctx.drafter, "mask_token_id", None)
 
 
 def _peak_memory_mb(device: str) -> float:
@@ -311,7 +302,7 @@ def _finish(r: Run) -> dict[str, Any]:
         "peak_memory_mb": _peak_memory_mb(r.d.device),
         "init_from": r.cfg.init_from,
         "attention": getattr(ctx.spec, "attention", "mha"),
-        "method": method_of(ctx.spec, parallel=getattr(ctx.drafter, "parallel", False)),
+        "method": ctx.drafter.method,
         "flags": spec_flags(ctx.spec),
         "source": ctx.source.kind,
         "train_samples": len(ctx.train_idx),
@@ -334,28 +325,3 @@ def _finish(r: Run) -> dict[str, Any]:
         summary = stamp(summary, "train")
         atomic_write_json(r.dir / "summary.json", summary)
     return json.loads(json.dumps(summary))
-
-
-def train_peagle_from(
-    init_from: str,
-    target: str,
-    data: str,
-    out: str,
-    *,
-    steps: int,
-    progress: Progress | None = None,
-    **settings: Any,
-) -> dict[str, Any]:
-    """A P-EAGLE drafter fine-tuned from an EAGLE-3 one (the demo's K2 drafter, say): the
-    run's summary (`method` "peagle"; RUN/best in speculators' peagle layout). `settings`: any
-    other TrainConfig field (ttt_steps = the depths K, batch_size, lr, mask_token_id, ...)."""
-    cfg = TrainConfig(
-        out=str(out),
-        target=str(target),
-        data=str(data),
-        init_from=str(init_from),
-        method="peagle",
-        steps=steps,
-        **settings,
-    )
-    return train(cfg, progress=progress)

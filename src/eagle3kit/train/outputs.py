@@ -13,23 +13,13 @@ from eagle3kit.core.retired import current_row
 
 
 def save_servable(
-    out: Path,
-    spec: Any,
-    tensors: dict[str, torch.Tensor],
-    verifier: str | None,
-    mask_token_id: int | None = None,
+    out: Path, spec: Any, tensors: dict[str, torch.Tensor], verifier: str | None
 ) -> None:
-    """RUN/best or RUN/step-N: config.json + model.safetensors in the SGLang layout (with
-    d2t/t2d, without the target's embedding), through formats.convert's writer; the folder is
-    swapped in whole. A P-EAGLE drafter (`mask_token_id` given) is written in speculators'
-    peagle layout instead (SGLang does not serve P-EAGLE; vLLM does)."""
-    from eagle3kit.checkpoint.convert import save_drafter
-
-    if mask_token_id is not None:
-        from eagle3kit.model.peagle import save_peagle
-
-        save_peagle(out, spec, tensors, mask_token_id, verifier)
-        return
+    """RUN/best or RUN/step-N of an EAGLE-3 drafter: config.json + model.safetensors in the
+    SGLang layout (with d2t/t2d, without the target's embedding), through the EAGLE-3 format's
+    writer; the folder is swapped in whole. (A method writes its own drafters by its train
+    part's `save`.)"""
+    from eagle3kit.checkpoint.eagle3.convert import save_drafter
 
     keep = {k: v for k, v in tensors.items() if k != "embed_tokens.weight"}
     spec = spec.replace(tensors=tuple(sorted(keep)), dtype="float32")

@@ -12,12 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from eagle3kit.core import registry
 from eagle3kit.core.artifacts import few_sequences
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.model.protocols import Embedding, JsonConfig
-from eagle3kit.train import methods, warmstart
+from eagle3kit.train import flags as F
+from eagle3kit.train import warmstart
 from eagle3kit.train.acceptance import acceptance
+from eagle3kit.train.config import check_method
 from eagle3kit.train.sources import OfflineSource, OnlineSource, store_vocab
 
 if TYPE_CHECKING:
@@ -60,13 +63,13 @@ def _open_source(
     cfg: Any, target: TargetModel | FeaturesTarget, data: Any, d2t: torch.Tensor, aux_layers: Any
 ):
     if cfg.features:
-        store = _store(cfg.features, d2t)
+        store = open_store(cfg.features, d2t)
         return OfflineSource(store, max_len=cfg.max_len, layers=aux_layers)
     assert not isinstance(target, FeaturesTarget)  # online: the target runs here
     return OnlineSource(data, target, d2t, max_len=cfg.max_len, topk=cfg.topk)
 
 
-def _store(path: str, d2t: torch.Tensor) -> Any:
+def open_store(path: str, d2t: torch.Tensor) -> Any:
     """A feature store whose teacher columns are over the drafter's draft vocab (d2t)."""
     from eagle3kit.data.store import FeatureStore
 
@@ -92,7 +95,7 @@ def store_drafter_layers(path: str) -> list[int]:
     return [int(i) for i in man.get("drafter_layers") or man.get("aux_layers") or []]
 
 
-def _data(cfg: Any, target: TargetModel | FeaturesTarget) -> Any:
+def open_data(cfg: Any, target: TargetModel | FeaturesTarget) -> Any:
     """DATA (PreparedData) or None for a store; either checked against the target first
     (`data.prepared.check_data_matches_target`, the check `data capture` runs)."""
     from eagle3kit.data.prepared import META, check_data_matches_target, load_prepared
@@ -163,8 +166,8 @@ def _target(cfg: Any, name: str, aux: Any, device: str):
 
 def features_target(path: str, aux_layers: Any, dtype: str = "float32") -> FeaturesTarget:
     """The target of `--features` training, read by header (`FeaturesTarget`)."""
-    from eagle3kit.checkpoint.hub_files import open_target
-    from eagle3kit.checkpoint.tensor_read import read_tensor
+    from eagle3kit.checkpoint.io.hub_files import open_target
+    from eagle3kit.checkpoint.io.tensor_read import read_tensor
     from eagle3kit.core.spec import default_aux_layers
     from eagle3kit.model.target import parse_dtype
 
@@ -200,7 +203,7 @@ def _check_options(cfg: Any, d: Any) -> None:
         )
     if cfg.reference_features and not cfg.features:
         raise Eagle3Error("--reference-features goes with --features (online: --reference-target)")
-    methods.check_method(cfg.method)
+    check_method(cfg.method)
     if cfg.attention not in ("mha", "mla"):
         raise Eagle3Error(f"--attention: expected 'mha' or 'mla', found {cfg.attention!r}")
     if cfg.batch_size < d.world:
@@ -220,7 +223,7 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         target = features_target(cfg.target, aux0, cfg.target_dtype)
     else:
         target = _target(cfg, cfg.target, aux0, d.device)
-    data = _data(cfg, target)
+    data = open_data(cfg, target)
     m, info = _drafter(cfg, init, target, data)
     m = m.to(d.device)
     coverage = vocab_coverage(cfg, m, data, progress)
@@ -268,12 +271,15 @@ def _drafter(
     cfg: Any, init: Any, target: TargetModel | FeaturesTarget, data: Any
 ) -> tuple[Eagle3Drafter, dict | None]:
     """The drafter to train (fresh, warm, or warm with a rebuilt vocab) with the target's
-    embedding, its method's flags (train/methods.py), and what the summary says about its
-    start."""
+    embedding, its flags (train/flags.py, the method's preset), made the run's method's by its
+    train part (`prepare`), and what the summary says about its start."""
     emb = target.embed_tokens.weight  # [V, H]
     info = None
-    start = methods.spec_flags(init.spec) if init is not None else None
-    flags = methods.wanted_flags(cfg, start)
+    method = cfg.method or (init.method if init is not None else registry.DEFAULT)
+    part = registry.part(method, "train")
+    start = F.spec_flags(init.spec) if init is not None else None
+    preset = getattr(part, "preset", None)
+    flags = F.wanted_flags(cfg, start, preset(cfg.method) if preset else None)
     if init is not None:
         warmstart.check_against_target(
             init.spec, target.vocab_size, emb.shape[1], str(cfg.init_from)
@@ -297,11 +303,11 @@ def _drafter(
         }
     else:
         m = init
-    if init is not None and methods.flag_changes(start, flags):
-        info["flags_changed"] = methods.flag_changes(start, flags)
-        m = methods.with_flags(m, flags)
+    if init is not None and F.flag_changes(start, flags):
+        info["flags_changed"] = F.flag_changes(start, flags)
+        m = F.with_flags(m, flags)
     m.set_embedding(emb.detach().cpu())
-    return methods.as_method(m, cfg, target, info), info
+    return part.prepare(m, cfg, target, info), info
 
 
 def _method_warnings(cfg: Any, info: dict | None) -> list[str]:
@@ -385,7 +391,7 @@ def _store_target(path: str) -> str | None:
 def _reference_store_batches(cfg: Any, ctx: Context, held: list[int]) -> list[Any]:
     """The old target's store, the same held-out samples (by id, the same tokens) at the
     drafter's layers, batched as the new store's held-out batches."""
-    old = _store(cfg.reference_features, ctx.drafter.d2t)
+    old = open_store(cfg.reference_features, ctx.drafter.d2t)
     src = OfflineSource(old, max_len=cfg.max_len, layers=ctx.spec.aux_layers)
     new_ids = ctx.source.store.ids
     where = {sid: j for j, sid in enumerate(old.ids)}

@@ -92,20 +92,18 @@ def shift(x: torch.Tensor, n: int, fill: int | float | bool = 0) -> torch.Tensor
 def unroll(drafter: Eagle3Drafter, input_ids: torch.Tensor, aux: torch.Tensor, k: int):
     """Yield the logits [B, T, Vd] of steps 0..k-1 (see the module docstring). The hidden
     step i reads is step i-1's output: h, or norm(h) for a `norm_output` drafter
-    (`DraftOutput.hidden`), as decoding runs it. A P-EAGLE drafter's steps i >= 1 are its
-    parallel depths instead: every position t is an anchor, depth i reads the mask token and
-    `mask_hidden` at position t+i, under the same mask (model/peagle.py)."""
+    (`DraftOutput.hidden`), as decoding runs it; a drafter may feed a step other inputs
+    (`step_inputs`: a P-EAGLE drafter's steps i >= 1 are its parallel depths, every position t
+    an anchor, depth i reading the mask token and `mask_hidden` at position t+i, under the
+    same mask: methods/peagle/model.py)."""
     b, t = input_ids.shape
     bias = ttt_bias(t, k, str(input_ids.device), _dtype(drafter))  # [T, (i+1)*T] per step
     pos = torch.arange(t, device=input_ids.device).expand(b, t)  # [B, T]
     cache = DraftCache()
     hidden, from_aux = aux, True  # [B, T, 3Ht] on step 0, then [B, T, H]
-    parallel = getattr(drafter, "parallel", False)
     for i in range(k):
         ids = shift(input_ids, 1 + i)  # [B, T]: x[t+1+i]
-        if parallel and i > 0:  # P-EAGLE depth i: the mask token and mask_hidden [B, T, 3Ht]
-            ids, hidden = drafter.slot_inputs(b, t)
-            from_aux = True
+        ids, hidden, from_aux = drafter.step_inputs(i, ids, hidden, from_aux)
         out = drafter(ids, hidden, cache, pos + i, bias[i], from_aux=from_aux)
         hidden, from_aux = out.hidden, False
         yield out.logits

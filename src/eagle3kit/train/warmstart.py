@@ -41,7 +41,7 @@ def fresh_drafter(
     device: str = "cpu",
 ) -> Eagle3Drafter:
     """A new drafter for the target: `spec_for_target` shapes, the norm `flags` (EAGLE 3.1:
-    train/methods.py), seeded init, the given vocab."""
+    train/flags.py), seeded init, the given vocab."""
     from eagle3kit.core.spec import spec_for_target
 
     spec = spec_for_target(

@@ -282,7 +282,7 @@ def _drafter_doc(src: Path, name: str) -> tuple[dict[str, Any], Path]:
 
 
 # the training summary's figures a shipped drafter's zoo.json keeps (train/loop.py, and
-# train/dflash.py for a DFlash drafter)
+# methods/dflash/train/step.py for a DFlash drafter)
 _DRAFTER_FIGURES = ("steps", "best_step", "tau_walk", "tau_every_position", "train_samples")
 _DRAFTER_FIGURES += ("heldout_samples", "draft_vocab_size", "per_position_acceptance")
 _DRAFTER_FIGURES += ("block_size", "draft_layers", "target_layer_ids")
