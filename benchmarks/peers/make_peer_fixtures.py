@@ -283,7 +283,9 @@ def forward_peagle(model, _kind: str) -> tuple[dict, dict]:
 
     x = inputs(len(model.target_layer_ids))
     x |= {"document_ids": torch.zeros(1, T, dtype=torch.long)}
-    x |= {"loss_mask": torch.ones(1, T, dtype=torch.long)}
+    # position 0 out of the loss mask, as in chat data: with it in, the sampler's depth-1
+    # element at position 0 gets anchor_pos -1 (peagle/data.py: `sampled_idx - d`)
+    x |= {"loss_mask": (torch.arange(T) > 0).long()[None]}
     cod, drawn = core.generate_cod_sample_indices, {}
 
     def caught(**kw):
