@@ -182,6 +182,46 @@ def keep(written: Path, dest: Path) -> dict:
     return {n: why.get(n, "not a checkpoint file") for n in sorted(others)}
 
 
+WEIGHTS = (
+    "the trainable weights re-drawn as a trained drafter's might be (a freshly initialised "
+    "one, std 0.02 and norms 1, barely depends on them: a logits test would see nothing): "
+    "matrices normal with std fan_in^-0.5, norm weights U(0.5, 1.5), biases std 0.1, "
+    "mask_hidden and markov_w1 std 1, torch seed 5; what the verifier owns (embed_tokens, "
+    "lm_head) and d2t/t2d kept; then written again by the peer's own save_pretrained in "
+    "the dry run's dtype, config.json unchanged (checked)"
+)
+FROZEN = ("embed_tokens.weight", "lm_head.weight", "verifier_lm_head.weight", "verifier_norm")
+
+
+def redraw(model) -> None:
+    """The stand-in for training (WEIGHTS), in place."""
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.startswith(FROZEN):
+                continue
+            if n == "mask_hidden" or "markov_w1" in n:
+                p.normal_(0.0, 1.0)
+            elif p.dim() == 1 and n.endswith("bias"):
+                p.normal_(0.0, 0.1)
+            elif p.dim() == 1:
+                p.uniform_(0.5, 1.5)
+            else:
+                p.normal_(0.0, p.shape[-1] ** -0.5)
+
+
+def resave(model, dest: Path) -> None:
+    """`redraw`, then the peer's save_pretrained in the file's dtype; config.json as before."""
+    before = json.loads((dest / "config.json").read_text())
+    dtype = getattr(torch, before.get("dtype", "float32"))
+    redraw(model)
+    with tempfile.TemporaryDirectory() as t:
+        model.to(dtype).save_pretrained(t)
+        after = json.loads((Path(t) / "config.json").read_text())
+        assert after == before, "save_pretrained changed config.json"
+        shutil.copyfile(Path(t) / "model.safetensors", dest / "model.safetensors")
+
+
 def load_back(dest: Path, attn: str):
     """The file read by the peer's own loader, as `speculators train --from-pretrained` does
     (train/cli.py `build_draft_model`): its config class, the attention set, then
@@ -316,7 +356,10 @@ def speculators_one(name: str) -> None:
             token_freq(tmp / "data")
         argv, written = dry_run(kind, verifier, flags, tmp)
         left_out = keep(written, dest)
-    model = load_back(dest, "sdpa" if kind in ("dflash", "dspark") else "eager")
+    attn = "sdpa" if kind in ("dflash", "dspark") else "eager"
+    dry = {f: file_info(dest / f) for f in KEPT}
+    resave(load_back(dest, attn), dest)
+    model = load_back(dest, attn)
     ignored = set(model._keys_to_ignore_on_save)  # noqa: SLF001
     saved = {k: list(v.shape) for k, v in model.state_dict().items() if k not in ignored}
     tensors = header(dest / "model.safetensors")
@@ -331,6 +374,8 @@ def speculators_one(name: str) -> None:
         "token_freq": "token_freq.pt: {id: randint(1, 1000)} for ids 0..511, generator seed 7"
         if "--draft-vocab-size" in flags
         else None,
+        "dry_run_files": dry,
+        "weights": WEIGHTS,
     }
     meta = {"peer": "speculators", "method": kind, "variant": name, "what": what}
     meta |= {"made_by": made, "verifier": verifier_info(verifier), "left_out": left_out}
@@ -348,7 +393,9 @@ def zlab_one() -> None:
     cfg.block_size, cfg.num_target_layers = block, 8
     cfg.dflash_config = {"mask_token_id": 511, "target_layer_ids": ids}
     torch.manual_seed(0)
-    model = DFlashDraftModel(cfg).to(torch.bfloat16)
+    model = DFlashDraftModel(cfg)
+    redraw(model)  # WEIGHTS (z-lab has no trainer: the constructor, then trained-like values)
+    model = model.to(torch.bfloat16)
     dest = OUT / f"dflash-{version('dflash')}" / name
     if dest.exists():
         shutil.rmtree(dest)
@@ -369,6 +416,7 @@ def zlab_one() -> None:
         "path": "dflash/model.py DFlashDraftModel (a transformers Qwen3PreTrainedModel)",
         "seed": 0,
         "token_freq": None,
+        "weights": WEIGHTS.split("; what the verifier")[0],
     }
     meta = {"peer": "dflash", "method": "dflash", "variant": name}
     meta |= {"what": "z-lab layout, B 4, 2 layers, bf16", "made_by": made}
