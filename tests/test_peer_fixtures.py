@@ -125,8 +125,16 @@ def _header(path) -> dict:
 
 
 def test_every_fixture_is_there():
+    """The fixtures on disk, this list and the maker's list are the same set."""
+    import importlib.util
+
+    path = PEERS.parents[2] / "benchmarks" / "peers" / "make_peer_fixtures.py"
+    spec = importlib.util.spec_from_file_location("make_peer_fixtures", path)
+    maker = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(maker)
     found = sorted((m.parent.name, m.stem) for m in PEERS.glob("*/*.json"))
     assert found == sorted(FIXTURES)
+    assert sorted(maker.SPECULATORS) == sorted(v for f, v in FIXTURES if f == SPEC)
 
 
 def test_only_safetensors_and_json():
