@@ -79,7 +79,9 @@ def drop_media_packages(py: Path, log) -> list[str]:
 
 def site_packages(py: Path) -> Path:
     code = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
-    return Path(subprocess.run([str(py), "-c", code], capture_output=True, text=True).stdout.strip())
+    return Path(
+        subprocess.run([str(py), "-c", code], capture_output=True, text=True).stdout.strip()
+    )
 
 
 def alias_vllm(py: Path, version: str) -> Path:
@@ -162,7 +164,8 @@ def setup(version: str, torch: str, log=print) -> dict:
         "version": version,
         "venv": str(venv),
         "versions": {d: _version(py, d) for d in VERSIONS},
-        "python": _version(py, "pip") and subprocess.run(
+        "python": _version(py, "pip")
+        and subprocess.run(
             [str(py), "-c", "import platform; print(platform.python_version())"],
             capture_output=True,
             text=True,
