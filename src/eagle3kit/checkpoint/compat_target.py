@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.checkpoint import engine_cpu
 from eagle3kit.checkpoint import engines as E
 from eagle3kit.checkpoint.checker import Finding, check_drafter, error, info, warning
 from eagle3kit.checkpoint.findings import PROBE, CompatResult
@@ -442,4 +443,7 @@ def check_against_target(d: Checkpoint, t: Checkpoint, engines: list[E.EngineSel
         flags = [f for f in flags if not (gone and f.message.startswith(gone))]  # refused
         refused = _config_findings(sel, d.config)  # nothing else is read after that
         res.findings += refusals + flags + (refused or _arch_findings(sel, spec, names))
+        if sel.name == "vllm":
+            cpu = engine_cpu.pairing_refusals(spec, t.config)
+            res.findings += [warning("cpu-build-refuses", m, "vllm") for m in cpu]
     return res

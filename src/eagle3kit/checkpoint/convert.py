@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from eagle3kit.checkpoint import engine_cpu
 from eagle3kit.checkpoint import engines as E
 from eagle3kit.checkpoint.checker import check_drafter
 from eagle3kit.checkpoint.engines import (
@@ -363,6 +364,8 @@ def convert(
         notes.append(
             "full vocabulary: identity d2t/t2d written (SGLang serves it with or without them)"
         )
+    if to == "vllm":
+        notes += engine_cpu.pairing_refusals(spec, engine_cpu.local_config(verifier))
     family, note = target_family_of(verifier, spec) if to == "sglang" else (None, None)
     notes += [note] if note else []
     save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite, family=family)
