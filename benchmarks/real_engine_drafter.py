@@ -37,6 +37,7 @@ from eagle3kit.core.atomic import atomic_write_json  # noqa: E402
 from eagle3kit.live.engine_server import VllmServer  # noqa: E402
 
 OUT = ROOT / "tests" / "fixtures" / "real-engine-llama-v1-eagle3"
+SUMMARY_KEYS = ("steps", "best_step", "tau_walk", "tau_every_position", "train_samples")
 SERVE = ["--enforce-eager", "--max-model-len", "1024", "--served-model-name", "llama-v1"]
 
 
@@ -127,7 +128,7 @@ def main() -> int:
             "samples": a.samples,
             "steps": a.steps,
             "seconds": seconds,
-            "train_summary": {k: summary.get(k) for k in ("best", "best_step", "steps")},
+            "train_summary": {k: summary.get(k) for k in SUMMARY_KEYS},
         },
     )
     print(f"wrote {out} ({seconds})")
