@@ -16,6 +16,7 @@ Servers (llama-v1, the full member: the tiny ones' head_dim 16 is refused by the
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -49,18 +50,35 @@ def server_args(key: str) -> tuple[str, list[str]]:
     return str(zoo.get(member)), [*COMMON, "--served-model-name", member, *extra]
 
 
+KEYS = ("plain-v1", "eagle3-v1", "eagle3-v2")
+
+
 class Servers:
-    """Servers by key, each started on first use and kept for the session."""
+    """The session's servers: all started together on the first test's request (starts overlap:
+    each is mostly one process importing and initialising), kept for the session."""
 
     def __init__(self, logs: Path) -> None:
         self.logs = logs
         self.up: dict[str, VllmServer] = {}
 
+    def _start(self, key: str) -> VllmServer:
+        model, args = server_args(key)
+        return VllmServer(model, args, log_path=self.logs / f"{key}.log").start()
+
     def get(self, key: str) -> VllmServer:
-        if key not in self.up:
-            model, args = server_args(key)
-            srv = VllmServer(model, args, log_path=self.logs / f"{key}.log")
-            self.up[key] = srv.start()
+        if not self.up:
+            with ThreadPoolExecutor(len(KEYS)) as ex:
+                futures = {k: ex.submit(self._start, k) for k in KEYS}
+            errors = []
+            for k, f in futures.items():
+                try:
+                    self.up[k] = f.result()
+                except Exception as e:  # one failed start: say which, stop the others
+                    errors.append(f"{k}: {e}")
+            if errors:
+                self.stop()
+                self.up.clear()
+                raise RuntimeError("; ".join(errors))
         return self.up[key]
 
     def url(self, key: str) -> str:
