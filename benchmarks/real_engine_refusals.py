@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -84,10 +85,12 @@ def ask(url: str) -> str | None:
 
 
 def engine_line(srv: VllmServer, needles: tuple[str, ...]) -> str:
-    lines = srv.log_text().splitlines()
-    for ln in lines:
-        if any(n in ln for n in needles):
-            return ln.split("] ", 1)[-1].strip()[-300:]
+    """The engine's own error message naming the refusal (`XError: ...`), else the log's
+    last error line."""
+    for ln in srv.log_text().splitlines():
+        m = re.search(r"\b\w*(Error|Exception): (.*)$", ln)
+        if m and any(n in m.group(2) for n in needles):
+            return m.group(0).strip()[-300:]
     return srv.log_error()
 
 
