@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import urllib.request
 
 import pytest
@@ -242,3 +243,25 @@ def chat(url: str, q: str) -> str:
     )
     doc = json.loads(urllib.request.urlopen(req, timeout=120).read())
     return doc["choices"][0]["message"]["content"]
+
+
+def test_zoo_verify_builds_each_members_config_with_vllms_code(tmp_path):
+    """vLLM's own config code on the shipped members, and on a DeepSeek member whose config
+    lacks the router keys (as shipped before issue 46): that one is refused, naming the key."""
+    from eagle3kit.zoo import shipping
+    from eagle3kit.zoo.verify import engine_configs
+
+    for name in ("llama-v1", "dsv3-v1"):
+        shutil.copytree(shipping.ROOT / name, tmp_path / name)
+    old = tmp_path / "dsv3-v1-old"
+    shutil.copytree(shipping.ROOT / "dsv3-v1", old)
+    cfg = json.loads((old / "config.json").read_text())
+    for k in ("topk_method", "scoring_func"):
+        cfg.pop(k)
+    (old / "config.json").write_text(json.dumps(cfg))
+    doc = engine_configs(tmp_path)
+    assert doc["checked"], doc["reason"]
+    rows = {r["dir"]: r for r in doc["members"]}
+    assert rows["llama-v1"]["ok"] and rows["dsv3-v1"]["ok"], rows
+    assert rows["dsv3-v1"]["topk_method"] == "noaux_tc"
+    assert not rows["dsv3-v1-old"]["ok"] and "noaux_tc" in rows["dsv3-v1-old"]["error"]
