@@ -89,6 +89,7 @@ def launch_args(member: str, states: Path) -> list[str]:
 
 def engine_store(member: str, data: Path, work: Path) -> tuple[Path, dict]:
     states = work / f"states-{member}"
+    states.mkdir()
     args = launch_args(member, states)
     args += ["--enforce-eager", "--max-model-len", "1024", "--served-model-name", member]
     srv = VllmServer(
