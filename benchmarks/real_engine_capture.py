@@ -150,13 +150,13 @@ def compare(a: Path, b: Path) -> dict:
     from eagle3kit.data.store import FeatureStore
 
     sa, sb = FeatureStore(a), FeatureStore(b)
-    assert len(sa) == len(sb) and sa.layers() == sb.layers()
+    assert len(sa) == len(sb) and sa.layers == sb.layers
     cos, agree, tokens, ids_equal = [], 0, 0, True
     for i in range(len(sa)):
         fa, fb = sa.get([i]), sb.get([i])
         ids_equal &= bool(torch.equal(fa.input_ids, fb.input_ids))
         n = int(fa.attention_mask.sum())
-        h = fa.aux.shape[-1] // len(sa.layers())
+        h = fa.aux.shape[-1] // len(sa.layers)
         xa = fa.aux[0, :n].reshape(n, -1, h)
         xb = fb.aux[0, :n].reshape(n, -1, h)
         cos.append(torch.nn.functional.cosine_similarity(xa, xb, dim=-1))  # [n, layers]
@@ -166,7 +166,7 @@ def compare(a: Path, b: Path) -> dict:
     return {
         "samples": len(sa),
         "tokens": tokens,
-        "layers": sa.layers(),
+        "layers": sa.layers,
         "input_ids_equal": ids_equal,
         "cosine_min": float(c.min()),
         "cosine_mean": float(c.mean()),
