@@ -31,7 +31,7 @@ from eagle3kit.core.engine_venv import (  # noqa: F401  (re-exported)
     ready_state,
 )
 
-START_BOUND_S = 420.0  # a bound on the start (measured ~60-75 s on 2 cores), not a figure
+START_BOUND_S = 420.0  # a bound on the start, not a figure (eager starts took ~60-130 s here)
 LIFETIME_S = 3600.0  # the server kills itself after this, whatever happens to its parent
 
 
