@@ -1,6 +1,6 @@
 """The live verbs against the real vLLM engine, as numbers (issue 46).
 
-    python benchmarks/real_engine_ab.py [--reps 2] [--max-tokens 64]
+    python benchmarks/real_engine_ab.py [--reps 3] [--max-tokens 64]
         -> benchmarks/results/real-engine-ab.json
 
 Servers (benchmarks/real_engine.py --setup; each `vllm serve` on 127.0.0.1, eager mode,
@@ -210,8 +210,20 @@ def start(work: Path, key: str) -> VllmServer:
 def pairs_summary(rows: list[dict]) -> dict:
     errs = [r["tps_error"] for r in rows]
     sp = [r["speedup_error"] for r in rows]
+    pred = statistics.fmean(r["predicted_tps"] for r in rows)
+    got = statistics.fmean(r["run_b"]["decode_tokens_per_s_pooled"] for r in rows)
+    pred_sp = statistics.fmean(r["predicted_speedup"] for r in rows)
+    got_sp = statistics.fmean(r["run_b"]["decode_speedup"] for r in rows)
     return {
         "pairs": rows,
+        # A and B alternate (A B A B ...): the mean over the A runs against the mean over the
+        # B runs, so that drift of the host between the runs of one pair averages out
+        "predicted_tps_mean": pred,
+        "measured_tps_mean": got,
+        "tps_error_pooled": pred / got - 1,
+        "predicted_speedup_mean": pred_sp,
+        "measured_speedup_mean": got_sp,
+        "speedup_error_pooled": pred_sp / got_sp - 1,
         "tps_error_median": statistics.median(errs),
         "tps_error_max_abs": max(map(abs, errs)),
         "speedup_error_median": statistics.median(sp),
@@ -221,7 +233,7 @@ def pairs_summary(rows: list[dict]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=2)
+    ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--methods", default=",".join(SPECS))
