@@ -39,7 +39,7 @@ ROWS: tuple[dict[str, str], ...] = (
         "rule": "mha-head-size",
         "when": "an MHA layer whose head_dim is not one of " + str(list(CPU_ATTN_HEAD_SIZES)),
         "stage": "first request",
-        "engine_error": "Unsupported CPU attention configuration: head_dim=16",
+        "engine_error": "Unsupported CPU attention configuration: head_dim={n}",
         "source": "vllm/v1/attention/backends/cpu_attn.py get_supported_head_sizes; "
         "the error is raised by the CPU kernel (csrc/cpu)",
     },
@@ -47,7 +47,7 @@ ROWS: tuple[dict[str, str], ...] = (
         "rule": "mla-latent-size",
         "when": "an MLA layer whose kv_lora_rank + qk_rope_head_dim is not 576",
         "stage": "first request",
-        "engine_error": "Head dimension 128 is not supported by MLA.",
+        "engine_error": "Head dimension {n} is not supported by MLA.",
         "source": "vllm/v1/attention/backends/mla/cpu_mla.py get_supported_head_sizes "
         "(the CPU decode kernel compiles for 576 only); the error is raised in "
         "vllm/model_executor/layers/attention/mla_attention.py MLACommonMetadata",
@@ -72,10 +72,12 @@ def _mha_head_dim(cfg: dict[str, Any]) -> int | None:
     return h // n if isinstance(h, int) and isinstance(n, int) and n else None
 
 
-def _line(rule: str, what: str) -> str:
+def _line(rule: str, what: str, n: int | None = None) -> str:
+    """One finding: what, the stage, the engine's own error (with this pairing's size `n`)."""
     r = BY_RULE[rule]
+    said = r["engine_error"].format(n=n)
     return (
-        f"{what}: {CPU_BUILD} refuses it at {r['stage']} ('{r['engine_error']}'; {r['source']}); "
+        f"{what}: {CPU_BUILD} refuses it at {r['stage']} ('{said}'; {r['source']}); "
         "a CUDA build serves it"
     )
 
@@ -87,11 +89,11 @@ def target_refusals(target_config: dict[str, Any]) -> list[str]:
         latent = _mla_latent(cfg)
         if latent not in CPU_MLA_HEAD_SIZES:
             what = f"target kv_lora_rank + qk_rope_head_dim = {latent} (MLA latent, not 576)"
-            return [_line("mla-latent-size", what)]
+            return [_line("mla-latent-size", what, latent)]
         return []
     hd = _mha_head_dim(cfg)
     if hd is not None and hd not in CPU_ATTN_HEAD_SIZES:
-        return [_line("mha-head-size", f"target head_dim {hd}")]
+        return [_line("mha-head-size", f"target head_dim {hd}", hd)]
     return []
 
 
@@ -102,9 +104,9 @@ def pairing_refusals(spec: DraftSpec, target_config: dict[str, Any] | None) -> l
         latent = spec.kv_lora_rank + spec.qk_rope_head_dim
         if latent not in CPU_MLA_HEAD_SIZES:
             what = f"drafter kv_lora_rank + qk_rope_head_dim = {latent} (MLA latent, not 576)"
-            out.append(_line("mla-latent-size", what))
+            out.append(_line("mla-latent-size", what, latent))
     elif spec.head_dim not in CPU_ATTN_HEAD_SIZES:
-        out.append(_line("mha-head-size", f"drafter head_dim {spec.head_dim}"))
+        out.append(_line("mha-head-size", f"drafter head_dim {spec.head_dim}", spec.head_dim))
     if target_config is None:
         return out
     cfg = target_config.get("text_config") or target_config
