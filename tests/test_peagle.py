@@ -265,19 +265,122 @@ def test_sampled_decoding_checks_every_slot_against_its_own_law(target, monkeypa
     assert all(s == (3, d.spec.draft_vocab_size) for s in seen)
 
 
-def test_multi_layer_peagle_is_read_but_not_run(tmp_path):
-    """A 2-layer P-EAGLE checkpoint: inspect reads its layers; loading it to run says in one
-    line that layers 1.. are not built (not the EAGLE-3 reader's 'one decoder layer')."""
-    from eagle3kit.checkpoint.inspection import inspect_checkpoint
+def deep_peagle(target, layers: int, seed: int = 0, **flags) -> PEagleDrafter:
+    """A random P-EAGLE drafter with `layers` decoder layers: layer 0 and the shared tensors
+    as `random_peagle`'s, layers 1.. freshly initialised (seeded)."""
+    base = random_peagle(target, seed=seed, **flags)
+    torch.manual_seed(seed + 100)
+    d = PEagleDrafter(base.spec, mask_token_id=base.mask_token_id, num_layers=layers)
+    state = base.canonical_state(with_embedding=True)
+    state.update({n: t for n, t in d.state_dict().items() if n.startswith("layers.")})
+    d.load_canonical(state)
+    return d.eval()
+
+
+@pytest.mark.parametrize("layers", [2, 4])
+def test_multi_layer_peagle_decodes_exactly_greedy(target, layers):
+    """A random 2- and 4-layer drafter (each later layer with its own KV cache through the
+    cycles, cropped with the first) decodes token for token the target's greedy output."""
+    d = deep_peagle(target, layers, seed=7, norm_output=True)
+    assert len({n.split(".")[1] for n in d.state_dict() if n.startswith("layers.")}) == layers - 1
+    for text in HELD_OUT[:2]:
+        ids = target.tokenizer(text)["input_ids"]
+        want = hf_greedy_ids(target, ids, 20)
+        got = speculative_generate(target, d, ids, max_new_tokens=20, depth=4)
+        assert got.tokens == want, text
+        assert len(got.stats.cycles) < 20  # drafts were accepted: the cache was used
+
+
+def test_multi_layer_later_layers_change_the_logits(target):
+    """Layers 1.. run: the same weights with one later layer's o_proj scaled differ."""
+    d = deep_peagle(target, 2, seed=8)
+    ids, aux = _features(target)
+    with torch.no_grad():
+        before = d(ids, aux).logits
+        d.layers["1"].self_attn.o_proj.weight.mul_(1.5)
+        after = d(ids, aux).logits
+    assert float((before - after).abs().max()) > 1e-3
+
+
+def test_multi_layer_decoder_pass_equals_the_training_unroll(target):
+    """With 3 layers, the decoder's cache (every layer's) then parallel slots give the
+    unroll's depth-i logits at t, and one COD pass gives them at the elements it keeps."""
+    d = deep_peagle(target, 3, seed=9, fc_norm=True)
+    ids, aux = _features(target)
+    k, t_len = 3, ids.shape[1]
+    with torch.no_grad():
+        steps = list(unroll(d, ids, aux, k))
+        nxt = torch.cat([ids[:, 1:], ids.new_zeros(1, 1)], dim=1)
+        for t in (2, t_len // 2, t_len - 3):
+            cache = DraftCache()
+            first = d(nxt[:, : t + 1], aux[:, : t + 1], cache, from_aux=True)
+            assert [c.length for c in cache.deeper] == [t + 1, t + 1]
+            slots = d.parallel_slots(k - 1, cache)
+            torch.testing.assert_close(first.logits[0, -1], steps[0][0, t], atol=1e-5, rtol=0)
+            for i in range(1, k):
+                torch.testing.assert_close(
+                    slots.logits[0, i - 1], steps[i][0, t], atol=1e-5, rtol=0
+                )
+        anchors = cod_anchors(
+            torch.ones(t_len, dtype=torch.bool), k, 0.7, 0.2, torch.Generator().manual_seed(0)
+        )
+        anchor, depth, mask = cod_layout(t_len, anchors, "cpu")
+        sid, shid = d.slot_inputs(1, 1)
+        first = depth == 0
+        x = torch.where(first, nxt[0][anchor], sid[0, 0])
+        h = torch.where(first[:, None], aux[0][anchor], shid[0, 0])
+        out = d(x[None], h[None], None, (anchor + depth)[None], mask, from_aux=True)
+    for j in range(anchor.numel()):
+        want = steps[int(depth[j])][0, int(anchor[j])]
+        torch.testing.assert_close(out.logits[0, j], want, atol=1e-5, rtol=0)
+
+
+def test_multi_layer_round_trip(tmp_path, target):
+    """save_peagle writes layers 1.. and num_hidden_layers; load_drafter reads them back."""
+    import json
+
+    from eagle3kit.methods.peagle.model import save_peagle
+    from eagle3kit.model.loading import load_drafter
+
+    d = deep_peagle(target, 3, seed=10)
+    save_peagle(tmp_path / "pe", d.spec, d.canonical_state(), d.mask_token_id, None)
+    cfg = json.loads((tmp_path / "pe" / "config.json").read_text())
+    assert cfg["transformer_layer_config"]["num_hidden_layers"] == 3
+    back = load_drafter(str(tmp_path / "pe")).drafter
+    assert back.num_layers == 3
+    for name, t in d.canonical_state(with_embedding=False).items():
+        assert torch.equal(back.state_dict()[name], t), name
+
+
+@pytest.mark.parametrize("layout", ["speculators", "vllm"])
+def test_multi_layer_files_load_any_mask_hidden_view(tmp_path, layout):
+    """A 2-layer drafter in speculators' layout (mask_hidden [1, 1, 3H]) and vLLM's native
+    one ([1, 3H]: vLLM's load_weights views it as (1, -1)) loads, mask_hidden as [1, 1, 3H]
+    holding the stored values; a file missing a later layer's tensor is refused."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
     from eagle3kit.methods.peagle.checkpoint.synthetic import tiny_peagle_spec, write_peagle
     from eagle3kit.model.loading import load_drafter
 
-    write_peagle(tmp_path / "p", tiny_peagle_spec(layers=2))
-    assert inspect_checkpoint(str(tmp_path / "p")).to_json()["num_hidden_layers"] == 2
-    with pytest.raises(Eagle3Error, match=r"config\.json: num_hidden_layers: expected 1 to "):
-        load_drafter(str(tmp_path / "p"))
-    write_peagle(tmp_path / "one", tiny_peagle_spec(layers=1))
-    assert load_drafter(str(tmp_path / "one")).drafter.parallel
+    spec = tiny_peagle_spec(layout, layers=2)
+    f = write_peagle(tmp_path / "p", spec) / "model.safetensors"
+    if layout == "vllm":  # the native view vLLM loads (load_weights: view(1, -1))
+        every = load_file(str(f))
+        every["mask_hidden"] = every["mask_hidden"].reshape(1, -1)
+        save_file(every, str(f))
+    with safe_open(str(f), "pt") as fh:
+        stored = fh.get_tensor("mask_hidden")
+        q1 = fh.get_tensor("layers.1.self_attn.q_proj.weight")
+    assert stored.dim() == (3 if layout == "speculators" else 2)
+    d = load_drafter(str(tmp_path / "p")).drafter
+    assert d.num_layers == 2 and d.mask_hidden.shape == (1, 1, spec.mask_hidden_size)
+    assert torch.equal(d.mask_hidden.detach(), stored.reshape(1, 1, -1).float())
+    assert torch.equal(d.layers["1"].self_attn.q_proj.weight.detach(), q1.float())
+    gone = "layers.1.mlp.up_proj.weight"
+    write_peagle(tmp_path / "q", spec, omit=(gone,))
+    with pytest.raises(Eagle3Error, match=gone.replace(".", r"\.")):
+        load_drafter(str(tmp_path / "q"))
 
 
 def test_bench_costs_above_level_one_refused_before_timing(target):

@@ -96,7 +96,6 @@ RUN_FAILS = {  # generate, and our logits (load_pair refuses the file)
     "dspark-defaults": "variant dspark refused (no DSpark model)",
     "dspark-reduced-gated": "variant dspark refused (no DSpark model)",
     "dspark-small": "variant dspark refused (no DSpark model)",
-    "peagle-2layer": "P-EAGLE with 2 layers refused (num_hidden_layers: expected 1)",
 }
 GENERATE_FAILS = {"dflash-b4": _DEPTH, "dflash-dsv3": _DEPTH, "dflash-fullvocab": _DEPTH}
 GENERATE_FAILS |= RUN_FAILS
