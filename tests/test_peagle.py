@@ -342,10 +342,17 @@ def test_multi_layer_round_trip(tmp_path, target):
     from eagle3kit.methods.peagle.model import save_peagle
     from eagle3kit.model.loading import load_drafter
 
+    from safetensors import safe_open
+
     d = deep_peagle(target, 3, seed=10)
     save_peagle(tmp_path / "pe", d.spec, d.canonical_state(), d.mask_token_id, None)
     cfg = json.loads((tmp_path / "pe" / "config.json").read_text())
     assert cfg["transformer_layer_config"]["num_hidden_layers"] == 3
+    with safe_open(str(tmp_path / "pe" / "model.safetensors"), "pt") as f:
+        names = set(f.keys())
+    assert {"layers.1.mlp.up_proj.weight", "layers.2.self_attn.q_proj.weight"} <= names
+    # a full vocabulary: no d2t/t2d, as speculators saves it (vLLM 0.33 refuses a d2t then)
+    assert d.spec.draft_vocab_size == d.spec.vocab_size and not {"d2t", "t2d"} & names
     back = load_drafter(str(tmp_path / "pe")).drafter
     assert back.num_layers == 3
     for name, t in d.canonical_state(with_embedding=False).items():
@@ -390,3 +397,26 @@ def test_bench_costs_above_level_one_refused_before_timing(target):
 
     with pytest.raises(Eagle3Error, match=r"--concurrency: expected 1 .*P-EAGLE.*found 1,2"):
         bench(target, random_peagle(target), [[1, 2, 3]], repeats=1, levels=(1, 2))
+
+
+def test_full_vocab_file_with_d2t_refused_by_vllm_033(tmp_path, target):
+    """A full-vocabulary P-EAGLE file that carries d2t (another writer's): vLLM 0.33 has no
+    draft_id_to_target_id parameter then and fails the load (docs/formats.md "Full-vocabulary
+    drafters"); 0.21 registers one and loads it."""
+    from safetensors.torch import load_file, save_file
+
+    from eagle3kit import zoo
+    from eagle3kit.checkpoint.compat import compat
+    from eagle3kit.methods.peagle.model import save_peagle
+
+    d = deep_peagle(target, 2, seed=11)
+    save_peagle(tmp_path / "pe", d.spec, d.canonical_state(), d.mask_token_id, None)
+    arch = "llama-v1" if target.config.model_type == "llama" else "dsv3-v1"
+    member = zoo.get(arch, size="tiny")
+    assert compat(str(tmp_path / "pe"), str(member), "vllm@0.33").compatible
+    f = tmp_path / "pe" / "model.safetensors"
+    every = load_file(str(f))
+    every["d2t"] = torch.zeros(d.spec.vocab_size, dtype=torch.long)
+    save_file(every, str(f))
+    codes = lambda v: [x.code for x in compat(str(tmp_path / "pe"), str(member), v).findings]  # noqa: E731
+    assert "engine-refuses" in codes("vllm@0.33") and "engine-refuses" not in codes("vllm@0.21")

@@ -255,11 +255,13 @@ def save_peagle(
     A minimal writer of our own until the checkpoint layer writes P-EAGLE itself."""
     from safetensors.torch import load_file
 
-    from eagle3kit.checkpoint.eagle3.convert import save_drafter
+    from eagle3kit.checkpoint.eagle3.convert import save_drafter, without_identity_maps
     from eagle3kit.checkpoint.io.safetensors_write import write_safetensors_sparse
     from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 
     state = {k: v for k, v in tensors.items() if k not in ("embed_tokens.weight", MASK_HIDDEN)}
+    if spec.draft_vocab_size == spec.vocab_size:  # as speculators saves one; vLLM 0.33 refuses
+        state = without_identity_maps(state)  # a full-vocabulary file carrying d2t
     mask = tensors[MASK_HIDDEN].detach().float().cpu()
     layers = 1 + len({n.split(".")[1] for n in state if n.startswith("layers.")})
     spec = spec.replace(tensors=tuple(sorted(state)), dtype="float32")
