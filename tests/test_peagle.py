@@ -339,10 +339,10 @@ def test_multi_layer_round_trip(tmp_path, target):
     """save_peagle writes layers 1.. and num_hidden_layers; load_drafter reads them back."""
     import json
 
+    from safetensors import safe_open
+
     from eagle3kit.methods.peagle.model import save_peagle
     from eagle3kit.model.loading import load_drafter
-
-    from safetensors import safe_open
 
     d = deep_peagle(target, 3, seed=10)
     save_peagle(tmp_path / "pe", d.spec, d.canonical_state(), d.mask_token_id, None)
