@@ -420,3 +420,62 @@ def test_full_vocab_file_with_d2t_refused_by_vllm_033(tmp_path, target):
     save_file(every, str(f))
     codes = lambda v: [x.code for x in compat(str(tmp_path / "pe"), str(member), v).findings]  # noqa: E731
     assert "engine-refuses" in codes("vllm@0.33") and "engine-refuses" not in codes("vllm@0.21")
+
+
+@pytest.mark.slow
+def test_two_layer_peer_drafter_fine_tunes_and_matches_speculators(tmp_path):
+    """`train --method peagle --init-from` the 2-layer drafter speculators' own trainer wrote
+    (tests/fixtures/peers): RUN/best keeps 2 layers, layer 1 and mask_hidden move, `generate`
+    with default options equals plain greedy, and speculators' PEagleDraftModel (its own venv,
+    when here) gives the same logits within 1e-4 on a COD sample and at the decoder's slots."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from conftest import run_cli
+    from test_train_helpers import tiny_data, tiny_target, train_args
+
+    from eagle3kit.model.loading import load_drafter
+
+    bench = Path(__file__).resolve().parents[1] / "benchmarks"
+    fixture = Path(__file__).parent / "fixtures/peers/speculators-0.9.0/peagle-2layer"
+    data, tgt = tiny_data("llama-v1"), tiny_target("llama-v1")
+    args = [
+        a for a in train_args(tmp_path / "run", data, tgt) if a not in ("--draft-vocab-size", "96")
+    ]
+    args += ["--init-from", str(fixture), "--method", "peagle", "--ttt-steps", "4"]
+    r = run_cli(*args, "--steps", "4", "--lr", "3e-3", "--json")
+    assert r.code == 0, r.err
+    best = tmp_path / "run" / "best"
+    cfg = json.loads((best / "config.json").read_text())
+    assert cfg["transformer_layer_config"]["num_hidden_layers"] == 2
+    tuned, start = load_drafter(str(best)).drafter, load_drafter(str(fixture)).drafter
+    assert tuned.num_layers == 2
+    moved = tuned.layers["1"].mlp.up_proj.weight - start.layers["1"].mlp.up_proj.weight
+    assert float(moved.abs().max()) > 1e-4
+    gen = ("generate", "--target", "llama-v1-tiny", "--drafter", best, "--prompt", "def f(x):")
+    r = run_cli(*gen, "--max-new-tokens", "16", "--json")
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    from eagle3kit.decode import greedy_generate
+    from eagle3kit.model.loading import load_target
+
+    tm = load_target("llama-v1-tiny")
+    eos = tm.tokenizer.eos_token_id
+    assert (
+        doc["tokens"]
+        == greedy_generate(tm, doc["prompt_ids"], max_new_tokens=16, eos_token_id=eos).tokens
+    )
+    sys.path.insert(0, str(bench))
+    from bench_train import peer_python
+
+    python, why = peer_python()
+    if python is None:
+        pytest.skip(f"speculators' venv is not here: {why}")
+    import peer_logits
+
+    tuned.set_embedding(tm.embed_tokens.weight)
+    seq = tm.tokenizer("def read_config(path):\n    with open(path) as f:\n")["input_ids"]
+    seq = seq + greedy_generate(tm, seq, max_new_tokens=24, eos_token_id=eos).tokens
+    out = peer_logits.peagle_vs_peer(tuned.eval(), best, tm, seq, python, tmp_path, 4)
+    assert out["max_abs_diff_cod_pass"] <= 1e-4 and out["max_abs_diff_decoder_slots"] <= 1e-4
