@@ -292,6 +292,7 @@ def summary(r: DFlashRun) -> dict[str, Any]:
         "block_size": r.drafter.spec.block_size,
         "draft_layers": r.drafter.spec.num_hidden_layers,
         "target_layer_ids": list(r.drafter.spec.target_layer_ids),
+        "init_from": r.cfg.init_from,  # the warm start's drafter (None: fresh)
         "loss": r.opts.loss,
         "best_step": r.best_step,
         "tau_every_position": best.get("tau_every_position"),
