@@ -238,6 +238,21 @@ class DFlashDrafter(nn.Module):
         ids = torch.arange(self.spec.draft_vocab_size, device=out.device) + self.d2t
         return full.index_copy(-1, ids, out)
 
+    def train_logits(self, hidden: torch.Tensor, prev_ids: torch.Tensor) -> torch.Tensor:
+        """Logits of block states [..., H] whose previous tokens are `prev_ids` [...]
+        (teacher-forced in training and offline eval): DFlash's read no previous token."""
+        return self.logits(hidden)
+
+    def aux_loss_terms(self, hidden, prev_ids, logits, feats, blocks) -> tuple | None:
+        """(sum, weight) of a loss term the training step adds to the block loss (a variant's
+        own head: methods/dflash/train/loop.py divides the sum by the global weight), or
+        None; DFlash has none."""
+        return None
+
+    def save_tensors(self, path: str | Path, tensors: dict[str, torch.Tensor]) -> Path:
+        """Its `state_dict()` tensors (gathered) written as a checkpoint of its kind."""
+        return save_dflash_tensors(path, self.spec, tensors)
+
     # ------------------------------------------------------------ one block pass
 
     def project(self, aux: torch.Tensor) -> torch.Tensor:
