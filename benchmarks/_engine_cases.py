@@ -256,3 +256,81 @@ def rebuild(case: dict[str, Any], out: Path) -> tuple[Path, Path]:
     write_with_holes(drafter / "model.safetensors", header, offset, blobs)
     (drafter / "config.json").write_text(json.dumps(files["drafter_config"], indent=1))
     return drafter, target
+
+
+# ---------------------------------------------------------------- files the peers wrote
+
+PEERS = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "peers"
+
+
+def peer_plan() -> list[dict[str, Any]]:
+    """Every drafter the peers' own code wrote (tests/fixtures/peers/, made by
+    benchmarks/peers/make_peer_fixtures.py in each peer's venv): one case each, served on the
+    zoo member it was made for, as the launch line eagle3kit gives for its method."""
+    out = []
+    for meta_path in sorted(PEERS.glob("*/*.json")):
+        folder, variant = meta_path.parent.name, meta_path.stem
+        meta = json.loads(meta_path.read_text())
+        out.append(
+            dict(
+                name=f"peer-{folder}-{variant}",
+                peer=folder,
+                fixture=f"{folder}/{variant}",
+                method=meta["method"],
+                verifier=meta["verifier"]["zoo"],
+                target_family="llama" if "llama" in meta["verifier"]["zoo"] else "deepseek_v3",
+            )
+        )
+    return out
+
+
+def peer_tokens(config: dict[str, Any]) -> int:
+    """The draft tokens the file asks for: speculators' `speculative_tokens` (what vLLM
+    reads as num_speculative_tokens), else a z-lab block's B - 1."""
+    methods = (config.get("speculators_config") or {}).get("proposal_methods") or [{}]
+    k = methods[0].get("speculative_tokens")
+    if isinstance(k, int):
+        return k
+    block = (config.get("dflash_config") or {}).get("block_size", config.get("block_size"))
+    return int(block) - 1
+
+
+def peer_launch(method: str, k: int, target: str, drafter: str) -> str:
+    """The vLLM line eagle3kit gives for `method` (core/registry.py); a method it has no
+    record of is named as the file's own (vLLM's `method` is speculators' algorithm name)."""
+    from eagle3kit.core import registry
+
+    if registry.find(method) is not None:
+        return registry.launch_lines(method, k, target, drafter)["vllm"]
+    doc = {"method": method, "model": drafter, "num_speculative_tokens": k}
+    return f"vllm serve {target} --speculative-config '{json.dumps(doc)}'"
+
+
+def write_peer_case(root: Path, case: dict[str, Any], engine: str) -> Path:
+    """One case directory: the peer's files as written (copied), the zoo member's config.json
+    as the target, case.json with the method eagle3kit detects and its launch line."""
+    from eagle3kit import zoo
+    from eagle3kit.checkpoint.methods import detect_method
+
+    d = root / case["name"]
+    if d.exists():
+        shutil.rmtree(d)
+    d.mkdir(parents=True)
+    shutil.copytree(PEERS / case["fixture"], d / "drafter")
+    member = zoo.get(case["verifier"].removesuffix("-tiny"), size="tiny")
+    write_target_config(d / "target", json.loads((member / "config.json").read_text()))
+    cfg = json.loads((d / "drafter" / "config.json").read_text())
+    detected = detect_method(cfg, read_header(d / "drafter" / "model.safetensors"))
+    k = peer_tokens(cfg)
+    launch = peer_launch(detected, k, str(d / "target"), str(d / "drafter"))
+    doc = {**case, "engine": engine, "detected": detected, "k": k, "launch": launch}
+    doc["files"] = {n: _sha256(d / "drafter" / n) for n in ("config.json", "model.safetensors")}
+    text = json.dumps(doc, indent=1).replace(str(root.resolve()) + "/", "CASES/")
+    (d / "case.json").write_text(text.replace(str(root) + "/", "CASES/") + "\n")
+    return d
+
+
+def _sha256(path: Path) -> str:
+    import hashlib
+
+    return hashlib.sha256(path.read_bytes()).hexdigest()

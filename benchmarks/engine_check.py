@@ -11,7 +11,9 @@ case (benchmarks/_engine_cases.py: drafters as `eagle3kit convert` writes them, 
 network), and runs `<venv>/bin/python benchmarks/engine_check_<engine>.py CASE` on each: a probe
 that does not import eagle3kit, builds the speculative config with the engine's own code,
 builds the engine's draft model class on the CPU, runs its own `load_weights` on our file, and
-prints one JSON record as its last stdout line:
+prints one JSON record as its last stdout line (and for vLLM, the drafters the peers' own code
+wrote, tests/fixtures/peers: `peer_cases`, `peer_records`, launched as eagle3kit serves their
+method):
 
     {"engine", "version", "outcome": "served"|"refused", "stage": null|"config"|"model_class"|
      "load_weights", "error", "architecture", "engine_layer_ids", "captured_h",
@@ -39,7 +41,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _engine_cases import plan, write_case  # noqa: E402
+from _engine_cases import peer_plan, plan, write_case, write_peer_case  # noqa: E402
 from _results import RESULTS, write_result  # noqa: E402
 
 DEFAULT_ENGINES = ("vllm@0.33.0", "sglang@0.5.23")
@@ -138,34 +140,48 @@ def batches(engine: str, dirs: list[Path], size: int) -> list[list[Path]]:
     return out
 
 
+# engines whose probe reads the files the peers wrote (DFlash, DSpark, P-EAGLE, EAGLE-3)
+PEER_ENGINES = ("vllm",)
+
+
 def check_engine(
     engine: str, version: str, only: str | None, jobs: int, batch: int, keep: Path | None
 ) -> Path:
     py = install(engine, version)
     cases = [c for c in plan() if not only or only in c["name"]]
+    peers = [c for c in peer_plan() if engine in PEER_ENGINES and (not only or only in c["name"])]
     root = keep or Path(tempfile.mkdtemp(prefix=f"engine_check-{engine}-"))
     dirs = [write_case(root, c, engine) for c in cases]
-    print(f"{engine} {version}: {len(dirs)} cases under {root}")
-    records = []
-    with ThreadPoolExecutor(max(1, jobs)) as ex:
-        for recs in ex.map(lambda b: run_probe(py, engine, b), batches(engine, dirs, batch)):
-            for rec in recs:
-                print(f"  {rec['case']:<40} {rec.get('outcome')} {rec.get('error') or ''}"[:160])
-                records.append(rec)
-    case_docs = [json.loads((d / "case.json").read_text()) for d in dirs]
+    peer_dirs = [write_peer_case(root, c, engine) for c in peers]
+    print(f"{engine} {version}: {len(dirs)} cases, {len(peer_dirs)} peers' files under {root}")
+    records = run_all(py, engine, dirs, jobs, batch)
+    peer_records = run_all(py, engine, peer_dirs, jobs, batch)
     out = RESULTS / f"engine_check-{engine}-{version}.json"
     doc = {
         "engine": engine,
         "version": version,
         "engine_python": _engine_env(py),
-        "cases": case_docs,
+        "cases": [json.loads((d / "case.json").read_text()) for d in dirs],
         "records": records,
+        # drafters the peers' own code wrote (tests/fixtures/peers), as eagle3kit serves them
+        "peer_cases": [json.loads((d / "case.json").read_text()) for d in peer_dirs],
+        "peer_records": peer_records,
     }
     if only:
         out = out.with_name(out.stem + "-partial.json")
     write_result(out, "engine_check", doc)
     print(f"wrote {out}")
     return out
+
+
+def run_all(py: Path, engine: str, dirs: list[Path], jobs: int, batch: int) -> list[dict]:
+    records = []
+    with ThreadPoolExecutor(max(1, jobs)) as ex:
+        for recs in ex.map(lambda b: run_probe(py, engine, b), batches(engine, dirs, batch)):
+            for rec in recs:
+                print(f"  {rec['case']:<40} {rec.get('outcome')} {rec.get('error') or ''}"[:160])
+                records.append(rec)
+    return records
 
 
 def _engine_env(py: Path) -> dict:

@@ -86,6 +86,23 @@ def engine_config(target: str, spec: dict):
     return args.create_engine_config()
 
 
+def v2_engine_config(target: str, spec: dict):
+    """The config built again with Model Runner V2 (a method only V2 serves, e.g. DSpark):
+    V2 is what 0.33 picks on a CUDA machine with Triton (`VllmConfig.use_v2_model_runner`);
+    without Triton (this CPU) it falls back to V1 unless VLLM_USE_V2_MODEL_RUNNER=1."""
+    os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1"
+    try:
+        return engine_config(target, spec)
+    finally:
+        del os.environ["VLLM_USE_V2_MODEL_RUNNER"]
+
+
+V2_SHIM = (
+    "VLLM_USE_V2_MODEL_RUNNER=1 for this config (V1 refuses the method; V2 is the default on "
+    "a CUDA machine with Triton)"
+)
+
+
 def init_dist(cfg) -> None:
 
     from vllm.config import set_current_vllm_config
@@ -189,6 +206,24 @@ def captured(cfg, runs: dict) -> dict:
     return out
 
 
+def method_facts(cfg) -> dict:
+    """What vLLM made of a method's config: its `method`, the draft tokens, parallel
+    drafting, and for DFlash-family drafters each layer's causality as its model resolves it
+    (model_executor/models/qwen3_dflash.py `_dflash_layer_causal`)."""
+    s = cfg.speculative_config
+    out = {
+        "method": s.method,
+        "num_speculative_tokens": s.num_speculative_tokens,
+        "parallel_drafting": bool(getattr(s, "parallel_drafting", False)),
+    }
+    if s.method in ("dflash", "dspark"):
+        from vllm.model_executor.models.qwen3_dflash import _dflash_layer_causal
+
+        hf = s.draft_model_config.hf_config
+        out["layer_causal"] = [_dflash_layer_causal(hf, i) for i in range(hf.num_hidden_layers)]
+    return out
+
+
 def effective_flags(model) -> dict:
     inner = getattr(model, "model", model)
     layer = inner.layers[0] if hasattr(inner, "layers") and len(inner.layers) else None
@@ -210,6 +245,9 @@ def mark_params(model) -> None:
             p.data.fill_(float("nan"))
         elif p.dtype != torch.bool:
             p.data.fill_(SENTINEL)
+    for b in model.buffers():  # no forward runs here: a buffer's values after the load came
+        if b.dtype.is_floating_point:  # from the file (P-EAGLE's mask_hidden)
+            b.fill_(float("nan"))
 
 
 def load(loader, draft_config, model) -> dict:
@@ -228,6 +266,9 @@ def load(loader, draft_config, model) -> dict:
             seen |= common.seen_marks(p, len(names))
         elif p.dtype != torch.bool and (p == SENTINEL).any():
             unfilled.append(pname)
+    for b in model.buffers():  # a tensor copied into a buffer (P-EAGLE's mask_hidden)
+        if b.dtype.is_floating_point:
+            seen |= common.seen_marks(b, len(names))
     from_target = []
     if hasattr(model, "has_own_embed_tokens") and not model.has_own_embed_tokens:
         from_target += [n for n, _ in model.named_parameters() if "embed_tokens" in n]
@@ -285,11 +326,19 @@ def probe(case_dir: Path) -> dict:
     try:
         cfg = engine_config(target, spec)
     except Exception as e:  # noqa: BLE001
-        rec.update(stage="config", error=first_line(e))
-        return rec
+        if "Model Runner V1 does not support" not in str(e):
+            rec.update(stage="config", error=first_line(e))
+            return rec
+        rec["runner_forced"] = "v2"
+        try:  # the runner a CUDA machine with Triton picks; this CPU has no Triton
+            cfg = v2_engine_config(target, spec)
+        except Exception as e2:  # noqa: BLE001
+            rec.update(stage="config", error=first_line(e2))
+            return rec
     s = cfg.speculative_config
     dmc = s.draft_model_config
     rec["architecture"] = dmc.architecture
+    rec["method"] = method_facts(cfg)
     runner = rec["runner_default_cuda"] = default_runner()
     rec["runner_here"] = "v2" if getattr(cfg, "use_v2_model_runner", False) else "v1"
     ids = aux_ids(cfg)
@@ -342,6 +391,8 @@ def finish(rec: dict, case_dir: Path) -> str:
     """The record line; no process group is made before a config refusal, so no gloo shim."""
     early = rec.get("stage") == "config"
     rec["shims"] = [x for x in SHIMS if not (early and "gloo" in x)]
+    if rec.get("runner_forced"):
+        rec["shims"].append(V2_SHIM)
     return json.dumps(rec)
 
 

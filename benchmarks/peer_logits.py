@@ -15,6 +15,11 @@
 4. P-EAGLE: the same drafter warm-started into P-EAGLE (mask_hidden added), written in
    speculators' peagle layout, run by speculators' PEagleDraftModel on a COD sample we fix
    (4 depths), against our COD pass and our decoder's parallel slots at those anchors.
+5. P-EAGLE with 2 layers: the drafter speculators' own trainer wrote
+   (tests/fixtures/peers/speculators-0.9.0/peagle-2layer), fine-tuned by `eagle3kit train
+   --method peagle --init-from` on the tiny Llama's zoo chat data, its RUN/best loaded by
+   speculators' PEagleDraftModel, compared as in 4 (and its layer 1 and mask_hidden must have
+   moved: the fine-tune changed what is compared).
 
 Pass: max |ours - peer| <= 1e-4 everywhere (float32). The peer venv comes from
 benchmarks/peers/setup_speculators.sh (EAGLE3KIT_PEER_PYTHON names another interpreter).
@@ -50,6 +55,9 @@ from eagle3kit.train.ttt import shift, unroll  # noqa: E402
 TOL = 1e-4
 PROMPTS = ["def ", "import ", "class ", "for i in ", "    return ", "if ", "# ", "with open("]
 PEER = Path(__file__).parent / "peers" / "speculators_logits.py"
+FIXTURE_2L = (
+    Path(__file__).parents[1] / "tests/fixtures/peers/speculators-0.9.0/peagle-2layer"
+)  # written by speculators 0.9.0's own trainer (benchmarks/peers/make_peer_fixtures.py)
 
 
 def train_31(target, seqs, steps: int, k: int = 3) -> Eagle3Drafter:
@@ -159,6 +167,58 @@ def compare_31(d, target, seq, python, tmp, k=3) -> dict:
 
 def compare_peagle(d31, target, seq, python, tmp, k=4) -> dict:
     p = PEagleDrafter.from_eagle3(d31, mask_token_id=0, seed=0).eval()
+    out = tmp / "pe"
+    save_peagle(out, p.spec, p.canonical_state(), p.mask_token_id, None)
+    return peagle_vs_peer(p, out, target, seq, python, tmp, k)
+
+
+def finetune_peagle(fixture: Path, steps: int, tmp: Path) -> Path:
+    """`eagle3kit train --method peagle --init-from FIXTURE` on the tiny Llama's prepared zoo
+    chat data (tests/test_train_helpers.py tiny_data); returns RUN/best."""
+    import os
+
+    os.environ.setdefault("EAGLE3KIT_HOME", str(tmp / "home"))
+    from test_train_helpers import tiny_data, tiny_target, train_args
+
+    data, tgt = tiny_data("llama-v1"), tiny_target("llama-v1")
+    args = [a for a in train_args(tmp / "run", data, tgt) if a not in ("--draft-vocab-size", "96")]
+    args += ["--init-from", str(fixture), "--method", "peagle", "--ttt-steps", "4"]
+    args += ["--steps", str(steps), "--lr", "3e-3"]
+    cmd = [sys.executable, "-m", "eagle3kit", *args, "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"train failed: {r.stderr.strip()[-2000:]}")
+    return tmp / "run" / "best"
+
+
+def compare_peagle_finetuned(target, seq, python, tmp, steps: int, k=4) -> dict:
+    """A 2-layer P-EAGLE drafter written by speculators' own trainer (tests/fixtures/peers),
+    fine-tuned by `train --init-from`, against speculators' PEagleDraftModel on our file."""
+    from eagle3kit.model.loading import load_drafter
+
+    best = finetune_peagle(FIXTURE_2L, steps, tmp)
+    p = load_drafter(str(best)).drafter
+    p.set_embedding(target.embed_tokens.weight)
+    start = load_drafter(str(FIXTURE_2L)).drafter
+    moved = {
+        n: float((t - start.state_dict()[n]).abs().max())
+        for n, t in p.canonical_state(with_embedding=False).items()
+        if n.startswith("layers.1.") or n == "mask_hidden"
+    }
+    doc = peagle_vs_peer(p, best, target, seq, python, tmp, k)
+    doc.update(
+        layers=p.num_layers,
+        train_steps=steps,
+        fixture=str(FIXTURE_2L.relative_to(Path(__file__).parents[1])),
+        max_abs_change_layer1_and_mask_hidden=max(moved.values()),
+    )
+    doc["pass"] = doc["pass"] and max(moved.values()) > 100 * TOL
+    return doc
+
+
+def peagle_vs_peer(p, written: Path, target, seq, python, tmp, k) -> dict:
+    """Our COD pass and decoder slots of P-EAGLE drafter `p` against speculators'
+    PEagleDraftModel loading `written` (p's own file) on the same COD sample."""
     ids = torch.tensor([seq])
     t = ids.shape[1]
     with torch.no_grad():
@@ -173,8 +233,6 @@ def compare_peagle(d31, target, seq, python, tmp, k=4) -> dict:
         x = torch.where(first, nxt[anchor], sid[0, 0])
         h = torch.where(first[:, None], aux[0][anchor], shid[0, 0])
         ours = p(x[None], h[None], None, (anchor + depth)[None], mask, from_aux=True).logits
-    out = tmp / "pe"
-    save_peagle(out, p.spec, p.canonical_state(), p.mask_token_id, None)
     inputs = {
         "input_ids": nxt[None],
         "hidden_states": aux,
@@ -183,7 +241,7 @@ def compare_peagle(d31, target, seq, python, tmp, k=4) -> dict:
         "anchor": anchor,
         "depth": depth,
     }
-    peer = run_peer(python, out, inputs, "peagle", k, tmp)
+    peer = run_peer(python, written, inputs, "peagle", k, tmp)
     theirs = peer["tensors"]["logits"]
     dec = []
     with torch.no_grad():  # the decoder's parallel slots at anchors kept at every depth
@@ -210,6 +268,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the result file here")
     ap.add_argument("--steps", type=int, default=60, help="TTT steps of the 3.1 drafter")
+    ap.add_argument("--peagle-steps", type=int, default=20, help="fine-tune steps, 2 layers")
     a = ap.parse_args()
     python, why = peer_python()
     if python is None:
@@ -221,7 +280,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         e31 = compare_31(d, target, seqs[-1], python, Path(tmp))
         pe = compare_peagle(d, target, seqs[-1], python, Path(tmp))
-    doc = {"target": "llama-v1-tiny", "tolerance": TOL, "eagle3.1": e31, "peagle": pe}
+        pe2 = compare_peagle_finetuned(target, seqs[-1], python, Path(tmp), a.peagle_steps)
+    doc = {
+        "target": "llama-v1-tiny",
+        "tolerance": TOL,
+        "eagle3.1": e31,
+        "peagle": pe,
+        "peagle_2layer_finetuned": pe2,
+    }
     print(json.dumps({k: v for k, v in doc.items()}, indent=1, default=str)[:4000])
     if a.json:
         write_result(a.json, "peer_logits", doc)

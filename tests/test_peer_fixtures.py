@@ -52,13 +52,8 @@ TARGETS = ("llama-v1-tiny", "dsv3-v1-tiny")
 TOL = 1e-4
 
 # Why today's eagle3kit fails a check (the findings). A fixture not named passes today.
-_FULL = "speculators saves no embed_tokens/lm_head for a full draft vocabulary"
 _DSPARK = "a DSpark drafter is read as DFlash (variant dspark not built)"
 INSPECT_FAILS = {
-    "dflash-defaults": f"{_FULL}; inspect calls them missing (DFlashSpec.required_tensors)",
-    "dflash-dsv3": f"{_FULL}; inspect calls them missing (DFlashSpec.required_tensors)",
-    "dflash-fullvocab": f"{_FULL}; inspect calls them missing (DFlashSpec.required_tensors)",
-    "dflash-reduced": "speculators never saves embed_tokens; inspect calls it missing",
     "dspark-defaults": f"{_DSPARK}: markov_head/confidence_head unexpected, embed/lm_head missing",
     "dspark-reduced-gated": f"{_DSPARK}: markov_head/confidence_head unexpected",
     "dspark-small": f"{_DSPARK}: markov_head/confidence_head unexpected, embed/lm_head missing",
@@ -81,24 +76,16 @@ VLLM_033 = {
 }
 _MISSING = "compat: embed_tokens/lm_head called missing; vLLM shares the target's"
 COMPAT_FAILS = {
-    "dflash-defaults": _MISSING,
-    "dflash-dsv3": _MISSING,
-    "dflash-fullvocab": _MISSING,
-    "dflash-reduced": "compat: embed_tokens called missing; vLLM shares the target's",
     "dspark-defaults": f"{_MISSING}; DFlash's sample_from_anchor refusal applied to DSpark",
     "dspark-small": f"{_MISSING}; DFlash's sample_from_anchor and causality rules applied",
     "dspark-reduced-gated": "DFlash's rules applied; vLLM's refusal of a gated head not seen",
 }
-_DEPTH = "generate's --depth default 4 exceeds B - 1 = 3 (not derived from the block)"
 RUN_FAILS = {  # generate, and our logits (load_pair refuses the file)
-    "dflash-defaults": "causal (sliding) layers refused: only bidirectional DFlash is built",
-    "dflash-reduced": "a file with lm_head but no embed_tokens refused (from_tensors)",
     "dspark-defaults": "variant dspark refused (no DSpark model)",
     "dspark-reduced-gated": "variant dspark refused (no DSpark model)",
     "dspark-small": "variant dspark refused (no DSpark model)",
-    "peagle-2layer": "P-EAGLE with 2 layers refused (num_hidden_layers: expected 1)",
 }
-GENERATE_FAILS = {"dflash-b4": _DEPTH, "dflash-dsv3": _DEPTH, "dflash-fullvocab": _DEPTH}
+GENERATE_FAILS: dict = {}
 GENERATE_FAILS |= RUN_FAILS
 
 

@@ -198,3 +198,108 @@ def test_report_with_a_dflash_run_beside_the_eagle3_runs(runs, tmp_path):
     assert "training_curves.png" in json.loads(r.out)["figures"]
     md = (tmp_path / "out" / "report.md").read_text()
     assert "after 40 samples instead of 120 (67% fewer)" in md and "scratch-dflash" in md
+
+
+def _bench(root, role: str, label: str, tps: float, lookup: bool = False, method: str = "eagle3"):
+    """A demo bench file (bench-ROLE.json): its methods rows and the demo's summary keys."""
+    import os
+    import time
+
+    rows = [{"name": "greedy", "tokens_per_s": {"median": 100.0}}]
+    if lookup:
+        look = {"name": "lookup", "tokens_per_s": {"median": 153.0}, "speedup": 1.53}
+        rows.append({**look, "tau_online": 2.1})
+    doc = {**BENCH, "label": label, "role": role, "spec_tps": tps, "speedup": tps / 100.0}
+    doc.update(method=method, methods=rows)
+    path = root / f"bench-{role}.json"
+    path.write_text(json.dumps(doc))
+    t = time.time() + len(list(root.glob("bench-*.json")))  # written in the demo's order
+    os.utime(path, (t, t))
+    return doc
+
+
+def test_report_headline_is_the_terminals_and_every_start_is_named(runs, tmp_path):
+    """report.md's headline has the rows the demo's terminal headline prints (prompt lookup
+    included), in its order; the training table and game plan say how each run started: the
+    DFlash fine-tune is a warm start from the K2 DFlash drafter, the scratch run fresh."""
+    from eagle3kit.demo.steps import headline_row, lookup_row
+    from eagle3kit.demo.story import baseline_row
+
+    stale = _bench(runs, "stale", "stale K2 drafter", 120.0, lookup=True)
+    terminal = [baseline_row(stale), lookup_row(stale, "bench-stale.json")]
+    terminal.append(headline_row("stale K2 drafter", stale, "bench-stale.json"))
+    for role, label, method in (
+        ("finetuned", "fine-tuned", "eagle3"),
+        ("scratch", "from scratch", "eagle3"),
+        ("stale-dflash", "stale K2 DFlash", "dflash"),
+        ("dflash", "DFlash fine-tuned", "dflash"),
+        ("mtp", "MTP (shipped head)", "mtp"),
+    ):
+        b = _bench(runs, role, label, 110.0, method=method)
+        terminal.append({"name": label, "source": f"bench-{role}.json", "tps": b["spec_tps"]})
+    _run_dir(runs, "tuned-dflash", "/x/zoo/shipped/k2-dflash-tiny", [1.5, 1.6, 1.7, 1.8])
+    r = run_cli("report", runs, "-o", tmp_path / "out", "--json")
+    assert r.code == 0, r.err
+    md = (tmp_path / "out" / "report.md").read_text()
+    head = md.split("## Headline", 1)[1].split("\n\n", 2)[1]
+    rows = [ln.split("|")[1].strip() for ln in head.splitlines()[2:]]
+    assert (
+        rows
+        == [h["name"] for h in terminal]
+        == [
+            "baseline (plain)",
+            "prompt lookup",
+            "stale K2 drafter",
+            "fine-tuned",
+            "from scratch",
+            "stale K2 DFlash",
+            "DFlash fine-tuned",
+            "MTP (shipped head)",
+        ]
+    )
+    assert "| prompt lookup | 153.0 | 100.0 | 1.53x | 2.10 | bench-stale.json |" in md
+    train = md.split("## Training", 1)[1]
+    assert "| tuned-dflash | warm start from k2-dflash-tiny |" in train
+    assert "| finetune | warm start from K2 |" in train
+    assert "| scratch | fresh (from scratch) |" in train
+    plan = md.split("## Game plan", 1)[1]
+    assert "warm start from k2-dflash-tiny (tuned-dflash)" in plan
+    assert "from scratch" not in train.split("| scratch |")[0]  # only the scratch run is fresh
+
+
+def test_every_methods_start_is_named():
+    """The start of a run from its own summary, for every method's summary: `init_from`
+    (EAGLE-3, P-EAGLE, DFlash; None fresh) and an MTP fine-tune's `init`."""
+    from eagle3kit.report.render import start_of
+
+    assert start_of({"init_from": "/h/drafters/k2/best"}) == (True, "warm start from k2/best")
+    assert start_of({"init_from": "/z/shipped/k2-dflash-tiny"}) == (
+        True,
+        "warm start from k2-dflash-tiny",
+    )
+    assert start_of({"init_from": None, "method": "dflash"}) == (False, "fresh (from scratch)")
+    assert start_of({"init": "target"}) == (True, "warm start from the target's own MTP head")
+    assert start_of({"init": "fresh"}) == (False, "fresh (from scratch)")
+    assert start_of({"init": "/r/mtp/head"}) == (True, "warm start from mtp/head")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="Debian's chromium is not installed")
+def test_chromium_shows_the_headline_rows_and_the_starts(runs, tmp_path):
+    """The same in report.html as Chromium builds it: the headline table's first column is
+    the terminal's rows, and the DFlash run's start is named."""
+    import html as html_mod
+
+    _bench(runs, "stale", "stale K2 drafter", 120.0, lookup=True)
+    _bench(runs, "dflash", "DFlash fine-tuned", 110.0, method="dflash")
+    _run_dir(runs, "tuned-dflash", "/x/zoo/shipped/k2-dflash-tiny", [1.5, 1.6, 1.7, 1.8])
+    out = tmp_path / "out"
+    assert run_cli("report", runs, "-o", out).code == 0
+    cmd = ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
+    cmd += ["--user-data-dir=" + str(tmp_path / "profile")]
+    cmd += ["--dump-dom", (out / "report.html").as_uri()]
+    dom = subprocess.run(cmd, capture_output=True, text=True, timeout=120).stdout
+    table = dom.split("Headline", 1)[1].split("</table>", 1)[0]
+    cells = [html_mod.unescape(c) for c in re.findall(r"<tr>\s*<td>(.*?)</td>", table)]
+    assert cells == ["baseline (plain)", "prompt lookup", "stale K2 drafter", "DFlash fine-tuned"]
+    assert "warm start from k2-dflash-tiny" in html_mod.unescape(dom)

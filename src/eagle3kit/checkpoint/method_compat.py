@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from eagle3kit.checkpoint.engines import methods as M
 from eagle3kit.checkpoint.engines import rules as E
 from eagle3kit.checkpoint.findings import CompatResult, Finding, error, info
 from eagle3kit.checkpoint.inspection import TargetInfo, target_info
@@ -74,7 +75,11 @@ def check_method_against_target(
     res.findings += part.target_findings(head, ti, k)
     family = E.target_family(t.config)
     for sel in engines:
-        entry, found = part.engine_findings(sel, head, ti, family)
+        lacks = M.release_lacks(sel.name, sel.version, sel.label, head.method)
+        if lacks:  # a release before the method's first: nothing else of it is read
+            entry, found = not_served(sel, engine_entry(sel, [], []), "predates the method", lacks)
+        else:
+            entry, found = part.engine_findings(sel, head, ti, family)
         res.engines[sel.name] = entry
         res.findings += found
     return res

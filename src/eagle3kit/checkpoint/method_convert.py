@@ -79,8 +79,12 @@ def convert_method(
     *,
     embed_from: str | None = None,
     verifier: str | None = None,
+    dtype: str | None = None,
 ) -> MethodConvertResult:
-    """Rewrite the drafter `head` (checkpoint/methods.py) in layout `to` at `out`."""
+    """Rewrite the drafter `head` (checkpoint/methods.py) in layout `to` at `out`. `dtype`
+    ("auto" or the drafter's own, `convert --dtype`): the dtype a tensor borrowed from the
+    target (`embed_from`) is cast to when the target stores another; the drafter's own
+    tensors are copied byte for byte whatever it says."""
     part = registry.part(head.method, "checkpoint")
     layouts = part.LAYOUTS
     if to not in layouts:
@@ -96,13 +100,35 @@ def convert_method(
             f" (and {len(defects) - 1} more: run `eagle3kit inspect`)" if len(defects) > 1 else ""
         )
         raise bad(head.ckpt.config_file, defects[0].message + more)
-    cfg, tensors, notes = part.convert_to(head, to, embed_from=embed_from, verifier=verifier)
+    cast = cast_to(head, dtype)
+    cfg, tensors, notes = part.convert_to(
+        head, to, embed_from=embed_from, verifier=verifier, dtype=cast
+    )
     _write(Path(out), cfg, tensors, head.method, to)
     target = verifier or embed_from or head.spec.verifier
     launch = part.launch_commands(head.spec, to, str(out), target)
     return MethodConvertResult(
         head.source, head.method, head.layout, to, str(out), launch, notes, embed_from
     )
+
+
+def cast_to(head: MethodHeader, dtype: str | None) -> str | None:
+    """The safetensors dtype `--dtype` asks borrowed tensors in (None: no cast asked): "auto"
+    or a name of the drafter's own dtype (that of its `fc.weight`, else its first tensor)."""
+    if dtype is None:
+        return None
+    from eagle3kit.core.dtypes import NAME_TO_SAFETENSORS, SAFETENSORS_TO_NAME
+
+    tensors = body(head)
+    own = (tensors.get("fc.weight") or next(iter(tensors.values()))).dtype
+    want = own if dtype == "auto" else NAME_TO_SAFETENSORS.get(dtype, dtype.upper())
+    if want != own:
+        raise bad(
+            "--dtype",
+            f"expected auto or the drafter's own dtype ({SAFETENSORS_TO_NAME.get(own, own)}: "
+            f"its tensors are copied byte for byte), found {dtype!r}",
+        )
+    return own
 
 
 def _local(ckpt: Checkpoint) -> None:

@@ -317,6 +317,16 @@ EmbedFrom = Annotated[
     ),
 ]
 
+CastDtype = Annotated[
+    str | None,
+    typer.Option(
+        "--dtype",
+        help="With --embed-from: cast the target's embedding/lm_head to the drafter's dtype "
+        "when the target stores another ('auto', or the drafter's dtype by name); the "
+        "drafter's own tensors are copied byte for byte.",
+    ),
+]
+
 
 def _print_launch(lines: dict[str, str] | str) -> None:
     con = out()
@@ -362,6 +372,7 @@ def convert(
     output: Output = None,
     verifier: Verifier = None,
     embed_from: EmbedFrom = None,
+    dtype: CastDtype = None,
     extract_mtp: ExtractMtp = False,
     stitch_mtp: StitchMtp = None,
     mtp_index: MtpIndex = 0,
@@ -387,8 +398,10 @@ def convert(
     check_output(output, "-o", src, embed_from, verifier, kind="dir")
     head = method_header_of(open_checkpoint(src))
     if head is not None:
-        r = convert_method(head, to, output, embed_from=embed_from, verifier=verifier)
+        r = convert_method(head, to, output, embed_from=embed_from, verifier=verifier, dtype=dtype)
     else:
+        if dtype is not None:  # EAGLE-3's --embed-from embedding takes the drafter's dtype
+            raise bad("--dtype", "expected none for an EAGLE-3 drafter (--embed-from casts)")
         r = run_convert(src, to, output, verifier=verifier, embed_from=embed_from)
     if json_out:
         emit_json(r.to_json())

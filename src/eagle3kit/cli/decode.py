@@ -46,6 +46,16 @@ def _check_depth(depth: int, option: str = "--depth") -> None:
         raise bad(option, f"expected draft steps >= 1, found {depth}")
 
 
+def _own_depth(d: object, given: int | None, fallback: int) -> int:
+    """--depth when given, else the drafter's own (`default_depth`: a block drafter drafts
+    its proposals per pass, B - 1, as z-lab's `dflash_generate` and vLLM's
+    num_speculative_tokens = speculative_tokens do), else `fallback`."""
+    if given is not None:
+        return given
+    own = getattr(d, "default_depth", None)
+    return own if isinstance(own, int) and own >= 1 else fallback
+
+
 def _output(r: dict, json_: bool, render) -> None:
     from eagle3kit.cli._render import emit_json
 
@@ -83,7 +93,13 @@ Timeout = Annotated[float, typer.Option("--timeout", help="Live: bound on the wh
 Prompt = Annotated[str, typer.Option("--prompt", help="Raw text (see --chat).")]
 Chat = Annotated[bool, typer.Option("--chat", help="Wrap the prompt in the chat template.")]
 GenDepth = Annotated[
-    int, typer.Option("--depth", min=1, help="Draft tokens per cycle (tree: depth).")
+    int,
+    typer.Option(
+        "--depth",
+        min=1,
+        help="Draft tokens per cycle (tree: depth); default: the drafter's own (a block "
+        "drafter's proposals per pass), else 4.",
+    ),
 ]
 Tree = Annotated[bool, typer.Option("--tree", help="Draft a tree instead of a chain.")]
 GenTopk = Annotated[int, typer.Option("--topk", min=1, help="Tree: children per expanded node.")]
@@ -102,7 +118,7 @@ def generate(
     method: Method = "eagle3",
     chat: Chat = False,
     max_new_tokens: MaxNewTokens = 128,
-    depth: GenDepth = 4,
+    depth: GenDepth = None,
     tree: Tree = False,
     topk: GenTopk = 4,
     budget: GenBudget = 16,
@@ -119,10 +135,12 @@ def generate(
 
     if not prompt:
         raise bad("--prompt", "expected some text, found an empty prompt")
-    _check_depth(depth)
+    if depth is not None:
+        _check_depth(depth)
     if drafter is None and method in METHODS and not registry.get(method).target_head:
         raise bad("--drafter", f"expected a drafter dir (or --method {METHODS[1]}), found none")
     tm, d = _load(target, drafter, device, threads, method)
+    depth = _own_depth(d, depth, 4)
     tok = tm.tokenizer
     if tok is None:
         raise typer.BadParameter("the target has no tokenizer", param_hint="--target")
@@ -318,7 +336,14 @@ BenchData = Annotated[
 ]
 Prompts = Annotated[int, typer.Option("--prompts", min=1, help="At most this many prompts.")]
 BenchRepeats = Annotated[int, typer.Option("--repeats", min=1)]
-BenchDepth = Annotated[int, typer.Option("--depth", min=1, help="Chain depth.")]
+BenchDepth = Annotated[
+    int,
+    typer.Option(
+        "--depth",
+        min=1,
+        help="Chain depth; default: the drafter's own (a block drafter's), else 4.",
+    ),
+]
 TreeDepth = Annotated[int, typer.Option("--tree-depth", min=1)]
 BenchTopk = Annotated[int, typer.Option("--topk", min=1)]
 BenchBudget = Annotated[int, typer.Option("--budget", min=1)]
@@ -351,7 +376,7 @@ def bench_(
     prompts: Prompts = 8,
     repeats: BenchRepeats = 5,
     max_new_tokens: MaxNewTokens = 128,
-    depth: BenchDepth = 4,
+    depth: BenchDepth = None,
     tree_depth: TreeDepth = 5,
     topk: BenchTopk = 4,
     budget: BenchBudget = 16,
@@ -384,9 +409,11 @@ def bench_(
     from eagle3kit.decode import TreeShape
     from eagle3kit.measure.bench import bench
 
-    _check_depth(depth)
+    if depth is not None:
+        _check_depth(depth)
     _check_depth(tree_depth, "--tree-depth")
     tm, d = _load(target, drafter, device, threads, method)
+    depth = _own_depth(d, depth, 4)
     ps = _bench_prompts(data, tm.tokenizer, prompts)
     with bar(not json_) as progress:
         r = bench(tm, d, ps, repeats=repeats, max_new_tokens=max_new_tokens, depth=depth,

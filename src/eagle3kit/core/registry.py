@@ -49,6 +49,8 @@ class Vllm:
     aliases: tuple[str, ...] = ()  # other names vLLM reads as this method (fnmatch patterns)
     flags: dict[str, bool] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    since: tuple[int, ...] | None = None  # its first release serving it (None: every modelled)
+    since_source: str = ""  # where that is read
 
 
 @dataclass(frozen=True, eq=False)
@@ -62,6 +64,8 @@ class Sglang:
     # algorithms SGLang runs this method under when the draft path is the target's own path
     # (NEXTN becomes EAGLE at startup; a DeepSeek-style target's draft path defaults to it)
     self_draft: tuple[str, ...] = ()
+    since: tuple[int, ...] | None = None  # its first release serving it (None: every modelled)
+    since_source: str = ""  # where that is read
 
 
 @dataclass(frozen=True, eq=False)
@@ -85,6 +89,17 @@ class Method:
     decoders: tuple[str, ...] = ()  # DecodeStats.method of the loops that decode it
     variants: tuple[str, ...] = ()  # related drafters read as this method (not built here)
     why_not: dict[str, str] = field(default_factory=dict)  # capability -> why it lacks it
+    title: str = ""  # its name in prose ("P-EAGLE"); the name itself when empty
+
+    @property
+    def display(self) -> str:
+        return self.title or self.name
+
+    def first_served(self, engine: str) -> tuple[tuple[int, ...], str] | None:
+        """(the first `engine` release serving it, the source saying so); None when every
+        release modelled serves it, or the engine never does (`serves`)."""
+        e = getattr(self, engine)
+        return (e.since, e.since_source) if e is not None and e.since else None
 
     @property
     def model_free(self) -> bool:
@@ -134,28 +149,79 @@ _EAGLE = dict(
     convert=True,
 )
 
+_EAGLE31 = dict(
+    _EAGLE,
+    vllm=Vllm(
+        "eagle3",
+        aliases=("eagle",),
+        since=(0, 22),
+        since_source="vLLM PR #42764 (fc_norm, norm_output in models/llama_eagle3.py; release "
+        "inferred from its merge date, 2026-05-19; absent from 0.21.0)",
+    ),
+    sglang=Sglang(
+        "EAGLE3",
+        aliases=("EAGLE",),
+        flags=_SG_STEPS,
+        since=(0, 5, 12),
+        since_source="sglang 0.5.12 srt/models/llama_eagle3.py (fc_norm, norm_output; absent "
+        "from 0.5.11)",
+    ),
+)
+
 METHODS: tuple[Method, ...] = (
-    Method("eagle3", drafter="EAGLE-3 drafter", probe=True, decoders=("chain", "tree"), **_EAGLE),
-    Method("eagle3.1", drafter="EAGLE 3.1 drafter (fc_norm / norm_output)", **_EAGLE),
+    Method(
+        "eagle3",
+        title="EAGLE-3",
+        drafter="EAGLE-3 drafter",
+        probe=True,
+        decoders=("chain", "tree"),
+        **_EAGLE,
+    ),
+    Method(
+        "eagle3.1",
+        title="EAGLE 3.1",
+        drafter="EAGLE 3.1 drafter (fc_norm / norm_output)",
+        **_EAGLE31,
+    ),
     Method(
         "peagle",
+        title="P-EAGLE",
         package="peagle",
         drafter="P-EAGLE drafter (parallel drafting)",
         passes="1",  # the k slots in one causal pass
         parts=_ALL_PARTS,
-        vllm=Vllm("eagle3", aliases=("eagle",), flags={"parallel_drafting": True}),
+        vllm=Vllm(
+            "eagle3",
+            aliases=("eagle",),
+            flags={"parallel_drafting": True},
+            since=(0, 16),
+            since_source="vLLM PR #32887 (parallel_drafting: vllm 0.16.0 config/speculative.py; "
+            "absent from 0.15.1)",
+        ),
         store_eval=True,
         train=True,
         convert=True,
     ),
     Method(
         "dflash",
+        title="DFlash",
         package="dflash",
         drafter="DFlash block drafter (block k+1)",
         passes="1",  # the block [token, mask x k] in one bidirectional pass
         parts=_ALL_PARTS,
-        vllm=Vllm("dflash"),
-        sglang=Sglang("DFLASH", flags="--speculative-num-draft-tokens {k1}"),
+        vllm=Vllm(
+            "dflash",
+            since=(0, 20),
+            since_source="vllm 0.20.0 model_executor/models/qwen3_dflash.py, "
+            "config/speculative.py (method dflash; absent from 0.19.1)",
+        ),
+        sglang=Sglang(
+            "DFLASH",
+            flags="--speculative-num-draft-tokens {k1}",
+            since=(0, 5, 11),
+            since_source="sglang 0.5.11 srt/speculative/dflash_worker.py, server_args.py "
+            "(DFLASH; absent from 0.5.10.post1)",
+        ),
         store_eval=True,
         train=True,
         probe=True,
@@ -165,6 +231,7 @@ METHODS: tuple[Method, ...] = (
     ),
     Method(
         "mtp",
+        title="MTP",
         package="mtp",
         drafter="the target's MTP head, recursive",
         passes="k",  # one head, rerun for k > 1 (as vLLM does)
@@ -184,6 +251,7 @@ METHODS: tuple[Method, ...] = (
     ),
     Method(
         "ngram",
+        title="prompt lookup",
         package="lookup",
         drafter="prompt lookup (n-gram match in the context)",
         passes="0",  # no model: a host-side string match

@@ -24,7 +24,7 @@ The cache holds the expanded per-head keys [B, n, S, nope+rope] and values [B, n
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -126,19 +126,34 @@ def apply_rope(
 
 @dataclass
 class DraftCache:
-    """The drafter's own KV cache: keys [B, heads, S, qk_dim], values [B, heads, S, v_dim]."""
+    """The drafter's own KV cache: keys [B, heads, S, qk_dim], values [B, heads, S, v_dim].
+
+    It is the cache of the drafter's first decoder layer; a drafter with more layers keeps
+    each further layer's keys and values in its own cache (`layer(i)`), as an engine keeps one
+    KV cache per attention layer. `crop` rolls back every one of them."""
 
     k: torch.Tensor | None = None
     v: torch.Tensor | None = None
+    deeper: list[DraftCache] = field(default_factory=list)  # layers 1.. (made on first use)
 
     @property
     def length(self) -> int:
         return 0 if self.k is None else self.k.shape[2]
 
+    def layer(self, i: int) -> DraftCache:
+        """The cache of decoder layer i (0: this one)."""
+        if i == 0:
+            return self
+        while len(self.deeper) < i:
+            self.deeper.append(DraftCache())
+        return self.deeper[i - 1]
+
     def crop(self, n: int) -> None:
-        """Keep the first n positions (roll back rejected drafts)."""
+        """Keep the first n positions (roll back rejected drafts), in every layer's cache."""
         if self.k is not None:
             self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
+        for c in self.deeper:
+            c.crop(n)
 
     def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append new keys/values [B, h, T, d]; return all of them [B, h, S, d]."""
@@ -182,11 +197,12 @@ def _attend(q, k, v, cache, attn_mask, t, scale=None, rep: int = 1) -> torch.Ten
 
 
 class Attention(_RopeMixin):
-    """Llama attention (MHA/GQA) over the 2H-wide drafter input."""
+    """Llama attention (MHA/GQA) over the 2H-wide drafter input (`in_features`: another
+    width, H for a drafter's later, standard decoder layers)."""
 
-    def __init__(self, spec: DraftSpec):
+    def __init__(self, spec: DraftSpec, in_features: int | None = None):
         super().__init__()
-        h2 = 2 * spec.hidden_size
+        h2 = in_features or 2 * spec.hidden_size
         self.n_heads, self.n_kv, self.head_dim = (
             spec.num_attention_heads,
             spec.num_key_value_heads,

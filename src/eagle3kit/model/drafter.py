@@ -92,6 +92,9 @@ class DraftOutput:
 class Eagle3Drafter(nn.Module):
     """An EAGLE-3 drafter. `forward` is one draft step; see the module docstring."""
 
+    # the modules whose forward receives a DraftCache (train/distributed.py keeps them whole)
+    cache_carriers: tuple[str, ...] = ("", "midlayer", "midlayer.self_attn")
+
     def __init__(
         self,
         spec: DraftSpec,
@@ -174,10 +177,22 @@ class Eagle3Drafter(nn.Module):
             start = cache.length if cache is not None else 0
             position_ids = (start + torch.arange(t, device=input_ids.device)).expand(b, t)
         emb = self.embed_tokens(input_ids).to(h.dtype)  # [B, T, H]
-        h = self.midlayer(emb, h, position_ids, cache, attn_mask)
+        h = self.run_layers(emb, h, position_ids, cache, attn_mask)
         normed = self.norm(h)
         logits = self.lm_head(normed)  # [B, T, Vd]
         return DraftOutput(logits=logits, hidden=normed if self.spec.norm_output else h)
+
+    def run_layers(
+        self,
+        emb: torch.Tensor,
+        h: torch.Tensor,
+        pos: torch.Tensor,
+        cache: DraftCache | None,
+        attn_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The decoder layers over one step's inputs: EAGLE-3's one layer (a subclass with
+        more layers runs them after it, each with its own cache, `DraftCache.layer`)."""
+        return self.midlayer(emb, h, pos, cache, attn_mask)
 
     @property
     def method(self) -> str:

@@ -80,6 +80,23 @@ def metrics_rows(path: Path) -> list[dict]:
     return rows
 
 
+def lookup_summary(doc: dict) -> dict | None:
+    """The row of a model-free method a bench ran beside the drafter (prompt lookup: its
+    decoder is core/registry.py's `decoders` of a method without a drafter), else None."""
+    from eagle3kit.core import registry
+
+    for m in doc.get("methods") or []:
+        rec = registry.of_decoder(m.get("name")) if isinstance(m, dict) else None
+        if rec is not None and rec.model_free and "tau_online" in m:
+            return {
+                "label": rec.display,
+                "spec_tps": m["tokens_per_s"]["median"],
+                "speedup": m["speedup"],
+                "tau_online": m["tau_online"],
+            }
+    return None
+
+
 def bench_summary(doc: dict) -> dict | None:
     """The report's bench keys from an `eagle3kit bench --json` document (greedy + chain/tree)."""
     rows = {m.get("name"): m for m in doc.get("methods") or [] if isinstance(m, dict)}
@@ -119,8 +136,8 @@ def collect(sources: list[str | Path]) -> Found:
             _classify(f, p, str(p.relative_to(root)))
         if Path(src).is_file():
             f.given[str(Path(src).relative_to(root))] = i
-    order = {"stale": 0, "finetuned": 1, "scratch": 2}
-    f.benches.sort(key=lambda cb: (order.get(cb[1].get("role"), 3), cb[0]))
+    order = {"stale": 0, "finetuned": 1, "scratch": 2}  # then in the order they were run
+    f.benches.sort(key=lambda cb: (order.get(cb[1].get("role"), 3), f.times.get(cb[0]), cb[0]))
     if not f.any_rendered():
         why = f" (skipped: {'; '.join(f.skipped[:3])})" if f.skipped else ""
         raise Eagle3Error(
@@ -174,7 +191,7 @@ def _add(f: Found, kind: str, doc: dict, p: Path, cite: str) -> None:
         if summary is None:
             f.skipped.append(f"{cite}: a bench without a speculative method")
         else:
-            f.benches.append((cite, summary))
+            f.benches.append((cite, {**summary, "lookup": lookup_summary(doc)}))
     elif kind == "train":
         state = read_json(p.parent / "state" / "state.json")[0] or {}
         f.runs.append(

@@ -31,13 +31,15 @@ def _n(x: Any, fmt: str = ".3f") -> str:
 
 
 def headline(f: Found) -> list[tuple]:
+    """Plain decoding, a model-free method benched beside a drafter (prompt lookup), then each
+    bench's drafter: the rows the demo's terminal headline prints, in its order."""
     if not f.benches:
         return []
     rows = []
     base = f.benches[0][1]
     rows.append(
         [
-            "baseline (plain decoding)",
+            "baseline (plain)",
             _n(base["baseline_tps"], ".1f"),
             "-",
             "1.00x",
@@ -45,6 +47,19 @@ def headline(f: Found) -> list[tuple]:
             f.benches[0][0],
         ]
     )
+    look = next(((c, b) for c, b in f.benches if b.get("lookup")), None)
+    if look is not None:
+        cite, lk = look[0], look[1]["lookup"]
+        rows.append(
+            [
+                lk["label"],
+                _n(lk["spec_tps"], ".1f"),
+                _n(look[1]["baseline_tps"], ".1f"),
+                _n(lk["speedup"], ".2f") + "x",
+                _n(lk["tau_online"], ".2f"),
+                cite,
+            ]
+        )
     for cite, b in f.benches:
         rows.append(
             [
@@ -145,6 +160,24 @@ def _samples_to(rows: list[dict], batch: int, tau: float) -> int | None:
     return None
 
 
+GENERIC = ("best", "head", "drafter")  # a run's or a package's folder, named by its parent
+
+
+def start_of(s: dict) -> tuple[bool, str]:
+    """(a warm start, how the run started) from its summary, for every method: `init_from`
+    (EAGLE-3, P-EAGLE, DFlash), or an MTP fine-tune's `init` ("target": the target's own head,
+    "fresh", or a head dir)."""
+    init = s.get("init_from")
+    if not init and isinstance(s.get("init"), str) and s["init"] != "fresh":
+        init = "the target's own MTP head" if s["init"] == "target" else s["init"]
+    if not init:
+        return False, "fresh (from scratch)"
+    parts = Path(init).parts
+    keep = 2 if len(parts) > 1 and parts[-1] in GENERIC else 1
+    name = init if init.startswith("the ") else "/".join(parts[-keep:])
+    return True, f"warm start from {name}"
+
+
 def train_blocks(f: Found) -> list[tuple]:
     if not f.runs:
         return []
@@ -154,12 +187,12 @@ def train_blocks(f: Found) -> list[tuple]:
         rows.append(
             [
                 _run_name(cite),
-                "warm start" if s.get("init_from") else "from scratch",
+                start_of(s)[1],
                 _n(s.get("steps"), "d"),
                 str(cfg.get("batch_size", "-")),
                 _n(s.get("train_samples"), "d"),
                 _n(first),
-                _n(s["tau_every_position"]),
+                _n(s.get("tau_every_position")),
                 _n(s.get("best_step"), "d"),
                 cite,
             ]
@@ -241,10 +274,13 @@ def game_plan(f: Found) -> list[tuple]:
             f"τ {b['tau_online']:.2f} [{c}]"
             + (f"; probe verdict {probe[1]['verdict']} [{probe[0]}]" if probe else "")
         )
-    warm = [r for r in f.runs if r[1].get("init_from")]
-    cold = [r for r in f.runs if not r[1].get("init_from")]
-    for name, group in (("Fine-tune the old drafter", warm), ("Train from scratch", cold)):
-        items += [_run_path(f, name, *run) for run in group]
+    scored = [r for r in f.runs if r[1].get("tau_every_position") is not None]
+    warm = [r for r in scored if start_of(r[1])[0]]
+    cold = [r for r in scored if not start_of(r[1])[0]]
+    for run in warm:
+        name = "Fine-tune the old drafter, " + start_of(run[1])[1]
+        items.append(_run_path(f, name, *run))
+    items += [_run_path(f, "Train from scratch (fresh)", *run) for run in cold]
     if warm and cold:
         (wc, _, wm, wcfg), (cc, cs, cm, ccfg) = warm[0], cold[0]
         target = cs["tau_every_position"]
@@ -321,7 +357,7 @@ def figure_blocks(f: Found) -> list[tuple]:
     for c, s, m, cfg in f.runs:
         batch = int(cfg.get("batch_size") or 0)
         if batch and m:
-            label = ("warm start" if s.get("init_from") else "from scratch") + f" ({_run_name(c)})"
+            label = start_of(s)[1] + f" ({_run_name(c)})"
             ws[label] = ([r["step"] * batch for r in m], [r["tau_every_position"] for r in m])
     out.append(("img", "warm_vs_scratch.png", rp.warm_vs_scratch(ws), "Warm start vs scratch"))
     return [b for b in out if b[2] is not None]

@@ -72,11 +72,12 @@ def teardown(d: Dist) -> None:
 # Modules whose forward receives the DraftCache. FSDP2's pre-forward copies dataclass
 # arguments under autograd, so an appended K/V would land in a copy: these stay unsharded and
 # their children (projections, norms, MLP: plain tensor in, tensor out) are the FSDP units.
+# A drafter names its own (`cache_carriers`: a P-EAGLE drafter's later layers too).
 _CACHE_CARRIERS = ("", "midlayer", "midlayer.self_attn")
 
 
 def shard(
-    drafter: torch.nn.Module, d: Dist, carriers: tuple[str, ...] = _CACHE_CARRIERS
+    drafter: torch.nn.Module, d: Dist, carriers: tuple[str, ...] | None = None
 ) -> torch.nn.Module:
     """FSDP2 over every trainable block (no-op for one process); the frozen embedding stays
     whole. The units are the children of `carriers` (the items of a ModuleList child each
@@ -85,6 +86,7 @@ def shard(
     over ranks after the backward, as FSDP2 averages the sharded ones."""
     if not d.enabled:
         return drafter
+    carriers = carriers or getattr(drafter, "cache_carriers", _CACHE_CARRIERS)
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
 

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.checkpoint.eagle3.checker import check_drafter
+from eagle3kit.checkpoint.eagle3.layouts import method_of
 from eagle3kit.checkpoint.eagle3.reader import drafter_header
 from eagle3kit.checkpoint.eagle3.writers import Writer, infer_writer, pattern_hint, trained_on
 from eagle3kit.checkpoint.engines import cpu as engine_cpu
+from eagle3kit.checkpoint.engines import methods as M
 from eagle3kit.checkpoint.engines import rules as E
 from eagle3kit.checkpoint.findings import PROBE, CompatResult, Finding, error, info, warning
 from eagle3kit.checkpoint.inspection import TargetInfo, target_info
@@ -434,6 +436,9 @@ def check_against_target(d: Checkpoint, t: Checkpoint, engines: list[E.EngineSel
     for sel in engines:
         cap = E.capture(sel.name, sel.version, ctx.family, ctx.ids, ctx.num_layers)
         res.engines[sel.name] = _engine_entry(sel, cap, ctx)
+        lacks = M.release_lacks(sel.name, sel.version, sel.label, method_of(spec))
+        if lacks:  # EAGLE 3.1 on a release before it (which flag it ignores follows)
+            res.findings.append(error("not-served", lacks, sel.name))
         if not out_of_range:
             res.findings += _aux_findings(sel, cap, ctx) + _older_findings(sel, ctx)
             res.findings += _runner_findings(sel, cap, ctx)

@@ -170,10 +170,7 @@ METHOD_RULES = (
         None,
         "sglang 0.5.23 models/dflash.py _get_dflash_layer_attention_params",
     ),
-    # P-EAGLE: which configs are served
-    MethodRule(
-        "vllm", "peagle", "served", "no", None, (0, 16), "PR #32887 (parallel_drafting, vLLM 0.16)"
-    ),
+    # P-EAGLE: which configs are served (before 0.16 none: core/registry.py `since`)
     MethodRule(
         "vllm",
         "peagle",
@@ -273,6 +270,20 @@ def _representative(since: Version | None, until: Version | None) -> Version | N
     if until is not None:
         return until[:-1] + (until[-1] - 1,)
     return None
+
+
+def release_lacks(engine: str, version: Version | None, label: str, method: str) -> str | None:
+    """'no DFlash in this release: vLLM 0.19 has no DFlash (first served in vLLM 0.21.0, its
+    source)' when release `version` of `engine` (None: the latest) predates the method's first
+    release there (core/registry.py `since`, with its source); None otherwise."""
+    from eagle3kit.core import registry
+
+    m = registry.family(method)
+    first = m.first_served(engine) if m is not None else None
+    if first is None or in_range(version, first[0], None):
+        return None
+    name, since = m.display, range_label(engine, first[0], None).replace(">= ", "")
+    return f"no {name} in this release: {label} has no {name} (first served in {since}, {first[1]})"
 
 
 def method_rules() -> tuple[MethodRule, ...]:

@@ -17,10 +17,21 @@ already verified) and a block of T = 1 + K positions starting at position m:
 The context enters every layer only through that layer's k_proj/v_proj (it is not updated
 layer to layer), so its keys/values can be cached per layer like a KV cache: decoding appends
 the keys of newly verified tokens and drops the block's (`DFlashCache.crop`).
-`embed` and `lm_head` are the target's (z-lab checkpoints carry neither); a checkpoint that
-has them (speculators' layout) keeps its own via `embed_tokens`/`lm_head`, and when its
-lm_head covers a reduced draft vocabulary, `d2t` maps draft id j to target id j + d2t[j]
-(`logits` scatters onto the target's vocabulary, -inf elsewhere).
+`embed` and `lm_head` are the target's unless the checkpoint carries its own: z-lab's carry
+neither; speculators 0.9.0 never saves `embed_tokens` and saves `lm_head` only for a reduced
+draft vocabulary (models/dflash/core.py `_keys_to_ignore_on_save`; its `load_verifier_weights`
+refills both from the verifier, as vLLM's `qwen3_dflash.py` shares the target's). Each is
+borrowed on its own (`embed_tokens`, `lm_head` when present). When lm_head covers a reduced
+draft vocabulary, `d2t` maps draft id j to target id j + d2t[j] (`logits` scatters onto the
+target's vocabulary, -inf elsewhere).
+
+Per-layer causality and sliding windows (`layer_masks`): a causal layer lets block slot i
+see block slots <= i only (z-lab `_attention_mask`, speculators `same_block_mod` for sliding
+layers, vLLM 0.33 `_dflash_layer_causal`); a sliding layer (`layer_types` sliding_attention,
+`sliding_window` W) sees context positions >= a - W, a the block's anchor, in speculators'
+layout (its trainer's `base_prefix_mod`), and keys within W of the query's position in
+z-lab's (`_attention_mask`). The speculators trainer's defaults make every layer sliding,
+W = 2048.
 
 Layer ids: z-lab's `dflash_config.target_layer_ids` name the decoder layer whose OUTPUT is
 used (HF `hidden_states[id + 1]`); eagle3kit's aux ids name the layer's INPUT
@@ -146,19 +157,22 @@ class DFlashDrafter(nn.Module):
         spec: DFlashSpec,
         *,
         own_head: bool = False,
+        own_embed: bool | None = None,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ):
         super().__init__()
-        _check_buildable(spec)
+        self.check_buildable(spec)
         self.spec = spec
+        own_embed = own_head if own_embed is None else own_embed
         with torch.device(device):
             self.layers = nn.ModuleList(DFlashLayer(spec) for _ in range(spec.num_hidden_layers))
             self.norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
             self.fc = nn.Linear(spec.fc_in_features, spec.hidden_size, bias=False)
             self.hidden_norm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
-            if own_head:  # speculators' layout carries them; z-lab's uses the target's
+            if own_embed:  # a checkpoint's own; else the target's (module docstring)
                 self.embed_tokens = nn.Embedding(spec.vocab_size, spec.hidden_size)
+            if own_head:
                 self.lm_head = nn.Linear(spec.hidden_size, spec.draft_vocab_size, bias=False)
             if spec.has_vocab_map:  # draft id j -> target id j + d2t[j]
                 self.register_buffer("d2t", torch.zeros(spec.draft_vocab_size, dtype=torch.long))
@@ -185,18 +199,29 @@ class DFlashDrafter(nn.Module):
         self.target_io = (emb.detach(), head.detach())
 
     @property
+    def default_depth(self) -> int:
+        """Drafts per cycle when none is asked: the block's proposals (B - 1, B with
+        sample_from_anchor), as z-lab's dflash_generate and vLLM's num_speculative_tokens."""
+        return self.spec.num_proposals
+
+    @property
+    def borrows(self) -> bool:
+        """It runs with the target's embedding or lm_head (its checkpoint lacks one)."""
+        return not (hasattr(self, "embed_tokens") and hasattr(self, "lm_head"))
+
+    @property
     def embed_loaded(self) -> bool:
-        return hasattr(self, "embed_tokens") or self.target_io is not None
+        return not self.borrows or self.target_io is not None
 
     def _io(self) -> tuple[torch.Tensor, torch.Tensor]:
-        if hasattr(self, "embed_tokens"):
-            return self.embed_tokens.weight, self.lm_head.weight
-        if self.target_io is None:
+        if self.borrows and self.target_io is None:
             raise Eagle3Error(
-                "dflash drafter: no embedding/lm_head (z-lab checkpoints use the target's): "
-                "call attach_target(target)"
+                "dflash drafter: no embedding/lm_head of its own (the engines use the "
+                "target's): call attach_target(target)"
             )
-        return self.target_io
+        emb = self.embed_tokens.weight if hasattr(self, "embed_tokens") else self.target_io[0]
+        head = self.lm_head.weight if hasattr(self, "lm_head") else self.target_io[1]
+        return emb, head
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         w = self._io()[0]
@@ -212,6 +237,21 @@ class DFlashDrafter(nn.Module):
         full = out.new_full((*out.shape[:-1], self.spec.vocab_size), float("-inf"))
         ids = torch.arange(self.spec.draft_vocab_size, device=out.device) + self.d2t
         return full.index_copy(-1, ids, out)
+
+    def train_logits(self, hidden: torch.Tensor, prev_ids: torch.Tensor) -> torch.Tensor:
+        """Logits of block states [..., H] whose previous tokens are `prev_ids` [...]
+        (teacher-forced in training and offline eval): DFlash's read no previous token."""
+        return self.logits(hidden)
+
+    def aux_loss_terms(self, hidden, prev_ids, logits, feats, blocks) -> tuple | None:
+        """(sum, weight) of a loss term the training step adds to the block loss (a variant's
+        own head: methods/dflash/train/loop.py divides the sum by the global weight), or
+        None; DFlash has none."""
+        return None
+
+    def save_tensors(self, path: str | Path, tensors: dict[str, torch.Tensor]) -> Path:
+        """Its `state_dict()` tensors (gathered) written as a checkpoint of its kind."""
+        return save_dflash_tensors(path, self.spec, tensors)
 
     # ------------------------------------------------------------ one block pass
 
@@ -243,9 +283,51 @@ class DFlashDrafter(nn.Module):
         x = self.embed(block_ids)  # [B, T, H]
         ctx = self.project(aux)  # [B, C, H]
         cos_sin = self._cos_sin(position_ids, x.dtype)
+        past = cache.length if cache is not None else 0
+        masks = self.layer_masks(attn_mask, position_ids, past, block_ids.shape[1])
         for i, layer in enumerate(self.layers):
-            x = layer(x, ctx, cos_sin, cache.layers[i] if cache is not None else None, attn_mask)
+            x = layer(x, ctx, cos_sin, cache.layers[i] if cache is not None else None, masks[i])
         return self.norm(x)
+
+    def layer_masks(
+        self, base: torch.Tensor | None, position_ids: torch.Tensor, past: int, t: int
+    ) -> list[torch.Tensor | None]:
+        """Each layer's mask: `base` (None: every key visible) narrowed for a causal layer
+        (a key at a later position than the query hidden) and a sliding one (module
+        docstring). Keys: the `past` cached ones at positions 0..past-1 (decoding keeps the
+        context from position 0), then `position_ids`; queries: the last t positions, block
+        slot i mod B of its block."""
+        s = self.spec
+        window = s.sliding_window if isinstance(s.sliding_window, int) else None
+        types = s.layer_types or ()
+        kinds = [
+            (s.causal[i], window if i < len(types) and types[i] == "sliding_attention" else None)
+            for i in range(s.num_hidden_layers)
+        ]
+        if not any(c or w for c, w in kinds):
+            return [base] * s.num_hidden_layers
+        dev = position_ids.device
+        b = position_ids.shape[0]
+        kp = torch.cat([torch.arange(past, device=dev).expand(b, -1), position_ids], dim=1)
+        kp, qp = kp[:, None, :], position_ids[:, -t:, None]  # [B, 1, S], [B, T, 1]
+        anchor = qp - (torch.arange(t, device=dev) % s.block_size)[None, :, None]
+        made: dict[tuple, torch.Tensor | None] = {}
+        for kind in kinds:
+            if kind in made:
+                continue
+            causal, w = kind
+            if not causal and w is None:  # bidirectional, unwindowed: the base mask
+                made[kind] = base
+                continue
+            m = torch.ones(b, t, kp.shape[-1], dtype=torch.bool, device=dev)
+            if causal:
+                m &= kp <= qp
+            if w is not None and s.layout == "speculators":
+                m &= kp >= anchor - w
+            elif w is not None:
+                m &= (qp - kp < w) & (causal or (kp - qp < w))
+            made[kind] = m[:, None] if base is None else base & m[:, None]
+        return [made[k] for k in kinds]
 
     # ------------------------------------------------------------ I/O
 
@@ -312,11 +394,17 @@ class DFlashDrafter(nn.Module):
 
     @classmethod
     def from_tensors(cls, spec, tensors, *, device="cpu", dtype=None, where="checkpoint"):
-        """A drafter holding exactly `tensors` (missing, extra or misshapen ones refused)."""
-        own_head = "lm_head.weight" in tensors or "embed_tokens.weight" in tensors
+        """A drafter holding exactly `tensors` (missing, extra or misshapen ones refused); an
+        embedding or lm_head it lacks is the target's (`attach_target`), as the engines run
+        it; a reduced draft vocabulary needs its own lm_head (and d2t)."""
+        own_head = "lm_head.weight" in tensors
+        own_embed = "embed_tokens.weight" in tensors
+        if spec.has_vocab_map and not own_head:
+            raise bad(where, "lm_head.weight: missing (a reduced draft vocabulary needs its own)")
         if "t2d" in tensors and "t2d" not in spec.tensors:
             spec = spec.replace(tensors=tuple(sorted({*spec.tensors, "t2d"})))
-        d = cls(spec, own_head=own_head, device=device, dtype=dtype or getattr(torch, spec.dtype))
+        dt = dtype or getattr(torch, spec.dtype)
+        d = cls(spec, own_head=own_head, own_embed=own_embed, device=device, dtype=dt)
         own = d.state_dict()
         missing = sorted(set(own) - set(tensors))
         extra = sorted(set(tensors) - set(own))
@@ -327,6 +415,16 @@ class DFlashDrafter(nn.Module):
                 raise bad(where, f"{n}: expected shape {list(own[n].shape)}, found {list(t.shape)}")
         d.load_state_dict(tensors, strict=True)
         return d
+
+    @staticmethod
+    def check_buildable(spec: DFlashSpec) -> None:
+        """What this module implements: DFlash proper, B - 1 proposals (a subclass building
+        a variant states its own)."""
+        where = f"{spec.architecture} config"
+        if spec.variant != "dflash":
+            raise bad(where, f"variant: expected dflash (the one built here), found {spec.variant}")
+        if spec.sample_from_anchor:
+            raise bad(where, "sample_from_anchor: expected false (B - 1 proposals), found true")
 
     def save_pretrained(self, path: str | Path, *, verifier: str | None = None) -> Path:
         """Write the checkpoint in `spec.layout` (methods/dflash/checkpoint/write.py `save_dflash`),
@@ -351,17 +449,6 @@ def save_dflash_tensors(
             f.rename(tmp / f.name)
         (tmp / "d").rmdir()
     return p
-
-
-def _check_buildable(spec: DFlashSpec) -> None:
-    """What this module implements: DFlash proper, B - 1 proposals, bidirectional layers."""
-    where = f"{spec.architecture} config"
-    if spec.variant != "dflash":
-        raise bad(where, f"variant: expected dflash (the one built here), found {spec.variant}")
-    if spec.sample_from_anchor:
-        raise bad(where, "sample_from_anchor: expected false (B - 1 proposals), found true")
-    if any(spec.causal):
-        raise bad(where, f"layer causality: expected bidirectional layers, found {spec.causal}")
 
 
 def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> LoadedDrafter:

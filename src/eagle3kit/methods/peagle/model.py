@@ -20,29 +20,62 @@ depth-0 context and the earlier depths of its own chain). docs/train.md "P-EAGLE
 The slots never read the drafts d_1..d_{j}: the K drafts are conditionally independent given
 the context, which is what makes one pass enough. Verification is EAGLE-3's chain, so decoding
 stays lossless (methods/peagle/decode.py).
+
+Published P-EAGLE drafters have 2-4 decoder layers. Layer 0 is EAGLE-3's (`midlayer`: q/k/v
+read cat(input_layernorm(embed), hidden_norm(h)), 2H wide); layers 1.. are standard pre-norm
+decoder layers over the H-wide stream (`layers.{i}`: h += attn(input_layernorm(h)); h +=
+mlp(post_attention_layernorm(h))), each with its own KV cache, at the same positions and under
+the same mask as layer 0; `norm` and `lm_head` read the last layer's output, which is also
+the hidden a later step reads. That is vLLM's `llama_eagle3.py` (`LlamaDecoderLayer`: qkv input
+2H for layer_idx 0, H after; one attention layer, so one KV cache, per decoder layer; the
+model's final norm over the last layer) and speculators' `Eagle3DraftModel` (first layer
+`Eagle3FirstLayerMixin`, the rest plain `LlamaDecoderLayer`/`Qwen3DecoderLayer`, one
+`DynamicCache` slot per layer_idx), which `PEagleDraftModel` inherits.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from eagle3kit.checkpoint.eagle3.reader import read_drafter
 from eagle3kit.core.errors import bad
 from eagle3kit.core.spec import DraftSpec
-from eagle3kit.methods.peagle.checkpoint.read import TOKEN_KEYS, is_peagle_config
+from eagle3kit.methods.peagle.checkpoint.read import TOKEN_KEYS, read_peagle
 from eagle3kit.methods.peagle.checkpoint.spec import MASK_HIDDEN
-from eagle3kit.model.drafter import DRAFTER_FIX, DraftCache, DraftOutput, Eagle3Drafter
+from eagle3kit.model.attention import Attention, RMSNorm
+from eagle3kit.model.completeness import tensor_problems
+from eagle3kit.model.drafter import DRAFTER_FIX, MLP, DraftCache, DraftOutput, Eagle3Drafter
 from eagle3kit.model.loading import LoadedDrafter
 from eagle3kit.model.target import parse_dtype
 
 
+class DecoderLayer(nn.Module):
+    """A standard pre-norm decoder layer over the H-wide stream (a drafter's layers 1..)."""
+
+    def __init__(self, spec: DraftSpec):
+        super().__init__()
+        self.input_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.self_attn = Attention(spec, in_features=spec.hidden_size)
+        self.post_attention_layernorm = RMSNorm(spec.hidden_size, spec.rms_norm_eps)
+        self.mlp = MLP(spec)
+
+    def forward(
+        self,
+        h: torch.Tensor,
+        pos: torch.Tensor,
+        cache: DraftCache | None,
+        attn_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), pos, cache, attn_mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
 class PEagleDrafter(Eagle3Drafter):
-    """An EAGLE-3 drafter that also drafts K tokens in one pass (module docstring)."""
+    """An EAGLE-3 drafter that also drafts K tokens in one pass (module docstring), with
+    `num_layers` decoder layers."""
 
     parallel = True
     method = "peagle"
@@ -52,6 +85,7 @@ class PEagleDrafter(Eagle3Drafter):
         spec: DraftSpec,
         *,
         mask_token_id: int,
+        num_layers: int = 1,
         device: torch.device | str = "cpu",
         dtype: torch.dtype = torch.float32,
     ):
@@ -62,13 +96,46 @@ class PEagleDrafter(Eagle3Drafter):
                 f"expected a token id below the target's vocabulary ({spec.vocab_size}), "
                 f"found {mask_token_id}",
             )
+        _check_layers(spec, num_layers)
         self.mask_token_id = int(mask_token_id)
+        self.num_layers = int(num_layers)
         with torch.device(device):  # speculators' init: a standard normal [1, 1, 3Ht]
             self.mask_hidden = nn.Parameter(torch.randn(1, 1, spec.fc_in_features, dtype=dtype))
+            if num_layers > 1:
+                self.layers = nn.ModuleDict(
+                    {str(i): DecoderLayer(spec) for i in range(1, num_layers)}
+                ).to(dtype=dtype)
+
+    @property
+    def cache_carriers(self) -> tuple[str, ...]:
+        later = [(f"layers.{i}", f"layers.{i}.self_attn") for i in range(1, self.num_layers)]
+        extra = ("layers", *(n for pair in later for n in pair)) if later else ()
+        return (*Eagle3Drafter.cache_carriers, *extra)
+
+    def run_layers(
+        self,
+        emb: torch.Tensor,
+        h: torch.Tensor,
+        pos: torch.Tensor,
+        cache: DraftCache | None,
+        attn_mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Layer 0 (EAGLE-3's), then layers 1.. each on its own cache (module docstring)."""
+        h = self.midlayer(emb, h, pos, cache, attn_mask)
+        for i in range(1, self.num_layers):
+            own = cache.layer(i) if cache is not None else None
+            h = self.layers[str(i)](h, pos, own, attn_mask)
+        return h
 
     def blank(self, spec: DraftSpec) -> PEagleDrafter:
         w = self.fc.weight
-        return type(self)(spec, mask_token_id=self.mask_token_id, device=w.device, dtype=w.dtype)
+        return type(self)(
+            spec,
+            mask_token_id=self.mask_token_id,
+            num_layers=self.num_layers,
+            device=w.device,
+            dtype=w.dtype,
+        )
 
     def slot_inputs(self, b: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """(ids [b, n] all mask_token_id, aux-space hidden [b, n, 3Ht] all mask_hidden)."""
@@ -104,6 +171,9 @@ class PEagleDrafter(Eagle3Drafter):
     ) -> None:
         if MASK_HIDDEN not in tensors:
             raise bad(where, f"missing {MASK_HIDDEN} (P-EAGLE's learned slot state); {DRAFTER_FIX}")
+        later = [n for n in self.state_dict() if n.startswith("layers.") and n not in tensors]
+        if later:  # never a random weight: every later layer's tensor is in the checkpoint
+            raise bad(where, f"{tensor_problems(later, [])}; {DRAFTER_FIX}")
         super().load_canonical(tensors, where=where)
 
     @classmethod
@@ -121,44 +191,40 @@ class PEagleDrafter(Eagle3Drafter):
 
     @classmethod
     def config_args(cls, config: dict[str, Any], where: str) -> dict[str, Any]:
-        """The mask token (`mask_token_of`); `from_pretrained` and `from_read` are
-        Eagle3Drafter's."""
-        return {"mask_token_id": mask_token_of(config, where)}
+        """The mask token (`mask_token_of`) and the number of layers; `from_pretrained` and
+        `from_read` are Eagle3Drafter's."""
+        layer = config.get("transformer_layer_config", config)
+        n = layer.get("num_hidden_layers", 1) if isinstance(layer, dict) else 1
+        return {"mask_token_id": mask_token_of(config, where), "num_layers": n}
+
+
+def _check_layers(spec: DraftSpec, n: Any) -> None:
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise bad("num_hidden_layers", f"expected an int >= 1, found {n!r}")
+    if n > 1 and spec.is_mla:
+        raise bad(
+            "num_hidden_layers",
+            f"expected 1 for a P-EAGLE drafter with latent attention (MLA), found {n} "
+            "(vLLM's and speculators' later layers are Llama/Qwen3 attention)",
+        )
 
 
 def load_drafter(path: str, *, device: str = "cpu", dtype: Any = "float32") -> LoadedDrafter:
-    """A P-EAGLE drafter (speculators `peagle` or vLLM native), its checkpoint read once by
-    EAGLE-3's reader (its layer 0 and shared tensors, and mask_hidden), the mask token from
-    its config."""
-    refuse_extra_layers(path)
-    spec, tensors, head = read_drafter(str(path))
-    cfg = head.ckpt.config
-    d = PEagleDrafter.from_read(spec, tensors, cfg, device, parse_dtype(dtype), str(path))
-    return LoadedDrafter(d.eval().requires_grad_(False), spec, head.layout)
-
-
-def refuse_extra_layers(path: str | Path) -> None:
-    """One line for a local P-EAGLE checkpoint with more than one decoder layer, before the
-    EAGLE-3 reader refuses it as an EAGLE-3 drafter. inspect/compat/convert read such
-    checkpoints (methods/peagle/checkpoint); running one is not built: speculators' layers 1..
-    (PEagleDraftModel over Eagle3DraftModel's `layers`) are plain decoder layers over the
-    first one's output, each with its own KV cache, which this module (one `midlayer`, one
-    DraftCache threaded through every decoder and the TTT unroll) does not hold."""
-    f = Path(path).expanduser() / "config.json"
-    try:
-        cfg = json.loads(f.read_text())
-    except (OSError, ValueError):
-        return
-    if not isinstance(cfg, dict) or not is_peagle_config(cfg):
-        return
-    layer = cfg.get("transformer_layer_config", cfg)
-    n = layer.get("num_hidden_layers", 1) if isinstance(layer, dict) else 1
-    if isinstance(n, int) and n > 1:
-        raise bad(
-            str(f),
-            f"num_hidden_layers: expected 1 to decode, evaluate or train a P-EAGLE drafter, "
-            f"found {n} (inspect, compat and convert read it; running layers 1.. is not built)",
-        )
+    """A P-EAGLE drafter (speculators `peagle` or vLLM native, 1 or more layers), its
+    checkpoint read once by its one reader (methods/peagle/checkpoint/read.py: layer 0 and the
+    shared tensors by EAGLE-3's reader, `layers.{i}.*`, mask_hidden viewed as [1, 1, 3Ht]
+    whatever its stored shape), the mask token from its config."""
+    spec, tensors, head = read_peagle(str(path))
+    d = PEagleDrafter.from_tensors(
+        spec.draft,
+        tensors,
+        device=device,
+        dtype=parse_dtype(dtype),
+        where=str(path),
+        mask_token_id=spec.mask_token_id,
+        num_layers=spec.num_hidden_layers,
+    )
+    return LoadedDrafter(d.eval().requires_grad_(False), spec.draft, head.layout)
 
 
 def mask_token_of(cfg: dict[str, Any], where: str) -> int:
@@ -182,18 +248,22 @@ def save_peagle(
     """A servable P-EAGLE directory in speculators' `peagle` layout (vLLM >= 0.16 serves it
     with `"parallel_drafting": true`): the EAGLE-3 speculators layout
     (checkpoint.convert.save_drafter, "vllm") plus `mask_hidden` [1, 1, 3Ht] and
-    `speculators_model_type: "peagle"`, `mask_token_id` in config.json. `tensors`: canonical
-    names (the embedding is left out). The folder is swapped in whole.
+    `speculators_model_type: "peagle"`, `mask_token_id` in config.json, and layers 1.. as
+    `layers.{i}.*` (`num_hidden_layers` counts them). `tensors`: canonical names (the
+    embedding is left out). The folder is swapped in whole.
 
     A minimal writer of our own until the checkpoint layer writes P-EAGLE itself."""
     from safetensors.torch import load_file
 
-    from eagle3kit.checkpoint.eagle3.convert import save_drafter
+    from eagle3kit.checkpoint.eagle3.convert import save_drafter, without_identity_maps
     from eagle3kit.checkpoint.io.safetensors_write import write_safetensors_sparse
     from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 
     state = {k: v for k, v in tensors.items() if k not in ("embed_tokens.weight", MASK_HIDDEN)}
+    if spec.draft_vocab_size == spec.vocab_size:  # as speculators saves one; vLLM 0.33 refuses
+        state = without_identity_maps(state)  # a full-vocabulary file carrying d2t
     mask = tensors[MASK_HIDDEN].detach().float().cpu()
+    layers = 1 + len({n.split(".")[1] for n in state if n.startswith("layers.")})
     spec = spec.replace(tensors=tuple(sorted(state)), dtype="float32")
     with atomic_dir(out) as tmp:
         cfg = dict(save_drafter(tmp, spec, state, "vllm", verifier=verifier, overwrite=True))
@@ -206,6 +276,8 @@ def save_peagle(
             architectures=["PEagleSpeculator"],
             mask_token_id=int(mask_token_id),
         )
+        if isinstance(cfg.get("transformer_layer_config"), dict):
+            cfg["transformer_layer_config"]["num_hidden_layers"] = layers
         if isinstance(cfg.get("speculators_config"), dict):
             cfg["speculators_config"]["algorithm"] = "peagle"
         atomic_write_json(tmp / "config.json", cfg)

@@ -14,7 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.checkpoint.io.hub_files import open_target
-from eagle3kit.checkpoint.io.raw_tensors import raw, tensor_sha256
+from eagle3kit.checkpoint.io.raw_tensors import (
+    RawTensor,
+    cast_raw,
+    raw,
+    tensor_sha256,
+    tensor_sha256_span,
+)
 from eagle3kit.checkpoint.io.safetensors_io import TensorInfo
 from eagle3kit.checkpoint.method_convert import body as body_of
 from eagle3kit.checkpoint.method_convert import restored, stash
@@ -35,11 +41,17 @@ _VOCAB = ("embed_tokens.weight", "lm_head.weight")
 
 
 def convert_to(
-    head: MethodHeader, to: str, *, embed_from: str | None, verifier: str | None
+    head: MethodHeader,
+    to: str,
+    *,
+    embed_from: str | None,
+    verifier: str | None,
+    dtype: str | None = None,
 ) -> tuple[dict[str, Any], list[Any], list[str]]:
-    """(config, raw tensors, notes) of the drafter in layout `to`."""
+    """(config, raw tensors, notes) of the drafter in layout `to`; `dtype`: the drafter's
+    dtype, when a target stored in another may be cast to it (`convert --dtype`)."""
     if to == "speculators":
-        return _zlab_to_speculators(head, embed_from, verifier)
+        return _zlab_to_speculators(head, embed_from, verifier, dtype)
     return _speculators_to_zlab(head, embed_from)
 
 
@@ -52,8 +64,11 @@ def launch_commands(spec: DFlashSpec, layout: str, draft: str, target: str | Non
     return {e: lines[e] for e in served if lines[e]}
 
 
-def _target_vocab(target: str, spec: DFlashSpec, dtype: str) -> dict[str, TensorInfo]:
-    """The target's input embedding and lm_head (the embedding when tied), checked."""
+def _target_vocab(
+    target: str, spec: DFlashSpec, dtype: str, cast: bool = False
+) -> dict[str, TensorInfo]:
+    """The target's input embedding and lm_head (the embedding when tied), checked; another
+    dtype than the drafter's only when `cast` (`convert --dtype`)."""
     ckpt = open_target(target)
     names = ckpt.names()
     emb = [n for n in names if n.endswith("embed_tokens.weight")]
@@ -63,18 +78,34 @@ def _target_vocab(target: str, spec: DFlashSpec, dtype: str) -> dict[str, Tensor
     found = {"embed_tokens.weight": ckpt.info(min(emb, key=len)), "lm_head.weight": ckpt.info(head)}
     want = (spec.vocab_size, spec.hidden_size)
     for info in found.values():
-        if tuple(info.shape) != want or info.dtype != dtype:
+        if tuple(info.shape) != want or (info.dtype != dtype and not cast):
+            hint = " (pass --dtype auto to cast it)" if tuple(info.shape) == want else ""
             raise bad(
                 info.file,
                 f"{info.name}: expected {dtype} {list(want)} (the drafter's "
-                f"dtype, vocab_size, hidden_size), found {info.dtype} {list(info.shape)}",
+                f"dtype, vocab_size, hidden_size), found {info.dtype} {list(info.shape)}{hint}",
             )
         if not Path(info.file).is_file():
             raise bad(info.file, f"{info.name}: the target's shard must be a local file")
     return found
 
 
-def _zlab_to_speculators(head: MethodHeader, embed_from: str | None, verifier: str | None):
+def _borrowed(vocab: dict[str, TensorInfo], dtype: str) -> tuple[list, list[str]]:
+    """The target's tensors as the drafter's file holds them: their bytes, or cast to the
+    drafter's dtype (said in a note)."""
+    out, notes = [], []
+    for c, i in vocab.items():
+        if i.dtype == dtype:
+            out.append(raw(i, c))
+        else:
+            out.append(cast_raw(i, dtype, c))
+            notes.append(f"{c} cast from the target's {i.dtype} to the drafter's {dtype}")
+    return out, notes
+
+
+def _zlab_to_speculators(
+    head: MethodHeader, embed_from: str | None, verifier: str | None, cast: str | None
+):
     spec: DFlashSpec = head.spec
     if embed_from is None:
         raise Eagle3Error(
@@ -89,19 +120,30 @@ def _zlab_to_speculators(head: MethodHeader, embed_from: str | None, verifier: s
         )
     body = body_of(head)
     dtype = body["fc.weight"].dtype
-    vocab = _target_vocab(embed_from, spec, dtype)
+    vocab = _target_vocab(embed_from, spec, dtype, cast is not None)
     cfg = speculators_config(
         spec, verifier or embed_from, speculators_layer_from_zlab(head.ckpt.config)
     )
-    sums = {c: tensor_sha256(i) for c, i in vocab.items()}
+    borrowed, casts = _borrowed(vocab, dtype)
+    sums = {t.name: _sha256_of(t) for t in borrowed}
     stash(cfg, "zlab", head.ckpt.config, vocab_from_target={"target": embed_from, **sums})
-    tensors = [raw(i, c) for c, i in body.items()] + [raw(i, c) for c, i in vocab.items()]
+    tensors = [raw(i, c) for c, i in body.items()] + borrowed
     notes = [
         f"embed_tokens and lm_head copied from {embed_from} ({dtype})",
+        *casts,
         f"aux_hidden_state_layer_ids {list(spec.speculators_ids)} = z-lab ids "
         f"{list(spec.target_layer_ids)} + 1",
     ]
     return cfg, tensors, notes
+
+
+def _sha256_of(t: RawTensor) -> str:
+    """sha256 of an output tensor's bytes (a cast's made in memory, else the span's)."""
+    import hashlib
+
+    if t.data is not None:
+        return hashlib.sha256(t.data).hexdigest()
+    return tensor_sha256_span(t.file, t.start, t.end)
 
 
 def _vocab_is_targets(head: MethodHeader, embed_from: str | None) -> str:

@@ -7,7 +7,8 @@ docs/formats.md "DFlash drafters" has both layouts with their upstream sources:
 - "speculators": vllm-project/speculators `speculators_model_type: "dflash"`: the Qwen3 layer
   config nested in `transformer_layer_config`, `aux_hidden_state_layer_ids` (= z-lab ids + 1),
   `mask_token_id`, `block_size`, `draft_vocab_size`, `sliding_window_non_causal`,
-  `sample_from_anchor`; it saves its own `embed_tokens`, `lm_head` and, when reduced, d2t/t2d.
+  `sample_from_anchor`; speculators 0.9.0 saves no `embed_tokens`, and `lm_head` with d2t/t2d
+  only for a reduced draft vocabulary (models/dflash/core.py `_keys_to_ignore_on_save`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,8 @@ DFLASH_LAYER_TENSORS = (
     "mlp.down_proj.weight",
 )
 DFLASH_SHARED_TENSORS = ("fc.weight", "hidden_norm.weight", "norm.weight")
-# speculators' self-contained layout adds these (z-lab borrows the target's at run time).
+# Optional vocabulary tensors: a reduced draft vocabulary brings lm_head + d2t (+ t2d); an
+# embedding or full-vocabulary lm_head may be carried, else the target's are used.
 DFLASH_VOCAB_TENSORS = ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d")
 
 
@@ -175,13 +176,14 @@ class DFlashSpec:
         return tuple(shape) == self.expected_shapes().get(name)
 
     def required_tensors(self) -> tuple[str, ...]:
-        """What a servable checkpoint of this layout must carry: the body; speculators' layout
-        its own embedding and head too, and d2t when the draft vocabulary is reduced."""
+        """What a servable checkpoint must carry: the body, and with a reduced draft
+        vocabulary its own lm_head and d2t. The embedding never, nor a full-vocabulary
+        lm_head: speculators 0.9.0 saves neither (models/dflash/core.py
+        `_keys_to_ignore_on_save`: embed_tokens always, lm_head unless `use_draft_vocab`) and
+        vLLM shares the target's (qwen3_dflash.py `load_weights`, dflash/utils.py); vLLM
+        raises on a reduced vocabulary without lm_head and d2t (qwen3_dspark.py)."""
         body = tuple(n for n in self.expected_shapes() if n not in DFLASH_VOCAB_TENSORS)
-        if self.layout != "speculators":
-            return body
-        idx = ("d2t",) if self.draft_vocab_size != self.vocab_size else ()
-        return body + ("embed_tokens.weight", "lm_head.weight") + idx
+        return body + (("lm_head.weight", "d2t") if self.has_vocab_map else ())
 
     def replace(self, **changes: Any) -> DFlashSpec:
         return replace(self, **changes)

@@ -39,11 +39,16 @@ def write_dflash(
     verifier: str | None = None,
     omit: tuple[str, ...] = (),
 ) -> Path:
-    """`out/config.json` + `out/model.safetensors` of `spec` in its layout; speculators' carries
-    embed_tokens and lm_head (and d2t/t2d when the draft vocabulary is reduced)."""
+    """`out/config.json` + `out/model.safetensors` of `spec` in its layout; speculators' as
+    `convert --to speculators --embed-from TARGET` writes it, with embed_tokens and lm_head
+    (and d2t when the draft vocabulary is reduced). speculators' own trainer writes neither
+    for a full vocabulary: tests/fixtures/peers holds files it wrote."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    shapes = {n: s for n, s in spec.expected_shapes().items() if n in spec.required_tensors()}
+    want = set(spec.required_tensors())
+    if spec.layout == "speculators":
+        want |= {"embed_tokens.weight", "lm_head.weight"}
+    shapes = {n: s for n, s in spec.expected_shapes().items() if n in want}
     arrays = random_arrays({n: s for n, s in shapes.items() if n not in omit and n != "d2t"}, seed)
     if "d2t" in shapes:
         arrays["d2t"] = np.zeros(spec.draft_vocab_size, dtype=np.int64)

@@ -31,8 +31,8 @@ from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.methods.dflash.train.step import (
     DFlashOptions,
-    block_logits,
     block_loss_terms,
+    block_outputs,
     evaluate_blocks,
     layer_ids,
     make_blocks,
@@ -83,8 +83,11 @@ def _source(cfg: Any, target: TargetModel) -> Any:
     return OnlineSource(data, target, d2t, max_len=cfg.max_len, topk=None)
 
 
-def start(cfg: Any, opts: DFlashOptions, d: dist_.Dist, progress: Progress | None) -> DFlashRun:
-    """Target (capturing the drafter's layers), data, split, drafter (sharded), AdamW."""
+def start(
+    cfg: Any, opts: DFlashOptions, d: dist_.Dist, progress: Progress | None, make=new_drafter
+) -> DFlashRun:
+    """Target (capturing the drafter's layers), data, split, drafter (sharded), AdamW.
+    `make(target, opts, init_from, device)`: the drafter (a block-drafter variant's own)."""
     from eagle3kit.model.loading import load_target, resolve_target
     from eagle3kit.train.config import total_steps
 
@@ -111,7 +114,7 @@ def start(cfg: Any, opts: DFlashOptions, d: dist_.Dist, progress: Progress | Non
     evals = [src.batch(held[i : i + cfg.eval_batch]) for i in range(0, len(held), cfg.eval_batch)]
     evals = [b.to(d.device) for b in evals]
     torch.manual_seed(cfg.seed)
-    m = dist_.shard(new_drafter(target, opts, cfg.init_from, d.device), d, UNIT_CARRIERS)
+    m = dist_.shard(make(target, opts, cfg.init_from, d.device), d, UNIT_CARRIERS)
     params = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     n_steps = total_steps(cfg, len(train_idx))
@@ -136,9 +139,12 @@ def train_step(r: DFlashRun) -> float:
     feats = r.source.batch(idx[d.rank :: d.world]).to(d.device)
     gens = dist_.row_generators(cfg.seed, r.step, range(d.rank, cfg.batch_size, d.world))
     blocks = make_blocks(feats, o.anchors, m.spec.block_size, m.spec.mask_token_id, gens)
-    logits = block_logits(m, feats, blocks)
+    logits, hidden, prev = block_outputs(m, feats, blocks)
     s, w = block_loss_terms(logits, feats, blocks, o.gamma, o.loss, o.weights, o.dpace_alpha)
     loss = s / dist_.all_sum(w.detach(), d).clamp(min=1e-9)
+    extra = m.aux_loss_terms(hidden, prev, logits, feats, blocks)  # a variant's own head
+    if extra is not None:
+        loss = loss + extra[0] / dist_.all_sum(extra[1].detach(), d).clamp(min=1e-9)
     for g in r.opt.param_groups:
         g["lr"] = lr_at(r.step, r.n_steps, cfg)
     r.opt.zero_grad(set_to_none=True)
@@ -154,8 +160,6 @@ def train_step(r: DFlashRun) -> float:
 def evaluate_and_keep(r: DFlashRun, progress: Progress | None) -> dict[str, Any]:
     """Held-out acceptance (every rank, the whole set); RUN/best <- the drafter when τ
     improves (gathered on every rank, written by rank 0). A metrics row."""
-    from eagle3kit.methods.dflash.model import save_dflash_tensors
-
     m = r.drafter
     m.eval()
     row = {"step": r.step, **evaluate_blocks(m, r.eval_batches, r.opts, seed=r.cfg.seed)}
@@ -165,7 +169,7 @@ def evaluate_and_keep(r: DFlashRun, progress: Progress | None) -> dict[str, Any]
     if tau > r.best_tau_every_position:
         r.best_tau_every_position, r.best_step = tau, r.step
         if r.d.main:
-            save_dflash_tensors(Path(r.cfg.out) / "best", m.spec, tensors)
+            m.save_tensors(Path(r.cfg.out) / "best", tensors)
     if r.d.main:
         outputs.append_metrics(Path(r.cfg.out) / "metrics.jsonl", row)
     tau_row = row["tau_every_position"]
@@ -183,7 +187,7 @@ def save_state(r: DFlashRun, tensors: dict[str, torch.Tensor]) -> None:
     if not r.d.main:
         return
     meta = {
-        "method": "dflash",
+        "method": r.drafter.method,
         "step": r.step,
         "best_step": r.best_step,
         "best_tau_every_position": r.best_tau_every_position,
@@ -213,11 +217,17 @@ def restore(r: DFlashRun, saved: dict[str, Any]) -> None:
 
 
 def train_dflash(
-    cfg: Any, opts: DFlashOptions, *, resume: bool = False, progress: Progress | None = None
+    cfg: Any,
+    opts: DFlashOptions,
+    *,
+    resume: bool = False,
+    progress: Progress | None = None,
+    make=new_drafter,
 ) -> dict[str, Any]:
     """The run (module docstring): RUN/best (z-lab layout) by held-out τ, RUN/state for
     --resume (the saved settings win over the given ones but the output dir, device and time
-    limit)."""
+    limit). `make`: the drafter to train (`new_drafter`'s arguments; a block-drafter variant
+    gives its own, trained by the same loop)."""
     from eagle3kit.train import state
 
     out = Path(cfg.out)
@@ -228,7 +238,7 @@ def train_dflash(
         raise Eagle3Error(f"{out}: holds a run (state/); pass --resume or choose another --out")
     d = dist_.setup(cfg.device)
     try:
-        r = start(cfg, opts, d, progress)
+        r = start(cfg, opts, d, progress, make)
         out.mkdir(parents=True, exist_ok=True)
         if saved is not None:
             restore(r, saved)
@@ -285,13 +295,14 @@ def summary(r: DFlashRun) -> dict[str, Any]:
     best = next((x for x in rows if x["step"] == r.best_step), rows[-1])
     return {
         "kind": "eagle3kit.train",
-        "method": "dflash",
+        "method": r.drafter.method,
         "steps": r.step,
         "train_samples": len(r.train_idx),
         "source": r.source.kind,
         "block_size": r.drafter.spec.block_size,
         "draft_layers": r.drafter.spec.num_hidden_layers,
         "target_layer_ids": list(r.drafter.spec.target_layer_ids),
+        "init_from": r.cfg.init_from,  # the warm start's drafter (None: fresh)
         "loss": r.opts.loss,
         "best_step": r.best_step,
         "tau_every_position": best.get("tau_every_position"),

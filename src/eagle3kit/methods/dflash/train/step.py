@@ -176,10 +176,21 @@ def _gather_slots(x: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
 
 
 def block_logits(drafter: DFlashDrafter, feats: Any, blocks: Blocks) -> torch.Tensor:
-    """One pass over all blocks: logits [Bt, N, B, V]."""
+    """One pass over all blocks: logits [Bt, N, B, V] (`block_outputs`' first)."""
+    return block_outputs(drafter, feats, blocks)[0]
+
+
+def block_outputs(drafter: DFlashDrafter, feats: Any, blocks: Blocks) -> tuple:
+    """One pass over all blocks: (logits [Bt, N, B, V] float, hidden [Bt, N, B, H], the
+    teacher-forced previous tokens [Bt, N, B]: x_{a+k-1}, slot 0 the anchor's own). The
+    drafter maps hidden to logits given those tokens (`train_logits`: DFlash ignores them; a
+    variant with a head over the previous token reads them)."""
     bt, n, b = blocks.valid.shape
     hidden = drafter(blocks.ids, feats.aux, blocks.position_ids, None, blocks.mask)
-    return drafter.logits(hidden).view(bt, n, b, -1).float()
+    hidden = hidden.view(bt, n, b, -1)
+    prev = _gather_slots(feats.input_ids, (blocks.src - 1).clamp(min=0))
+    prev[:, :, 0] = blocks.ids.view(bt, n, b)[:, :, 0]
+    return drafter.train_logits(hidden, prev).float(), hidden, prev
 
 
 def block_loss(logits, feats, blocks: Blocks, gamma: float, kind: str, weights: str = "exp",

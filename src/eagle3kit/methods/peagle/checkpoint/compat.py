@@ -53,6 +53,19 @@ def _peagle_load_findings(sel: E.EngineSel, head: MethodHeader, served: str) -> 
                 sel.name,
             )
         )
+    d = spec.draft
+    full = d.draft_vocab_size == d.vocab_size
+    refuses = sel.name == "vllm" and E.vllm_refuses_full_vocab_d2t(sel.version)
+    if "d2t" in head.names and full and refuses:
+        out.append(
+            error(
+                "engine-refuses",
+                f"d2t: a full-vocabulary drafter ({d.vocab_size} of {d.vocab_size}) carrying "
+                f"d2t fails to load in {sel.label} (no draft_id_to_target_id parameter then; "
+                f"{E.VLLM_FULL_VOCAB_D2T_SOURCE})",
+                sel.name,
+            )
+        )
     width = M.method_rule(sel.name, sel.version, "peagle", "mask_hidden_width")
     if width and width.value == "draft3" and spec.mask_hidden_size != 3 * spec.draft.hidden_size:
         out.append(

@@ -38,9 +38,15 @@ _NATIVE_KEYS = (
 
 
 def convert_to(
-    head: MethodHeader, to: str, *, embed_from: str | None, verifier: str | None
+    head: MethodHeader,
+    to: str,
+    *,
+    embed_from: str | None,
+    verifier: str | None,
+    dtype: str | None = None,
 ) -> tuple[dict[str, Any], list[Any], list[str]]:
-    """(config, raw tensors, notes) of the drafter in layout `to`."""
+    """(config, raw tensors, notes) of the drafter in layout `to` (it borrows no target
+    tensor, so `dtype` casts nothing)."""
     return _peagle(head, to, verifier)
 
 
