@@ -235,6 +235,8 @@ def online_summary(runs, method: str, depth: int, prompts: int, repeats: int) ->
         "draft_ms": pooled.mean_ms("draft_s"),
         "verify_ms": pooled.mean_ms("verify_s"),
         "prefill_ms": 1e3 * statistics.fmean(s.prefill_s for s in stats),
+        "baseline_prefill_ms": 1e3
+        * statistics.fmean(x.stats.prefill_s for x in T.of(runs, "base")),
         "new_tokens": statistics.fmean(s.new_tokens for s in stats),
         "lossless": T.same_tokens(runs, "spec", "base"),
         "prompts": prompts,
