@@ -6,12 +6,12 @@ template's opening of a user turn, a window of document tokens, and the turn's e
 assistant's generation prompt (a tokenizer without a chat template: the window alone, after
 the tokenizer's own leading tokens), so the target answers, or continues, the document.
 
-- **The zoo** (no `--prompts`): the documents are the zoo's held-out standard-library files
+- **The zoo** (no `--documents`): the documents are the zoo's held-out standard-library files
   (`zoo/corpus.py` `files("lib", held_out=True)`: never the files a member trained on),
   concatenated; every prompt ends with a held-out request for a function ("Write the Python
   function ..."), from files kept apart from the context files, so the answer depends on the
   prompt.
-- **A user's file** (`--prompts FILE`, JSONL / JSON / saved dataset as `data prepare` reads
+- **A user's file** (`--documents FILE`, JSONL / JSON / saved dataset as `data prepare` reads
   them): every row's text (a `{"text": ...}` or `{"prompt": ...}` row, or a conversation's
   turns joined by blank lines) is one document, in file order.
 
@@ -41,7 +41,8 @@ SEPARATOR = "\n\n"
 
 def parse_lengths(text: str | None, option: str = "--by-length") -> tuple[int, ...]:
     """'128,512,1K,2K' -> (128, 512, 1024, 2048); 'default' (or None) -> DEFAULT_LENGTHS.
-    Each a positive integer (a K suffix multiplies by 1024), all distinct; sorted."""
+    Each an integer >= 0 (a K suffix multiplies by 1024; 0 keeps the shortest contexts in a
+    bucket of their own), all distinct; sorted."""
     if text is None or text.strip().lower() == "default":
         return DEFAULT_LENGTHS
     out = []
@@ -52,8 +53,8 @@ def parse_lengths(text: str | None, option: str = "--by-length") -> tuple[int, .
         try:
             n = int(part[:-1] if scale > 1 else part) * scale
         except ValueError:
-            n = 0
-        if n < 1:
+            n = -1
+        if n < 0:
             raise bad(option, f"expected context lengths like 128,512,1K,2K, found {part!r}")
         out.append(n)
     if not out:
@@ -144,12 +145,12 @@ def zoo_source(tok: Any, which: str = "all", seed: int = 0) -> Source:
 
 
 def file_source(path: str | Path, which: str = "all", seed: int = 0) -> Source:
-    """`--prompts FILE`: every usable row's text is one document (module docstring)."""
+    """`--documents FILE`: every usable row's text is one document (module docstring)."""
     from eagle3kit.data.conversations import read_prompts
 
     p = Path(path)
     if not p.exists():
-        raise bad("--prompts", f"expected a JSONL file of documents, found no such file {p}")
+        raise bad("--documents", f"expected a JSONL file of documents, found no such file {p}")
     convs, _skipped = read_prompts(p, None)
     texts = [SEPARATOR.join(t["content"] for t in c.turns if t["content"]) for c in convs]
     texts = [t for t in texts if t.strip()]
@@ -172,7 +173,7 @@ def build(tok: Any, source: Source, lengths: tuple[int, ...], n: int) -> list[Lo
     """``n`` prompts at each length (module docstring), bucket by bucket in order of length.
     Refused (one line) when the documents are too short for n windows of the longest."""
     if n < 1:
-        raise bad("--prompts-per-length", f"expected >= 1, found {n}")
+        raise bad("--prompts", f"expected >= 1 prompts per length, found {n}")
     frames = _frames(tok, source, lengths, n)
     stream = _stream(tok, source.documents)
     need = max(lengths) - min(len(f.head) + len(f.tail) for f in frames)
