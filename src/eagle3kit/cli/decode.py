@@ -32,7 +32,10 @@ LIVE_BASE_HELP = "Live: the plain (no speculation) server to compare with."
 LIVE_SUITE_HELP = (
     "Live: mt-bench,gsm8k,humaneval,math-500,chat (hub) or NAME=FILE; --prompts caps each."
 )
-LIVE_ENDPOINT_HELP = "Live: chat, completions, or generate (SGLang's native endpoint)."
+LIVE_ENDPOINT_HELP = (
+    "Live: chat (default), completions, or generate (SGLang's native endpoint); with "
+    "context lengths: completions (default) or generate, the prompts sent as token ids."
+)
 LIVE_DEPTH_HELP = "Live: the drafter's trained depth (warns when the server's settings cap tau)."
 
 
@@ -82,7 +85,13 @@ Method = Annotated[
     ),
 ]
 Target = Annotated[str, typer.Option("--target", help=TARGET_HELP)]
-LocalTarget = Annotated[str, typer.Option("--target", help=TARGET_HELP + " (not with --url)")]
+LocalTarget = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help=TARGET_HELP + " With --url: only with context lengths (its tokenizer cuts them).",
+    ),
+]
 Drafter = Annotated[str, typer.Option("--drafter", help=DRAFTER_HELP)]
 Threads = Annotated[int, typer.Option("--threads", min=1, help="torch CPU threads.")]
 MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", min=1)]
@@ -233,7 +242,7 @@ def eval_(
     url: EvalUrl = None,
     suite: EvalSuite = None,
     temperature: LiveTemperature = 0.0,
-    endpoint: Endpoint = "chat",
+    endpoint: Endpoint = None,
     timeout: Timeout = 600.0,
     by_length: ByLength = None,
     documents: Documents = None,
@@ -256,11 +265,16 @@ def eval_(
                 prompts=limit,
                 max_new_tokens=max_new_tokens,
                 repeats=repeats,
-                endpoint=endpoint,
+                endpoint=endpoint or ("completions" if lengths else "chat"),
                 timeout=timeout,
                 json_=json_,
                 temperature=temperature,
                 depth=depth,
+                lengths=lengths,
+                target=target,
+                documents=documents,
+                prompt_set=prompt_set,
+                seed=seed,
             ),
             online,
         )
@@ -403,7 +417,7 @@ def bench_(
     suite: BenchSuite = None,
     concurrency: Concurrency = "1",
     temperature: LiveTemperature = 0.0,
-    endpoint: Endpoint = "chat",
+    endpoint: Endpoint = None,
     timeout: Timeout = 600.0,
     drafter_depth: DrafterDepth = None,
     context_lengths: ContextLengths = None,
@@ -418,11 +432,28 @@ def bench_(
     if url:
         from eagle3kit.cli import live
 
-        return live.run(live.LiveOptions(
-            urls=url, baseline_url=baseline_url, suite=suite, data=data, prompts=prompts,
-            max_new_tokens=max_new_tokens, repeats=repeats, endpoint=endpoint, timeout=timeout,
-            json_=json_, temperature=temperature, concurrency=concurrency,
-            depth=drafter_depth))  # fmt: skip
+        return live.run(
+            live.LiveOptions(
+                urls=url,
+                baseline_url=baseline_url,
+                suite=suite,
+                data=data,
+                prompts=prompts,
+                max_new_tokens=max_new_tokens,
+                repeats=repeats,
+                endpoint=endpoint or ("completions" if lengths else "chat"),
+                timeout=timeout,
+                json_=json_,
+                temperature=temperature,
+                concurrency=concurrency,
+                depth=drafter_depth,
+                lengths=lengths,
+                target=target,
+                documents=documents,
+                prompt_set=prompt_set,
+                seed=seed,
+            )
+        )
     if target is None:
         raise typer.BadParameter("expected --target (in-process) or --url (live servers)")
     from eagle3kit.cli._progress import bar

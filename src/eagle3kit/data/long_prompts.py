@@ -251,3 +251,26 @@ def long_prompts(
     check_positions(lengths, new_tokens, max_positions, option)
     src = file_source(prompts_file, which, seed) if prompts_file else zoo_source(tok, which, seed)
     return build(tok, src, lengths, n), src.name
+
+
+def served_target(target: str | None) -> tuple[Any, int | None]:
+    """(the tokenizer, max_position_embeddings) of the target a server runs, read without its
+    weights: what cuts the prompts of `bench --url --context-lengths`."""
+    from eagle3kit.data.prepare import load_tokenizer
+    from eagle3kit.model.loading import resolve_target
+
+    if target is None:
+        raise bad(
+            "--target",
+            "expected the served target (a zoo name, dir or hub id: its tokenizer cuts the "
+            "prompts) with --url and --context-lengths, found none",
+        )
+    path = resolve_target(target)
+    tok = load_tokenizer(path)
+    try:
+        from transformers import AutoConfig
+
+        cfg = AutoConfig.from_pretrained(path)
+    except (OSError, ValueError):
+        cfg = None
+    return tok, getattr(cfg, "max_position_embeddings", None)
