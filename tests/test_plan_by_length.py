@@ -28,6 +28,8 @@ def _entry(length, plain, v4, one, pp, pre, spre, n):
         "drafted_per_cycle": 3,
         "prefill_ms": spre,
         "cycle_ms": 3 * one + v4,
+        "tokens_per_s": {"median": 1.0},  # not read by the plan: its costs are
+        "speedup": 1.0,
     }
     level = {
         "concurrency": 1,
@@ -170,3 +172,35 @@ def test_plot_by_length(cli, tmp_path):
     out = tmp_path / "plan-by-length.png"
     assert json.loads(r.out)["plot_by_length"] == str(out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_report_by_context_length(cli, tmp_path):
+    """The report prices a bench's buckets as plan does, and shows a probe's curve."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    _write(runs, "bench.json", bench_doc())
+    probe = {
+        "kind": "eagle3kit.probe",
+        "schema": 1,
+        "drafter": "d",
+        "target": "new",
+        "reference": "old",
+        "similarity": [],
+        "verdict": "fine-tune",
+        "reasons": [],
+        "by_length": [
+            {"context_length": 128, "tau": {"new": 1.5, "reference": 2.5}},
+            {"context_length": 1024, "tau": {"new": 1.2, "reference": 2.4}},
+        ],
+    }
+    _write(runs, "probe.json", probe)
+    r = cli("report", str(runs), "-o", str(tmp_path / "out"), "--json")
+    assert r.code == 0, r.err
+    md = (tmp_path / "out" / "report.md").read_text()
+    section = md[md.index("## By context length") :]
+    assert "| 128 | 2.8 | 1.5 | 15 | 10 | 1.867 |" in section  # the hand-worked bucket
+    assert "pays up to 460 tokens of context" not in section  # a bench carries no answer
+    assert "new | 128: 1.500, 1024: 1.200" in section
+    assert "reference | 128: 2.500, 1024: 2.400" in section
+    figs = json.loads(r.out)["figures"]
+    assert sum(f.startswith("by_length_") for f in figs) == 2

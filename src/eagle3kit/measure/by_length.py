@@ -170,3 +170,51 @@ def _same_answers(target, drafter, order, runs, depth, max_new, lengths, entries
         e["offline_same_answers"] = {k: o[k] for k in ("tau_walk", "cycles")}
         gap = o["tau_walk"] / e["tau_online"] - 1.0 if o["tau_walk"] else None
         e["offline_online_gap"] = gap
+
+
+def tau_curve(target, drafter, prompts: list[LongPrompt], depth: int, max_new: int) -> dict:
+    """{length: tau_online, per-position acceptance, cycles} of real chain decoding of each
+    length's prompts (the drafter's method proposing, `decode.speculative_generate`)."""
+    from eagle3kit.decode import DecodeStats, speculative_generate
+
+    eos = getattr(target.tokenizer, "eos_token_id", None)
+    pooled: dict[int, DecodeStats] = {}
+    for p in interleaved(prompts):
+        g = speculative_generate(
+            target, drafter, list(p.ids), max_new_tokens=max_new, depth=depth, eos_token_id=eos
+        )
+        pooled.setdefault(
+            p.length, DecodeStats(depth=depth, method="chain")
+        ).cycles += g.stats.cycles
+    return {
+        n: {
+            "tau_online": st.tau_online,
+            "per_position_acceptance": st.per_position_acceptance(),
+            "cycles": len(st.cycles),
+        }
+        for n, st in sorted(pooled.items())
+    }
+
+
+def probe_curve(new: dict, old: dict | None, prompts: int) -> list[dict[str, Any]]:
+    """The probe's `by_length`: per length, tau on NEW and on OLD (`tau_curve`s) and the
+    share of the drafter's gain kept, (tau_new - 1) / (tau_old - 1)."""
+    out = []
+    for n, a in new.items():
+        b = (old or {}).get(n)
+        ref = b["tau_online"] if b else None
+        kept = (a["tau_online"] - 1) / (ref - 1) if ref is not None and ref > 1 else None
+        out.append(
+            {
+                "context_length": n,
+                "prompts": prompts,
+                "tau": {"new": a["tau_online"], "reference": ref},
+                "retention": kept,
+                "per_position_acceptance": {
+                    "new": a["per_position_acceptance"],
+                    "reference": b["per_position_acceptance"] if b else None,
+                },
+                "cycles": {"new": a["cycles"], "reference": b["cycles"] if b else None},
+            }
+        )
+    return out

@@ -206,8 +206,11 @@ def _probe(doc: dict, where: str) -> LengthFile:
 
 def read_lengths(path: str | Path, concurrency: int = 1) -> LengthFile | None:
     """The by-length figures of a measurement (None: it has no `by_length`)."""
-    where = str(path)
-    doc = read_doc(path)
+    return lengths_of(read_doc(path), str(path), concurrency)
+
+
+def lengths_of(doc: Any, where: str, concurrency: int = 1) -> LengthFile | None:
+    """`read_lengths` of a document already read (``where`` names it in a refusal)."""
     if not isinstance(doc, dict) or "by_length" not in doc:
         return None
     kind = kind_of(doc)
