@@ -75,7 +75,9 @@ def _summary(tm, d, runs, prompts, a, cfg) -> dict:
     lengths = [p.length for p in prompts]
     doc = MB._summarise(runs, list(NAMES), ids, a.repeats, cfg)
     doc["method"] = d.method
-    doc["by_length"] = MB.by_length(tm, d, ids, runs, list(NAMES), cfg, lengths, (1,))
+    doc["by_length"] = MB.by_length(
+        tm, d, ids, runs, names=list(NAMES), cfg=cfg, lengths=lengths, levels=(1,)
+    )
     doc["lengths"] = sorted(set(lengths))
     return doc
 

@@ -215,14 +215,16 @@ def bench(
                 row["method"] = doc["method"]
                 row["label"] = doc["method"] + (" (tree)" if row["name"] == "tree" else "")
     if lengths is not None:
-        doc["by_length"] = by_length(target, drafter, prompts, runs, names, cfg, lengths, levels)
+        doc["by_length"] = by_length(
+            target, drafter, prompts, runs, names=names, cfg=cfg, lengths=lengths, levels=levels
+        )
         doc["lengths"] = sorted(set(lengths))
     elif levels:
         doc["costs"] = _costs(target, drafter, prompts, runs, doc, levels)
     return doc
 
 
-def by_length(target, drafter, prompts, runs, names, cfg, lengths, levels) -> list[dict]:
+def by_length(target, drafter, prompts, runs, *, names, cfg, lengths, levels) -> list[dict]:
     """One entry per context length: its prompts' runs summarised as a bench of their own
     (methods, decode step, the canned-output check) and their costs at each level (at least
     concurrency 1), measured at that length: what `plan` prices per length."""

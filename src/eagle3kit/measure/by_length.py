@@ -141,12 +141,21 @@ def online_by_length(
         e = {"context_length": length, **e}
         e["warnings"] = few_sequences(len(mine), f"the bucket of context {length}")
         entries.append(e)
-    _same_answers(target, drafter, order, runs, depth, max_new_tokens, lengths, entries)
+    _same_answers(
+        target,
+        drafter,
+        order,
+        runs,
+        depth=depth,
+        max_new=max_new_tokens,
+        lengths=lengths,
+        entries=entries,
+    )
     whole = online_summary(runs, drafter.method, depth, len(order), repeats)
     return by_length_doc(whole, entries, lengths, prompt_source=source)
 
 
-def _same_answers(target, drafter, order, runs, depth, max_new, lengths, entries) -> None:
+def _same_answers(target, drafter, order, runs, *, depth, max_new, lengths, entries) -> None:
     """Per bucket, the offline walk on the target's own greedy answers (the prompt, then the
     answer and its EOS as the assistant span), and its gap to the bucket's tau_online."""
     import torch
