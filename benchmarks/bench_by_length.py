@@ -10,8 +10,9 @@ Prompts are built to each context length from the zoo's held-out stdlib files
 prompt the same request after 128 to 1984 tokens of context (1984 + 64 new tokens reach the
 full members' 2048 positions). Plain greedy decoding and the drafter's chain decode every prompt
 of A and B in one timing harness (measure/timing.py: rotated order), A and B and the lengths
-interleaved (A0 at every length, B0 at every length, A1, ...), so drift in the machine's speed
-hits every half and bucket alike.
+interleaved (A0 and B0 at each length in turn, then A1 and B1, ...), so drift in the machine's
+speed hits both halves and every bucket alike. (Run 1, by_length-full-dsv3-v1.json, took A0 at
+every length before B0 at every length.)
 
 A's runs are summarised as `eagle3kit bench --context-lengths --json` summarises them (per
 length: the methods' rows and the costs at concurrency 1: plain step, verify of n tokens, one
@@ -151,16 +152,21 @@ def run(a) -> dict:
     }
     for r in runners.values():  # warm-up at the longest length, discarded
         r(list(A[-1].ids))
-    order = []  # A0 at every length, B0 at every length, A1, ...
+    order = []  # A0 and B0 at 128, A0 and B0 at 512, ..., A1 and B1 at 128, ...
     for i in range(a.prompts):
-        for which, half in (("A", A), ("B", B)):
-            order += [(which, p) for p in half if p.index == i]
+        for n in sorted({p.length for p in A}):
+            order += [
+                (w, p)
+                for w, half in (("A", A), ("B", B))
+                for p in half
+                if p.index == i and p.length == n
+            ]
     t0 = time.perf_counter()
     runs = T.time_methods(runners, [list(p.ids) for _, p in order], a.repeats, label="bench")
     seconds = time.perf_counter() - t0
     doc_a = _summary(tm, d, _half(runs, order, "A", A), A, a, cfg)
     doc_b = _summary(tm, d, _half(runs, order, "B", B), B, a, cfg)
-    file_a = a.out / f"by_length-{a.member}-A.json"  # what `bench --context-lengths` writes
+    file_a = a.out / f"by_length-{a.member}{a.tag}-A.json"  # as `bench --context-lengths` writes
     file_a.parent.mkdir(parents=True, exist_ok=True)
     file_a.write_text(json.dumps(doc_a, indent=1))
     plan = plan_by_length(read_lengths(file_a)).to_json()
@@ -225,6 +231,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", type=Path, default=HERE / "results")
+    ap.add_argument("--tag", default="", help="in the name of half A's bench file")
     ap.add_argument("--json", type=Path, help="write the result file here")
     a = ap.parse_args()
     print("environment: " + environment())
