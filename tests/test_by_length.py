@@ -148,3 +148,41 @@ def test_bench_context_lengths_and_plan(cli, member, k2, tmp_path):
     taus = [m["tau_online"] for e in doc["by_length"] for m in e["methods"] if m["name"] == "chain"]
     assert [x["tau"] for x in plan["by_length"]] == pytest.approx(taus, abs=1e-6)
     assert plan["pays_up_to"]["measured_up_to"] == 256
+
+
+@pytest.mark.slow
+def test_probe_by_length_on_new_and_old(cli, k2):
+    """The K2 drafter (trained on v1) by context length on v2 and on v1."""
+    from eagle3kit import zoo
+
+    new, old = (str(zoo.get(m, size="tiny")) for m in ("dsv3-v2", "dsv3-v1"))
+    r = cli(
+        "probe",
+        "--drafter",
+        k2,
+        "--target",
+        new,
+        "--reference-target",
+        old,
+        "--samples",
+        "4",
+        "--online-prompts",
+        "2",
+        "--max-new-tokens",
+        "12",
+        "--by-length",
+        "96,200",
+        "--json",
+    )
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["kind"] == "eagle3kit.probe" and doc["lengths"] == [96, 200]
+    for e in doc["by_length"]:
+        t = e["tau"]
+        assert 1.0 <= t["new"] <= 4.0 and 1.0 <= t["reference"] <= 4.0
+        pp = e["per_position_acceptance"]
+        assert t["new"] == pytest.approx(1 + sum(pp["new"]))
+        if t["reference"] > 1:
+            assert e["retention"] == pytest.approx((t["new"] - 1) / (t["reference"] - 1))
+    text = cli("probe", "--drafter", k2, "--features-new", "/nonexistent", "--by-length", "96")
+    assert text.code == 2 and "--by-length" in text.err

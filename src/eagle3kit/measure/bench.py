@@ -23,6 +23,13 @@ once drafting is paid, so `fraction_of_bound` = speedup / bound_with_draft_cost 
 loop's other overhead only. The target's distinct-4 of its own greedy output (distinct 4-grams
 / all 4-grams) sits beside tau: a target that loops is easy to predict, and its tau says
 little about real text.
+
+With each prompt's context length (`bench --context-lengths`: prompts built to each length,
+data/long_prompts.py, interleaved), `by_length` summarises each length's runs as a bench of
+their own, with their costs at every level measured at that length (`plan --from` prices
+them per length, plan/by_length.py). Every row also carries `tokens_per_s_pooled` (all new
+tokens / all wall seconds: the rate the cycle model prices) and, for eagle3kit's own loops,
+`prefill_ms` and `new_tokens` (a speculative prefill includes the drafter's pass).
 """
 
 from __future__ import annotations
