@@ -27,6 +27,7 @@ def k2():
     return str(shipped("k2-drafter-tiny"))
 
 
+@pytest.mark.slow
 def test_buckets_partition_every_count(member):
     """Counted per bucket, [0, 40) and [40, inf) add up to the whole run, count for count."""
     from eagle3kit.data.features import compute_features
