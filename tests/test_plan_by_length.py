@@ -204,3 +204,20 @@ def test_report_by_context_length(cli, tmp_path):
     assert "reference | 128: 2.500, 1024: 2.400" in section
     figs = json.loads(r.out)["figures"]
     assert sum(f.startswith("by_length_") for f in figs) == 2
+
+
+def test_a_file_without_costs_per_length_plans_as_before(cli, tmp_path):
+    """A probe's curve has no costs: plan --from it is the whole-file plan, no by_length."""
+    probe = {
+        "kind": "eagle3kit.probe",
+        "schema": 1,
+        "depth": 3,
+        "acceptance": {"target": {"tau_walk": 2.0}},
+        "break_even": {"baseline_tps": 100.0, "cycle_ms": 15.0},
+        "by_length": [{"context_length": 128, "tau": {"new": 1.5, "reference": 2.5}}],
+    }
+    path = _write(tmp_path, "probe.json", probe)
+    r = cli("plan", "--from", str(path), "--json")
+    assert r.code in (0, 1), r.err
+    doc = json.loads(r.out)
+    assert doc["tau"] == pytest.approx(2.0) and "by_length" not in doc

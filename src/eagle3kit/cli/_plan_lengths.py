@@ -9,14 +9,15 @@ from typing import Any
 def by_length(
     from_: Path | None, acceptance_file: Path | None, concurrency: int, depth: int | None
 ) -> dict[str, Any] | None:
-    """The by-length plan's JSON when `--from` carries `by_length` (None otherwise); the
-    acceptance per bucket from `--acceptance-file` when it carries one."""
+    """The by-length plan's JSON when `--from` carries `by_length` with costs per length
+    (None otherwise: the plan of the whole file alone); the acceptance per bucket from
+    `--acceptance-file` when it carries one."""
     from eagle3kit.plan.by_length import plan_by_length, read_lengths
 
     if from_ is None:
         return None
     costs = read_lengths(from_, concurrency)
-    if costs is None:
+    if costs is None or not costs.costs:  # no costs per length (a probe, an offline eval)
         return None
     acc = read_lengths(acceptance_file, concurrency) if acceptance_file else None
     return plan_by_length(costs, acc, concurrency=concurrency, depth=depth).to_json()
