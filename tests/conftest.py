@@ -70,3 +70,16 @@ def run_cli(*args: str) -> CliResult:
 @pytest.fixture
 def cli():
     return run_cli
+
+
+@pytest.fixture(scope="session")
+def real_servers(tmp_path_factory):
+    """The real vLLM servers a `real_engine` test asks for (tests/real_engine.py), each
+    started once per session and all stopped at its end."""
+    from real_engine import STATE, Servers
+
+    if not STATE["ready"]:
+        pytest.skip(f"real vLLM engine not installed: {STATE['reason']}")
+    servers = Servers(tmp_path_factory.mktemp("vllm_logs"))
+    yield servers
+    servers.stop()

@@ -197,10 +197,14 @@ def verify(rebuild: Rebuild = None, json_: JsonFlag = False) -> None:
 
     if rebuild is None:
         rows = v.shipped_files()
+        engine = v.engine_configs()
         doc = {
             "checked": "shipped files",
             "members": rows,
-            "ok": bool(rows) and all(r["ok"] for r in rows),
+            "engine_config": engine,
+            "ok": bool(rows)
+            and all(r["ok"] for r in rows)
+            and all(r["ok"] for r in engine["members"]),
         }
     else:
         doc = {"checked": "rebuild", **v.compare(rebuild)}
@@ -218,6 +222,12 @@ def _print_verify(doc: dict) -> None:
     if doc["checked"] == "shipped files":
         for r in doc["members"]:
             out().print(f"{r['label']}: {'sha256 ok' if r['ok'] else r['error']}", highlight=False)
+        eng = doc["engine_config"]
+        if not eng["checked"]:
+            out().print(f"real vLLM config check skipped: {eng['reason']}", highlight=False)
+        for r in eng["members"]:
+            said = f"built ({r.get('architecture')})" if r["ok"] else r["error"]
+            out().print(f"{r['dir']}: vLLM config {said}", highlight=False)
         return
     o = out()
     o.print(f"{doc['member']}: rebuild {doc['rebuild']} against {doc['shipped']}", highlight=False)

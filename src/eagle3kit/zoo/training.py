@@ -153,6 +153,9 @@ def model_config(arch: str, size: str, vocab_size: int, special: dict[str, int],
 
     cfg = DeepseekV3Config(**common, **shape, num_nextn_predict_layers=0)
     cfg.architectures = ["DeepseekV3ForCausalLM"]
+    # transformers' router is always sigmoid + e_score_correction_bias; vLLM builds that gate
+    # only when the config says so (benchmarks/dsv3_router_keys.py, docs/zoo.md)
+    cfg.topk_method, cfg.scoring_func = "noaux_tc", "sigmoid"
     return cfg
 
 

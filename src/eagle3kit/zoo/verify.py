@@ -129,3 +129,41 @@ def _row(key: str, tol: float, ship: dict[str, Any], rebuilt: dict[str, Any]):
         "tolerance": tol,
         "ok": diff is not None and diff <= tol,
     }
+
+
+ENGINE_PROBE = Path(__file__).with_name("engine_config_probe.py")
+
+
+def engine_configs(root: Path | None = None, timeout: float = 600.0) -> dict[str, Any]:
+    """Every shipped target member's config built by the real vLLM engine's own code, where its
+    venv is ready (`benchmarks/real_engine.py --setup`): {"checked", "reason", "members"}.
+    Each member row: dir, ok, architecture, error (and the DeepSeek router keys vLLM read)."""
+    import json
+    import os
+    import subprocess
+
+    from eagle3kit.core.engine_venv import engine_venv, ready_state
+
+    state = ready_state()
+    if not state["ready"]:
+        return {"checked": False, "reason": state["reason"], "members": []}
+    root = root or shipping.ROOT
+    dirs = [
+        str(p)
+        for p in sorted(root.iterdir())
+        if (read_manifest(p) or {}).get("kind") == "eagle3kit.zoo_member"
+    ]
+    py = engine_venv() / "bin" / "python"
+    env = {**os.environ, "PYTHONPATH": "", "HF_HUB_OFFLINE": "1"}
+    r = subprocess.run(
+        [str(py), str(ENGINE_PROBE), *dirs],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
+    rows = [json.loads(ln) for ln in r.stdout.splitlines() if ln.startswith("{")]
+    if len(rows) != len(dirs):
+        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"checked": False, "reason": f"engine probe failed: {tail[:300]}", "members": rows}
+    return {"checked": True, "reason": state["reason"], "members": rows}

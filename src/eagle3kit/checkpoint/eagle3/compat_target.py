@@ -19,6 +19,7 @@ from typing import Any
 from eagle3kit.checkpoint.eagle3.checker import check_drafter
 from eagle3kit.checkpoint.eagle3.reader import drafter_header
 from eagle3kit.checkpoint.eagle3.writers import Writer, infer_writer, pattern_hint, trained_on
+from eagle3kit.checkpoint.engines import cpu as engine_cpu
 from eagle3kit.checkpoint.engines import rules as E
 from eagle3kit.checkpoint.findings import PROBE, CompatResult, Finding, error, info, warning
 from eagle3kit.checkpoint.inspection import TargetInfo, target_info
@@ -442,4 +443,7 @@ def check_against_target(d: Checkpoint, t: Checkpoint, engines: list[E.EngineSel
         flags = [f for f in flags if not (gone and f.message.startswith(gone))]  # refused
         refused = _config_findings(sel, d.config)  # nothing else is read after that
         res.findings += refusals + flags + (refused or _arch_findings(sel, spec, names))
+        if sel.name == "vllm":
+            cpu = engine_cpu.pairing_refusals(spec, t.config)
+            res.findings += [warning("cpu-build-refuses", m, "vllm") for m in cpu]
     return res

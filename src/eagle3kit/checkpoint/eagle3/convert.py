@@ -25,6 +25,7 @@ from eagle3kit.checkpoint.eagle3.layouts import (
     sglang_ids,
 )
 from eagle3kit.checkpoint.eagle3.reader import DrafterHeader, read_drafter
+from eagle3kit.checkpoint.engines import cpu as engine_cpu
 from eagle3kit.checkpoint.engines import rules as E
 from eagle3kit.checkpoint.engines.rules import (
     VLLM_DIRECT_SERVE_SOURCE,
@@ -352,6 +353,8 @@ def convert(
         notes.append(
             "full vocabulary: identity d2t/t2d written (SGLang serves it with or without them)"
         )
+    if to == "vllm":
+        notes += engine_cpu.pairing_refusals(spec, engine_cpu.local_config(verifier))
     family, note = target_family_of(verifier, spec) if to == "sglang" else (None, None)
     notes += [note] if note else []
     save_drafter(out, spec, tensors, to, verifier=verifier, overwrite=overwrite, family=family)
