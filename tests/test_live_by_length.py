@@ -53,6 +53,8 @@ def test_bench_url_context_lengths(cli, pair, tmp_path):
     for e in doc["by_length"]:
         mine = [g for n, g in zip(sent, log, strict=True) if n == e["context_length"]]
         assert e["suite"] == f"ctx-{e['context_length']}" and e["requests"] == 4
+        assert e["prompt_tokens"] == e["context_length"]  # the server's own usage count
+        assert e["cycles"] == sum(len(g["accepted"]) for g in mine)
         assert e["tau_online"] == pytest.approx(spec.tau(mine), abs=1e-12)
         assert e["per_position_acceptance"] == pytest.approx(spec.per_position(mine), abs=1e-12)
         assert e["decode_ms"] > 0 and e["cycle_ms"] > 0 and e["new_tokens"] > 0

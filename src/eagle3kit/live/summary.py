@@ -158,7 +158,17 @@ def _suite_json(dep, c: int, suite: str) -> dict[str, Any]:
         "token_ms": 1e3 / pooled if pooled else None,
         "ttft_ms": _med(spread([1e3 * s.ttft for s in ok if s.ttft is not None])),
         "completion_tokens": _med(spread([s.completion_tokens for s in ok])),
+        "prompt_tokens": _med(spread([s.prompt_tokens for s in ok])),  # as the server counted
+        "cycles": _cycles(acc),
     }
+
+
+def _cycles(acc: dict[str, Any] | None) -> int | None:
+    """Verify steps behind an acceptance: its counters' drafts, else the requests' steps."""
+    if not acc:
+        return None
+    src = acc["counters"] or acc["per_request"] or {}
+    return src.get("drafts", src.get("steps"))
 
 
 def level_json(dep, c: int, suites: list[str]) -> dict[str, Any]:
@@ -378,6 +388,8 @@ def by_length(docs: list[dict], lengths: dict[str, int]) -> list[dict[str, Any]]
                 "suite": suite,
                 "concurrency": low["concurrency"],
                 "requests": s.get("requests"),
+                "prompt_tokens": s.get("prompt_tokens"),
+                "cycles": s.get("cycles"),
                 "tau_online": tau,
                 "per_position_acceptance": s.get("per_position_acceptance"),
                 "cycle_ms": tau * tok if tau and tok else None,
