@@ -412,6 +412,9 @@ class _Generation:
     def prompt_ids(self) -> list[int]:
         if self.path.endswith("chat/completions"):
             return chat_prompt_ids(self.tok, self.body["messages"])
+        given = self.body.get("input_ids" if self.native else "prompt")
+        if isinstance(given, list):  # token ids (SGLang's input_ids; a completions prompt)
+            return [int(t) for t in given]
         text = self.body.get("text" if self.native else "prompt") or ""
         return self.tok(text)["input_ids"]
 

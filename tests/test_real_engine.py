@@ -265,3 +265,41 @@ def test_zoo_verify_builds_each_members_config_with_vllms_code(tmp_path):
     assert rows["llama-v1"]["ok"] and rows["dsv3-v1"]["ok"], rows
     assert rows["dsv3-v1"]["topk_method"] == "noaux_tc"
     assert not rows["dsv3-v1-old"]["ok"] and "noaux_tc" in rows["dsv3-v1-old"]["error"]
+
+
+def test_context_lengths_on_the_real_engine(real_servers, cli):
+    """`bench --url --context-lengths`: the engine counts exactly L prompt tokens (the prompts
+    go as token ids), and the per-length counter deltas add up to the engine's own counters
+    over the run."""
+    spec, base = real_servers.url("eagle3-v1"), real_servers.url("plain-v1")
+    c0 = counters(spec)
+    r = cli(
+        "bench",
+        "--url",
+        spec,
+        "--baseline-url",
+        base,
+        "--target",
+        "llama-v1",
+        "--context-lengths",
+        "128,512",
+        "--prompts",
+        "2",
+        "--max-new-tokens",
+        "32",
+        "--repeats",
+        "1",
+        "--json",
+    )
+    c1 = counters(spec)
+    assert r.code == 0, r.err
+    doc = json.loads(r.out)
+    assert doc["errors"] == []
+    drafts, accepted = c1["drafts"] - c0["drafts"], c1["accepted_tokens"] - c0["accepted_tokens"]
+    assert [e["context_length"] for e in doc["by_length"]] == [128, 512]
+    for e in doc["by_length"]:
+        assert e["prompt_tokens"] == e["context_length"] and e["requests"] == 2
+        assert 1.0 <= e["tau_online"] <= 4.0 and e["decode_ms"] > 0
+    assert sum(e["cycles"] for e in doc["by_length"]) == drafts
+    got = sum((e["tau_online"] - 1) * e["cycles"] for e in doc["by_length"])
+    assert got == pytest.approx(accepted, abs=1e-6)

@@ -10,7 +10,17 @@ from typing import Annotated
 import typer
 
 from eagle3kit.cli._checks import heldout_amount, top_p
-from eagle3kit.cli._options import Device, JsonFlag, Seed
+from eagle3kit.cli._decode_render import render_bench, render_eval
+from eagle3kit.cli._options import (
+    ByLength,
+    ContextLengths,
+    Device,
+    Documents,
+    JsonFlag,
+    LengthsCommand,
+    PromptSet,
+    Seed,
+)
 from eagle3kit.core import registry
 from eagle3kit.core.errors import bad
 
@@ -22,7 +32,10 @@ LIVE_BASE_HELP = "Live: the plain (no speculation) server to compare with."
 LIVE_SUITE_HELP = (
     "Live: mt-bench,gsm8k,humaneval,math-500,chat (hub) or NAME=FILE; --prompts caps each."
 )
-LIVE_ENDPOINT_HELP = "Live: chat, completions, or generate (SGLang's native endpoint)."
+LIVE_ENDPOINT_HELP = (
+    "Live: chat (default), completions, or generate (SGLang's native endpoint); with "
+    "context lengths: completions (default) or generate, the prompts sent as token ids."
+)
 LIVE_DEPTH_HELP = "Live: the drafter's trained depth (warns when the server's settings cap tau)."
 
 
@@ -82,7 +95,13 @@ Method = Annotated[
     ),
 ]
 Target = Annotated[str, typer.Option("--target", help=TARGET_HELP)]
-LocalTarget = Annotated[str, typer.Option("--target", help=TARGET_HELP + " (not with --url)")]
+LocalTarget = Annotated[
+    str,
+    typer.Option(
+        "--target",
+        help=TARGET_HELP + " With --url: only with context lengths (its tokenizer cuts them).",
+    ),
+]
 Drafter = Annotated[str, typer.Option("--drafter", help=DRAFTER_HELP)]
 Threads = Annotated[int, typer.Option("--threads", min=1, help="torch CPU threads.")]
 MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", min=1)]
@@ -241,11 +260,17 @@ def eval_(
     url: EvalUrl = None,
     suite: EvalSuite = None,
     temperature: LiveTemperature = 0.0,
-    endpoint: Endpoint = "chat",
+    endpoint: Endpoint = None,
     timeout: Timeout = 600.0,
+    by_length: ByLength = None,
+    documents: Documents = None,
+    prompt_set: PromptSet = "all",
+    seed: Seed = 0,
 ) -> None:
     """Acceptance offline (teacher-forced, held-out) and, with --online, real decoding;
-    with --online --url, on running SGLang/vLLM servers (docs/live.md)."""
+    with --online --url, on running SGLang/vLLM servers (docs/live.md); with --by-length,
+    per context bucket."""
+    lengths = _lengths(by_length, "--by-length")
     if url:
         from eagle3kit.cli import live
 
@@ -258,11 +283,16 @@ def eval_(
                 prompts=limit,
                 max_new_tokens=max_new_tokens,
                 repeats=repeats,
-                endpoint=endpoint,
+                endpoint=endpoint or ("completions" if lengths else "chat"),
                 timeout=timeout,
                 json_=json_,
                 temperature=temperature,
                 depth=depth,
+                lengths=lengths,
+                target=target,
+                documents=documents,
+                prompt_set=prompt_set,
+                seed=seed,
             ),
             online,
         )
@@ -272,6 +302,8 @@ def eval_(
             f"expected --drafter (or --method {METHODS[1]}, or --online --url)"
         )
     if features is not None:
+        if lengths:
+            raise bad("--by-length", "expected --data or --online with it, found --features")
         extra = data is not None or online
         return _eval_features(
             drafter,
@@ -284,6 +316,27 @@ def eval_(
             method=method,
             extra=extra,
         )
+    if lengths:
+        from eagle3kit.cli._lengths import PromptOptions, eval_by_length, render_eval_lengths
+
+        if target is None:
+            raise bad("eval", "expected --target with --by-length")
+        o = PromptOptions(
+            lengths, limit, documents, prompt_set, seed, max_new_tokens, "--by-length"
+        )
+        tm, d = _load(target, drafter, device, threads, method)
+        r = eval_by_length(
+            tm,
+            d,
+            o,
+            data=data,
+            heldout=heldout,
+            online=online,
+            depth=depth,
+            repeats=repeats,
+            json_=json_,
+        )
+        return _output(r, json_, render_eval_lengths)
     if target is None or data is None:
         raise bad("eval", "expected --target and --data (or --features STORE)")
     tm, d = _load(target, drafter, device, threads, method)
@@ -315,7 +368,7 @@ def _eval_features(drafter, features, depth, *, target, heldout, device, json_, 
     with bar(not json_) as progress:
         r = evaluate_store(drafter, features, depth, target=target, heldout=heldout,
                            device=device, progress=progress)  # fmt: skip
-    _output(r, json_, _render_eval)
+    _output(r, json_, render_eval)
 
 
 def _eval_local(tm, d, data, *, heldout, depth, online, max_new, repeats, limit, json_):
@@ -328,7 +381,7 @@ def _eval_local(tm, d, data, *, heldout, depth, online, max_new, repeats, limit,
     with bar(not json_) as progress:
         r = evaluate(tm, d, ev, depth, online=online, max_new_tokens=max_new,
                      repeats=repeats, limit=limit, progress=progress)  # fmt: skip
-    _output(r, json_, _render_eval)
+    _output(r, json_, render_eval)
 
 
 BenchData = Annotated[
@@ -389,20 +442,43 @@ def bench_(
     suite: BenchSuite = None,
     concurrency: Concurrency = "1",
     temperature: LiveTemperature = 0.0,
-    endpoint: Endpoint = "chat",
+    endpoint: Endpoint = None,
     timeout: Timeout = 600.0,
     drafter_depth: DrafterDepth = None,
+    context_lengths: ContextLengths = None,
+    documents: Documents = None,
+    prompt_set: PromptSet = "all",
+    seed: Seed = 0,
 ) -> None:
     """Greedy vs prompt lookup vs chain vs tree on the same chat prompts (rotating order);
-    with --url, an interleaved A/B of running SGLang/vLLM servers (docs/live.md)."""
+    with --url, an interleaved A/B of running SGLang/vLLM servers (docs/live.md); with
+    --context-lengths, prompts built to each length and every figure per length."""
+    lengths = _lengths(context_lengths, "--context-lengths")
     if url:
         from eagle3kit.cli import live
 
-        return live.run(live.LiveOptions(
-            urls=url, baseline_url=baseline_url, suite=suite, data=data, prompts=prompts,
-            max_new_tokens=max_new_tokens, repeats=repeats, endpoint=endpoint, timeout=timeout,
-            json_=json_, temperature=temperature, concurrency=concurrency,
-            depth=drafter_depth))  # fmt: skip
+        return live.run(
+            live.LiveOptions(
+                urls=url,
+                baseline_url=baseline_url,
+                suite=suite,
+                data=data,
+                prompts=prompts,
+                max_new_tokens=max_new_tokens,
+                repeats=repeats,
+                endpoint=endpoint or ("completions" if lengths else "chat"),
+                timeout=timeout,
+                json_=json_,
+                temperature=temperature,
+                concurrency=concurrency,
+                depth=drafter_depth,
+                lengths=lengths,
+                target=target,
+                documents=documents,
+                prompt_set=prompt_set,
+                seed=seed,
+            )
+        )
     if target is None:
         raise typer.BadParameter("expected --target (in-process) or --url (live servers)")
     from eagle3kit.cli._progress import bar
@@ -414,12 +490,30 @@ def bench_(
     _check_depth(tree_depth, "--tree-depth")
     tm, d = _load(target, drafter, device, threads, method)
     depth = _own_depth(d, depth, 4)
+    if lengths:
+        from eagle3kit.cli._lengths import PromptOptions, bench_by_length, render_bench_lengths
+
+        if data is not None:
+            raise bad("--data", "expected --documents with --context-lengths, found --data")
+        o = PromptOptions(
+            lengths, prompts, documents, prompt_set, seed, max_new_tokens, "--context-lengths"
+        )
+        kw = {
+            "repeats": repeats,
+            "max_new_tokens": max_new_tokens,
+            "depth": depth,
+            "tree": TreeShape(topk, budget),
+            "tree_depth": tree_depth,
+            "lookup": lookup,
+            "levels": _levels(concurrency),
+        }
+        return _output(bench_by_length(tm, d, o, kw, json_), json_, render_bench_lengths)
     ps = _bench_prompts(data, tm.tokenizer, prompts)
     with bar(not json_) as progress:
         r = bench(tm, d, ps, repeats=repeats, max_new_tokens=max_new_tokens, depth=depth,
                   tree=TreeShape(topk, budget), tree_depth=tree_depth, lookup=lookup,
                   levels=_levels(concurrency), progress=progress)  # fmt: skip
-    _output(r, json_, _render_bench)
+    _output(r, json_, render_bench)
 
 
 def _bench_prompts(data: Path | None, tokenizer, n: int) -> list:
@@ -435,6 +529,13 @@ def _bench_prompts(data: Path | None, tokenizer, n: int) -> list:
     return ps
 
 
+def _lengths(text: str | None, option: str) -> tuple[int, ...] | None:
+    """The context lengths an option names (None: not given)."""
+    from eagle3kit.data.long_prompts import parse_lengths
+
+    return None if text is None else parse_lengths(text, option)
+
+
 def _levels(text: str) -> tuple[int, ...]:
     try:
         out = tuple(int(x) for x in text.split(",") if x.strip())
@@ -447,7 +548,7 @@ def _levels(text: str) -> tuple[int, ...]:
 
 def register(app: typer.Typer) -> None:
     app.command("generate")(generate)
-    app.command("eval")(eval_)
+    app.command("eval", cls=LengthsCommand)(eval_)
     app.command("bench")(bench_)
 
 
@@ -463,101 +564,3 @@ class _Streamer:
         sys.stdout.write(text[len(self.shown) :])
         sys.stdout.flush()
         self.shown = text
-
-
-def _fmt_list(xs) -> str:
-    return " ".join(f"{x:.2f}" for x in xs)
-
-
-def _print_diversity(c, r: dict) -> None:
-    """The canned-output check beside tau (issue 22): do the target's answers vary?"""
-    d = r.get("target_diversity")
-    if not d:
-        return
-    c.print(
-        f"target answers to {d['outputs']} prompts: {d['distinct_outputs']} distinct, "
-        f"distinct openings {d['distinct_openings']:.2f}, "
-        f"pooled distinct-4 {d['pooled_distinct4']:.2f}"
-    )
-    if d["warning"]:
-        c.print(f"[yellow]warning:[/] {d['warning']}", markup=True, highlight=False)
-
-
-def _render_eval(r: dict) -> None:
-    from eagle3kit.cli._render import out
-
-    c = out()
-    tau = "tau_online" if r["mode"] == "online" else "tau_walk"  # counted online, walked offline
-    c.print(f"[bold]{r['mode']}[/] eval, depth {r['depth']}: {tau} {r[tau]:.2f}")
-    c.print(f"  per-position acceptance  {_fmt_list(r['per_position_acceptance'])}")
-    c.print(f"  conditional acceptance   {_fmt_list(r['conditional_acceptance'])}")
-    if r["mode"] == "offline":
-        u = r["all_positions"]
-        c.print(
-            f"  {r['cycles']} chain cycles walked on {r['samples']} held-out answers; with "
-            f"every position as a cycle start (training's metric) "
-            f"tau_every_position {u['tau_every_position']:.2f}"
-        )
-        if r.get("heldout"):
-            c.print(
-                f"  samples: {r['heldout']['rule']} ({r['samples']} of "
-                f"{r['heldout']['store_samples']})"
-            )
-    for w in r.get("warnings") or []:
-        c.print(f"  [yellow]warning[/]: {w}")
-    if r["mode"] == "online":
-        s, b = r["tokens_per_s_spread"], r["baseline_tokens_per_s_spread"]
-        c.print(
-            f"  speculative {s['median']:.1f} tok/s (min {s['min']:.1f}, max {s['max']:.1f}); "
-            f"greedy {b['median']:.1f} (min {b['min']:.1f}, max {b['max']:.1f}); "
-            f"speedup {r['speedup']:.2f}x"
-        )
-        c.print(
-            f"  decode step {r['decode_ms']:.2f} ms, cycle {r['cycle_ms']:.2f} ms (draft "
-            f"{r['draft_ms']:.2f} + verify {r['verify_ms']:.2f}); lossless: {r['lossless']}"
-        )
-        o, f = r["offline_same_answers"], r["offline"]
-        c.print(
-            f"  offline tau_walk {o['tau_walk']:.2f} on the {o['samples']} answers "
-            f"decoded vs tau_online {r['tau_online']:.2f}: "
-            f"gap {100 * r['offline_online_gap']:+.1f}%"
-            f" (offline on all {f['samples']} held-out samples: {f['tau_walk']:.2f})"
-        )
-        _print_diversity(c, r)
-
-
-def _render_bench(r: dict) -> None:
-    from rich.table import Table
-
-    from eagle3kit.cli._render import out
-
-    e = r["environment"]
-    t = Table(
-        title=f"{r['prompts']} prompts x {r['max_new_tokens']} tokens, {r['repeats']} repeats"
-    )
-    cols = ("method", "tok/s median", "min", "max", "speedup", "tokens/forward")
-    for col in (*cols, "upper bound", "bound w/ drafting", "of bound"):
-        t.add_column(col)
-    for m in r["methods"]:
-        tps = m["tokens_per_s"]
-        bound = m.get("bound_with_draft_cost")
-        t.add_row(
-            m["name"],
-            f"{tps['median']:.1f}",
-            f"{tps['min']:.1f}",
-            f"{tps['max']:.1f}",
-            f"{m['speedup']:.2f}x",
-            f"{m['tokens_per_forward']:.2f}",
-            f"{m['upper_bound']:.2f}x" if bound else "-",
-            f"{bound:.2f}x" if bound else "-",
-            f"{100 * m['fraction_of_bound']:.0f}%" if bound else "-",
-        )
-    c = out()
-    c.print(t)
-    if r["target_distinct4"] is not None:
-        c.print(f"target greedy distinct-4: {r['target_distinct4']:.2f}")
-    _print_diversity(c, r)
-    c.print(
-        f"{e['cpu']} ({e['cpu_count']} cpus, {e['threads']} threads, load {e['load_avg_1m']}) "
-        f"| python {e['python']} | torch {e['torch']} | transformers {e['transformers']}"
-    )

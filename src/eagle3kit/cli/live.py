@@ -27,6 +27,11 @@ class LiveOptions:
     temperature: float = 0.0
     concurrency: str = "1"
     depth: int | None = None  # the drafter's depth, when the server does not say it
+    lengths: tuple[int, ...] | None = None  # --context-lengths / --by-length
+    target: str | None = None  # whose tokenizer cuts the prompts to those lengths
+    documents: str | Path | None = None
+    prompt_set: str = "all"
+    seed: int = 0
 
 
 def parse_levels(text: str) -> tuple[int, ...]:
@@ -65,11 +70,46 @@ def warn_skipped(path: Path, skipped: list) -> None:
         )
 
 
+def length_prompts(o: LiveOptions) -> tuple[list, dict[str, int]]:
+    """Prompts built to each context length (data/long_prompts.py) with the served target's
+    tokenizer, one suite per length ("ctx-L"), sent as token ids; {suite: length}."""
+    from eagle3kit.data.long_prompts import long_prompts, served_target
+    from eagle3kit.live.suites import Prompt
+
+    if o.suite or o.data:
+        raise Eagle3Error(
+            "--context-lengths: expected --documents for the prompts, found --suite/--data"
+        )
+    tok, positions = served_target(o.target)
+    ps, _ = long_prompts(
+        tok,
+        o.lengths,
+        o.prompts,
+        prompts_file=o.documents,
+        which=o.prompt_set,
+        seed=o.seed,
+        new_tokens=o.max_new_tokens,
+        max_positions=positions,
+        option="--context-lengths",
+    )
+    ps = sorted(ps, key=lambda p: (p.index, p.length))
+    out = [
+        Prompt(f"ctx-{p.length}", f"{p.length}-{p.index}", (tok.decode(list(p.ids)),), tuple(p.ids))
+        for p in ps
+    ]
+    return out, {f"ctx-{n}": n for n in o.lengths}
+
+
 def _config(o: LiveOptions):
     from eagle3kit.live.bench import LiveConfig
 
+    if o.lengths:
+        prompts, lengths = length_prompts(o)
+    else:
+        prompts, lengths = load_prompts(o.suite, Path(o.data) if o.data else None, o.prompts), {}
     return LiveConfig(
-        prompts=load_prompts(o.suite, Path(o.data) if o.data else None, o.prompts),
+        prompts=prompts,
+        lengths=lengths,
         max_tokens=o.max_new_tokens,
         temperature=o.temperature,
         repeats=o.repeats,

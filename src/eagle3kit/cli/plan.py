@@ -203,6 +203,15 @@ From = Annotated[
 ]
 
 
+ConcurrencyOpt = Annotated[
+    int,
+    typer.Option(
+        "--concurrency",
+        min=1,
+        help="By context length (a --from file with by_length): the costs' concurrency level.",
+    ),
+]
+
 _M = "Methods: which pays at which load (docs/plan.md)"
 MethodOpt = Annotated[
     str | None,
@@ -327,6 +336,7 @@ def plan(
     model: ModelOpt = "TARGET_MODEL",
     vllm_schedule: ScheduleOpt = None,
     max_batch: MaxBatch = 256,
+    concurrency: ConcurrencyOpt = 1,
     json_: JsonFlag = False,
 ) -> None:
     """Will speculation pay, and what would it take? (cycle model -> speedup, break-even)
@@ -352,7 +362,9 @@ def plan(
         acceptance_file=acceptance_file, tau=tau, depth=depth, max_depth=max_depth,
         target_tps=tuple(target_tps or ()), new_tokens=new_tokens, prefill_ms=prefill_ms,
         from_=from_, method=method))  # fmt: skip
-    _show(result, plot, json_)
+    from eagle3kit.cli._plan_lengths import by_length
+
+    _show(result, plot, json_, by_length(from_, acceptance_file, concurrency, depth))
     if not result.pays:
         raise typer.Exit(1)
 
@@ -409,19 +421,26 @@ def _acceptance_file(o: PlanOptions) -> PlanOptions:
     return replace(o, **acceptance_from_file(o.acceptance_file, o.depth))
 
 
-def _show(result: PlanResult, plot: Path | None, json_: bool) -> None:
+def _show(result: PlanResult, plot: Path | None, json_: bool, bl: dict | None) -> None:
+    """The plan (and by context length, when the file had it): JSON or tables, and plots."""
+    from eagle3kit.cli import _plan_lengths
     from eagle3kit.plan.plots import plot_plan
 
     written = plot_plan(result, plot) if plot is not None else None
+    bl_plot = _plan_lengths.plot(bl, plot) if bl is not None and plot is not None else None
     if json_:
         from eagle3kit.cli._render import emit_json
 
         doc = result.to_json()
         if written is not None:
             doc["plot"] = str(written)
+        if bl is not None:
+            doc |= bl | ({"plot_by_length": str(bl_plot)} if bl_plot else {})
         emit_json(doc)
     else:
         _render(result, written)
+        if bl is not None:
+            _plan_lengths.render(bl)
 
 
 def _pct(p: float | None) -> str:

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from eagle3kit.cli._checks import above_zero, check_device
-from eagle3kit.cli._options import JsonFlag
+from eagle3kit.cli._options import ByLength, Documents, JsonFlag, LengthsCommand
 
 
 def _render_probe(r: dict[str, Any]) -> None:
@@ -38,6 +38,11 @@ def _render_probe(r: dict[str, Any]) -> None:
         for k, v in (r.get("tau_online") or {}).items():
             if v:
                 con.print(f"  tau_online: {k} {v['tau_online']:.3f} over {v['cycles']} cycles")
+    for e in r.get("by_length") or []:
+        t, kept = e["tau"], e["retention"]
+        ref = f", reference {t['reference']:.3f}" if t["reference"] is not None else ""
+        keep = f", keeps {kept:.0%}" if kept is not None else ""
+        con.print(f"  context {e['context_length']}: tau_online new {t['new']:.3f}{ref}{keep}")
     for why in r["reasons"]:
         con.print(f"  - {why}")
     for w in r.get("warnings") or []:
@@ -146,7 +151,13 @@ BaselineUrl = Annotated[str | None, typer.Option("--baseline-url", help=LIVE_BAS
 Suite = Annotated[str | None, typer.Option("--suite", help=LIVE_SUITE)]
 MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", help="Live.")]
 Repeats = Annotated[int, typer.Option("--repeats", help="Live: rounds.")]
-Endpoint = Annotated[str, typer.Option("--endpoint", help="Live: chat|completions|generate.")]
+Endpoint = Annotated[
+    str,
+    typer.Option(
+        "--endpoint",
+        help="Live: chat|completions|generate (with --by-length: completions or generate).",
+    ),
+]
 Timeout = Annotated[float, typer.Option("--timeout", help="Live: bound on the run, s.")]
 FeaturesNew = Annotated[
     str | None,
@@ -252,26 +263,43 @@ def probe(
     suite: Suite = None,
     max_new_tokens: MaxNewTokens = 128,
     repeats: Repeats = 3,
-    endpoint: Endpoint = "chat",
+    endpoint: Endpoint = None,
     timeout: Timeout = 600.0,
     features_new: FeaturesNew = None,
     features_old: FeaturesOld = None,
     max_len: MaxLen = 256,
     method: Method = "eagle3",
+    by_length: ByLength = None,
+    documents: Documents = None,
 ) -> None:
     """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance,
     verdict.
 
     Exit 0 with a verdict (plug-in, fine-tune, from-scratch); 2 on bad input. With --url and
-    --reference-url: the online half against two running servers (docs/live.md)."""
+    --reference-url: the online half against two running servers (docs/live.md). With
+    --by-length, also the tau-by-context-length curve on NEW and OLD."""
+    from eagle3kit.data.long_prompts import parse_lengths
+
+    lengths = None if by_length is None else parse_lengths(by_length)
     if url or reference_url:
         from eagle3kit.cli import live
 
-        opts = live.LiveOptions(urls=[u for u in (url, reference_url) if u],
-                                baseline_url=baseline_url, suite=suite, data=data,
-                                prompts=samples, max_new_tokens=max_new_tokens, repeats=repeats,
-                                endpoint=endpoint, timeout=timeout, json_=json_out,
-                                depth=depth)  # fmt: skip
+        opts = live.LiveOptions(
+            urls=[u for u in (url, reference_url) if u],
+            baseline_url=baseline_url,
+            suite=suite,
+            data=data,
+            prompts=samples,
+            max_new_tokens=max_new_tokens,
+            repeats=repeats,
+            endpoint=endpoint or ("completions" if lengths else "chat"),
+            timeout=timeout,
+            json_=json_out,
+            depth=depth,
+            lengths=lengths,
+            target=target,
+            documents=documents,
+        )
         return live.run_probe(opts, url, reference_url)
     _check_method(method, target)
     stores = not _target_head(method) and _from_stores(
@@ -285,8 +313,18 @@ def probe(
                    online_prompts=online_prompts, device=device, dtype=dtype,
                    baseline_tps=baseline_tps, cycle_ms=cycle_ms, bench=bench, depth=depth,
                    samples=samples, max_len=max_len, method=method)  # fmt: skip
+    if lengths and (stores or _target_head(method)):
+        from eagle3kit.core.errors import bad
+
+        raise bad(
+            "--by-length",
+            "expected a drafter dir and the models (the prompts are "
+            "decoded), found feature stores or a target's own head",
+        )
     with bar(not json_out) as progress:
         r = (_probe_stores if stores else _probe_models)(a, progress)
+        if lengths:
+            r = _with_curve(r, a, lengths, max_new_tokens, documents)
     if json_out:
         emit_json(r)
     else:
@@ -330,7 +368,7 @@ def report(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(probe)
+    app.command(cls=LengthsCommand)(probe)
     app.command()(report)
 
 
@@ -369,6 +407,32 @@ def _probe_stores(a: LocalProbe, progress: Any) -> dict[str, Any]:
         **_shared(a),
         progress=progress,
     )
+
+
+def _with_curve(r: dict, a: LocalProbe, lengths, max_new: int, documents) -> dict[str, Any]:
+    """The probe's document with `by_length`: tau by context length on NEW and OLD, from
+    `--online-prompts` prompts per length decoded on each (the pair loaded again)."""
+    from eagle3kit.data.long_prompts import long_prompts
+    from eagle3kit.measure.by_length import probe_curve, tau_curve
+    from eagle3kit.model.loading import load_for
+
+    new, d = load_for(a.target, a.drafter, a.method, device=a.device)
+    positions = getattr(new.config, "max_position_embeddings", None)
+    ps, src = long_prompts(
+        new.tokenizer,
+        lengths,
+        a.online_prompts,
+        prompts_file=documents,
+        new_tokens=max_new,
+        max_positions=positions,
+    )
+    curve_new = tau_curve(new, d, ps, a.depth, max_new)
+    curve_old = None
+    if a.reference:
+        old, d_old = load_for(a.reference, a.drafter, a.method, device=a.device)
+        curve_old = tau_curve(old, d_old, ps, a.depth, max_new)
+    entries = probe_curve(curve_new, curve_old, a.online_prompts)
+    return {**r, "lengths": list(lengths), "by_length": entries, "prompt_source": src}
 
 
 def _shared(a: LocalProbe) -> dict[str, Any]:

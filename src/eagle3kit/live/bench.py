@@ -54,6 +54,7 @@ class LiveConfig:
     endpoint: str = "chat"  # chat | completions | generate (SGLang's native endpoint)
     timeout: float = 600.0
     depth: int | None = None  # the drafter's trained depth, for the tau-bound warning
+    lengths: dict[str, int] = field(default_factory=dict)  # suite -> its prompts' context length
 
     def check(self) -> None:
         if not self.prompts:
@@ -61,6 +62,11 @@ class LiveConfig:
         if self.endpoint not in ENDPOINTS:
             raise Eagle3Error(
                 f"--endpoint: expected chat, completions or generate, found {self.endpoint!r}"
+            )
+        if self.endpoint == "chat" and any(p.ids is not None for p in self.prompts):
+            raise Eagle3Error(
+                "--endpoint: expected completions or generate with --context-lengths (the "
+                "prompts go as token ids, exactly their length), found chat"
             )
         for name, v in (("--repeats", self.repeats), ("--max-tokens", self.max_tokens)):
             if v < 1:
@@ -104,10 +110,17 @@ class Deployment:
         return bool(i and i.engine == "vllm" and i.has_metrics and i.speculative)
 
 
-def _body(dep: Deployment, cfg: LiveConfig, msgs: list[dict], text: str) -> dict[str, Any]:
+def _body(
+    dep: Deployment, cfg: LiveConfig, msgs: list[dict], text: str, ids: tuple[int, ...] | None
+) -> dict[str, Any]:
+    """The request body; a prompt built to a context length goes as its token ids: SGLang's
+    `/generate` `input_ids` (GenerateReqInput, python/sglang/srt/managers/io_struct.py), the
+    completions endpoint's `prompt` as a list of ints (vLLM's CompletionRequest.prompt:
+    list[int] | list[list[int]] | str | list[str], vllm/entrypoints/openai; SGLang's alike)."""
     if cfg.endpoint == "generate":
         sp = {"max_new_tokens": cfg.max_tokens, "temperature": cfg.temperature}
-        return {"text": text, "sampling_params": sp, "stream": True}
+        given = {"text": text} if ids is None else {"input_ids": list(ids)}
+        return {**given, "sampling_params": sp, "stream": True}
     body: dict[str, Any] = {
         "model": dep.info.model if dep.info else None,
         "max_tokens": cfg.max_tokens,
@@ -115,7 +128,8 @@ def _body(dep: Deployment, cfg: LiveConfig, msgs: list[dict], text: str) -> dict
         "stream": True,
         "stream_options": {"include_usage": True, "continuous_usage_stats": True},
     }
-    body.update({"messages": msgs} if cfg.endpoint == "chat" else {"prompt": text})
+    prompt = text if ids is None else list(ids)
+    body.update({"messages": msgs} if cfg.endpoint == "chat" else {"prompt": prompt})
     if dep.info and dep.info.engine == "sglang":
         body["return_spec_tokens_details"] = True  # SGLang PR #33518; ignored before it
     return body
@@ -129,7 +143,8 @@ def _run_prompt(dep: Deployment, cfg: LiveConfig, p: Prompt, r: int, c: int, dl:
         msgs = msgs + [{"role": "user", "content": turn}]
         try:
             dl.check(dep.url)
-            rec.result = stream(dep.url, ENDPOINTS[cfg.endpoint], _body(dep, cfg, msgs, turn), dl)
+            body = _body(dep, cfg, msgs, turn, p.ids)
+            rec.result = stream(dep.url, ENDPOINTS[cfg.endpoint], body, dl)
         except ServerFault as e:
             rec.error = str(e)
             out.append(rec)

@@ -86,6 +86,18 @@ def run_live_probe(
         tn = new["suites"][s]["tau_online"]
         tr = ref["suites"][s]["tau_online"] if ref and s in ref["suites"] else None
         suites[s] = {"new": tn, "reference": tr, "retention": _retention(tn, tr)}
+    extra = {}
+    if cfg.lengths:  # one suite per context length: the curve on NEW and OLD
+        curve = [
+            {
+                "context_length": n,
+                "suite": s,
+                "tau": {k: suites.get(s, {}).get(k) for k in ("new", "reference")},
+                "retention": suites.get(s, {}).get("retention"),
+            }
+            for s, n in sorted(cfg.lengths.items(), key=lambda kv: kv[1])
+        ]
+        extra = {"lengths": sorted(cfg.lengths.values()), "by_length": curve}
     return {
         "kind": PROBE_KIND,
         "schema": 1,
@@ -97,4 +109,5 @@ def run_live_probe(
         "verdict": v,
         "reasons": reasons,
         "bench": doc,
+        **extra,
     }

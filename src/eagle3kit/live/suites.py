@@ -33,6 +33,7 @@ class Prompt:
     suite: str
     id: str
     turns: tuple[str, ...]  # user turns; a later turn follows the answer to the earlier ones
+    ids: tuple[int, ...] | None = None  # a prompt built to a context length: sent as tokens
 
 
 @dataclass(frozen=True)

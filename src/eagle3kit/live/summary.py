@@ -147,14 +147,28 @@ def _depth(dep) -> int | None:
 def _suite_json(dep, c: int, suite: str) -> dict[str, Any]:
     ok = [x.result for x in dep.records if x.concurrency == c and x.suite == suite and x.result]
     acc = acceptance(dep.counters.get((c, suite)), [s.spec for s in ok], _depth(dep))
+    pooled = pooled_tps(ok)
     return {
         "requests": len(ok),
         "tau_online": acc["tau_online"] if acc else None,
         "accept_source": acc["source"] if acc else None,
         "per_position_acceptance": acc["per_position_acceptance"] if acc else None,
         "decode_tokens_per_s": _med(spread([s.decode_tps() for s in ok])),
-        "decode_tokens_per_s_pooled": pooled_tps(ok),
+        "decode_tokens_per_s_pooled": pooled,
+        "token_ms": 1e3 / pooled if pooled else None,
+        "ttft_ms": _med(spread([1e3 * s.ttft for s in ok if s.ttft is not None])),
+        "completion_tokens": _med(spread([s.completion_tokens for s in ok])),
+        "prompt_tokens": _med(spread([s.prompt_tokens for s in ok])),  # as the server counted
+        "cycles": _cycles(acc),
     }
+
+
+def _cycles(acc: dict[str, Any] | None) -> int | None:
+    """Verify steps behind an acceptance: its counters' drafts, else the requests' steps."""
+    if not acc:
+        return None
+    src = acc["counters"] or acc["per_request"] or {}
+    return src.get("drafts", src.get("steps"))
 
 
 def level_json(dep, c: int, suites: list[str]) -> dict[str, Any]:
@@ -352,6 +366,43 @@ def plan_fields(docs: list[dict]) -> dict[str, Any]:
     return out
 
 
+def by_length(docs: list[dict], lengths: dict[str, int]) -> list[dict[str, Any]]:
+    """Per context length (its prompts are one suite, so its counters are its own blocks'):
+    the first speculative deployment's tau and per-position acceptance at its lowest level,
+    its cycle (tau x its per-token time), the baseline's per-token time, both TTFTs, the
+    median completion length and the decode speedup: what `plan --from` prices per length."""
+    spec = next((d for d in docs if d["role"] == "speculative" and d["levels"]), None)
+    base = next((d for d in docs if d["role"] == "baseline" and d["levels"]), None)
+    if spec is None:
+        return []
+    low = min(spec["levels"], key=lambda x: x["concurrency"])
+    blow = min(base["levels"], key=lambda x: x["concurrency"]) if base else None
+    out = []
+    for suite, n in sorted(lengths.items(), key=lambda kv: kv[1]):
+        s = low["suites"].get(suite) or {}
+        b = (blow["suites"].get(suite) or {}) if blow else {}
+        tau, tok = s.get("tau_online"), s.get("token_ms")
+        out.append(
+            {
+                "context_length": n,
+                "suite": suite,
+                "concurrency": low["concurrency"],
+                "requests": s.get("requests"),
+                "prompt_tokens": s.get("prompt_tokens"),
+                "cycles": s.get("cycles"),
+                "tau_online": tau,
+                "per_position_acceptance": s.get("per_position_acceptance"),
+                "cycle_ms": tau * tok if tau and tok else None,
+                "decode_ms": b.get("token_ms"),
+                "prefill_ms": s.get("ttft_ms"),
+                "baseline_prefill_ms": b.get("ttft_ms"),
+                "new_tokens": s.get("completion_tokens"),
+                "decode_speedup": b["token_ms"] / tok if tok and b.get("token_ms") else None,
+            }
+        )
+    return out
+
+
 def summarise(deps, cfg, errors: list[str], suites: list[str]) -> dict[str, Any]:
     docs, warnings, errs = [], [], list(errors)
     for d in deps:
@@ -370,6 +421,9 @@ def summarise(deps, cfg, errors: list[str], suites: list[str]) -> dict[str, Any]
         "suites": {s: sum(p.suite == s for p in cfg.prompts) for s in suites},
         "interleaving": "per round, every level and suite, deployments in rotated order",
     }
+    extra = {}
+    if cfg.lengths:
+        extra = {"lengths": sorted(cfg.lengths.values()), "by_length": by_length(docs, cfg.lengths)}
     return {
         "kind": KIND,
         "schema": 1,
@@ -379,4 +433,5 @@ def summarise(deps, cfg, errors: list[str], suites: list[str]) -> dict[str, Any]
         "warnings": warnings,
         "errors": errs,
         **plan_fields(docs),
+        **extra,
     }

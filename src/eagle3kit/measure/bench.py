@@ -23,6 +23,13 @@ once drafting is paid, so `fraction_of_bound` = speedup / bound_with_draft_cost 
 loop's other overhead only. The target's distinct-4 of its own greedy output (distinct 4-grams
 / all 4-grams) sits beside tau: a target that loops is easy to predict, and its tau says
 little about real text.
+
+With each prompt's context length (`bench --context-lengths`: prompts built to each length,
+data/long_prompts.py, interleaved), `by_length` summarises each length's runs as a bench of
+their own, with their costs at every level measured at that length (`plan --from` prices
+them per length, plan/by_length.py). Every row also carries `tokens_per_s_pooled` (all new
+tokens / all wall seconds: the rate the cycle model prices) and, for eagle3kit's own loops,
+`prefill_ms` and `new_tokens` (a speculative prefill includes the drafter's pass).
 """
 
 from __future__ import annotations
@@ -172,11 +179,14 @@ def bench(
     lookup: int = 10,
     methods: tuple[str, ...] | None = None,
     levels: tuple[int, ...] = (),
+    lengths: list[int] | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """Measure every method on `prompts` (module docstring); returns the JSON document. With
     `levels`, also the costs `plan --methods` reads, at each concurrency level
-    (measure/costs.py)."""
+    (measure/costs.py). With `lengths` (each prompt's context length: `bench
+    --context-lengths`), also `by_length`: each length's prompts summarised alone, with their
+    costs (`by_length`)."""
     from eagle3kit.decode import TreeShape
     from eagle3kit.measure import timing as T
 
@@ -211,9 +221,31 @@ def bench(
             if row["name"] in ("chain", "tree"):  # the label keys the loop's overhead cost
                 row["method"] = doc["method"]
                 row["label"] = doc["method"] + (" (tree)" if row["name"] == "tree" else "")
-    if levels:
+    if lengths is not None:
+        doc["by_length"] = by_length(
+            target, drafter, prompts, runs, names=names, cfg=cfg, lengths=lengths, levels=levels
+        )
+        doc["lengths"] = sorted(set(lengths))
+    elif levels:
         doc["costs"] = _costs(target, drafter, prompts, runs, doc, levels)
     return doc
+
+
+def by_length(target, drafter, prompts, runs, *, names, cfg, lengths, levels) -> list[dict]:
+    """One entry per context length: its prompts' runs summarised as a bench of their own
+    (methods, decode step, the canned-output check) and their costs at each level (at least
+    concurrency 1), measured at that length: what `plan` prices per length."""
+    out = []
+    for length in sorted(set(lengths)):
+        mine = [i for i, n in enumerate(lengths) if n == length]
+        sub = [x for x in runs if x.prompt in set(mine)]
+        ps = [prompts[i] for i in mine]
+        part = _summarise(sub, names, ps, max(x.repeat for x in sub) + 1, cfg)
+        entry = {"context_length": length}
+        entry |= {k: v for k, v in part.items() if k not in ("kind", "schema", "environment")}
+        entry["costs"] = _costs(target, drafter, ps, sub, part, levels or (1,))
+        out.append(entry)
+    return out
 
 
 def _costs(target, drafter, prompts, runs, doc, levels) -> dict[str, Any]:
@@ -248,8 +280,12 @@ def _summarise(runs, names, prompts, repeats, cfg) -> dict[str, Any]:
         row = {
             "name": m,
             "tokens_per_s": T.spread(tps),
+            "tokens_per_s_pooled": sum(len(x.tokens) for x in mine) / sum(x.s for x in mine),
             "tokens_per_forward": new / fwd if fwd else 1.0,
         }
+        if all(x.stats is not None for x in mine):  # eagle3kit's own loops
+            row["prefill_ms"] = 1e3 * statistics.fmean(x.stats.prefill_s for x in mine)
+            row["new_tokens"] = statistics.fmean(x.stats.new_tokens for x in mine)
         if greedy_tokens:
             row["same_tokens_as_greedy"] = T.same_tokens(runs, m, "greedy")
         if m in ("lookup", "chain", "tree"):

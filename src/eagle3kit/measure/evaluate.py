@@ -203,19 +203,28 @@ def evaluate_online(
         "spec": T.spec_runner(target, drafter, max_new_tokens, eos, depth, tree),
     }
     runs = T.time_methods(methods, prompts, repeats, progress=progress, label="online eval")
+    return stamp(online_summary(runs, drafter.method, depth, len(prompts), repeats), "eval")
+
+
+def online_summary(runs, method: str, depth: int, prompts: int, repeats: int) -> dict[str, Any]:
+    """The online figures of the "spec" and "base" runs of a timing harness (any subset of
+    its prompts: `measure/by_length.py` summarises each context bucket so)."""
+    from eagle3kit.measure import timing as T
+
     spec_tps, base_tps = T.tokens_per_s(runs, "spec"), T.tokens_per_s(runs, "base")
     steps = T.step_times(runs, "base")
     stats = [x.stats for x in T.of(runs, "spec")]
     pooled = T.pooled(runs, "spec", depth)
     answers = [x.tokens for x in T.of(runs, "base") if x.repeat == 0]
-    doc = {
+    return {
         "mode": "online",
-        "method": drafter.method,
+        "method": method,
         "decoding": pooled.method,  # chain | tree
         "depth": depth,
         "tau_online": pooled.tau_online,
         "per_position_acceptance": pooled.per_position_acceptance(),
         "conditional_acceptance": pooled.conditional_acceptance(),
+        "cycles": len(pooled.cycles),
         "tokens_per_s": statistics.median(spec_tps),
         "baseline_tokens_per_s": statistics.median(base_tps),
         "tokens_per_s_spread": T.spread(spec_tps),
@@ -226,15 +235,16 @@ def evaluate_online(
         "draft_ms": pooled.mean_ms("draft_s"),
         "verify_ms": pooled.mean_ms("verify_s"),
         "prefill_ms": 1e3 * statistics.fmean(s.prefill_s for s in stats),
+        "baseline_prefill_ms": 1e3
+        * statistics.fmean(x.stats.prefill_s for x in T.of(runs, "base")),
         "new_tokens": statistics.fmean(s.new_tokens for s in stats),
         "lossless": T.same_tokens(runs, "spec", "base"),
-        "prompts": len(prompts),
+        "prompts": prompts,
         "repeats": repeats,
         # the canned-output check beside tau: do the target's answers depend on the prompt?
         "target_distinct4": statistics.fmean(distinct_ngram_ratio(a, 4) for a in answers),
         "target_diversity": cross_prompt(answers),
     }
-    return stamp(doc, "eval")
 
 
 def evaluate(

@@ -79,3 +79,53 @@ def _plot_targets(ax, r: PlanResult, off: dict) -> None:
             f"p {t.per_step_acceptance:.1%} as depth → ∞"
         )
         ax.annotate(text, (t.tau, t.tps), xytext=(10, -6), va="top", color="C2", **off)
+
+
+def by_length_figure(points: list[dict], title: str = ""):
+    """τ (measured, and needed to break even), cycle and plain step, and speedup against
+    context length, from a plan's `by_length` entries (plan/by_length.py `to_json`). Returns
+    the matplotlib Figure (Agg), or None with no point."""
+    from matplotlib.figure import Figure
+
+    pts = [p for p in points if p.get("tau") is not None]
+    if not pts:
+        return None
+    xs = [p["context_length"] for p in pts]
+    fig = Figure(figsize=(12, 3.8), dpi=100)
+    a1, a2, a3 = (fig.add_subplot(1, 3, i) for i in (1, 2, 3))
+    a1.plot(xs, [p["tau"] for p in pts], "C0o-", label="τ measured")
+    a1.plot(xs, [p["break_even_tau"] for p in pts], "C3s--", label="τ needed (break-even)")
+    a1.set_ylabel("accept length τ")
+    a2.plot(xs, [p["cycle_ms"] for p in pts], "C0o-", label="speculative cycle")
+    a2.plot(xs, [p["plain_ms"] for p in pts], "C3s--", label="plain step")
+    a2.set_ylabel("ms")
+    a3.plot(xs, [p["speedup"] for p in pts], "C0o-", label="decode τ / cycle")
+    req = [(x, p["request_speedup"]) for x, p in zip(xs, pts, strict=True)]
+    req = [(x, s) for x, s in req if s is not None]
+    if req:
+        a3.plot(*zip(*req, strict=True), "C2^-", label="one request (prefill included)")
+    a3.axhline(1.0, color="C3", lw=1, ls=":")
+    a3.set_ylabel("speedup over plain")
+    for ax, t in ((a1, "τ against context"), (a2, "cost against context"), (a3, "speedup")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(xs, [str(x) for x in xs])
+        ax.set_xlabel("context length (tokens)")
+        ax.set_title(t, fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_by_length(points: list[dict], path: str | os.PathLike[str], title: str = "") -> Path:
+    """`by_length_figure` written atomically to `path` (a PNG)."""
+    out = Path(path)
+    if not out.parent.is_dir():
+        raise Eagle3Error(f"--plot: expected a file in an existing directory, found {str(out)!r}")
+    fig = by_length_figure(points, title)
+    if fig is None:
+        raise Eagle3Error("--plot: expected by-length points with an accept length, found none")
+    atomic_write_with(out, lambda tmp: fig.savefig(tmp, format="png"))
+    return out

@@ -45,6 +45,7 @@ class Found:
     evals: list[tuple[str, dict]] = field(default_factory=list)
     probe_lives: list[tuple[str, dict]] = field(default_factory=list)  # probe --url --json
     converts: list[tuple[str, dict]] = field(default_factory=list)
+    length_benches: list[tuple[str, dict]] = field(default_factory=list)  # bench with by_length
     times: dict[str, float] = field(default_factory=dict)  # cite -> its start, else mtime
     given: dict[str, int] = field(default_factory=dict)  # cite -> its place on the command line
     skipped: list[str] = field(default_factory=list)  # "path: why" of JSON not rendered
@@ -192,6 +193,8 @@ def _add(f: Found, kind: str, doc: dict, p: Path, cite: str) -> None:
             f.skipped.append(f"{cite}: a bench without a speculative method")
         else:
             f.benches.append((cite, {**summary, "lookup": lookup_summary(doc)}))
+            if doc.get("by_length"):
+                f.length_benches.append((cite, doc))
     elif kind == "train":
         state = read_json(p.parent / "state" / "state.json")[0] or {}
         f.runs.append(

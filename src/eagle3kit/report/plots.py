@@ -130,3 +130,29 @@ def warm_vs_scratch(runs: dict[str, tuple[list[int], list[float]]]) -> bytes | N
     ax.legend(fontsize=8)
     ax.set_title("Warm start vs from scratch")
     return _png(fig)
+
+
+def by_length(points: list[dict[str, Any]], title: str = "") -> bytes | None:
+    """τ (measured, needed), cycle and plain step, and speedup against context length
+    (plan/plots.py `by_length_figure`, the figure `plan --plot` writes)."""
+    from eagle3kit.plan.plots import by_length_figure
+
+    fig = by_length_figure(points, title)
+    return None if fig is None else _png(fig)
+
+
+def tau_by_length(series: dict[str, list[tuple[int, float]]]) -> bytes | None:
+    """τ against context length, one line per series (a probe: NEW and the reference)."""
+    series = {k: v for k, v in series.items() if v}
+    if not series:
+        return None
+    fig, ax = _fig()
+    for label, pts in series.items():
+        ax.plot([n for n, _ in pts], [t for _, t in pts], "o-", label=label)
+    ax.set_xscale("symlog", base=2)
+    ax.set_xlabel("context length (tokens)")
+    ax.set_ylabel("accept length τ")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("τ by context length")
+    return _png(fig)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.artifacts import stamp
-from eagle3kit.report import sections, story
+from eagle3kit.report import by_length, sections, story
 from eagle3kit.report.collect import Found, collect, read_json
 from eagle3kit.report.live import live_blocks
 from eagle3kit.report.output import to_html, to_md
@@ -373,8 +373,9 @@ def report(
     f = collect(run_dirs)
     blocks = headline(f) + story.story_blocks(f) + live_blocks(story.ordered_docs(f))
     blocks += sections.probe_live_blocks(f) + probe_blocks(f) + sections.eval_blocks(f)
-    blocks += sections.plan_blocks(f) + train_blocks(f) + game_plan(f)
-    figs = figure_blocks(f)
+    lengths, length_figs = by_length.blocks(f)
+    blocks += sections.plan_blocks(f) + lengths + train_blocks(f) + game_plan(f)
+    figs = figure_blocks(f) + length_figs
     blocks += [("h2", "Figures")] + figs if figs else []
     blocks += sections.skipped_blocks(f)
     srcs = ", ".join(str(Path(r)) for r in run_dirs)

@@ -260,9 +260,14 @@ def ttt_loss(
 def walk(ok: torch.Tensor, loss_mask: torch.Tensor) -> list[int]:
     """Accepted drafts of each cycle greedy chain decoding goes through on the data (module
     docstring). ok [B, T, k]: step i hits at t and counts (hit_i & M_i); loss_mask [B, T]."""
+    return [a for _, _, a in walk_cycles(ok, loss_mask)]
+
+
+def walk_cycles(ok: torch.Tensor, loss_mask: torch.Tensor) -> list[tuple[int, int, int]]:
+    """(row b, start t, accepted drafts a) of each walked cycle, in `walk`'s order."""
     runs = ok.int().cumprod(-1).sum(-1).tolist()  # [B][T]: a(t), the leading run of hits
-    out: list[int] = []
-    for run, lm in zip(runs, loss_mask.tolist(), strict=True):
+    out: list[tuple[int, int, int]] = []
+    for b, (run, lm) in enumerate(zip(runs, loss_mask.tolist(), strict=True)):
         n, s = len(lm), 0
         while s < n:
             if not lm[s]:
@@ -274,9 +279,38 @@ def walk(ok: torch.Tensor, loss_mask: torch.Tensor) -> list[int]:
             t = max(s - 1, 0)
             while t + 2 < e:  # x[t+2..e-1] still to emit
                 a = min(run[t], e - t - 3)  # the span's end stops the cycle, as EOS does
-                out.append(a)
+                out.append((b, t, a))
                 t += a + 1
             s = e
+    return out
+
+
+def counts_by_position(
+    drafter: Eagle3Drafter, feats: Any, k: int, where: list[torch.Tensor]
+) -> list[Counts]:
+    """`ttt_counts` of one batch restricted to each position set of ``where`` (bool [B, T]
+    each: the positions t counted; a walked cycle counts in the set of its start t), from
+    one unrolled pass. No loss terms (loss_sum and loss_n stay zero)."""
+    out = [Counts(k) for _ in where]
+    with torch.no_grad():
+        chain = torch.ones_like(feats.loss_mask)  # [B, T]
+        ok = torch.zeros(*feats.loss_mask.shape, k, dtype=torch.bool)  # [B, T, k]
+        aux = feats.aux.to(_dtype(drafter))
+        for i, logits in enumerate(unroll(drafter, feats.input_ids, aux, k)):
+            _, _, hit, m = step_terms(drafter, feats, logits, i)
+            chain = chain[:, : hit.shape[1]]
+            prev, chain = chain, chain & hit & m
+            for c, w in zip(out, where, strict=True):
+                w = w[:, : hit.shape[1]].to(m.device)
+                c.hits[i], c.counted[i] = float((hit & m & w).sum()), float((m & w).sum())
+                c.chain[i] = float((chain & m & w).sum())
+                c.chain_prev[i] = float((prev & m & w).sum())
+            ok[:, : hit.shape[1], i] = (hit & m).cpu()
+    cycles = walk_cycles(ok, feats.loss_mask.cpu())
+    for c, w in zip(out, where, strict=True):
+        mine = [a for b, t, a in cycles if bool(w[b, t])]
+        for i in range(k):
+            c.walk_ge[i], c.walk_n[i] = float(sum(a > i for a in mine)), float(len(mine))
     return out
 
 

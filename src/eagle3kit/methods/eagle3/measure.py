@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from eagle3kit.model.drafter import Eagle3Drafter
     from eagle3kit.model.target import TargetModel
 
-__all__ = ["evaluate_offline", "evaluate_store", "pass_ms", "probe"]
+__all__ = ["evaluate_by_length", "evaluate_offline", "evaluate_store", "pass_ms", "probe"]
 
 
 def evaluate_offline(
@@ -40,6 +40,41 @@ def evaluate_offline(
         raise Eagle3Error(f"depth: expected draft steps >= 1, found {depth}")
     a = acceptance(drafter, offline_batches(target, drafter, data, batch_size, progress), depth)
     return offline_doc(a, drafter.method, len(data.samples), len(data.skipped))
+
+
+def evaluate_by_length(
+    target: TargetModel,
+    drafter: Eagle3Drafter,
+    data: EvalData,
+    depth: int,
+    lengths: tuple[int, ...],
+    *,
+    batch_size: int = 8,
+    progress: Progress | None = None,
+) -> dict[str, Any]:
+    """`evaluate_offline` with every position also counted in its context bucket
+    (measure/by_length.py): one unrolled pass per batch, the buckets and the whole run."""
+    from eagle3kit.measure import by_length as BL
+    from eagle3kit.train.acceptance import from_counts
+    from eagle3kit.train.ttt import Counts, counts_by_position
+
+    if depth < 1:
+        raise Eagle3Error(f"depth: expected draft steps >= 1, found {depth}")
+    total = [Counts(depth) for _ in range(len(lengths) + 1)]
+    was = drafter.training
+    drafter.eval()
+    try:
+        for f in offline_batches(target, drafter, data, batch_size, progress):
+            sets = BL.position_sets(f.loss_mask.cpu(), lengths)
+            got = counts_by_position(drafter, f, depth, sets)
+            total = [a + b for a, b in zip(total, got, strict=True)]
+    finally:
+        drafter.train(was)
+    accs = [from_counts(c) for c in total]
+    whole = offline_doc(accs[-1], drafter.method, len(data.samples), len(data.skipped))
+    ranges = BL.bucket_ranges(lengths)
+    entries = [BL.offline_entry(a, lo, hi) for a, (lo, hi) in zip(accs, ranges, strict=False)]
+    return BL.by_length_doc(whole, entries, lengths)
 
 
 def evaluate_store(

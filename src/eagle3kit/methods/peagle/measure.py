@@ -6,9 +6,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from eagle3kit.methods.eagle3.measure import evaluate_offline, evaluate_store, pass_ms, probe
+from eagle3kit.methods.eagle3.measure import (
+    evaluate_by_length,
+    evaluate_offline,
+    evaluate_store,
+    pass_ms,
+    probe,
+)
 
-__all__ = ["check_levels", "evaluate_offline", "evaluate_store", "pass_ms", "probe"]
+__all__ = [
+    "check_levels",
+    "evaluate_by_length",
+    "evaluate_offline",
+    "evaluate_store",
+    "pass_ms",
+    "probe",
+]
 
 
 def check_levels(levels: Sequence[int]) -> None:
