@@ -65,10 +65,10 @@ def prepare(m: Any, cfg: Any, target: Target, info: dict[str, Any] | None) -> An
 
 
 def loss(m: Any, feats: Any, k: int, cfg: Any, d: Any, step: int) -> torch.Tensor:
-    """One step's loss on this rank's slice: TTT over k steps, normalised by the global count
-    of loss positions per step (train/ttt.py)."""
+    """One step's loss on this rank's slice: TTT over k steps with `--loss` per position,
+    normalised by the global count of loss positions per step (train/ttt.py)."""
     norm = dist_.all_sum(loss_positions(m.t2d, feats, k), d)  # global |C_i|, float32 [k]
-    out, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1), counts=False)
+    out, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1), counts=False, loss=cfg.loss)
     return out
 
 
