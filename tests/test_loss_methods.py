@@ -4,6 +4,7 @@ every loss finite and trainable on padded top-K batches, and the refusals."""
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -270,3 +271,38 @@ def test_a_data_token_teacher_takes_kl_or_ce_only():
         check_loss("lk", token="--dflash-loss ce")
     with pytest.raises(Eagle3Error, match="expected one of kl, rkl"):
         check_loss("KL")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--loss", "mse"], "--loss: expected one of kl, rkl, jsd, tv, ce, lk, lk-hybrid"),
+        (["--method", "dflash", "--dflash-loss", "ce", "--loss", "tv"], "with --dflash-loss ce"),
+        (["--method", "mtp", "--loss", "rkl"], "with --mtp-targets data"),
+    ],
+)
+def test_train_refuses_a_loss_in_one_line_before_writing(cli, tmp_path, args, message):
+    """Refused before any target or data is read (neither exists here) or anything written."""
+    out = tmp_path / "run"
+    missing = ["--target", tmp_path / "no-target", "--data", tmp_path / "no-data"]
+    r = cli("train", *missing, "-o", out, *args)
+    assert r.code == 2 and message in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert not out.exists()
+
+
+@pytest.mark.slow  # ~15 s: two short runs on the tiny member
+def test_train_with_another_loss_says_so_and_trains_otherwise(cli, tmp_path):
+    """`--loss tv` on a top-K teacher: the summary names it, and the weights differ from the
+    default's after the same steps."""
+    from safetensors.torch import load_file
+    from test_train_helpers import tiny_data, tiny_target, train_args
+
+    runs = {}
+    for name in ("kl", "tv"):
+        out = tmp_path / name
+        args = train_args(out, tiny_data(), tiny_target())
+        r = cli(*args, "--steps", "2", "--topk", "8", "--loss", name, "--json")
+        assert r.code == 0, r.err
+        assert json.loads(r.out)["position_loss"] == name
+        runs[name] = load_file(out / "state" / "model.safetensors")
+    assert any(not torch.equal(runs["kl"][k], runs["tv"][k]) for k in runs["kl"])

@@ -303,6 +303,7 @@ def _finish(r: Run) -> dict[str, Any]:
         "init_from": r.cfg.init_from,
         "attention": getattr(ctx.spec, "attention", "mha"),
         "method": ctx.drafter.method,
+        "position_loss": r.cfg.loss,  # --loss (train/losses.py)
         "flags": spec_flags(ctx.spec),
         "source": ctx.source.kind,
         "train_samples": len(ctx.train_idx),

@@ -95,7 +95,7 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
     out = [
         f"trained {s['steps']} steps ({s['source']}, {s.get('method', 'eagle3')} "
         f"{s['attention']} drafter, {s['train_samples']} samples, {s['world_size']} "
-        "process(es))",
+        f"process(es), loss {s.get('position_loss', 'kl')})",
         f"best step {s['best_step']}: tau_every_position {s['tau_every_position']:.3f} "
         f"(by depth: {', '.join(f'{x:.2f}' for x in depth)})",
     ]

@@ -263,6 +263,7 @@ def train_mtp(
     summary = stamp(
         {
             "method": "mtp",
+            "position_loss": cfg.loss,  # --loss (train/losses.py)
             "init": init,
             "config": asdict(cfg),
             "step_weights": step_weights(cfg.k, cfg.beta),
