@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -51,6 +52,40 @@ def test_with_every_id_kept_the_bins_are_the_divergences_themselves():
         a = position_losses(name, z, teacher_from_logp(name, logp, None))
         b = position_losses(name, z, teacher_from_logp(name, logp, ids))
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+PEER = Path(__file__).parent / "fixtures" / "peer-losses" / "speculators-0.9.0.safetensors"
+PEER_NAMES = {  # speculators' name -> ours
+    "kl_div": "kl",
+    "rkl": "rkl",
+    "jsd": "jsd",
+    "ce": "ce",
+    "tv": "tv",
+    "nla": "lk",
+    "lk_hybrid": "lk-hybrid",
+}
+
+
+@pytest.mark.parametrize("theirs", sorted(PEER_NAMES))
+def test_each_loss_is_speculators_own(theirs):
+    """speculators 0.9.0's eager losses (values and gradients, written by its own code:
+    benchmarks/peers/speculators_losses.py) against ours over the whole draft vocabulary;
+    ours logs kl as the soft cross entropy, KL plus the teacher's entropy: the same
+    gradient."""
+    from safetensors.torch import load_file
+
+    f = load_file(PEER)
+    x = f["logits"].clone().requires_grad_()
+    p = torch.softmax(f["targets"], -1)
+    ours = position_losses(
+        PEER_NAMES[theirs], x, teacher_from_logp(PEER_NAMES[theirs], p.log(), None)
+    )
+    (ours * f["w"]).sum().backward()
+    want = f[f"{theirs}.value"]
+    if theirs == "kl_div":
+        want = want - (p * torch.log_softmax(f["targets"], -1)).sum(-1)  # + H(p)
+    torch.testing.assert_close(ours.detach(), want, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(x.grad, f[f"{theirs}.grad"], rtol=1e-5, atol=1e-6)
 
 
 # -- EAGLE-3's TTT loss: the default is the loss before the choice --------------------------
