@@ -8,7 +8,8 @@ distribution, on the tiny dsv3-v1 member, each teacher it can read: EAGLE-3 (the
 vocabulary and a top-K teacher), EAGLE 3.1, P-EAGLE, DFlash (the target's law; the data token
 with D-PACE weights) and MTP (FastMTP's data token; the target's law), then writes the sha256
 of every weight file each run wrote (`*.safetensors` under RUN, the optimizer's state
-included). Run it once with the sources before the change first on PYTHONPATH and once with
+included), and the taus of `eagle3kit demo --quick --json` (its headline's online τ, its
+X
 the sources after; `compare` says, per run, whether every file's tensors and metadata are
 bitwise the same (`_sha`), and writes the result file (both commits named: the one before is
 given by `--before-commit`).
@@ -86,7 +87,23 @@ def digests(a: argparse.Namespace) -> dict:
         files = sorted(p for p in run.rglob("*.safetensors"))
         out[name] = {str(p.relative_to(run)): _sha(p) for p in files}
         print(f"{name}: {len(files)} weight files", file=sys.stderr, flush=True)
-    return out
+    return {"runs": out, "demo": demo_taus(work / a.label, env)}
+
+
+def demo_taus(work: Path, env: dict) -> dict:
+    """`eagle3kit demo --quick --json` in a fresh home: the headline's online τ per row and
+    eval.json's offline τ (walked, every position) per drafter."""
+    out = work / "demo"
+    cmd = [sys.executable, "-m", "eagle3kit", "demo", "--quick", "--json", "-o", str(out)]
+    env = {**env, "EAGLE3KIT_HOME": str(work / "home")}
+    r = subprocess.run([*cmd, "--threads", "1"], capture_output=True, text=True, env=env)
+    if r.returncode != 0:
+        raise SystemExit(f"demo: exit {r.returncode}\n{r.stderr[-2000:]}")
+    head = {x["name"]: x.get("tau_online") for x in json.loads(r.stdout)["headline"]}
+    drafters = json.loads((out / "eval.json").read_text())["drafters"]
+    keys = ("tau_walk", "tau_every_position")
+    offline = {n: {k: d.get(k) for k in keys} for n, d in drafters.items()}
+    return {"headline_tau_online": head, "eval": offline}
 
 
 def _sha(p: Path) -> str:
@@ -107,7 +124,15 @@ def _sha(p: Path) -> str:
 
 
 def compare(before: dict, after: dict) -> dict:
-    """Per run: its files, and whether each is bitwise the same on both sides."""
+    """Per run: its files, and whether each is bitwise the same on both sides; the demo's
+    figures, equal or not."""
+    rows = _compare_runs(before["runs"], after["runs"])
+    rows["demo --quick"] = {"before": before["demo"], "after": after["demo"]}
+    rows["demo --quick"]["equal"] = before["demo"] == after["demo"]
+    return rows
+
+
+def _compare_runs(before: dict, after: dict) -> dict:
     rows = {}
     for name in sorted(set(before) | set(after)):
         b, a = before.get(name, {}), after.get(name, {})
@@ -135,11 +160,14 @@ def main() -> None:
         return
     rows = compare(json.loads(a.before.read_text()), json.loads(a.after.read_text()))
     for name, r in rows.items():
-        print(f"{name:>16}: {r['same']}/{r['files']} files bitwise equal")
+        if "equal" in r:
+            print(f"{name:>16}: headline and eval.json taus equal: {r['equal']}")
+        else:
+            print(f"{name:>16}: {r['same']}/{r['files']} files bitwise equal")
     if a.json:
         from _results import write_result
 
-        every = all(r["bitwise"] for r in rows.values())
+        every = all(r.get("bitwise", r.get("equal")) for r in rows.values())
         doc = {"before_commit": a.before_commit, "runs": rows, "all_bitwise": every}
         write_result(a.json, "eagle3kit.loss_default_bitwise", doc)
 
