@@ -2,7 +2,8 @@
 
     python benchmarks/bench_losses.py run [--size full] [--arms warm,scratch]
         [--losses kl,rkl,jsd,tv,ce,lk,lk-hybrid] [--seeds 0,1] [--warm-steps 80]
-        [--scratch-steps 80] [--online-prompts 8] [--json benchmarks/results/losses-full.json]
+        [--scratch-steps 80] [--online-prompts 4] [--online-seeds 0]
+        [--json benchmarks/results/losses-full.json]
 
 Two arms, every loss in each with the same settings, steps and seeds:
 - warm: the demo's question, fine-tuning the K2 drafter (trained on dsv3-v1, shipped) on data
@@ -15,16 +16,23 @@ Three disjoint sets per arm, as in bench_warmstart.py (benchmarks/_drafter_runs.
 samples of the member's slice; the run's validation split of them, which chooses RUN/best
 among the trained steps; and the test set, chat samples of the slice's held-out files (files
 the zoo never trained on), scored once per run on RUN/best: walked τ (`tau_walk`) and the
-every-position τ offline at depth --ttt-steps, and τ online (greedy chain decoding at that
-depth, `decode.speculative_generate`, pooled over the cycles of the first --online-prompts
-test prompts, --online-tokens new tokens each). The canned-output check (`core.diversity`) on
-the target's greedy answers to the test prompts is recorded per arm: a τ on canned answers
-says little. The K2 drafter alone is scored on the warm arm's test set.
+every-position τ offline at depth --ttt-steps, and τ online for the runs of --online-seeds
+(greedy chain decoding at that depth, `decode.speculative_generate`, pooled over the cycles of
+the first --online-prompts test prompts, --online-tokens new tokens each). The canned-output
+check (`core.diversity`) is recorded per arm on the target's greedy answers to the test
+prompts (what online τ decodes) and on the test set's own answers (what offline τ is scored
+on): a τ on canned answers says little. The K2 drafter alone is scored on the warm arm's test set.
 
 A loss "wins" an arm only when, over two seeds or more, its lowest seed is above every other
 loss's highest seed (`verdict`); otherwise the file names the losses whose seed ranges overlap
 the best mean's.
-Torch threads: 2 (the machine is shared).
+Sizes, and why: the demo's fine-tune is 80 steps of batch 8 on 600 samples of v2's slice, so
+every run gets that (the scratch arm too: the demo's "from scratch" row gets the same steps);
+2 seeds per loss, 7 losses, 2 arms: 28 runs. On the shared 2-core machine (load 6-10 from other
+jobs) a run trained in about 4-5 minutes, offline scoring of 64 test samples took under a
+minute and decoding 4 prompts online about 100 s, so online τ is measured for seed 0 only
+(--online-seeds) and RUN/best is picked from two evaluations (steps 40 and 80): about 2.5
+hours in all. Torch threads: 2 (the machine is shared).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import argparse
 import copy
 import json
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -82,22 +91,25 @@ def run_arm(a: argparse.Namespace, arm: str, k2: str, vocab: int) -> dict:
         common |= {"init_from": k2, "lr": b.lr / 3, "steps": b.warm_steps}
     else:
         common |= {"draft_vocab_size": vocab, "steps": b.scratch_steps}
-    common["eval_every"] = max(1, common["steps"] // 4)
+    common["eval_every"] = max(1, common["steps"] // 2)  # RUN/best: the middle or the end
     test = R.held_out_set(b, target)
     doc = {
         "member": b.member,
         "target_diversity": R.canned_check(target, test.prompts, n=b.check_prompts),
+        "answers_diversity": answers_diversity(test, b.online_tokens),
         "test_samples": len(test.samples),
         "settings": {k: v for k, v in common.items() if k not in ("target", "data")},
         "rows": [],
     }
     if arm == "warm":
         doc["k2_alone"] = _score(target, k2, test, b)
+        print(json.dumps({"k2_alone": doc["k2_alone"]}), file=sys.stderr, flush=True)
     for seed in R.seeds(b):
         for loss in b.losses.split(","):
             out = Path(b.work) / f"{loss}-s{seed}"
             row = {"loss": loss, "seed": seed, **R.train_run(out, seed=seed, loss=loss, **common)}
-            row["test"] = _score(target, str(out / "best"), test, b)
+            online = str(seed) in b.online_seeds.split(",")
+            row["test"] = _score(target, str(out / "best"), test, b, online=online)
             doc["rows"].append(row)
             print(json.dumps({"arm": arm, **row}), file=sys.stderr, flush=True)
     doc["table"] = table(doc["rows"])
@@ -105,11 +117,23 @@ def run_arm(a: argparse.Namespace, arm: str, k2: str, vocab: int) -> dict:
     return doc
 
 
-def _score(target: str, drafter: str, test, b: argparse.Namespace) -> dict:
-    """Offline (walked, every position) and online τ of `drafter` on the test set, once."""
+def answers_diversity(test, n: int) -> dict:
+    """The canned-output check on the test set's own answers (the assistant tokens offline τ
+    is scored on, the first `n` of each): are they one answer repeated?"""
+    outs = [ids[mask].tolist()[:n] for ids, mask in test.samples]
+    return R.answers_check(outs, n)
+
+
+def _score(target: str, drafter: str, test, b: argparse.Namespace, online: bool = True) -> dict:
+    """Offline (walked, every position) and, with `online`, online τ of `drafter` on the test
+    set, once, and the seconds each took."""
+    t0 = time.perf_counter()
     out = R.test_score(target, drafter, test, b.ttt_steps)
-    if b.online_prompts:
+    out["offline_s"] = round(time.perf_counter() - t0, 1)
+    if b.online_prompts and online:
+        t0 = time.perf_counter()
         out |= online_tau(target, drafter, test.prompts, b)
+        out["online_s"] = round(time.perf_counter() - t0, 1)
     return out
 
 
@@ -186,7 +210,8 @@ def main() -> None:
     r.add_argument("--train-samples", type=int, default=600, help="the demo's v2 samples")
     r.add_argument("--warm-steps", type=int, default=80, help="the demo's fine-tune steps")
     r.add_argument("--scratch-steps", type=int, default=80, help="the demo's: as the warm arm")
-    r.add_argument("--online-prompts", type=int, default=8, help="0: no online τ")
+    r.add_argument("--online-prompts", type=int, default=4, help="0: no online τ")
+    r.add_argument("--online-seeds", default="0", help="the seeds whose runs decode online")
     r.add_argument("--online-tokens", type=int, default=64)
     r.add_argument("--check-prompts", type=int, default=16, help="prompts of the canned check")
     a = ap.parse_args()
