@@ -10,6 +10,7 @@ import math
 import pytest
 import torch
 
+from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.train import losses
 from eagle3kit.train.losses import LOSSES, Teacher, position_losses
 
@@ -173,5 +174,5 @@ def test_the_forward_keeps_no_full_vocabulary_copy(name):
 
 
 def test_an_unknown_loss_names_the_choices():
-    with pytest.raises(ValueError, match="--loss: expected one of kl, rkl, jsd, tv, ce, lk"):
+    with pytest.raises(Eagle3Error, match="--loss: expected one of kl, rkl, jsd, tv, ce, lk"):
         position_losses("mse", *_case(6)[:1], _case(6)[1])

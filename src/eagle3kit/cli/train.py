@@ -85,6 +85,14 @@ CodRatio = Annotated[
     float, typer.Option("--cod-ratio", help="peagle: COD keeps n*max(r^d, min) at depth d.")
 ]
 CodMin = Annotated[float, typer.Option("--cod-min", help="peagle: COD's floor r_min.")]
+Loss = Annotated[
+    str,
+    typer.Option(
+        "--loss",
+        help="Per-position loss to the target's law: kl (default), rkl, jsd, tv, ce (the "
+        "target's argmax), lk or lk-hybrid (acceptance, LK); every method (docs/train.md).",
+    ),
+]
 Vocab = Annotated[
     str,
     typer.Option(
@@ -218,6 +226,7 @@ CONFIG_OPTIONS = {
     "mask_token_id": MaskTokenId,
     "cod_ratio": CodRatio,
     "cod_min": CodMin,
+    "loss": Loss,
     "vocab": Vocab,
     "draft_vocab_size": DraftVocabSize,
     "rebuild_vocab": RebuildVocab,

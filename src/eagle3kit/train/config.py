@@ -31,6 +31,7 @@ class TrainConfig:
     mask_token_id: int | None = None  # peagle: the token of the parallel slots
     cod_ratio: float = 0.7  # peagle: depth d keeps n * max(r^d, r_min) anchors (COD)
     cod_min: float = 0.2
+    loss: str = "kl"  # the per-position loss (train/losses.py LOSSES); kl: EAGLE-3's soft CE
     vocab: str | None = None
     draft_vocab_size: int | None = None
     rebuild_vocab: bool = False
@@ -92,6 +93,9 @@ class TrainConfig:
                 )
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise Eagle3Error(f"min_lr_ratio: expected 0..1, found {self.min_lr_ratio:g}")
+        from eagle3kit.train.losses import check_loss  # torch: not at import (`--help`)
+
+        check_loss(self.loss)
 
 
 # (field, lower bound, bound excluded, None allowed)

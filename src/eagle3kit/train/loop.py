@@ -4,7 +4,8 @@ One optimizer step (the loop reads top to bottom in `train`):
 
     batch  = samples order[step*B : (step+1)*B]          (order: a seeded permutation per epoch)
     feats  = source.batch(batch[rank::world])             (online target, or the feature store)
-    loss   = sum_i 0.8^i * sum_{t in C_i} CE_i(t) / |C_i|_global  (ttt.ttt_loss, float32)
+    loss   = sum_i 0.8^i * sum_{t in C_i} CE_i(t) / |C_i|_global  (ttt.ttt_loss, float32;
+                                                          --loss: that loss for CE)
     grad  += l2sp * (w - w_0)                             (warm start, optional)
     clip to grad_clip; AdamW at lr(step)                  (config.lr_at)
 
@@ -303,6 +304,7 @@ def _finish(r: Run) -> dict[str, Any]:
         "init_from": r.cfg.init_from,
         "attention": getattr(ctx.spec, "attention", "mha"),
         "method": ctx.drafter.method,
+        "position_loss": r.cfg.loss,  # --loss (train/losses.py)
         "flags": spec_flags(ctx.spec),
         "source": ctx.source.kind,
         "train_samples": len(ctx.train_idx),

@@ -48,6 +48,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from eagle3kit.core.errors import Eagle3Error
+
 LOSSES = ("kl", "rkl", "jsd", "tv", "ce", "lk", "lk-hybrid")
 LK_ETA = 3.0  # the LK paper's best hybrid setting (speculators' default)
 ALPHA_FLOOR = 1e-5  # lk: -log(max(alpha, floor)), as speculators clamps it
@@ -65,20 +67,57 @@ class Teacher:
     ids: torch.Tensor | None = None
     rest: torch.Tensor | None = None
 
-    def sliced(self, s: slice) -> Teacher:
-        """The teacher at positions `s` of dim 1 (views)."""
+    def map(self, fn: Callable[[torch.Tensor], torch.Tensor]) -> Teacher:
+        """`fn` applied to each of its tensors (an index over the leading dims)."""
         return Teacher(
-            self.p[:, s],
-            None if self.ids is None else self.ids[:, s],
-            None if self.rest is None else self.rest[:, s],
+            fn(self.p),
+            None if self.ids is None else fn(self.ids),
+            None if self.rest is None else fn(self.rest),
         )
 
+    def sliced(self, s: slice) -> Teacher:
+        """The teacher at positions `s` of dim 1 (views)."""
+        return self.map(lambda x: x[:, s])
 
-def check_loss(name: str) -> str:
-    """`name` if it is one of LOSSES, else ValueError naming them."""
+
+TOKEN_LOSSES = ("kl", "ce")  # the losses a one-hot teacher (the data token) trains with
+
+
+def check_loss(name: str, *, token: str | None = None) -> str:
+    """`name` if it is one of LOSSES, else Eagle3Error naming them. `token`: the option that
+    made the teacher the data token (a one-hot law), with which only TOKEN_LOSSES are
+    defined (reverse KL, JSD, TV and LK of a one-hot law read log 0 off the token, or are CE
+    again)."""
     if name not in LOSSES:
-        raise ValueError(f"--loss: expected one of {', '.join(LOSSES)}, found {name!r}")
+        raise Eagle3Error(f"--loss: expected one of {', '.join(LOSSES)}, found {name!r}")
+    if token is not None and name not in TOKEN_LOSSES:
+        raise Eagle3Error(
+            f"--loss: expected kl or ce with {token} (the data token is the teacher: both are "
+            f"its cross entropy), found {name!r}; the others need the target's law as teacher"
+        )
     return name
+
+
+def teacher_from_logp(name: str, logp: torch.Tensor, ids: torch.Tensor | None) -> Teacher:
+    """The teacher loss `name` reads from the features' one (data/features.py: `logp` [.., K]
+    a log-softmax over the draft vocabulary, every id in order when `ids` is None, else its K
+    largest, not renormalised). Full: p = exp(logp). Top-K: `kl` renormalises over the K ids
+    (EAGLE-3's soft cross entropy, the loss before this choice, bitwise); every other loss
+    reads the K probabilities as they are and `rest` = 1 - their sum, the draft vocabulary's
+    mass the features left out (clamped at 0: a float16 store may round the sum past 1)."""
+    lp = logp.float()
+    if ids is None:
+        return Teacher(lp.exp())
+    if name == "kl":
+        return Teacher(lp.softmax(-1), ids)
+    p = lp.exp()
+    return Teacher(p, ids, (1.0 - p.sum(-1)).clamp(min=0.0))
+
+
+def token_teacher(tokens: torch.Tensor) -> Teacher:
+    """A one-hot teacher at `tokens` [..] (draft ids): the data token as the label, for
+    which `kl` and `ce` are both -log q_token."""
+    return Teacher(torch.ones(*tokens.shape, 1, device=tokens.device), tokens.unsqueeze(-1))
 
 
 def position_losses(

@@ -17,7 +17,10 @@ Loss of step i, over the set C_i of positions t where the predicted token is an 
     L_i = (1/|C_i|) sum_{t in C_i} - sum_j p_j(t+1+i) log q_i(teacher_ids_j | t)
     L   = sum_i 0.8^i L_i
 
-with p = softmax over the K teacher columns (= exp(teacher_logp) when K = Vd).
+with p = softmax over the K teacher columns (= exp(teacher_logp) when K = Vd). That is the
+default, `--loss kl`; another loss replaces the inner term by its own per-position value
+against the same teacher (train/losses.py `position_losses`; a top-K teacher then keeps its
+rest mass, `losses.teacher_from_logp`), with the same C_i, averages and step weights.
 
 Metrics of step i count every position M_i where loss_mask[t+2+i] (a target argmax outside
 the draft vocabulary is a miss, as it is in decoding). hit_i(t) = (d2t-mapped argmax of q_i at
@@ -50,9 +53,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from eagle3kit.model.drafter import DraftCache
+from eagle3kit.train.losses import Teacher, position_losses, teacher_from_logp
 
 if TYPE_CHECKING:
     from eagle3kit.model.drafter import Eagle3Drafter
@@ -126,7 +129,7 @@ class Counts:
     """Sums over positions, per step; add them across batches and ranks, then `finish`."""
 
     k: int
-    loss_sum: torch.Tensor = field(default=None)  # [k] sum of CE over C_i
+    loss_sum: torch.Tensor = field(default=None)  # [k] sum of the loss over C_i
     loss_n: torch.Tensor = field(default=None)  # [k] |C_i|
     hits: torch.Tensor = field(default=None)  # [k] |{M_i: hit_i}|
     counted: torch.Tensor = field(default=None)  # [k] |M_i|
@@ -169,12 +172,13 @@ class Counts:
         }
 
 
-def teacher_probs(feats: Any, vd: int) -> torch.Tensor:
-    """p [B, T, K] float32: the teacher's distribution over its K columns (exp of the log-probs
-    when K = vd, the whole draft vocab; renormalised over the K kept ids otherwise). Computed
-    once per batch; every TTT step reads a shifted slice."""
-    lp = feats.teacher_logp.float()
-    return lp.exp() if lp.shape[-1] == vd else lp.softmax(-1)
+def batch_teacher(feats: Any, vd: int, loss: str = "kl") -> Teacher:
+    """The teacher of a batch [B, T, K] as loss `loss` reads it (losses.teacher_from_logp: the
+    whole draft vocabulary when K = vd, else the top-K ids, renormalised for kl, with their
+    rest mass for the others). Computed once per batch; every TTT step reads a shifted
+    slice."""
+    lp = feats.teacher_logp
+    return teacher_from_logp(loss, lp, None if lp.shape[-1] == vd else feats.teacher_ids)
 
 
 def step_terms(
@@ -184,10 +188,13 @@ def step_terms(
     i: int,
     *,
     metrics: bool = True,
-    probs: torch.Tensor | None = None,
+    teacher: Teacher | None = None,
+    loss: str = "kl",
 ):
-    """(ce, loss positions C_i, hit, metric positions M_i), each [B, L] over t = 0..L-1
-    (hit is None without `metrics`). `probs`: `teacher_probs(feats)`, when already computed.
+    """(loss, loss positions C_i, hit, metric positions M_i), each [B, L] over t = 0..L-1
+    (hit is None without `metrics`): the loss `loss` of each position (train/losses.py
+    `position_losses`) against `teacher` (`batch_teacher(feats, Vd, loss)`, when already
+    computed).
 
     L = T - 2 - i: later positions predict past the end of the sequence. Views, not copies:
     position t of step i reads the teacher at t+1+i and the loss mask at t+2+i.
@@ -198,20 +205,13 @@ def step_terms(
     lm = feats.loss_mask[:, n + 1 :]  # [B, L]: the predicted token is an assistant token
     tgt = feats.target_argmax[:, n : n + L]  # [B, L] target ids
     in_vocab = drafter.t2d[tgt]  # [B, L]
-    logq = F.log_softmax(logits[:, :L].float(), dim=-1)  # [B, L, Vd]
-    k_cols = feats.teacher_logp.shape[-1]
-    if probs is None:
-        probs = teacher_probs(feats, logq.shape[-1])
-    p = probs[:, n : n + L]  # [B, L, K]
-    if k_cols == logq.shape[-1]:  # the full draft vocab: ids are arange(Vd), p sums to 1
-        ce = -(p * logq).sum(-1)  # [B, L]
-    else:  # top-K teacher: renormalised over the K kept ids
-        ids = feats.teacher_ids[:, n : n + L]  # [B, L, K] draft ids
-        ce = -(p * logq.gather(-1, ids)).sum(-1)  # [B, L]
+    if teacher is None:
+        teacher = batch_teacher(feats, logits.shape[-1], loss)
+    ell = position_losses(loss, logits[:, :L], teacher.sliced(slice(n, n + L)))  # [B, L]
     hit = None
     if metrics:
         hit = drafter.to_target_ids(logits[:, :L].argmax(-1)) == tgt  # [B, L]
-    return ce, lm & in_vocab, hit, lm
+    return ell, lm & in_vocab, hit, lm
 
 
 def ttt_loss(
@@ -221,8 +221,11 @@ def ttt_loss(
     *,
     norm: torch.Tensor | None = None,
     counts: bool = True,
+    loss: str = "kl",
 ) -> tuple[torch.Tensor, Counts]:
     """(sum_i 0.8^i L_i, the step's Counts). The loss keeps autograd; counts are detached.
+    `loss`: the per-position loss (train/losses.py; kl, the default, is the soft cross
+    entropy of the module docstring), also what Counts' loss sums.
 
     `norm` [k] replaces |C_i| as the denominator (data-parallel training divides every rank's
     sum by the global count, so the summed gradients equal one process on the whole batch).
@@ -234,10 +237,12 @@ def ttt_loss(
     if counts:
         chain = torch.ones_like(feats.loss_mask)  # [B, T]
         ok = torch.zeros(*feats.loss_mask.shape, k, dtype=torch.bool)  # [B, T, k] hit_i & M_i
-    probs = teacher_probs(feats, int(drafter.d2t.numel()))  # [B, T, K], once for all k steps
+    teacher = batch_teacher(feats, int(drafter.d2t.numel()), loss)  # [B, T, K], for all k steps
     for i, logits in enumerate(unroll(drafter, feats.input_ids, feats.aux.to(_dtype(drafter)), k)):
-        ce, cmask, hit, m = step_terms(drafter, feats, logits, i, metrics=counts, probs=probs)
-        s = (ce * cmask).sum()
+        ell, cmask, hit, m = step_terms(
+            drafter, feats, logits, i, metrics=counts, teacher=teacher, loss=loss
+        )
+        s = (ell * cmask).sum()
         n = cmask.sum()
         denom = norm[i].float() if norm is not None else n.clamp(min=1)
         total = total + (STEP_DECAY**i) * s / denom

@@ -65,10 +65,10 @@ def prepare(m: Any, cfg: Any, target: Target, info: dict[str, Any] | None) -> An
 
 
 def loss(m: Any, feats: Any, k: int, cfg: Any, d: Any, step: int) -> torch.Tensor:
-    """One step's loss on this rank's slice: TTT over k steps, normalised by the global count
-    of loss positions per step (train/ttt.py)."""
+    """One step's loss on this rank's slice: TTT over k steps with `--loss` per position,
+    normalised by the global count of loss positions per step (train/ttt.py)."""
     norm = dist_.all_sum(loss_positions(m.t2d, feats, k), d)  # global |C_i|, float32 [k]
-    out, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1), counts=False)
+    out, _ = ttt_loss(m, feats, k, norm=norm.clamp(min=1), counts=False, loss=cfg.loss)
     return out
 
 
@@ -95,7 +95,7 @@ def summary_lines(s: dict[str, Any]) -> list[str]:
     out = [
         f"trained {s['steps']} steps ({s['source']}, {s.get('method', 'eagle3')} "
         f"{s['attention']} drafter, {s['train_samples']} samples, {s['world_size']} "
-        "process(es))",
+        f"process(es), loss {s.get('position_loss', 'kl')})",
         f"best step {s['best_step']}: tau_every_position {s['tau_every_position']:.3f} "
         f"(by depth: {', '.join(f'{x:.2f}' for x in depth)})",
     ]

@@ -28,7 +28,8 @@ under the mask (speculators src/speculators/models/peagle/attention.py)
 which is the mask decoding builds (the cache, then slots 1..j). Loss: soft cross entropy
 against the teacher over every counted element, averaged over them, with no per-depth weight
 (speculators' default: KL, which differs from this by the teacher's entropy, a constant: the
-same gradient).
+same gradient). `--loss` picks another per-element loss against the same teacher
+(train/losses.py `position_losses`, `ttt.batch_teacher`).
 """
 
 from __future__ import annotations
@@ -37,11 +38,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from eagle3kit.methods.eagle3.train import config, run, summary_lines
 from eagle3kit.train import distributed as dist_
-from eagle3kit.train.ttt import teacher_probs
+from eagle3kit.train.losses import Teacher, position_losses
+from eagle3kit.train.ttt import batch_teacher
 
 if TYPE_CHECKING:
     from eagle3kit.methods.peagle.model import PEagleDrafter
@@ -119,24 +120,28 @@ def cod_loss(
     ratio: float = 0.7,
     floor: float = 0.2,
     gen: torch.Generator | list[torch.Generator] | None = None,
+    loss: str = "kl",
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(sum of soft CE over the counted elements, their count), float32 on the device; divide
-    the first by the (global) second. `gen`: one generator for every row, or one per row (a
-    row's subsets then do not depend on which rank it is on: distributed.row_generators)."""
+    """(sum of the loss `loss` over the counted elements, their count), float32 on the
+    device; divide the first by the (global) second. `gen`: one generator for every row, or
+    one per row (a row's subsets then do not depend on which rank it is on:
+    distributed.row_generators)."""
     dtype = drafter.fc.weight.dtype
     valid = valid_positions(drafter, feats)  # [B, T]
-    probs = teacher_probs(feats, int(drafter.d2t.numel()))  # [B, T, K]
+    teacher = batch_teacher(feats, int(drafter.d2t.numel()), loss)  # [B, T, K]
     total = torch.zeros((), device=feats.input_ids.device)
     count = torch.zeros((), device=feats.input_ids.device)
     for row in range(feats.input_ids.shape[0]):
         g = gen[row] if isinstance(gen, list) else gen
-        s, n = _row_loss(drafter, feats, row, k, valid[row], probs[row], ratio, floor, g, dtype)
+        args = (k, valid[row], teacher.map(lambda x, r=row: x[r]), ratio, floor, g, dtype, loss)
+        s, n = _row_loss(drafter, feats, row, *args)
         total, count = total + s, count + n
     return total, count
 
 
-def _row_loss(drafter, feats, row, k, valid, probs, ratio, floor, gen, dtype):
-    """One row's COD pass: (sum of CE, count) over its counted elements."""
+def _row_loss(drafter, feats, row, k, valid, teacher: Teacher, ratio, floor, gen, dtype, loss):
+    """One row's COD pass: (sum of the loss, count) over its counted elements; `teacher`: the
+    row's, [T, K]."""
     ids_row = feats.input_ids[row]  # [T]
     t = ids_row.shape[0]
     anchor, depth, mask = cod_layout(t, cod_anchors(valid, k, ratio, floor, gen), ids_row.device)
@@ -149,14 +154,9 @@ def _row_loss(drafter, feats, row, k, valid, probs, ratio, floor, gen, dtype):
     hidden = torch.where(first[:, None], aux, slot_hidden[0, 0])  # [N, 3Ht]
     out = drafter(ids[None], hidden[None], None, pos[None], mask, from_aux=True)
     ok = valid[pos.clamp(max=t - 1)] & (pos < t)  # [N]
-    logq = F.log_softmax(out.logits[0].float(), dim=-1)  # [N, Vd]
     tp = (pos + 1).clamp(max=t - 1)  # the teacher's position
-    p = probs[tp]  # [N, K]
-    if p.shape[-1] == logq.shape[-1]:
-        ce = -(p * logq).sum(-1)  # [N]
-    else:
-        ce = -(p * logq.gather(-1, feats.teacher_ids[row][tp])).sum(-1)  # [N]
-    return (ce * ok).sum(), ok.sum().float()
+    ell = position_losses(loss, out.logits, teacher.map(lambda x: x[tp][None]))[0]  # [N]
+    return (ell * ok).sum(), ok.sum().float()
 
 
 def loss(m: Any, feats: Any, k: int, cfg: Any, d: Any, step: int) -> torch.Tensor:
@@ -165,7 +165,7 @@ def loss(m: Any, feats: Any, k: int, cfg: Any, d: Any, step: int) -> torch.Tenso
     global count of counted elements."""
     mine = range(d.rank, cfg.batch_size, d.world)  # this rank's rows of the batch
     gens = dist_.row_generators(cfg.seed, step, mine)
-    s, n = cod_loss(m, feats, k, ratio=cfg.cod_ratio, floor=cfg.cod_min, gen=gens)
+    s, n = cod_loss(m, feats, k, ratio=cfg.cod_ratio, floor=cfg.cod_min, gen=gens, loss=cfg.loss)
     return s / dist_.all_sum(n, d).clamp(min=1)
 
 

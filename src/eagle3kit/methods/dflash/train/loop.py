@@ -40,6 +40,7 @@ from eagle3kit.methods.dflash.train.step import (
 )
 from eagle3kit.train import distributed as dist_
 from eagle3kit.train import outputs
+from eagle3kit.train.losses import check_loss
 
 if TYPE_CHECKING:
     from eagle3kit.methods.dflash.model import DFlashDrafter
@@ -92,6 +93,7 @@ def start(
     from eagle3kit.train.config import total_steps
 
     opts.validate()
+    check_loss(cfg.loss, token="--dflash-loss ce" if opts.loss == "ce" else None)
     if cfg.target is None:
         raise Eagle3Error("train --method dflash: expected --target")
     if cfg.batch_size < d.world:
@@ -140,7 +142,9 @@ def train_step(r: DFlashRun) -> float:
     gens = dist_.row_generators(cfg.seed, r.step, range(d.rank, cfg.batch_size, d.world))
     blocks = make_blocks(feats, o.anchors, m.spec.block_size, m.spec.mask_token_id, gens)
     logits, hidden, prev = block_outputs(m, feats, blocks)
-    s, w = block_loss_terms(logits, feats, blocks, o.gamma, o.loss, o.weights, o.dpace_alpha)
+    s, w = block_loss_terms(
+        logits, feats, blocks, o.gamma, o.loss, o.weights, o.dpace_alpha, loss=cfg.loss
+    )
     loss = s / dist_.all_sum(w.detach(), d).clamp(min=1e-9)
     extra = m.aux_loss_terms(hidden, prev, logits, feats, blocks)  # a variant's own head
     if extra is not None:
@@ -303,7 +307,8 @@ def summary(r: DFlashRun) -> dict[str, Any]:
         "draft_layers": r.drafter.spec.num_hidden_layers,
         "target_layer_ids": list(r.drafter.spec.target_layer_ids),
         "init_from": r.cfg.init_from,  # the warm start's drafter (None: fresh)
-        "loss": r.opts.loss,
+        "loss": r.opts.loss,  # the teacher: ce the data token, kl the target's law
+        "position_loss": r.cfg.loss,  # --loss, against that teacher (train/losses.py)
         "best_step": r.best_step,
         "tau_every_position": best.get("tau_every_position"),
         "per_position_acceptance": best.get("per_position_acceptance"),

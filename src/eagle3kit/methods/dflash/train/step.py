@@ -9,10 +9,13 @@ Per sample (tokens x_0..x_{T-1}, loss mask m_t, the target's aux states h_t), pe
               block j (bidirectional), nothing else (`block_mask`)
     targets   slot k (1 <= k < B) of block j guesses x_{a_j+k}; it counts when m_{a_j+k}
     loss      Σ w_k ℓ_{j,k} / Σ w_k over the counted slots, w_k = exp(-(k-1)/γ) (or D-PACE's
-              weights from the drafter's own detached CE, `dpace_weights`) and
-              ℓ = -log p(x_{a+k})           (--dflash-loss ce: the data token), or
-              ℓ = KL(teacher ‖ drafter)     (--dflash-loss kl: the target's law of x_{a+k},
-                                             its logits at a+k-1)
+              weights from the drafter's own detached CE, `dpace_weights`) and ℓ the
+              `--loss` of the slot (train/losses.py `position_losses`; default kl) against
+              the data token x_{a+k}     (--dflash-loss ce: a one-hot teacher; kl and ce
+                                          are then both -log p(x_{a+k})), or
+              the target's law of x_{a+k} (--dflash-loss kl: its logits at a+k-1; kl is
+                                          the soft cross entropy, KL(teacher ‖ drafter) plus
+                                          the teacher's entropy: KL's gradient)
     accept    a block's accepted drafts r_j = the leading slots whose argmax equals the
               target's own greedy token there (its argmax at a+k-1); over blocks whose B-1
               slots all count: per-position acceptance P(r ≥ i) and the expected accept
@@ -31,11 +34,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.methods.dflash.checkpoint.layout import default_target_layer_ids
 from eagle3kit.methods.dflash.model import DFlashDrafter
+from eagle3kit.train.losses import position_losses, teacher_from_logp, token_teacher
 
 if TYPE_CHECKING:
     from eagle3kit.model.target import TargetModel
@@ -193,28 +196,48 @@ def block_outputs(drafter: DFlashDrafter, feats: Any, blocks: Blocks) -> tuple:
     return drafter.train_logits(hidden, prev).float(), hidden, prev
 
 
-def block_loss(logits, feats, blocks: Blocks, gamma: float, kind: str, weights: str = "exp",
-               alpha: float = 0.5) -> torch.Tensor:  # fmt: skip
+def block_loss(
+    logits,
+    feats,
+    blocks: Blocks,
+    gamma: float,
+    kind: str,
+    weights: str = "exp",
+    alpha: float = 0.5,
+    loss: str = "kl",
+) -> torch.Tensor:
     """Σ w_k ℓ / Σ w_k over the counted slots (module docstring; D-PACE weights on request)."""
-    s, w = block_loss_terms(logits, feats, blocks, gamma, kind, weights, alpha)
+    s, w = block_loss_terms(logits, feats, blocks, gamma, kind, weights, alpha, loss)
     return s / w.clamp(min=1e-9)
 
 
-def block_loss_terms(logits, feats, blocks: Blocks, gamma: float, kind: str,
-                     weights: str = "exp", alpha: float = 0.5) -> tuple:  # fmt: skip
-    """(Σ w_k ℓ, Σ w_k) over the counted slots: a sharded run divides by the global Σ w."""
-    logp = F.log_softmax(logits, dim=-1)  # [Bt, N, B, V]
+def block_loss_terms(
+    logits,
+    feats,
+    blocks: Blocks,
+    gamma: float,
+    kind: str,
+    weights: str = "exp",
+    alpha: float = 0.5,
+    loss: str = "kl",
+) -> tuple:
+    """(Σ w_k ℓ, Σ w_k) over the counted slots: a sharded run divides by the global Σ w.
+    ℓ: `loss` per slot (train/losses.py) against the data token (`kind` ce: a one-hot
+    teacher, kl and ce being its cross entropy) or the target's law (`kind` kl)."""
+    bt, n, b, v = logits.shape
     if kind == "ce":
-        label = _gather_slots(feats.input_ids, blocks.src)  # x_{a+k}
-        ell = -logp.gather(-1, label[..., None])[..., 0]
-    else:  # the teacher's law of x_{a+k}: its logits at a+k-1 (full vocabulary)
+        teacher = token_teacher(_gather_slots(feats.input_ids, blocks.src))  # x_{a+k}
+    else:  # the teacher's law of x_{a+k}: its logits at a+k-1
         prev = (blocks.src - 1).clamp(min=0)
-        t_logp = _gather_slots(feats.teacher_logp.float(), prev)
-        ell = (t_logp.exp() * (t_logp - logp)).sum(-1)
+        t_logp = _gather_slots(feats.teacher_logp, prev)  # [Bt, N, B, K]
+        ids = None if t_logp.shape[-1] == v else _gather_slots(feats.teacher_ids, prev)
+        teacher = teacher_from_logp(loss, t_logp, ids)
+    teacher = teacher.map(lambda x: x.reshape(bt, n * b, *x.shape[3:]))
+    ell = position_losses(loss, logits.view(bt, n * b, v), teacher).view(bt, n, b)
     if weights == "dpace":
         w = dpace_weights(ell, blocks.valid, alpha)
     else:
-        w = position_weights(logits.shape[2], gamma, logits.device) * blocks.valid
+        w = position_weights(b, gamma, logits.device) * blocks.valid
     return (w * ell).sum(), w.sum()
 
 

@@ -34,6 +34,7 @@ def config(options: dict[str, Any]) -> MTPTrainConfig:
         seed=o["seed"],
         device=o["device"],
         targets=o["mtp_targets"],
+        loss=o["loss"],
     )
 
 

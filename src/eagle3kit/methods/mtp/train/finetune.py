@@ -7,6 +7,8 @@ the sample's tokens, over the positions t < T - K - 1::
     z_0 = h_t
     step k = 0..K-1:  z_{k+1}, logits_k = head(z_k, embed(x_{t+k+1}))      positions t
                       loss_k = CE(logits_k, x_{t+k+2}) over loss-masked targets
+                               (`--loss`: another per-position loss, against the target's
+                               law with --mtp-targets target; train/losses.py)
     loss = sum_k w_k loss_k,   w_k = beta^k / sum_j beta^j,  beta = 0.6  -> [0.51, 0.31, 0.18]
 
 Offline acceptance (eval, and the numbers this loop reports): a drafted token i at anchor t is
@@ -24,7 +26,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.nn.functional as F
 
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.atomic import atomic_dir, atomic_write_json
@@ -32,6 +33,7 @@ from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.methods.mtp.checkpoint.layout import head_dir_config, mtp_count
 from eagle3kit.methods.mtp.model import FinalNormTap, MTPHead, causal, load_mtp_head
+from eagle3kit.train.losses import Teacher, check_loss, position_losses, token_teacher
 
 if TYPE_CHECKING:
     from eagle3kit.model.target import TargetModel
@@ -59,6 +61,7 @@ class MTPTrainConfig:
     k: int = STEPS_K
     beta: float = BETA
     targets: str = "data"  # "data": FastMTP's CE on the sample's tokens; "target": distil
+    loss: str = "kl"  # per position (train/losses.py); with "data" kl or ce: FastMTP's CE
     heldout: float = 0.05
     eval_samples: int = 32
     seed: int = 0
@@ -86,21 +89,22 @@ def unroll(head: MTPHead, h: torch.Tensor, ids: torch.Tensor, k: int) -> list[to
     return out
 
 
-def mtp_loss(logits, ids, loss_mask, weights: list[float], teacher=None) -> torch.Tensor:
-    """sum_k w_k CE(logits_k, x_{t+k+2}) averaged over loss-masked targets; with ``teacher``
-    (the target's logits [B, T, V]) the CE is against the target's own law at t+k+1 instead
-    (self-distillation, for DATA that is not the target's own answers)."""
+def mtp_loss(logits, ids, loss_mask, weights: list[float], teacher=None, loss="kl"):
+    """sum_k w_k L_k averaged over loss-masked targets, L_k the per-position `loss`
+    (train/losses.py `position_losses`) against the data token x_{t+k+2} (a one-hot teacher:
+    kl and ce are FastMTP's CE), or with ``teacher`` (the target's logits [B, T, V]) against
+    the target's own law at t+k+1 (self-distillation, for DATA that is not the target's own
+    answers; kl is the soft cross entropy)."""
     n = logits[0].shape[1]
     total = logits[0].new_zeros(())
     for step, (lg, w) in enumerate(zip(logits, weights, strict=True)):
         m = loss_mask[:, step + 2 : step + 2 + n]
         if teacher is None:
-            tgt = ids[:, step + 2 : step + 2 + n]
-            ce = F.cross_entropy(lg.flatten(0, 1).float(), tgt.flatten(), reduction="none")
-        else:
-            p = torch.softmax(teacher[:, step + 1 : step + 1 + n].float(), -1)  # [B, n, V]
-            ce = -(p * torch.log_softmax(lg.float(), -1)).sum(-1).flatten()
-        total = total + w * (ce * m.flatten()).sum() / m.sum().clamp(min=1)
+            law = token_teacher(ids[:, step + 2 : step + 2 + n])
+        else:  # the whole vocabulary: every loss reads p as it is
+            law = Teacher(torch.softmax(teacher[:, step + 1 : step + 1 + n].float(), -1))
+        ell = position_losses(loss, lg, law).flatten()
+        total = total + w * (ell * m.flatten()).sum() / m.sum().clamp(min=1)
     return total
 
 
@@ -238,6 +242,7 @@ def train_mtp(
 
     if cfg.targets not in ("data", "target"):
         raise bad("--mtp-targets", f"expected data or target, found {cfg.targets!r}")
+    check_loss(cfg.loss, token="--mtp-targets data" if cfg.targets == "data" else None)
     if cfg.k < 1 or cfg.steps < 0:
         raise bad(
             "train --method mtp", f"expected k >= 1 and steps >= 0, found {cfg.k}, {cfg.steps}"
@@ -258,6 +263,7 @@ def train_mtp(
     summary = stamp(
         {
             "method": "mtp",
+            "position_loss": cfg.loss,  # --loss (train/losses.py)
             "init": init,
             "config": asdict(cfg),
             "step_weights": step_weights(cfg.k, cfg.beta),
@@ -301,7 +307,8 @@ def _fit(cfg, target, head, data, train_idx, progress) -> dict[str, float]:
             ids, attn, lm = (x.to(target.device) for x in (ids, attn, lm))
             h, t_logits = target_hidden(target, tap, ids, attn)
             teacher = t_logits if cfg.targets == "target" else None
-            loss = mtp_loss(unroll(head, h, ids, cfg.k), ids, lm & attn, weights, teacher)
+            lgs = unroll(head, h, ids, cfg.k)
+            loss = mtp_loss(lgs, ids, lm & attn, weights, teacher, loss=cfg.loss)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, cfg.steps, cfg.lr)
             opt.zero_grad(set_to_none=True)
