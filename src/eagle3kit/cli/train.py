@@ -6,6 +6,7 @@ Also runs under torchrun: `torchrun --nproc-per-node N -m eagle3kit train ...` (
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import typer
 
@@ -49,6 +50,30 @@ def train(o: TrainOptions) -> None:
         _dry_run(o)
         return
     _run(cfg, resume=o.resume, threads=o.threads, json_=o.json_, part=part, options=options)
+    if os.environ.get("RANK", "0") == "0":
+        _provenance(o)
+
+
+INPUTS = ("data", "features", "vocab", "init_from", "reference_features")  # digested
+
+
+def _provenance(o: TrainOptions) -> None:
+    """RUN/config.toml and RUN/provenance.json (core/provenance.py), after the run. A resumed
+    run's config is the one it was started with (RUN/state), this invocation's -o and
+    --device on top."""
+    import json
+    from pathlib import Path
+
+    from eagle3kit.cli._command import argv
+    from eagle3kit.core import provenance
+
+    state = Path(o.out) / "state" / "state.json"
+    if o.resume and state.is_file():
+        saved = json.loads(state.read_text()).get("config") or {}
+        keep = {f.name for f in dataclasses.fields(TrainOptions)} - {"out", "device"}
+        o = dataclasses.replace(o, **{k: v for k, v in saved.items() if k in keep})
+    inputs = {name: getattr(o, name) for name in INPUTS}
+    provenance.write(o.out, o, command=argv(), device=o.device, inputs=inputs)
 
 
 def register(app: typer.Typer) -> None:
@@ -71,8 +96,6 @@ def _dry_run(o: TrainOptions) -> None:
 def _run(cfg, *, resume: bool, threads: int | None, json_: bool, part, options: dict) -> None:
     """The run of `cfg` (the settings the method's train part made of the options), its
     provenance (RUN/config.toml, RUN/provenance.json) and its summary (rank 0)."""
-    import os
-
     import torch
 
     from eagle3kit.cli._checks import check_device

@@ -337,7 +337,8 @@ def report(
     f = collect(run_dirs)
     blocks = headline(f) + story.story_blocks(f) + live_blocks(story.ordered_docs(f))
     blocks += sections.probe_live_blocks(f) + probe_blocks(f) + sections.eval_blocks(f)
-    blocks += sections.plan_blocks(f) + train_blocks(f) + game_plan(f)
+    blocks += sections.plan_blocks(f) + train_blocks(f) + sections.provenance_blocks(f)
+    blocks += game_plan(f)
     figs = figure_blocks(f)
     blocks += [("h2", "Figures")] + figs if figs else []
     blocks += sections.skipped_blocks(f)
