@@ -43,12 +43,12 @@ def train(o: TrainOptions) -> None:
         raise typer.BadParameter(
             f"expected one of {', '.join(trained)}, found {method!r}", param_hint="--method"
         )
+    if o.dry_run:  # headers only: no method part (torch) unless a step is measured
+        _dry_run(o)
+        return
     part = registry.part(method or registry.DEFAULT, "train")
     options = dataclasses.asdict(o)
     cfg = part.config(options)
-    if o.dry_run:
-        _dry_run(o)
-        return
     _run(cfg, resume=o.resume, threads=o.threads, json_=o.json_, part=part, options=options)
     if os.environ.get("RANK", "0") == "0":
         _provenance(o)

@@ -299,6 +299,7 @@ def _finish(r: Run) -> dict[str, Any]:
         "tau_walk": r.best_tau_walk,
         "tau_every_position": r.best_tau_every_position,
         "tokens_per_s": tokens / r.busy if r.busy > 0 else None,
+        "train_seconds": r.busy,  # the training steps' time (evaluations and saves left out)
         "peak_memory_mb": _peak_memory_mb(r.d.device),
         "init_from": r.cfg.init_from,
         "attention": getattr(ctx.spec, "attention", "mha"),
