@@ -27,7 +27,7 @@ from eagle3kit.core import registry
 from eagle3kit.core.artifacts import stamp
 from eagle3kit.core.errors import bad
 from eagle3kit.train.config import from_options
-from eagle3kit.train.dry_run_inputs import BATCH_DRAWS, Inputs, read_inputs
+from eagle3kit.train.dry_run_inputs import BATCH_DRAWS, Inputs, config_params, read_inputs
 from eagle3kit.train.dry_run_memory import Batch, Where, memory, trainable_params
 
 MEASURE_SHARE = 0.5  # measure a step only when it needs at most this share of free memory
@@ -171,15 +171,20 @@ class _Probe:
 
     def _estimate(self) -> dict[str, Any]:
         """The step's floating-point work at the matmul rate measured here (CPU), said as an
-        estimate: the drafter 6 x params x tokens x k, the target's forward 2 x params x
-        tokens (a dense bound: a mixture-of-experts target does less)."""
+        estimate: the drafter 6 x params x tokens x k, the target's forward 2 x its active
+        params x tokens (a mixture of experts: the routed experts a token uses, as its config
+        counts them)."""
         rate = matmul_rate()
         inp, b = self.inp, self.sched["batch"]
         tokens = b.rows * self.sched["padded_length"]["mean"]
         cod = registry.get(inp.method).train_unroll == "cod"
         p = trainable_params(inp.spec, cod)
         drafter = 6 * p * tokens * self.cfg.ttt_steps
-        target = 2 * inp.target_params * tokens if inp.source == "online" else 0
+        try:
+            share = config_params(inp.target_config, active=True) / config_params(inp.target_config)
+        except (KeyError, TypeError, ValueError, ZeroDivisionError):
+            share = 1.0
+        target = 2 * inp.target_params * share * tokens if inp.source == "online" else 0
         return {
             "flop_rate": rate,
             "drafter_step_s": drafter / rate,

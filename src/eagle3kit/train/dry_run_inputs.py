@@ -86,13 +86,17 @@ def target_params(ckpt: Any, conf: dict[str, Any]) -> tuple[int, str]:
     if ckpt.tensors and not ckpt.absent:
         n = sum(math.prod(t.shape) for name, t in ckpt.tensors.items() if not name.startswith(mtp))
         return n, "weights"
-    return config_params(conf), "config"
+    try:
+        return config_params(conf), "config"
+    except (KeyError, TypeError, ValueError) as e:
+        raise bad(ckpt.config_file, f"expected {e} in a config without weight files") from None
 
 
-def config_params(c: dict[str, Any]) -> int:
+def config_params(c: dict[str, Any], *, active: bool = False) -> int:
     """Parameters of a decoder-only target from its config: embedding and head, per layer the
     attention (MLA: DeepSeek-V3's low-rank projections; else GQA) and the MLP (dense, or MoE
-    after `first_k_dense_replace` layers: routed and shared experts, the router)."""
+    after `first_k_dense_replace` layers: routed and shared experts, the router). `active`:
+    those one token runs through (`num_experts_per_tok` of the routed experts)."""
     h, v, n = int(c["hidden_size"]), int(c["vocab_size"]), int(c["num_hidden_layers"])
     heads = int(c.get("num_attention_heads") or 1)
     total = v * h * (1 if c.get("tie_word_embeddings") else 2)
@@ -110,7 +114,8 @@ def config_params(c: dict[str, Any]) -> int:
     experts = int(c.get("n_routed_experts") or c.get("num_local_experts") or 0)
     dense_layers = int(c.get("first_k_dense_replace", 0 if experts else n))
     moe_i = int(c.get("moe_intermediate_size") or inter)
-    moe = 3 * h * moe_i * (experts + int(c.get("n_shared_experts") or 0)) + h * experts
+    used = int(c.get("num_experts_per_tok") or experts) if active else experts
+    moe = 3 * h * moe_i * (used + int(c.get("n_shared_experts") or 0)) + h * experts
     mlp = dense_layers * 3 * h * inter + (n - dense_layers) * (moe if experts else 3 * h * inter)
     return total + n * attn + mlp
 
