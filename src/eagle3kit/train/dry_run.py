@@ -47,6 +47,8 @@ def plan(options: Any, *, measure: bool = True) -> dict[str, Any]:
     cpu = not cfg.device.startswith("cuda")
     probe = _Probe(inp, cfg, sched, world, cpu)
     probe.threads = getattr(options, "threads", None)
+    if measure and probe.fits():  # torch is imported for the step: the run's own batches
+        sched = probe.sched = schedule(inp, cfg, world, exact=True)
     timing = probe.run(measure)
     mem = memory(inp, cfg, sched["batch"], sched["eval"], sched["lengths"], probe.where)
     doc = {
@@ -88,15 +90,26 @@ def _method(cfg: Any) -> str:
     return method
 
 
-def schedule(inp: Inputs, cfg: Any, world: int) -> dict[str, Any]:
-    """Steps, tokens and padded lengths: the run's batches are drawn as the loop draws them
-    (B training samples a step), BATCH_DRAWS of them here with the run's seed; a rank's batch
-    is B / ranks rows at the longest padded length drawn (the peak)."""
+def schedule(inp: Inputs, cfg: Any, world: int, *, exact: bool = False) -> dict[str, Any]:
+    """Steps, tokens and padded lengths. `exact`: the run's own batches (train/loop.py
+    `batch_indices`, torch's seeded permutation; the first BATCH_DRAWS steps), else
+    BATCH_DRAWS batches of B samples drawn here with the run's seed. A rank's batch is B /
+    ranks rows at the longest padded length of those batches (the peak)."""
     capped = [min(n, cfg.max_len) for n in inp.lengths]
     train = [capped[i] for i in inp.train_idx]
-    rng = random.Random(cfg.seed)
-    b = min(cfg.batch_size, len(train))
-    draws = [max(rng.sample(train, b)) for _ in range(min(inp.steps, BATCH_DRAWS))]
+    n = min(inp.steps, BATCH_DRAWS)
+    if exact:
+        from eagle3kit.train.loop import batch_indices
+
+        idx = inp.train_idx
+        draws = [
+            max(capped[i] for i in batch_indices(s, idx, cfg.batch_size, cfg.seed))
+            for s in range(n)
+        ]
+    else:
+        rng = random.Random(cfg.seed)
+        b = min(cfg.batch_size, len(train))
+        draws = [max(rng.sample(train, b)) for _ in range(n)]
     held = inp.held_idx[: cfg.eval_samples]
     evals = [
         Batch(len(ch), max(capped[i] for i in ch))
@@ -143,9 +156,11 @@ class _Probe:
         keep = ("drafter_weights", "gradients", "optimizer_state", "embedding")
         return sum(m[k] for k in keep) + m["batch_features"] + m["activations"]
 
+    def fits(self) -> bool:
+        return self.step_bytes() <= MEASURE_SHARE * self.available
+
     def run(self, measure: bool) -> dict[str, Any]:
-        fits = self.step_bytes() <= MEASURE_SHARE * self.available
-        if not (measure and fits):
+        if not (measure and self.fits()):
             why = "not asked" if not measure else "the drafter's step does not fit a short test"
             return {"measured": False, "why": why, **self._estimate()}
         import torch  # the run's own imports, before the baseline is read
