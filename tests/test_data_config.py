@@ -60,7 +60,7 @@ def test_prepare_from_a_file_equals_the_flags(tmp_path, cli, target):
     [
         ("prepare", "max-length = 1\n", "key 'max-length': expected an integer >= 2, found 1"),
         ("prepare", "max_length = 9\n", "the closest is 'max-length'"),
-        ("regenerate", 'truncated = "cut"\n', "key 'truncated': expected one of 'keep', 'drop'"),
+        ("regenerate", 'truncated = "cut"\n', "key 'truncated': expected one of keep, drop"),
         ("regenerate", 'temperature = "hot"\n', "key 'temperature': expected a number"),
         ("capture", "topk = -1\n", "key 'topk': expected an integer >= 0, found -1"),
         ("capture", "aux-layers = [1, 2]\n", "key 'aux-layers': expected a list of 3 integers"),

@@ -172,7 +172,7 @@ BAD_FILES = [
     ("bad value", "batch-size = 0\n", "key 'batch-size': expected an integer >= 1, found 0"),
     ("wrong type", 'batch-size = "eight"\n', "key 'batch-size': expected an integer, found"),
     ("unknown key", "batch_size = 8\n", "key 'batch_size': expected an option of this verb; "),
-    ("bad choice", 'attention = "gqa"\n', "key 'attention': expected one of 'mha', 'mla'"),
+    ("bad choice", 'attention = "gqa"\n', "key 'attention': expected one of mha, mla"),
     ("bad number", "lr = -1.0\n", "key 'lr': expected a number > 0, found -1"),
 ]
 

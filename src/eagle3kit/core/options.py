@@ -93,7 +93,7 @@ def check_field(where: str, value: Any, f: dataclasses.Field) -> None:
         items = value if isinstance(value, list | tuple) else [value]
         for v in items:
             if v not in choices:
-                one = ", ".join(repr(c) for c in choices)
+                one = ", ".join(str(c) for c in choices)
                 raise bad(where, f"expected one of {one}, found {v!r}")
     if not isinstance(value, int | float):
         return
