@@ -109,16 +109,19 @@ def test_a_dry_run_writes_nothing_and_prints_the_plan(tmp_path, cli):
     args = train_args(out, tiny_data(), tiny_target(), "--steps", "4", "--dry-run")
     r = cli(*args)
     assert r.code == 0, r.err[-2000:]
-    assert "memory per rank:" in r.out and "time per step (measured here)" in r.out
+    assert "memory per rank:" in r.out and "time per step (measured here at lengths" in r.out
     assert not out.exists()
     r = cli(*args, "--json")
     assert r.code == 0, r.err[-2000:]
     doc = json.loads(r.out)
     assert doc["kind"] == "eagle3kit.train_plan" and doc["schedule"]["steps"] == 4
     assert doc["time"]["measured"] and doc["time"]["drafter_step_s"] > 0
+    from eagle3kit.train.dry_run_memory import TRANSIENT
+
     m = doc["memory"]
-    parts = sum(v for k, v in m.items() if k not in ("peak", "available", "fits"))
-    assert m["peak"] == parts - min(m["activations"], m["target_forward"])
+    held = sum(v for k, v in m.items() if k not in ("peak", "available", "fits", *TRANSIENT))
+    assert m["peak"] == held + max(m[k] for k in TRANSIENT)
+    assert doc["time"]["step_cpu_s"] > 0 and len(doc["time"]["at_lengths"]) >= 1
     assert doc["parameters"]["trainable"] > 0 and doc["drafter"]["draft_vocab_size"] == 96
     assert not out.exists()
 
@@ -260,3 +263,13 @@ def test_the_cod_pass_activations_match_what_autograd_keeps():
     assert abs(counted / kept - 1) < 0.15, (counted, kept)
     assert abs((counted + 4 * 2 * el * vd) / peak - 1) < 0.15, (counted, peak)
     assert s.requires_grad and n > 0
+
+
+def test_a_step_over_the_run_lengths_follows_the_two_measured_points():
+    """cost(T) = a*T + c*T^2 through (100, 1 s) and (200, 3 s): a = 0.005, c = 5e-5, by hand;
+    its mean over lengths 100, 150, 200 is (1 + 1.875 + 3) / 3."""
+    from eagle3kit.train.dry_run_step import over_lengths
+
+    assert abs(over_lengths({100: 1.0, 200: 3.0}, [100, 150, 200]) - 5.875 / 3) < 1e-12
+    assert over_lengths({100: 2.0}, [50, 150]) == 2.0  # one point: cost scales with T
+    assert over_lengths({100: 3.0, 200: 4.0}, [300]) == 7.0 / 300 * 300  # bends down: linear

@@ -132,11 +132,13 @@ def schedule(inp: Inputs, cfg: Any, world: int, *, exact: bool = False) -> dict[
         "batch": Batch(math.ceil(cfg.batch_size / world), max(draws)),
         "eval": evals,
         "lengths": draws + [e.length for e in evals],
+        "train_lengths": draws,
     }
 
 
 def _public(sched: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in sched.items() if k not in ("batch", "eval", "lengths")}
+    hidden = ("batch", "eval", "lengths", "train_lengths")
+    return {k: v for k, v in sched.items() if k not in hidden}
 
 
 class _Probe:
@@ -146,6 +148,7 @@ class _Probe:
     def __init__(self, inp: Inputs, cfg: Any, sched: dict[str, Any], world: int, cpu: bool):
         self.inp, self.cfg, self.sched, self.cpu = inp, cfg, sched, cpu
         self.threads: int | None = None  # torch CPU threads (--threads)
+        self.held: list[Any] = []  # what the run holds besides tensors (`_run_imports`)
         self.available = available_memory(cfg.device)
         self.where = Where(world, cpu, rss())
 
@@ -168,20 +171,21 @@ class _Probe:
 
         if self.threads:
             torch.set_num_threads(self.threads)
-        _run_imports(self.inp)
+        self.held = _run_imports(self.inp, self.cfg)
         self.where = Where(self.where.world, self.cpu, rss())
         from eagle3kit.train.dry_run_step import measure as measure_step
 
         b, e = self.sched["batch"], self.sched["eval"]
         shapes = {
             "rows": b.rows,
-            "length": round(self.sched["padded_length"]["mean"]),
+            "lengths": self.sched["train_lengths"],
             "eval_rows": e[0].rows,
             "eval_length": round(statistics.fmean(x.length for x in e)),
         }
         weights = self.inp.target_params * 4
         with_target = weights <= TARGET_SHARE * self.available
         out = measure_step(self.inp, self.cfg, shapes, with_target=with_target)
+        shapes = {k: v for k, v in shapes.items() if k != "lengths"}
         return {"measured": True, "shapes": shapes, **out}
 
     def _estimate(self) -> dict[str, Any]:
@@ -208,16 +212,22 @@ class _Probe:
         }
 
 
-def _run_imports(inp: Inputs) -> None:
-    """What a run imports before its first step, so the baseline read after it is the run's:
-    the target's model class (online), safetensors, matplotlib (RUN/curves.png)."""
+def _run_imports(inp: Inputs, cfg: Any) -> list[Any]:
+    """What a run holds besides its tensors, so that the baseline read after it is the run's:
+    the target's model class and its tokenizer (online), matplotlib with a figure drawn (the
+    run draws RUN/curves.png; here into memory). Returns them, to keep them alive."""
     import importlib
+    import io
 
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot  # noqa: F401
+    import matplotlib.pyplot as plt
 
+    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+    ax[0].plot([0, 1], [1, 2])
+    fig.savefig(io.BytesIO(), format="png")
+    kept: list[Any] = [fig]
     mtype = inp.target_config.get("model_type")
     if inp.source == "online" and isinstance(mtype, str):
         name = mtype.replace("-", "_")
@@ -225,6 +235,18 @@ def _run_imports(inp: Inputs) -> None:
             importlib.import_module(f"transformers.models.{name}.modeling_{name}")
         except ImportError:
             pass
+        kept.append(_tokenizer(inp.target, cfg.trust_remote_code))
+    return kept
+
+
+def _tokenizer(target: str, trust_remote_code: bool) -> Any:
+    """The target's tokenizer, as a run loads it (None where it cannot be loaded here)."""
+    try:
+        from transformers import AutoTokenizer
+
+        return AutoTokenizer.from_pretrained(target, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError):
+        return None
 
 
 def rss() -> int:
@@ -343,6 +365,8 @@ def _time(t: dict[str, Any], sched: dict[str, Any], inp: Inputs) -> dict[str, An
     setup = (fwd or 0.0) * sched["eval_batches"]
     total = setup + sched["steps"] * step + sched["evaluations"] * evaluation
     out = {**t, "step_s": step, "evaluation_s": evaluation, "total_s": total}
+    if t.get("drafter_step_cpu_s") is not None:  # the work, whatever else the host runs
+        out["step_cpu_s"] = t["drafter_step_cpu_s"] + (t.get("target_forward_cpu_s") or 0.0)
     if inp.source == "online" and fwd is None:
         out["note"] = "the target's forward is not in the step time (too large to load here)"
     return out
@@ -389,6 +413,7 @@ MEMORY_LINES = (
     ("batch_features", "one batch's features"),
     ("activations", "TTT unroll activations"),
     ("target_forward", "target forward (online)"),
+    ("evaluation", "an evaluation's logits"),
 )
 
 
@@ -412,8 +437,13 @@ def plan_lines(doc: dict[str, Any]) -> list[str]:
         "memory per rank:",
     ]
     out += [f"  {label:32s} {_gib(m[key])}" for key, label in MEMORY_LINES if m.get(key)]
-    out.append(f"  {'peak':32s} {_gib(m['peak'])} (free here: {_gib(m['available'])})")
+    out.append(
+        f"  {'peak':32s} {_gib(m['peak'])} (the largest of the last three counted; free "
+        f"here: {_gib(m['available'])})"
+    )
     how = "measured here" if t["measured"] else "estimated"
+    if t.get("at_lengths"):
+        how += f" at lengths {', '.join(map(str, t['at_lengths']))}"
     fwd = t.get("target_forward_s")
     out.append(
         f"time per step ({how}): {_secs(t['step_s'])} (drafter {_secs(t['drafter_step_s'])}"

@@ -9,7 +9,8 @@
            (kept for the whole run) + the attention masks the unroll caches (up to 8 lengths)
          + one batch's features (aux 3Ht, the teacher's K columns, ids)
          + max(the TTT unroll's saved activations + its transient logits,
-               the target's forward (online))
+               the target's forward (online),
+               an evaluation: a held-out batch's logits, log-probs and their product)
 
 The unroll's activations are what autograd keeps for the backward, per token of a step i
 (widths in floats; `tests/test_dry_run.py` checks them against the bytes autograd saves):
@@ -157,11 +158,19 @@ def memory(
     }
     acts = _activations(inp, cfg, batch, w.cpu, k_cols)
     fwd = target_forward_bytes(inp, tokens, cfg.target_dtype) if online else 0
+    evaluation = max(
+        (3 * F32 * b.rows * b.length * spec.draft_vocab_size for b in eval_batches), default=0
+    )
     out["activations"] = acts
     out["target_forward"] = fwd
-    out["peak"] = sum(x for n, x in out.items() if n not in ("activations", "target_forward"))
-    out["peak"] += max(acts, fwd)
+    out["evaluation"] = evaluation
+    out["peak"] = sum(x for n, x in out.items() if n not in TRANSIENT)
+    out["peak"] += max(acts, fwd, evaluation)
     return out
+
+
+# parts that do not coexist: the largest of them counts toward the peak
+TRANSIENT = ("activations", "target_forward", "evaluation")
 
 
 def _activations(inp: Inputs, cfg: Any, batch: Batch, cpu: bool, k_cols: int) -> int:

@@ -2,7 +2,13 @@
 trains for a few steps on synthetic features of the run's shapes on the run's device (its
 method's loss, backward, clipping, AdamW: the loop's own code), and the target, when it is
 small enough to load, runs its forward on a synthetic batch; the held-out evaluation of one
-batch is timed too. Medians of `repeats` after one warm-up. Nothing is written."""
+batch is timed too. Medians of `repeats` after one warm-up, in wall and in CPU seconds
+(process time: the work, whatever else the host runs). Nothing is written.
+
+A step's cost grows faster than its padded length T (the unroll's attention sees k*T keys),
+so the step is measured at two lengths, T1 (a short batch of the run) and T2 (its longest),
+cost(T) = a*T + c*T^2 is solved from the two, and the run's step is the mean of cost(T) over
+its own batches' lengths (with one length, or a fit that bends down, cost scales with T)."""
 
 from __future__ import annotations
 
@@ -25,17 +31,32 @@ def _sync(device: str) -> None:
         torch.accelerator.synchronize(dev)
 
 
-def _timed(fn: Any, repeats: int, device: str) -> float:
-    """Median seconds of `fn()` over `repeats` calls, after one warm-up call."""
+def _timed(fn: Any, repeats: int, device: str) -> tuple[float, float]:
+    """Median (wall, CPU) seconds of `fn()` over `repeats` calls, after one warm-up call."""
     fn()
-    out = []
+    wall, cpu = [], []
     for _ in range(repeats):
         _sync(device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         fn()
         _sync(device)
-        out.append(time.perf_counter() - t0)
-    return statistics.median(out)
+        wall.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def over_lengths(points: dict[int, float], lengths: list[int]) -> float:
+    """The mean over `lengths` of cost(T) = a*T + c*T^2 through the measured `points`
+    {T: seconds} (module docstring)."""
+    (t1, y1), *rest = sorted(points.items())
+    a, c = y1 / t1, 0.0
+    if rest:
+        t2, y2 = rest[-1]
+        c = (y2 / t2 - y1 / t1) / (t2 - t1)
+        a = y1 / t1 - c * t1
+        if c < 0 or a < 0:
+            a, c = (y1 + y2) / (t1 + t2), 0.0
+    return statistics.fmean(a * t + c * t * t for t in lengths)
 
 
 def drafter(inp: Inputs, cfg: Any, device: str) -> Any:
@@ -87,44 +108,56 @@ def features(inp: Inputs, rows: int, t: int, device: str, gen: torch.Generator) 
 
 
 def measure(
-    inp: Inputs, cfg: Any, shapes: dict[str, int], *, repeats: int = 3, with_target: bool = True
+    inp: Inputs, cfg: Any, shapes: dict[str, Any], *, repeats: int = 3, with_target: bool = True
 ) -> dict[str, Any]:
-    """{"drafter_step_s", "target_forward_s" (None: not run), "eval_batch_s", "repeats"}:
-    `shapes` holds rows and length of a training batch and of an evaluation batch."""
+    """{"drafter_step_s", "drafter_step_cpu_s", "target_forward_s", "target_forward_cpu_s"
+    (None: not run), "eval_batch_s", "eval_batch_cpu_s", "at_lengths", "repeats"}: `shapes`
+    holds the rows and the run's batch lengths ("lengths"), and an evaluation batch's."""
     from eagle3kit.train.acceptance import acceptance
 
-    device = cfg.device
+    device, lengths = cfg.device, shapes["lengths"]
+    at = sorted({min(lengths), max(lengths)})
     gen = torch.Generator().manual_seed(cfg.seed)
     m = drafter(inp, cfg, device)
-    feats = features(inp, shapes["rows"], shapes["length"], device, gen)
     params = [p for p in m.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     part = registry.part(inp.method, "train")
     d = dist_.Dist(0, 1, device)  # one rank's step (the plan divides by the ranks)
-    step = [0]
 
-    def train_step() -> None:
-        loss = part.loss(m, feats, cfg.ttt_steps, cfg, d, step[0])
+    def train_step(feats: Any) -> None:
+        loss = part.loss(m, feats, cfg.ttt_steps, cfg, d, 0)
         loss.backward()
         if cfg.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        step[0] += 1
 
-    out = {"drafter_step_s": _timed(train_step, repeats, device), "repeats": repeats}
+    steps = {}
+    for t in at:
+        feats = features(inp, shapes["rows"], t, device, gen)
+        steps[t] = _timed(lambda f=feats: train_step(f), repeats, device)
+        del feats
+    out = _fit("drafter_step", steps, lengths)
     held = features(inp, shapes["eval_rows"], shapes["eval_length"], device, gen)
-    out["eval_batch_s"] = _timed(
-        lambda: acceptance(m, [held], cfg.ttt_steps), max(1, repeats - 1), device
-    )
-    out["target_forward_s"] = None
+    ev = _timed(lambda: acceptance(m, [held], cfg.ttt_steps), max(1, repeats - 1), device)
+    out.update(eval_batch_s=ev[0], eval_batch_cpu_s=ev[1], at_lengths=at, repeats=repeats)
+    out.update(target_forward_s=None, target_forward_cpu_s=None)
     if with_target and inp.source == "online":
-        out["target_forward_s"] = _target_forward(inp, cfg, shapes, repeats, gen)
+        fwd = _target_forward(inp, cfg, shapes["rows"], at, repeats, gen)
+        out.update(_fit("target_forward", fwd, lengths))
     return out
 
 
-def _target_forward(inp: Inputs, cfg: Any, shapes: dict[str, int], repeats: int, gen) -> float:
-    """The target's forward with the feature computation on a synthetic batch (online)."""
+def _fit(name: str, points: dict[int, tuple[float, float]], lengths: list[int]) -> dict:
+    """{name_s, name_cpu_s}: wall and CPU seconds over the run's lengths (`over_lengths`)."""
+    wall = over_lengths({t: w for t, (w, _) in points.items()}, lengths)
+    cpu = over_lengths({t: c for t, (_, c) in points.items()}, lengths)
+    return {f"{name}_s": wall, f"{name}_cpu_s": cpu}
+
+
+def _target_forward(inp: Inputs, cfg: Any, rows: int, at: list[int], repeats: int, gen) -> dict:
+    """{T: (wall, CPU) seconds} of the target's forward with the feature computation on a
+    synthetic batch of `rows` x T (online)."""
     from eagle3kit.data.features import compute_features
     from eagle3kit.model.target import TargetModel
 
@@ -135,15 +168,20 @@ def _target_forward(inp: Inputs, cfg: Any, shapes: dict[str, int], repeats: int,
         aux_layers=tuple(inp.spec.aux_layers),
         trust_remote_code=cfg.trust_remote_code,
     )
-    rows, t, v = shapes["rows"], shapes["length"], inp.spec.vocab_size
-    ids = torch.randint(0, v, (rows, t), generator=gen)
-    attn = torch.ones(rows, t, dtype=torch.bool)
+    v = inp.spec.vocab_size
     d2t = torch.zeros(inp.spec.draft_vocab_size, dtype=torch.long)
     topk = cfg.topk if inp.teacher_cols < inp.spec.draft_vocab_size else None
+    out = {}
     try:
         with torch.no_grad():
-            return _timed(
-                lambda: compute_features(tm, ids, attn, attn, d2t, topk), repeats, cfg.device
-            )
+            for t in at:
+                ids = torch.randint(0, v, (rows, t), generator=gen)
+                attn = torch.ones(rows, t, dtype=torch.bool)
+                out[t] = _timed(
+                    lambda i=ids, a=attn: compute_features(tm, i, a, a, d2t, topk),
+                    repeats,
+                    cfg.device,
+                )
+        return out
     finally:
         tm.close()
