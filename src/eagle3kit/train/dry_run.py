@@ -150,7 +150,8 @@ class _Probe:
         self.threads: int | None = None  # torch CPU threads (--threads)
         self.held: list[Any] = []  # what the run holds besides tensors (`_run_imports`)
         self.available = available_memory(cfg.device)
-        self.where = Where(world, cpu, rss())
+        # a GPU's memory per rank starts from nothing (a run reports max_memory_allocated)
+        self.where = Where(world, cpu, rss() if cpu else 0)
 
     def step_bytes(self) -> int:
         """What the measured step allocates: the drafter with its gradients and AdamW state,
@@ -172,7 +173,7 @@ class _Probe:
         if self.threads:
             torch.set_num_threads(self.threads)
         self.held = _run_imports(self.inp, self.cfg)
-        self.where = Where(self.where.world, self.cpu, rss())
+        self.where = Where(self.where.world, self.cpu, rss() if self.cpu else 0)
         from eagle3kit.train.dry_run_step import measure as measure_step
 
         b, e = self.sched["batch"], self.sched["eval"]

@@ -151,7 +151,7 @@ def memory(
         "gradients": p * F32 // w.world,
         "optimizer_state": p * (per_param - 8) // w.world,
         "embedding": v * h * F32 + v + 8 * spec.draft_vocab_size,
-        "data": 5 * sum(inp.lengths) if online else 0,
+        "data": 5 * sum(inp.lengths) if online and w.cpu else 0,  # host memory on a GPU
         "heldout_features": sum(b.rows * b.length for b in eval_batches) * feat,
         "masks": 0 if cod else _mask_bytes(lengths, k),
         "batch_features": tokens * feat,
