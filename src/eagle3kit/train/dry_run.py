@@ -283,7 +283,7 @@ def available_memory(device: str) -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
-def matmul_rate(n: int = 512, repeats: int = 5) -> float:
+def matmul_rate(n: int = 384, repeats: int = 3) -> float:
     """FLOP/s of an n x n float32 matmul here (numpy; the best of `repeats`)."""
     import numpy as np
 
