@@ -16,7 +16,8 @@ from test_train_ttt import _drafter, _feats
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.data.features import teacher_from_logits
-from eagle3kit.train.losses import LOSSES, check_loss, position_losses, teacher_from_logp
+from eagle3kit.train.loss_names import LOSSES, check_loss
+from eagle3kit.train.losses import position_losses, teacher_from_logp
 from eagle3kit.train.ttt import STEP_DECAY, ttt_forward, ttt_loss
 
 # -- the teacher the features hold, as the losses read it -----------------------------------

@@ -12,7 +12,8 @@ import torch
 
 from eagle3kit.core.errors import Eagle3Error
 from eagle3kit.train import losses
-from eagle3kit.train.losses import LOSSES, Teacher, position_losses
+from eagle3kit.train.loss_names import LOSSES
+from eagle3kit.train.losses import Teacher, position_losses
 
 Q = [0.5, 0.3, 0.2]  # the draft's law
 P = [0.2, 0.5, 0.3]  # the target's law

@@ -1,6 +1,6 @@
-"""`eagle3kit train` builds TrainConfig from one mapping (cli/train.py CONFIG_OPTIONS): every
-field a user may set has its option, named as TrainConfig.validate() names it in errors, with
-TrainConfig's own default."""
+"""`eagle3kit train` is built from one typed object (train/config.py TrainOptions, through
+cli/_command.py): every field a user may set is its option, named as TrainConfig.validate()
+names it in errors, with the field's own default and help text, and `--config` besides."""
 
 from __future__ import annotations
 
@@ -20,6 +20,17 @@ def _params() -> dict[str, click.Parameter]:
     cli_train.register(app)
     cmd = typer.main.get_command(app)  # one command: the app is `train` itself
     return {p.name: p for p in cmd.params}
+
+
+def test_the_options_are_the_fields_of_one_object():
+    from eagle3kit.core.options import fields, meta
+    from eagle3kit.train.config import TrainOptions
+
+    params = _params()
+    mine = {n for n in params if "completion" not in n}  # typer's own, of a test app
+    assert mine == {f.name for f in fields(TrainOptions)} | {"config"}
+    for f in fields(TrainOptions):
+        assert params[f.name].help.startswith(meta(f)["help"]), f.name
 
 
 def test_every_field_has_its_option_and_default():

@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"] or ["--help"]
+    from eagle3kit.cli._command import set_argv
+
+    set_argv(["eagle3kit", *args])
     try:
         cmd = _tidy_help(typer.main.get_command(app))
         rv = cmd.main(args=args, prog_name="eagle3kit", standalone_mode=False)

@@ -10,7 +10,9 @@ from typing import Annotated
 
 import typer
 
+from eagle3kit.cli._command import command
 from eagle3kit.cli._options import JsonFlag
+from eagle3kit.cli.data_options import PrepareOptions
 
 
 def _render_prepare(r: dict) -> None:
@@ -52,54 +54,7 @@ def _render_vocab(r: dict) -> None:
     out().print(t)
 
 
-Inputs = Annotated[
-    list[str],
-    typer.Argument(
-        help="JSONL files (ShareGPT or OpenAI form), saved `datasets` dirs or hub dataset ids."
-    ),
-]
-Target = Annotated[
-    str,
-    typer.Option(
-        "--target",
-        help="The target model (local dir or hub id): its tokenizer and chat template.",
-    ),
-]
-PrepareOutput = Annotated[str, typer.Option("-o", "--output", help="The DATA directory to write.")]
-MaxLength = Annotated[
-    int, typer.Option("--max-length", min=2, help="Truncate samples to this many tokens.")
-]
-Strict = Annotated[
-    bool, typer.Option("--strict", help="Stop at the first malformed record (exit 2).")
-]
-ChatTemplate = Annotated[
-    str | None,
-    typer.Option("--chat-template", help="A Jinja file replacing the tokenizer's chat template."),
-]
-TemplateKwargs = Annotated[
-    str | None,
-    typer.Option(
-        "--template-kwargs",
-        help="JSON passed to the template, e.g. '{\"enable_thinking\": false}'.",
-    ),
-]
-TrustRemoteCode = Annotated[
-    bool, typer.Option("--trust-remote-code", help="Allow the target's own tokenizer code.")
-]
-
-
-def prepare(
-    *,
-    inputs: Inputs,
-    target: Target,
-    output: PrepareOutput,
-    max_length: MaxLength = 2048,
-    strict: Strict = False,
-    chat_template: ChatTemplate = None,
-    template_kwargs: TemplateKwargs = None,
-    trust_remote_code: TrustRemoteCode = False,
-    json_: JsonFlag = False,
-) -> None:
+def prepare(o: PrepareOptions) -> None:
     """Tokenise conversations with the target's chat template; loss mask = assistant tokens +
     EOT."""
     from pathlib import Path
@@ -112,27 +67,27 @@ def prepare(
     from eagle3kit.model.loading import resolve_target
 
     tpl = None
-    if chat_template is not None:
+    if o.chat_template is not None:
         try:
-            tpl = Path(chat_template).read_text(encoding="utf-8")
+            tpl = Path(o.chat_template).read_text(encoding="utf-8")
         except OSError as e:
             raise Eagle3Error(
-                f"{chat_template}: cannot read the chat template ({e.strerror or e})"
+                f"{o.chat_template}: cannot read the chat template ({e.strerror or e})"
             ) from e
-    kwargs = parse_template_kwargs(template_kwargs)
-    with bar(not json_) as progress:
+    kwargs = parse_template_kwargs(o.template_kwargs)
+    with bar(not o.json_) as progress:
         r = run_prepare(
-            inputs,
-            resolve_target(target),  # zoo names, local dirs, hub ids
-            output,
-            max_length=max_length,
-            strict=strict,
+            o.inputs,
+            resolve_target(o.target),  # zoo names, local dirs, hub ids
+            o.output,
+            max_length=o.max_length,
+            strict=o.strict,
             chat_template=tpl,
             template_kwargs=kwargs,
-            trust_remote_code=trust_remote_code,
+            trust_remote_code=o.trust_remote_code,
             progress=progress,
         )
-    if json_:
+    if o.json_:
         emit_json(r)
     else:
         _render_prepare(r)
@@ -175,7 +130,7 @@ def register(app: typer.Typer) -> None:
         no_args_is_help=True,
     )
     app.add_typer(data_app, name="data")
-    data_app.command("prepare")(prepare)
+    data_app.command("prepare")(command(PrepareOptions, prepare))
     data_app.command("vocab")(vocab)
 
     from eagle3kit.cli import data_jobs

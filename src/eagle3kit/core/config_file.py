@@ -16,7 +16,6 @@ that `read_config` reads back, for a run directory's record of what ran.
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import json
 import math
@@ -26,13 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from eagle3kit.core.errors import bad
+from eagle3kit.core.options import check_field, cli_name, fields, flag, required
 
 SUFFIXES = (".toml", ".yaml", ".yml")
-
-
-def cli_name(field: str) -> str:
-    """`batch_size` -> `batch-size` (the option is `--batch-size`)."""
-    return field.replace("_", "-")
 
 
 def read_config(path: str | Path, options: type) -> dict[str, Any]:
@@ -40,17 +35,37 @@ def read_config(path: str | Path, options: type) -> dict[str, Any]:
     checked against its field's type (bad(): one line, exit 2, for any problem)."""
     path = Path(path)
     raw = _load(path)
-    fields = {cli_name(f.name): f for f in dataclasses.fields(options)}
+    known = {cli_name(f.name): f for f in fields(options)}
     hints = typing.get_type_hints(options)
     out: dict[str, Any] = {}
     for key, value in raw.items():
-        f = fields.get(key)
+        f = known.get(key)
         if f is None:
             raise bad(
-                f"{path}: key {key!r}", f"expected an option of this verb{_closest(key, fields)}"
+                f"{path}: key {key!r}", f"expected an option of this verb{_closest(key, known)}"
             )
         out[f.name] = check_value(f"{path}: key {key!r}", value, hints[f.name])
     return out
+
+
+def merge(options: type, given: dict[str, Any], file: str | Path | None = None) -> Any:
+    """The options object: defaults, then the file's values (`config_file.read_config`), then
+    `given` (the values the command line gave, typed). Each value is checked where it came
+    from; a required option found nowhere is one line. Nothing is run or written here."""
+    values: dict[str, Any] = {}
+    by_name = {f.name: f for f in fields(options)}
+    if file is not None:
+        for name, value in read_config(file, options).items():
+            check_field(f"{file}: key {cli_name(name)!r}", value, by_name[name])
+            values[name] = value
+    for name, value in given.items():
+        check_field(flag(by_name[name]), value, by_name[name])
+        values[name] = value
+    for f in by_name.values():
+        if required(f) and values.get(f.name) is None:
+            also = f" or the key {cli_name(f.name)!r} in {file}" if file is not None else ""
+            raise bad(flag(f), f"expected a value (on the command line{also}), found none")
+    return options(**values)
 
 
 def _load(path: Path) -> dict[str, Any]:
@@ -132,11 +147,15 @@ def _as(value: Any, kind: Any) -> tuple[bool, Any]:
     if kind is str:
         return isinstance(value, str), value
     if typing.get_origin(kind) in (list, tuple):
-        (item,) = typing.get_args(kind)[:1]
-        if not isinstance(value, list):
+        args = typing.get_args(kind)
+        if not isinstance(value, list | tuple):
             return False, value
-        checked = [_as(v, item) for v in value]
-        return all(ok for ok, _ in checked), [v for _, v in checked]
+        fixed = typing.get_origin(kind) is tuple and Ellipsis not in args
+        if fixed and len(value) != len(args):
+            return False, value
+        checked = [_as(v, args[0]) for v in value]
+        got = [v for _, v in checked]
+        return all(ok for ok, _ in checked), tuple(got) if fixed else got
     return False, value
 
 
@@ -148,7 +167,9 @@ def _describe(kinds: tuple[Any, ...]) -> str:
         if k is type(None):
             continue
         if typing.get_origin(k) in (list, tuple):
-            words.append(f"a list of {plural.get(typing.get_args(k)[0], 'values')}")
+            args = typing.get_args(k)
+            n = f"{len(args)} " if typing.get_origin(k) is tuple and Ellipsis not in args else ""
+            words.append(f"a list of {n}{plural.get(args[0], 'values')}")
         else:
             words.append(names.get(k, getattr(k, "__name__", str(k))))
     return " or ".join(words) + (" (or nothing)" if type(None) in kinds else "")
@@ -189,3 +210,18 @@ def _toml_value(name: str, value: Any) -> str:
     if isinstance(value, list | tuple):
         return "[" + ", ".join(_toml_value(name, v) for v in value) + "]"
     raise ValueError(f"{name}: cannot write {value!r} as TOML")
+
+
+def parse_text(where: str, text: str, hint: Any) -> Any:
+    """A command-line string for a field of several kinds (`int | float`: "8" -> 8, "0.05" ->
+    0.05), read as the first kind it parses as; bad(where, ...) when none does."""
+    kinds = [k for k in _kinds(hint) if k is not type(None)]
+    for kind in kinds:
+        try:
+            value = {int: int, float: float, str: str}[kind](text)
+        except (KeyError, ValueError):
+            continue
+        ok, got = _as(value, kind)
+        if ok:
+            return got
+    raise bad(where, f"expected {_describe(tuple(kinds))}, found {text!r}")

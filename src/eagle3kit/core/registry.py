@@ -87,6 +87,10 @@ class Method:
     probe: bool = False  # probe --method NAME
     convert: bool = False  # convert between layouts (or extract/stitch, for a target's head)
     decoders: tuple[str, ...] = ()  # DecodeStats.method of the loops that decode it
+    # how `train` unrolls it, as `train --dry-run` counts its memory: "ttt" (k sequential
+    # draft steps, train/ttt.py), "cod" (one pass over the COD elements of k depths); "" not
+    # planned
+    train_unroll: str = ""
     variants: tuple[str, ...] = ()  # related drafters read as this method (not built here)
     why_not: dict[str, str] = field(default_factory=dict)  # capability -> why it lacks it
     title: str = ""  # its name in prose ("P-EAGLE"); the name itself when empty
@@ -147,6 +151,7 @@ _EAGLE = dict(
     store_eval=True,
     train=True,
     convert=True,
+    train_unroll="ttt",
 )
 
 _EAGLE31 = dict(
@@ -201,6 +206,7 @@ METHODS: tuple[Method, ...] = (
         store_eval=True,
         train=True,
         convert=True,
+        train_unroll="cod",
     ),
     Method(
         "dflash",

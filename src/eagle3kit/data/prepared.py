@@ -36,6 +36,7 @@ import torch
 from eagle3kit.core.atomic import atomic_write_json, save_safetensors
 from eagle3kit.core.digest import sha256_file
 from eagle3kit.core.errors import Eagle3Error, bad
+from eagle3kit.data.split import split_ids  # noqa: F401  (the split's one rule, torch-free)
 
 FORMAT = "eagle3kit-data/1"
 META = "data.json"
@@ -279,33 +280,6 @@ class PreparedData:
 def load_prepared(path: str | Path, *, verify: bool = True) -> PreparedData:
     """Open a DATA directory (checks data.json, shard hashes when `verify`, shapes, counts)."""
     return PreparedData(path, verify=verify)
-
-
-def split_ids(
-    ids: Sequence[str], heldout: float | int = 0.05, seed: int = 0
-) -> tuple[list[int], list[int]]:
-    """Deterministic split by id: held-out = the n ids with the smallest sha256(f"{seed}:{id}").
-
-    `heldout` is a fraction in [0, 1) (n = round(fraction * len), at least 1 when the fraction
-    is > 0 and there are 2+ samples) or a count (int >= 0, below len(ids)).
-    """
-    n_all = len(ids)
-    if isinstance(heldout, bool) or not isinstance(heldout, int | float):
-        raise Eagle3Error(f"heldout: expected a fraction or a count, found {heldout!r}")
-    if isinstance(heldout, float):
-        if not 0.0 <= heldout < 1.0:
-            raise Eagle3Error(f"heldout: expected a fraction in [0, 1), found {heldout}")
-        n = round(heldout * n_all)
-        n = max(n, 1) if heldout > 0 and n_all >= 2 else n
-    else:
-        n = heldout
-    if not (0 <= n < n_all or n == 0):
-        raise Eagle3Error(f"heldout: expected a count in 0..{n_all - 1}, found {heldout}")
-    keys = [hashlib.sha256(f"{seed}:{i}".encode()).digest() for i in ids]
-    order = sorted(range(n_all), key=lambda j: (keys[j], j))
-    held = sorted(order[:n])
-    held_set = set(held)
-    return [j for j in range(n_all) if j not in held_set], held
 
 
 def collate(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from eagle3kit.core.errors import bad
 from eagle3kit.model.target import parse_dtype
+from eagle3kit.zoo import resolve_target
 
 if TYPE_CHECKING:
     from eagle3kit.core.spec import DraftSpec
@@ -24,21 +25,6 @@ __all__ = [
     "parse_dtype",
     "resolve_target",
 ]
-
-
-def resolve_target(name_or_path: str) -> str:
-    """A local model dir (as given), a zoo member name (``dsv3-v2``, ``llama-v1-tiny``: its
-    folder shipped in the package, never built here; Eagle3Error saying how to build one the
-    package lacks), else the string itself, for the hub to resolve."""
-    if Path(name_or_path).expanduser().exists():
-        return name_or_path
-    from eagle3kit import zoo
-
-    found = zoo.parse_label(name_or_path)
-    if found is None:
-        return name_or_path
-    name, size = found
-    return str(zoo.get(name, size=size))
 
 
 @dataclass

@@ -3,7 +3,8 @@ its ``"kind"`` (core/artifacts.py). A file the report does not render is named i
 ``Found.skipped`` with the reason; nothing is recognised by the keys it happens to hold.
 
 Rendered: probe, probe-live, bench (in-process), bench-live, train (RUN/summary.json, with
-RUN/metrics.jsonl and RUN/state/state.json beside it), plan and eval. Read but not rendered:
+RUN/metrics.jsonl, RUN/state/state.json, RUN/provenance.json and RUN/config.toml beside it),
+plan and eval. Read but not rendered:
 convert (it names the converted drafter a live bench may serve, report/story.py).
 """
 
@@ -46,6 +47,8 @@ class Found:
     probe_lives: list[tuple[str, dict]] = field(default_factory=list)  # probe --url --json
     converts: list[tuple[str, dict]] = field(default_factory=list)
     length_benches: list[tuple[str, dict]] = field(default_factory=list)  # bench with by_length
+    # a train run's cite -> (RUN/provenance.json, RUN/config.toml's text), each None if absent
+    provenance: dict[str, tuple[dict | None, str | None]] = field(default_factory=dict)
     times: dict[str, float] = field(default_factory=dict)  # cite -> its start, else mtime
     given: dict[str, int] = field(default_factory=dict)  # cite -> its place on the command line
     skipped: list[str] = field(default_factory=list)  # "path: why" of JSON not rendered
@@ -164,6 +167,10 @@ def _classify(f: Found, p: Path, cite: str) -> None:
     kind = kind_of(doc)
     if kind in (None, "train_state") and _train_state(f, p, cite):
         return
+    if kind == "provenance":
+        if not (p.parent / "summary.json").is_file():
+            f.skipped.append(f"{cite}: a train run's provenance without its summary.json")
+        return  # read with its run's summary.json
     if kind is None:
         if p.name in OTHER_JSON:
             f.other.append(cite)
@@ -200,6 +207,13 @@ def _add(f: Found, kind: str, doc: dict, p: Path, cite: str) -> None:
         f.runs.append(
             (cite, doc, metrics_rows(p.parent / "metrics.jsonl"), state.get("config") or {})
         )
+        prov = read_json(p.parent / "provenance.json")[0]
+        try:
+            config = (p.parent / "config.toml").read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            config = None
+        if prov is not None or config is not None:
+            f.provenance[cite] = (prov if isinstance(prov, dict) else None, config)
     else:
         lists = {
             "probe": f.probes,

@@ -1,7 +1,7 @@
 """The report's blocks written out: Markdown, and self-contained HTML (inline CSS, PNGs as
 base64 data URIs, no script, no external request).
 
-A block is a tuple: ("h2"|"h3"|"p", text), ("list", [text]), ("table", head, rows),
+A block is a tuple: ("h2"|"h3"|"p"|"pre", text), ("list", [text]), ("table", head, rows),
 ("img", file name, PNG bytes, caption).
 """
 
@@ -28,6 +28,8 @@ def to_md(blocks: list[tuple], title: str) -> str:
             lines += [("## " if b[0] == "h2" else "### ") + b[1], ""]
         elif b[0] == "p":
             lines += [b[1], ""]
+        elif b[0] == "pre":
+            lines += ["```", b[1].rstrip("\n"), "```", ""]
         elif b[0] == "list":
             lines += [f"- {x}" for x in b[1]] + [""]
         elif b[0] == "table":
@@ -47,7 +49,7 @@ def to_html(blocks: list[tuple], title: str) -> str:
         f"<h1>{e(title)}</h1>",
     ]
     for b in blocks:
-        if b[0] in ("h2", "h3", "p"):
+        if b[0] in ("h2", "h3", "p", "pre"):
             parts.append(f"<{b[0]}>{e(b[1])}</{b[0]}>")
         elif b[0] == "list":
             parts.append("<ul>" + "".join(f"<li>{e(x)}</li>" for x in b[1]) + "</ul>")

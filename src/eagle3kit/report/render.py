@@ -374,7 +374,8 @@ def report(
     blocks = headline(f) + story.story_blocks(f) + live_blocks(story.ordered_docs(f))
     blocks += sections.probe_live_blocks(f) + probe_blocks(f) + sections.eval_blocks(f)
     lengths, length_figs = by_length.blocks(f)
-    blocks += sections.plan_blocks(f) + lengths + train_blocks(f) + game_plan(f)
+    blocks += sections.plan_blocks(f) + lengths + train_blocks(f) + sections.provenance_blocks(f)
+    blocks += game_plan(f)
     figs = figure_blocks(f) + length_figs
     blocks += [("h2", "Figures")] + figs if figs else []
     blocks += sections.skipped_blocks(f)

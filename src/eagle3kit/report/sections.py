@@ -109,3 +109,38 @@ def skipped_blocks(f: Found) -> list[tuple]:
     if not items:
         return []
     return [("h2", "Files not rendered"), ("list", items)]
+
+
+def provenance_blocks(f: Found) -> list[tuple]:
+    """Each train run's provenance (RUN/provenance.json: command, code, versions, device,
+    input digests) and its config (RUN/config.toml, a file `train --config` reads back)."""
+    out: list[tuple] = []
+    for cite, (prov, config) in sorted(f.provenance.items()):
+        run = cite.rsplit("/", 2)[-2] if "/" in cite else "the run"
+        out.append(("h3", f"{run}: how it was made"))
+        if prov is not None:
+            where = cite.rsplit("summary.json", 1)[0] + "provenance.json"
+            out.append(("table", ["", "value", "source"], _provenance_rows(prov, where)))
+        if config is not None:
+            where = cite.rsplit("summary.json", 1)[0] + "config.toml"
+            out += [("p", f"Its options ({where}):"), ("pre", config)]
+    return out
+
+
+def _provenance_rows(p: dict, cite: str) -> list[list[str]]:
+    code = p.get("code") or {}
+    dirty = {True: " (uncommitted changes)", False: "", None: ""}.get(code.get("dirty"), "")
+    versions = p.get("versions") or {}
+    dev = p.get("device") or {}
+    rows = [
+        ["command", " ".join(str(a) for a in p.get("command") or [])],
+        ["commit", f"{code.get('commit') or 'not a git checkout'}{dirty}"],
+        ["versions", ", ".join(f"{k} {v}" for k, v in versions.items() if v)],
+        ["device", ", ".join(str(dev[k]) for k in ("name", "accelerator", "cpu") if dev.get(k))],
+        ["written", str(p.get("time", "-"))],
+    ]
+    for name, d in (p.get("inputs") or {}).items():
+        rows.append([name, f"{d.get('path')} sha256 {d.get('sha256') or '-'}"])
+    for r in p.get("resumed") or []:
+        rows.append(["resumed", f"{' '.join(r.get('command') or [])} ({r.get('time', '-')})"])
+    return [[a, b, cite] for a, b in rows]

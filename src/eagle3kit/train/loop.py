@@ -75,7 +75,9 @@ class Run:
     best_tau_every_position: float = -1.0  # of the best step
     tokens: torch.Tensor | None = None  # real tokens trained on by this rank (on its device)
     busy: float = 0.0  # seconds of training steps
+    busy_cpu: float = 0.0  # their CPU seconds (this process: the work, whatever the host runs)
     t_mark: float = 0.0  # start of the current stretch of steps
+    c_mark: float = 0.0  # its process time
     t_start: float = 0.0
 
     @property
@@ -111,7 +113,7 @@ def train(
             elif step_dir:
                 _stop_clock(r)
                 _save_point(r, step_dir=True)
-                r.t_mark = time.perf_counter()
+                r.t_mark, r.c_mark = time.perf_counter(), time.process_time()
             if last:
                 break
         result = _finish(r)
@@ -173,6 +175,7 @@ def _start(cfg: TrainConfig, d: dist_.Dist, saved: dict | None, progress: Progre
         _after_eval(r, acceptance(m, ctx.eval_batches, cfg.ttt_steps), step_dir=False)
     m.train()
     r.t_start = r.t_mark = time.perf_counter()
+    r.c_mark = time.process_time()
     return r
 
 
@@ -211,6 +214,7 @@ def _stop_clock(r: Run) -> None:
     if dev.type != "cpu" and torch.accelerator.is_available():
         torch.accelerator.synchronize(dev)
     r.busy += time.perf_counter() - r.t_mark
+    r.busy_cpu += time.process_time() - r.c_mark
 
 
 def _out_of_time(r: Run) -> bool:
@@ -229,7 +233,7 @@ def _evaluate(r: Run, loss: torch.Tensor, step_dir: bool) -> None:
     emit(r.progress, "train", r.step, r.n_steps, "steps", loss=float(dist_.all_sum(loss, r.d)))
     _after_eval(r, acceptance(r.model, r.ctx.eval_batches, r.cfg.ttt_steps), step_dir)
     r.model.train()
-    r.t_mark = time.perf_counter()
+    r.t_mark, r.c_mark = time.perf_counter(), time.process_time()
 
 
 def _after_eval(r: Run, met: Acceptance, step_dir: bool) -> None:
@@ -300,6 +304,8 @@ def _finish(r: Run) -> dict[str, Any]:
         "tau_walk": r.best_tau_walk,
         "tau_every_position": r.best_tau_every_position,
         "tokens_per_s": tokens / r.busy if r.busy > 0 else None,
+        "train_seconds": r.busy,  # the training steps' time (evaluations and saves left out)
+        "train_cpu_seconds": r.busy_cpu,  # their CPU time (this rank's process)
         "peak_memory_mb": _peak_memory_mb(r.d.device),
         "init_from": r.cfg.init_from,
         "attention": getattr(ctx.spec, "attention", "mha"),

@@ -48,9 +48,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.train.loss_names import check_loss
 
-LOSSES = ("kl", "rkl", "jsd", "tv", "ce", "lk", "lk-hybrid")
 LK_ETA = 3.0  # the LK paper's best hybrid setting (speculators' default)
 ALPHA_FLOOR = 1e-5  # lk: -log(max(alpha, floor)), as speculators clamps it
 P_FLOOR = 1e-30  # log p of a bin the teacher gives no mass (reverse KL's only infinity)
@@ -78,24 +77,6 @@ class Teacher:
     def sliced(self, s: slice) -> Teacher:
         """The teacher at positions `s` of dim 1 (views)."""
         return self.map(lambda x: x[:, s])
-
-
-TOKEN_LOSSES = ("kl", "ce")  # the losses a one-hot teacher (the data token) trains with
-
-
-def check_loss(name: str, *, token: str | None = None) -> str:
-    """`name` if it is one of LOSSES, else Eagle3Error naming them. `token`: the option that
-    made the teacher the data token (a one-hot law), with which only TOKEN_LOSSES are
-    defined (reverse KL, JSD, TV and LK of a one-hot law read log 0 off the token, or are CE
-    again)."""
-    if name not in LOSSES:
-        raise Eagle3Error(f"--loss: expected one of {', '.join(LOSSES)}, found {name!r}")
-    if token is not None and name not in TOKEN_LOSSES:
-        raise Eagle3Error(
-            f"--loss: expected kl or ce with {token} (the data token is the teacher: both are "
-            f"its cross entropy), found {name!r}; the others need the target's law as teacher"
-        )
-    return name
 
 
 def teacher_from_logp(name: str, logp: torch.Tensor, ids: torch.Tensor | None) -> Teacher:

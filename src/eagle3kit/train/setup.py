@@ -220,7 +220,9 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
     aux0 = init.spec.aux_layers if init is not None else None
     if cfg.features:  # offline: the target never runs
         aux0 = aux0 or store_drafter_layers(cfg.features)
-        target = features_target(cfg.target, aux0, cfg.target_dtype)
+        from eagle3kit.zoo import resolve_target
+
+        target = features_target(resolve_target(cfg.target), aux0, cfg.target_dtype)
     else:
         target = _target(cfg, cfg.target, aux0, d.device)
     data = open_data(cfg, target)

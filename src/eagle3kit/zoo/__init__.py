@@ -114,6 +114,20 @@ def chat_warning(name: str, *, size: str = "full") -> str | None:
     return folder_warning(path(name, size=size), name, size)
 
 
+def resolve_target(name_or_path: str) -> str:
+    """A local model dir (as given), a zoo member name (``dsv3-v2``, ``llama-v1-tiny``: its
+    folder shipped in the package, never built here; Eagle3Error saying how to build one the
+    package lacks), else the string itself, for the hub to resolve. (The one rule for
+    ``--target``; model/loading.py re-exports it.)"""
+    if Path(name_or_path).expanduser().exists():
+        return name_or_path
+    found = parse_label(name_or_path)
+    if found is None:
+        return name_or_path
+    name, size = found
+    return str(get(name, size=size))
+
+
 def get(name: str, *, size: str = "full") -> Path:
     """The shipped member's folder, its files checked against zoo.json's sha256 (once per
     process). Never builds: a member the package lacks raises Eagle3Error saying how to build

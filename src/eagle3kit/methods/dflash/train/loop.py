@@ -40,7 +40,7 @@ from eagle3kit.methods.dflash.train.step import (
 )
 from eagle3kit.train import distributed as dist_
 from eagle3kit.train import outputs
-from eagle3kit.train.losses import check_loss
+from eagle3kit.train.loss_names import check_loss
 
 if TYPE_CHECKING:
     from eagle3kit.methods.dflash.model import DFlashDrafter

@@ -33,7 +33,8 @@ from eagle3kit.core.errors import bad
 from eagle3kit.core.progress import Progress, emit
 from eagle3kit.methods.mtp.checkpoint.layout import head_dir_config, mtp_count
 from eagle3kit.methods.mtp.model import FinalNormTap, MTPHead, causal, load_mtp_head
-from eagle3kit.train.losses import Teacher, check_loss, position_losses, token_teacher
+from eagle3kit.train.loss_names import check_loss
+from eagle3kit.train.losses import Teacher, position_losses, token_teacher
 
 if TYPE_CHECKING:
     from eagle3kit.model.target import TargetModel
