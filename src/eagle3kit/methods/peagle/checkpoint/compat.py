@@ -44,12 +44,20 @@ def _peagle_load_findings(sel: E.EngineSel, head: MethodHeader, served: str) -> 
             )
         )
     arch = (head.ckpt.config.get("architectures") or ["?"])[0]
-    if spec.layout == "vllm" and arch not in M.peagle_archs(sel.version):
+    looked = M.flat_config_arch(arch)
+    if spec.layout == "vllm" and looked not in M.peagle_archs(sel.version):
+        renamed = (
+            f" (a flat config's {arch!r} is looked up as {looked!r}: EAGLEConfig's "
+            "prefix, vllm transformers_utils/configs/eagle.py)"
+            if looked != arch
+            else ""
+        )
         out.append(
             error(
                 "architecture",
                 f"architectures: {sel.label} registers "
-                f"{list(M.peagle_archs(sel.version))}, found {arch!r}",
+                f"{list(M.peagle_archs(sel.version))}, found {arch!r}{renamed}; "
+                "convert it with --to vllm",
                 sel.name,
             )
         )

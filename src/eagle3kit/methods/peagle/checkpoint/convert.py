@@ -14,6 +14,7 @@ from eagle3kit.checkpoint.method_convert import restored, stash
 from eagle3kit.checkpoint.methods import MethodHeader
 from eagle3kit.core import registry
 from eagle3kit.methods.peagle.checkpoint.spec import MASK_HIDDEN, PEagleSpec
+from eagle3kit.methods.peagle.checkpoint.write import native_arch
 
 LAYOUTS = ("speculators", "vllm")
 # P-EAGLE's drafter fields (vocab, sizes, EAGLE 3.1 norms) that both layouts keep at top level
@@ -59,14 +60,15 @@ def launch_commands(spec: PEagleSpec, layout: str, draft: str, target: str | Non
 
 
 def _native_config(head: MethodHeader) -> dict[str, Any]:
-    """The config vLLM's update_peagle builds from a speculators `peagle` one."""
+    """The fields vLLM's update_peagle sets from a speculators `peagle` config, in a flat
+    config named as vLLM looks one up (write.py native_arch)."""
     spec: PEagleSpec = head.spec
     src = head.ckpt.config
     layer = copy.deepcopy(src.get("transformer_layer_config") or {})
     qwen = layer.get("model_type") == "qwen3"
     cfg = {
         **layer,
-        "architectures": ["PeagleQwen3ForCausalLM" if qwen else "PeagleLlamaForCausalLM"],
+        "architectures": [native_arch(qwen)],
     }
     for k in _DRAFTER_KEYS:
         if src.get(k) is not None:

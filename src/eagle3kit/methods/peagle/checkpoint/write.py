@@ -14,9 +14,20 @@ from eagle3kit.methods.peagle.checkpoint.read import METHOD
 from eagle3kit.methods.peagle.checkpoint.spec import MASK_HIDDEN, PEagleSpec
 
 
+def native_arch(qwen3: bool) -> str:
+    """The architecture of a flat (vLLM-native) P-EAGLE config: a name vLLM's EAGLEConfig keeps
+    as it is and the registry maps to the EAGLE-3 model that drafts in parallel (vllm 0.32/0.33
+    model_executor/models/registry.py). Not `Peagle*ForCausalLM`: that is the name
+    update_peagle gives a speculators config, and a flat config of that name is looked up as
+    `Eagle3Peagle...`, which no release registers (checkpoint/engines/methods.py
+    flat_config_arch)."""
+    return "Eagle3Qwen3ForCausalLM" if qwen3 else "Eagle3LlamaForCausalLM"
+
+
 def peagle_config(spec: PEagleSpec, verifier: str | None = None) -> dict[str, Any]:
     """A P-EAGLE config in `spec.layout`: speculators `peagle`, or vLLM's native form (the
-    config vLLM's own update_peagle builds: a flat Llama config with pard_token)."""
+    fields vLLM's own update_peagle sets: a flat Llama config with pard_token, named as vLLM
+    looks a flat config up)."""
     d = spec.draft
     if spec.layout == "speculators":
         cfg = config_for(
@@ -31,7 +42,7 @@ def peagle_config(spec: PEagleSpec, verifier: str | None = None) -> dict[str, An
         return cfg
     cfg = config_for(d, "sglang")
     cfg.pop("eagle_config", None)
-    cfg["architectures"] = ["PeagleQwen3ForCausalLM" if d.qk_norm else "PeagleLlamaForCausalLM"]
+    cfg["architectures"] = [native_arch(d.qk_norm)]
     cfg["num_hidden_layers"] = spec.num_hidden_layers
     cfg["eagle_aux_hidden_state_layer_ids"] = list(d.aux_layers or ())
     cfg[spec.token_key if spec.token_key != "mask_token_id" else "pard_token"] = spec.mask_token_id
