@@ -91,7 +91,9 @@ def run_arm(a: argparse.Namespace, arm: str, k2: str, vocab: int) -> dict:
         common |= {"init_from": k2, "lr": b.lr / 3, "steps": b.warm_steps}
     else:
         common |= {"draft_vocab_size": vocab, "steps": b.scratch_steps}
-    common["eval_every"] = max(1, common["steps"] // 2)  # RUN/best: the middle or the end
+    # one evaluation after the last step (and step 0, never a candidate): RUN/best is the
+    # last step, so every loss is scored after the same steps
+    common["eval_every"] = common["steps"]
     test = R.held_out_set(b, target)
     doc = {
         "member": b.member,

@@ -48,7 +48,9 @@ def test_every_field_has_its_option_and_default():
             assert p.default == f.default, (f.name, p.default, f.default)
 
 
-def test_the_options_reach_the_config(monkeypatch):
+def test_the_options_reach_the_config(monkeypatch, tmp_path):
+    """The parsed options reach the run's settings (the run itself replaced); the run's
+    provenance goes to -o (a folder under tmp_path, never the current directory)."""
     got = {}
     monkeypatch.setattr(cli_train, "_run", lambda cfg, **kw: got.update(cfg=cfg, **kw))
     app = typer.Typer()
@@ -56,8 +58,9 @@ def test_the_options_reach_the_config(monkeypatch):
     app.command("x")(lambda: None)  # two commands: `train` is a subcommand
     from typer.testing import CliRunner
 
-    r = CliRunner().invoke(app, ["train", "-o", "RUN", "--lr", "0.5", "--seed", "3", "--json"])
+    run = str(tmp_path / "RUN")
+    r = CliRunner().invoke(app, ["train", "-o", run, "--lr", "0.5", "--seed", "3", "--json"])
     assert r.exit_code == 0, r.output
     cfg = got["cfg"]
-    assert (cfg.out, cfg.lr, cfg.seed, cfg.heldout, cfg.min_lr_ratio) == ("RUN", 0.5, 3, 0.05, 0.1)
+    assert (cfg.out, cfg.lr, cfg.seed, cfg.heldout, cfg.min_lr_ratio) == (run, 0.5, 3, 0.05, 0.1)
     assert got["json_"] is True and got["resume"] is False and got["threads"] is None
