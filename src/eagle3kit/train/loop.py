@@ -276,8 +276,18 @@ def _save_point(r: Run, *, step_dir: bool, tensors: dict | None = None) -> None:
 
 
 def _peak_memory_mb(device: str) -> float:
+    """The run's peak memory: on a GPU what torch allocated; on the CPU this process's peak
+    RSS, VmHWM where Linux has it (ru_maxrss starts from the parent's RSS when the parent
+    spawned this process by vfork, as Python's subprocess does)."""
     if device.startswith("cuda"):
         return torch.cuda.max_memory_allocated(device) / 2**20
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024  # kB
+    except OSError:
+        pass
     import resource
 
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
