@@ -113,3 +113,18 @@ def test_time_limit_stops_after_one_step(cli, tmp_path):
     s = json.loads(r.out)
     assert s["steps"] == 1 and s["planned_steps"] == 50
     assert (out / "step-1" / "model.safetensors").is_file()
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="Linux VmHWM")
+def test_peak_memory_is_the_process_own_not_its_parents():
+    """A run started by a large parent (a benchmark, a script) reports its own peak RSS:
+    ru_maxrss of a child Python's subprocess spawned starts at the parent's RSS."""
+    import subprocess
+    import sys
+
+    big = bytearray(2 * 2**30)  # the parent: 2 GiB resident, above any child's peak here
+    big[::4096] = b"\1" * len(range(0, len(big), 4096))
+    code = "from eagle3kit.train.loop import _peak_memory_mb; print(_peak_memory_mb('cpu'))"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    del big
+    assert float(r.stdout) < 1024, r.stdout  # importing torch takes a few hundred MB
