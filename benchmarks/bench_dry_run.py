@@ -17,8 +17,9 @@ and its own short measured step; nothing of the real run feeds it.
 
 K2: a Kimi-K2.5-shaped target (its config only, 1T parameters) and the K2.5 MLA drafter
 (sparse headers) with a synthetic DATA dir, planned --k2-repeats times by the CLI in a fresh
-process each: the wall time of the whole command (python start included), whether torch was
-imported, and the process's peak RSS (VmHWM). Python's bytecode is cached as in an installed
+process each: the wall time of the whole command (python start included), its CPU time (user +
+system: the work, which the host's load does not stretch), whether torch was imported, and the
+process's peak RSS (VmHWM). Python's bytecode is cached as in an installed
 package (one untimed first run writes it; its time is recorded as `first_run_wall_s`).
 """
 
@@ -156,6 +157,14 @@ def run_case(name: str, case: dict, a: argparse.Namespace) -> dict:
     return row
 
 
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children."""
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 K2_PROBE = (
     "import sys, time\n"
     "def hwm():  # this process's peak RSS since exec (kB); ru_maxrss keeps the parent's\n"
@@ -191,10 +200,12 @@ def k2_plan(a: argparse.Namespace) -> dict:
     subprocess.run(cmd, capture_output=True, text=True, env=env)
     cold = time.perf_counter() - t0
     walls, rows = [], []
+    cpus = []
     for _ in range(a.k2_repeats):
-        t0 = time.perf_counter()
+        c0, t0 = _children_cpu(), time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True, env=env)
         walls.append(time.perf_counter() - t0)
+        cpus.append(_children_cpu() - c0)
         if r.returncode != 0:
             raise SystemExit(f"K2 plan: exit {r.returncode}\n{r.stderr}")
         torch_loaded, peak = r.stderr.strip().splitlines()[-1].split()
@@ -206,10 +217,16 @@ def k2_plan(a: argparse.Namespace) -> dict:
                 "plan_seconds": doc["plan_seconds"],
             }
         )
-    print(f"K2 plan: wall {statistics.median(walls):.2f} s median of {len(walls)}", flush=True)
+    print(
+        f"K2 plan: wall {statistics.median(walls):.2f} s, CPU {statistics.median(cpus):.2f} s, "
+        f"median of {len(walls)}",
+        flush=True,
+    )
     return {
         "command": "eagle3kit " + " ".join(map(str, args)),
         "wall_s": {"median": statistics.median(walls), "min": min(walls), "max": max(walls)},
+        # the command's own CPU seconds (user + system): the work, whatever the host's load
+        "cpu_s": {"median": statistics.median(cpus), "min": min(cpus), "max": max(cpus)},
         "first_run_wall_s": cold,  # compiling the bytecode too
         "runs": rows,
         "under_2s": statistics.median(walls) < 2.0,
