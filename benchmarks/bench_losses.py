@@ -13,9 +13,10 @@ Two arms, every loss in each with the same settings, steps and seeds:
 The demo's recipe otherwise (batch 8, max length 128, 3 TTT steps, lr 3e-3).
 
 Three disjoint sets per arm, as in bench_warmstart.py (benchmarks/_drafter_runs.py): training
-samples of the member's slice; the run's validation split of them, which chooses RUN/best
-among the trained steps; and the test set, chat samples of the slice's held-out files (files
-the zoo never trained on), scored once per run on RUN/best: walked τ (`tau_walk`) and the
+samples of the member's slice; the run's validation split of them, evaluated once after the
+last step (so RUN/best is the last step: every loss is scored after the same steps); and the
+test set, chat samples of the slice's held-out files (files the zoo never trained on), scored
+once per run on RUN/best: walked τ (`tau_walk`) and the
 every-position τ offline at depth --ttt-steps, and τ online for the runs of --online-seeds
 (greedy chain decoding at that depth, `decode.speculative_generate`, pooled over the cycles of
 the first --online-prompts test prompts, --online-tokens new tokens each). The canned-output
@@ -31,8 +32,10 @@ every run gets that (the scratch arm too: the demo's "from scratch" row gets the
 2 seeds per loss, 7 losses, 2 arms: 28 runs. On the shared 2-core machine (load 6-10 from other
 jobs) a run trained in about 4-5 minutes, offline scoring of 64 test samples took under a
 minute and decoding 4 prompts online about 100 s, so online τ is measured for seed 0 only
-(--online-seeds) and RUN/best is picked from two evaluations (steps 40 and 80): about 2.5
-hours in all. Torch threads: 2 (the machine is shared).
+(--online-seeds): about 2.5 hours in all. Torch threads: 2 (the machine is shared).
+The committed table (docs/train.md) was sized to about 40 minutes at a load of 13-20: the six
+losses the issue names (no lk-hybrid), 40 steps, 32 test samples, no online τ, one process
+per arm (--arms) side by side with 1 thread each; a run took 84-207 s there.
 """
 
 from __future__ import annotations
