@@ -40,6 +40,7 @@ def _every(out: Path) -> dict:
         "mask_token_id": None,
         "cod_ratio": 0.6,
         "cod_min": 0.25,
+        "loss": "jsd",
         "vocab": None,
         "draft_vocab_size": 96,
         "rebuild_vocab": False,

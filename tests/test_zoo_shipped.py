@@ -41,7 +41,10 @@ def no_building(monkeypatch):
 
 @pytest.fixture
 def own_root(monkeypatch, tmp_path):
-    """A private copy of the shipped dsv3-v1-tiny as the package's only member."""
+    """A private copy of the shipped dsv3-v1-tiny as the package's only member. `zoo verify`
+    here checks files: its real-engine config check (a vLLM import per call) is skipped by an
+    empty engines folder; tests/test_real_engine.py runs that check against the engine."""
+    monkeypatch.setenv("EAGLE3KIT_ENGINES", str(tmp_path / "no-engines"))
     root = tmp_path / "shipped"
     shutil.copytree(zoo.get("dsv3-v1", size="tiny"), root / "dsv3-v1-tiny")
     monkeypatch.setattr(shipping, "ROOT", root)
@@ -172,6 +175,7 @@ def test_zoo_ship_cli_takes_several_builds_and_names_a_drafter_by_its_folder(
     """`zoo ship` as the maintainers run it: members by their zoo.json, the K2 drafter by its
     folder's name (here the full-size label), in float32 at every size (it loads in its
     config's dtype beside a float32 target); its verifier becomes the target's zoo name."""
+    monkeypatch.setenv("EAGLE3KIT_ENGINES", str(tmp_path / "no-engines"))  # files only
     drafter = tmp_path / "k2-drafter"
     shutil.copytree(shipping.ROOT / "k2-drafter-tiny", drafter)
     cfg = json.loads((drafter / "config.json").read_text())
