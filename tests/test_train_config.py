@@ -33,7 +33,6 @@ def _every(out: Path) -> dict:
         "init_from": None,
         "attention": "mha",
         "method": "eagle3",
-        "loss": "jsd",  # not the default: the file and the flags both carry it
         "fc_norm": False,
         "norm_before_fc": False,
         "norm_output": False,
