@@ -18,6 +18,9 @@ that input; the comparisons follow what the peer's forward computed (read in its
   logits in the draft vocabulary (DSpark: the backbone's, before the Markov head: its
   `base_logits`; `logits` and `confidence_logits` are there for a DSpark model's own test).
 - DFlash, z-lab (`dflash_generate`'s pass): the logits of the block's last B-1 rows.
+- DSpark (`DSparkDraftModel.forward`, sample_from_anchor): the same blocks, and per slot the
+  backbone's `base_logits`, the Markov-corrected `logits` (slot k's previous token the true
+  x_{a+k}: its `prev_token_ids = block_tokens`) and the `confidence_logits`.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ def meta(folder: str, variant: str) -> dict:
 
 def our_rows(method: str, d, x: dict) -> list:
     """[(ours, peer)] logit rows of `d` (a drafter as `load_pair` gives it) on input `x`."""
-    return {"eagle3": _eagle3, "peagle": _peagle}.get(method, _block)(d, x)
+    return {"eagle3": _eagle3, "peagle": _peagle, "dspark": _dspark}.get(method, _block)(d, x)
 
 
 def _eagle3(d, x) -> list:
@@ -79,4 +82,23 @@ def _block(d, x) -> list:
         block[0, 0] = ids[0, a]
         hidden = d(block, aux[:, :a], torch.arange(a + b)[None])
         out += list(zip(d.logits(hidden)[0][:, cols], peer[j * b : (j + 1) * b], strict=True))
+    return out
+
+
+def _dspark(d, x) -> list:
+    """Rows of base logits, Markov-corrected logits and confidence logits (one row per
+    block) of a DSpark drafter, against the peer's."""
+    import torch
+
+    b, ids, aux = d.spec.block_size, x["input_ids"], x["hidden_states"]
+    out = []
+    for j, a in enumerate(x["loss_mask"][0].nonzero()[:, 0].tolist()):
+        block = torch.full((1, b), d.spec.mask_token_id)
+        block[0, 0] = ids[0, a]
+        hidden = d(block, aux[:, :a], torch.arange(a + b)[None])[0]  # [B, H]
+        logits, conf = d.head_logits(hidden, ids[0, a : a + b])
+        rows = slice(j * b, (j + 1) * b)
+        out += list(zip(d.draft_logits(hidden).float(), x["base_logits"][0][rows], strict=True))
+        out += list(zip(logits, x["logits"][0][rows], strict=True))
+        out.append((conf.float(), x["confidence_logits"][0][rows]))
     return out

@@ -52,12 +52,7 @@ TARGETS = ("llama-v1-tiny", "dsv3-v1-tiny")
 TOL = 1e-4
 
 # Why today's eagle3kit fails a check (the findings). A fixture not named passes today.
-_DSPARK = "a DSpark drafter is read as DFlash (variant dspark not built)"
-INSPECT_FAILS = {
-    "dspark-defaults": f"{_DSPARK}: markov_head/confidence_head unexpected, embed/lm_head missing",
-    "dspark-reduced-gated": f"{_DSPARK}: markov_head/confidence_head unexpected",
-    "dspark-small": f"{_DSPARK}: markov_head/confidence_head unexpected, embed/lm_head missing",
-}
+INSPECT_FAILS: dict = {}
 # The errors vLLM 0.33's code calls for (its source, read file by file):
 # - dflash-causality: vLLM's update_dflash (transformers_utils/configs/speculators/algos.py)
 #   sets dflash_config.causal = not sliding_window_non_causal (false: causal) for every layer;
@@ -74,17 +69,8 @@ VLLM_033 = {
     "dflash-reduced": {"dflash-causality"},
     "dspark-reduced-gated": {"engine-refuses"},
 }
-_MISSING = "compat: embed_tokens/lm_head called missing; vLLM shares the target's"
-COMPAT_FAILS = {
-    "dspark-defaults": f"{_MISSING}; DFlash's sample_from_anchor refusal applied to DSpark",
-    "dspark-small": f"{_MISSING}; DFlash's sample_from_anchor and causality rules applied",
-    "dspark-reduced-gated": "DFlash's rules applied; vLLM's refusal of a gated head not seen",
-}
-RUN_FAILS = {  # generate, and our logits (load_pair refuses the file)
-    "dspark-defaults": "variant dspark refused (no DSpark model)",
-    "dspark-reduced-gated": "variant dspark refused (no DSpark model)",
-    "dspark-small": "variant dspark refused (no DSpark model)",
-}
+COMPAT_FAILS: dict = {}
+RUN_FAILS: dict = {}
 GENERATE_FAILS: dict = {}
 GENERATE_FAILS |= RUN_FAILS
 

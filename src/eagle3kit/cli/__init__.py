@@ -12,10 +12,11 @@ from typing import Any
 
 import typer
 
+from eagle3kit.core import registry
 from eagle3kit.core.errors import Eagle3Error
 
-_HELP = (
-    "Make speculative decoding pay (EAGLE-3, DFlash, P-EAGLE, MTP heads, prompt lookup). "
+_HELP = (  # the methods as core/registry.py lists them
+    f"Make speculative decoding pay ({', '.join(m.display for m in registry.METHODS)}). "
     "Add --debug anywhere to see tracebacks."
 )
 app = typer.Typer(
@@ -36,8 +37,7 @@ def _root(
         "Accepted anywhere on the command line.",
     ),
 ) -> None:
-    """Make speculative decoding pay (EAGLE-3, DFlash, P-EAGLE, MTP heads, prompt lookup).
-    Add --debug anywhere to see tracebacks."""
+    """The root: its help is the app's (`_HELP`, the methods from core/registry.py)."""
 
 
 def _reflow(text: str) -> str:

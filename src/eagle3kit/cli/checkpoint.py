@@ -256,8 +256,8 @@ def compat(
 ) -> None:
     """Drafter vs drafter: drop-in for fine-tuning? Drafter vs target: served right?
 
-    EAGLE-3, EAGLE 3.1, DFlash and P-EAGLE drafters. Exit 0 when no error is found, 1 when
-    any is, 2 on bad input."""
+    A drafter of any method that reads checkpoints (inspect names it). Exit 0 when no error
+    is found, 1 when any is, 2 on bad input."""
     from eagle3kit.checkpoint.compat import compat as run_compat
 
     r = run_compat(a, b, engine, num_speculative_tokens)

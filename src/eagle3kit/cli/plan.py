@@ -13,6 +13,7 @@ import typer
 from typer.core import TyperCommand
 
 from eagle3kit.cli._options import JsonFlag
+from eagle3kit.core import registry
 
 if TYPE_CHECKING:
     from eagle3kit.plan import PlanResult
@@ -217,8 +218,9 @@ MethodOpt = Annotated[
     str | None,
     typer.Option(
         "--method",
-        help="eagle3, eagle3.1, peagle, dflash, mtp or ngram: the drafting cost of the cycle "
-        "(k, one or no drafter passes per cycle); with --costs, that method's rows only.",
+        help=f"{', '.join(registry.names()[:-1])} or {registry.names()[-1]}: the drafting cost "
+        "of the cycle (k, one or no drafter passes per cycle); with --costs, that method's "
+        "rows only.",
         rich_help_panel=_M,
     ),
 ]

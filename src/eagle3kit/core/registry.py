@@ -233,7 +233,33 @@ METHODS: tuple[Method, ...] = (
         probe=True,
         convert=True,
         decoders=("dflash",),
-        variants=("dflash2", "dspark", "domino"),
+        variants=("dflash2", "domino"),
+    ),
+    Method(
+        "dspark",
+        title="DSpark",
+        package="dspark",
+        drafter="DSpark block drafter (DFlash backbone + Markov head)",
+        passes="1",  # one backbone pass; the Markov head's K small steps ride on it
+        parts=_ALL_PARTS,
+        vllm=Vllm(
+            "dspark",
+            since=(0, 25),
+            since_source="vllm 0.25.0 wheel: model_executor/models/qwen3_dspark.py, "
+            "config/speculative.py, speculators/algos.py update_dspark (method dspark; "
+            "absent from 0.24.0)",
+        ),
+        sglang=Sglang(
+            "DSPARK",
+            flags="--speculative-dspark-block-size {k}",
+            since=(0, 5, 16),
+            since_source="sglang 0.5.16 wheel: srt/speculative/spec_info.py, server_args.py "
+            "(DSPARK, --speculative-dspark-block-size; absent from 0.5.15.post1)",
+        ),
+        train=True,
+        convert=True,
+        decoders=("dspark",),
+        why_not={"probe": "no DSpark probe stages", "store_eval": "a store eval reads DFlash"},
     ),
     Method(
         "mtp",
@@ -294,7 +320,7 @@ def find(name: Any) -> Method | None:
 
 def family(name: Any) -> Method | None:
     """The record of the method that reads `name`: the method itself, or the family of a
-    variant (a DSpark or DFlash2 drafter is read as DFlash)."""
+    variant (a DFlash2 or Domino drafter is read as DFlash)."""
     return find(name) or next((m for m in METHODS if name in m.variants), None)
 
 

@@ -20,6 +20,7 @@ holds the drafter's target layers: no target is run, only its embedding/lm_head 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +40,7 @@ CHUNK = 64  # anchors per pass (bounds the block mask's size)
 
 
 def _runs(
-    target: TargetModel, drafter: DFlashDrafter, ids: torch.Tensor, lm: torch.Tensor
+    target: TargetModel, drafter: DFlashDrafter, ids: torch.Tensor, lm: torch.Tensor, runs_from
 ) -> torch.Tensor:
     """r_a for every position a of one sample ([T], -1 where a is no answer position)."""
     from eagle3kit.data.features import compute_features
@@ -48,7 +49,7 @@ def _runs(
     d2t = torch.zeros(target.vocab_size, dtype=torch.long)
     am = torch.ones(1, t, dtype=torch.bool)
     feats = compute_features(target, ids[None], am, lm[None].bool(), d2t)
-    return _runs_from(drafter, feats, lm)
+    return runs_from(drafter, feats, lm)
 
 
 def _runs_from(drafter: DFlashDrafter, feats: Any, lm: torch.Tensor) -> torch.Tensor:
@@ -97,13 +98,16 @@ def evaluate_offline_dflash(
     depth: int | None = None,
     *,
     progress: Progress | None = None,
+    runs_from: Callable[[Any, Any, torch.Tensor], torch.Tensor] | None = None,
 ) -> dict[str, Any]:
-    """`eval`'s offline document for a DFlash drafter (module docstring)."""
+    """`eval`'s offline document for a DFlash drafter (module docstring); `runs_from(drafter,
+    feats, answer_mask)`: a block-drafter variant's own r_a of one sample, drafted its way
+    (default DFlash's: its blocks' argmax)."""
     k = _depth(drafter, depth)
     walked, every = [], []
     with torch.no_grad():
         for j, (ids, lm) in enumerate(data.samples):
-            runs = _runs(target, drafter, ids, lm).clamp(max=k)
+            runs = _runs(target, drafter, ids, lm, runs_from or _runs_from).clamp(max=k)
             walked += _walk(runs)
             every += [int(r) for r in runs[runs >= 0]]
             emit(progress, "offline eval", j + 1, len(data.samples), "samples")
@@ -119,7 +123,7 @@ def _doc(drafter: DFlashDrafter, k: int, walked: list[int], every: list[int], n:
     tau_walk, tau_every = float((w + 1).float().mean()), 1.0 + sum(acc_e)
     return {
         "mode": "offline",
-        "method": "dflash",
+        "method": drafter.method,
         "depth": k,
         "block_size": drafter.spec.block_size,
         "tau_walk": tau_walk,
