@@ -10,9 +10,10 @@ Prompts are built to each context length from the zoo's held-out stdlib files
 prompt the same request after 128 to 1984 tokens of context (1984 + 64 new tokens reach the
 full members' 2048 positions). Plain greedy decoding and the drafter's chain decode every prompt
 of A and B in one process, in ABBA groups (`_schedule`): prompt i of A and prompt i of B at
-the same length run seconds apart for each method, the order within the pair flipping from
-group to group, so the host's drift (other jobs on a shared machine) hits A and B alike. The
-1-minute load average is sampled after every group and recorded. (Run 1 of
+the same length run seconds apart for each method, so the host's drift (other jobs on a shared
+machine) hits A and B alike, and each half and method takes each place in a group equally
+often (the first run of a group follows another length's run; `places` records what each
+place costs). The 1-minute load average is sampled after every group and recorded. (Run 1 of
 by_length-full-dsv3-v1.json took A0 at every length before B0 at every length: A's costs at 128
 came out 10-11% slower than B's, all terms alike, and the check missed by 11.2% there.)
 
@@ -133,23 +134,47 @@ def _rows(plan: dict, doc_b: dict, doc_a: dict) -> list[dict]:
 
 def _schedule(A: list, B: list, repeats: int) -> list[tuple[str, object, str]]:
     """(half, prompt, method) in the order they run. Per repeat r, prompt index i and length
-    j, an ABBA group: X.m1, Y.m1, Y.m2, X.m2, where (X, Y) is (A, B) or (B, A) by the parity
-    of r + i + j and (m1, m2) the methods rotated by r + i. Each prompt of A runs beside its
-    partner in B (same length, same index) for every method, seconds apart, and the order
-    within a pair flips from group to group, so the host's drift (load from other jobs) hits
-    A and B alike and a linear drift within a group cancels."""
+    j, an ABBA group: X.m1, Y.m1, Y.m2, X.m2, where (X, Y) is (A, B) or (B, A) and (m1, m2)
+    the methods in one order or the other, the four combinations taken in turn (c = r * n + i
+    + j mod 4: X by c's low bit, m1 by its high bit). Each prompt of A runs beside its partner
+    in B (same length, same index) for every method, seconds apart, so the host's drift (load
+    from other jobs) hits A and B alike; and at every length each half and method takes each
+    of the four places in a group equally often (the first run of a group follows another
+    length's: it must not fall on one half more than the other)."""
     a_at = {(p.index, p.length): p for p in A}
     b_at = {(p.index, p.length): p for p in B}
     lengths = sorted({p.length for p in A})
+    indices = sorted({p.index for p in A})
     out = []
     for r in range(repeats):
-        for i in sorted({p.index for p in A}):
-            m1, m2 = NAMES if (r + i) % 2 == 0 else NAMES[::-1]
+        for i in indices:
             for j, n in enumerate(lengths):
-                pair = [("A", a_at[i, n]), ("B", b_at[i, n])]
-                x, y = pair if (r + i + j) % 2 == 0 else pair[::-1]
+                c = (r * len(indices) + i + j) % 4
+                x, y = (("A", a_at[i, n]), ("B", b_at[i, n]))[:: 1 - 2 * (c & 1)]
+                m1, m2 = NAMES[:: 1 - (c & 2)]
                 out += [(*x, m1), (*y, m1), (*y, m2), (*x, m2)]
     return out
+
+
+def _places(runs: list, order: list) -> dict:
+    """Per place in a group (1-4): the mean of each run's wall time over the mean of its
+    (length, method)'s runs (above 1: that place runs slower), and per half and place how
+    many runs took it (the schedule's balance)."""
+    import collections
+
+    key = [(order[x.prompt][1].length, x.method) for x in runs]
+    mean = collections.defaultdict(list)
+    for k, x in zip(key, runs, strict=True):
+        mean[k].append(x.s)
+    ratio = collections.defaultdict(list)
+    count = collections.Counter()
+    for n, (k, x) in enumerate(zip(key, runs, strict=True)):
+        ratio[n % 4 + 1].append(x.s / statistics.fmean(mean[k]))
+        count[f"{order[x.prompt][0]}.{x.method}@{n % 4 + 1}"] += 1
+    return {
+        "relative_wall_time": {str(q): statistics.fmean(v) for q, v in sorted(ratio.items())},
+        "runs_per_half_method_place": dict(sorted(count.items())),
+    }
 
 
 def _harness(runners: dict, A: list, B: list, repeats: int) -> tuple[list, list, list]:
@@ -255,7 +280,8 @@ def run(a) -> dict:
         "member": a.member,
         "drafter": a.drafter,
         "settings": {k: v for k, v in vars(a).items() if k not in ("json", "out")},
-        "order": "ABBA groups: A and B at each length and prompt index, seconds apart",
+        "order": "ABBA groups, A and B at each length and prompt index seconds apart, "
+        "each half and method in each place of a group equally often (_schedule)",
         "harness_seconds": seconds,
         "load_avg_1m_during": {
             "samples": len(loads),
@@ -268,6 +294,7 @@ def run(a) -> dict:
         "plan": plan,
         "rows": rows,
         "attribution": _attribution(file_a, file_b, rows),
+        "places": _places(runs, order),
         "max_abs_error": worst,
         "within_10pct": worst <= 0.10,
         "lossless": all(r["same_tokens_as_greedy"] for r in rows),
