@@ -308,8 +308,20 @@ def _drafter(
     if init is not None and F.flag_changes(start, flags):
         info["flags_changed"] = F.flag_changes(start, flags)
         m = F.with_flags(m, flags)
+    m = with_window(m, getattr(cfg, "sliding_window", None))
     m.set_embedding(emb.detach().cpu())
     return part.prepare(m, cfg, target, info), info
+
+
+def with_window(m: Any, window: int | None) -> Any:
+    """`m` with sliding window `window` (None: as it is), its weights kept (a window has no
+    tensor of its own)."""
+    if window is None or m.spec.sliding_window == window:
+        return m
+    out = m.blank(m.spec.replace(sliding_window=window))
+    out.load_canonical(m.canonical_state(with_embedding=True))
+    out.embed_loaded = m.embed_loaded
+    return out
 
 
 def _method_warnings(cfg: Any, info: dict | None) -> list[str]:
