@@ -63,7 +63,7 @@ def _long_samples(member: str, tok, n: int, length: int, seed: int) -> list[dict
         out.append(
             {
                 "id": f"long-{i}",
-                "conversations": [
+                "messages": [
                     {"role": "user", "content": user},
                     {"role": "assistant", "content": tok.decode(ids[a + half : a + 2 * half])},
                 ],
