@@ -274,6 +274,8 @@ def speculators_config(
 ) -> dict[str, Any]:
     """A speculators DFlash config.json for `spec` (speculators models/dflash/config.py)."""
     layer = copy.deepcopy(layer) if layer is not None else _layer_config(spec)
+    if spec.layer_types is not None and "layer_types" not in layer:  # z-lab's use_swa
+        layer.update(layer_types=list(spec.layer_types), sliding_window=spec.sliding_window)
     # speculators runs sliding layers causal unless sliding_window_non_causal, full layers
     # bidirectional; vLLM 0.33 applies `not sliding_window_non_causal` to every layer. True
     # when no sliding layer is causal: the same drafter to speculators, right in vLLM too.
