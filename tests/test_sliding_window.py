@@ -185,3 +185,15 @@ def test_train_sliding_window_writes_a_windowed_drafter(tmp_path, arch):
     config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
     assert config["layer_types"] == ["sliding_attention"] and config["sliding_window"] == W
     assert Eagle3Drafter.from_pretrained(tmp_path / "run" / "best").spec.sliding_window == W
+
+
+def test_max_len_within_the_targets_positions():
+    """--max-len up to the target's max_position_embeddings (2048 for every zoo member), no
+    further; a config without the key sets no bound."""
+    from eagle3kit.core.errors import Eagle3Error
+    from eagle3kit.train.setup import check_max_len
+
+    check_max_len(2048, {"max_position_embeddings": 2048})
+    check_max_len(10**6, {})
+    with pytest.raises(Eagle3Error, match=r"--max-len: expected at most .* \(2048\), found 2049"):
+        check_max_len(2049, {"text_config": {"max_position_embeddings": 2048}})
