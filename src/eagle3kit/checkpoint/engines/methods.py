@@ -296,12 +296,10 @@ def release_lacks(engine: str, version: Version | None, label: str, method: str)
 def method_rules() -> tuple[MethodRule, ...]:
     """Every method rule: this table's, then those a method's checkpoint part declares as data
     (its `ENGINE_RULES`), so a new method brings its rows in its own package."""
-    from eagle3kit.checkpoint.engines.windows import WINDOW_RULES
     from eagle3kit.core import registry
 
     parts = registry.parts("checkpoint")
-    own = tuple(r for _, p in parts for r in getattr(p, "ENGINE_RULES", ()))
-    return METHOD_RULES + WINDOW_RULES + own
+    return METHOD_RULES + tuple(r for _, p in parts for r in getattr(p, "ENGINE_RULES", ()))
 
 
 def method_rule(engine: str, version: Version | None, method: str, key: str) -> MethodRule | None:

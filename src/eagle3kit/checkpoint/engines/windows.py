@@ -7,8 +7,9 @@ transformers' convention; vLLM's backends pass `(W - 1, 0)` to flash attention,
 v1/attention/backends/flash_attn.py; SGLang's RadixAttention stores `window_left` = W - 1,
 speculative/dflash_utils.py "HF sliding windows include the current token").
 
-The rows (`WINDOW_RULES`, data like engines/methods.py's METHOD_RULES, read by
-`method_rules()`), each with the file it was read from:
+The rows (`WINDOW_RULES`, `MethodRule` data like engines/methods.py's METHOD_RULES; the EAGLE-3
+and DFlash checkpoint parts declare theirs as `ENGINE_RULES`, which `method_rules()` reads),
+each with the file it was read from:
 
 EAGLE-3 (key `window-mha` / `window-mla`, value: how the engine learns the window)
 - "config": vLLM 0.32/0.33 build the drafter layer with models/llama.py `LlamaAttention`,
@@ -41,7 +42,7 @@ from eagle3kit.checkpoint.engines.methods import MethodRule
 
 SLIDING = "sliding_attention"
 
-WINDOW_RULES = (
+WINDOW_RULES = (  # EAGLE-3 rows first, then DFlash's (`rows_for`)
     MethodRule(
         "vllm",
         "eagle3",
@@ -100,6 +101,11 @@ WINDOW_RULES = (
         "get_dflash_attention_sliding_window_size",
     ),
 )
+
+
+def rows_for(method: str) -> tuple[MethodRule, ...]:
+    """The window rows of one method (its checkpoint part's `ENGINE_RULES`)."""
+    return tuple(r for r in WINDOW_RULES if r.method == method)
 
 
 def sglang_window_flag(window: int) -> str:
