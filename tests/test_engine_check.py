@@ -170,6 +170,33 @@ def test_compat_predicts_the_engine(path, tmp_path):
     assert not bad, "\n".join(bad)
 
 
+# `--only swa` runs: the sliding-window cases of a release whose full run predates them
+WINDOW_RESULTS = sorted(
+    p for p in engine_check.RESULTS.glob("engine_check-*-partial.json") if "swa" in p.read_text()
+)
+
+
+@pytest.mark.parametrize("path", WINDOW_RESULTS, ids=_ids(WINDOW_RESULTS))
+def test_compat_predicts_the_window_cases(path, tmp_path):
+    """Each sliding-window case: compat's verdict against the window the engine built
+    (`window_effective`), and every file `convert` writes for it is the file the engine had."""
+    data = _load(path)
+    version = data["doc"]["version"]
+    bad, windowed = [], 0
+    for case, rec in data["pairs"]:
+        case = {**case, "version": version}
+        windowed += bool(case.get("sliding_window") and rec and rec.get("window_effective"))
+        for m in mismatches(case, rec, compat_json(case, tmp_path)):
+            bad.append(f"{case['name']}: {m}")
+        plan = next(p for p in C.plan() if p["name"] == case["name"])
+        now = json.loads(
+            (C.write_case(tmp_path / "now", plan, case["engine"]) / "case.json").read_text()
+        )
+        if now["files"] != case["files"]:
+            bad.append(f"{case['name']}: convert now writes another file; rerun engine_check")
+    assert windowed and not bad, "\n".join(bad)
+
+
 @pytest.mark.parametrize("path", RESULTS, ids=_ids(RESULTS))
 def test_convert_output_is_served_as_trained(path, tmp_path):
     data = _load(path)
