@@ -187,6 +187,48 @@ def test_train_sliding_window_writes_a_windowed_drafter(tmp_path, arch):
     assert Eagle3Drafter.from_pretrained(tmp_path / "run" / "best").spec.sliding_window == W
 
 
+def test_train_dflash_sliding_window_writes_sliding_bidirectional_layers(tmp_path):
+    """`train --method dflash --sliding-window W` (two steps on the DeepSeek tiny member):
+    RUN/best's z-lab config has every layer sliding with window W and says `is_causal: false`
+    (sliding layers are causal by default in both engines), and reads back the same."""
+    from eagle3kit import zoo
+    from eagle3kit.data.prepare import prepare
+    from eagle3kit.methods.dflash.model import DFlashDrafter
+    from eagle3kit.methods.dflash.train.loop import train_dflash
+    from eagle3kit.methods.dflash.train.step import DFlashOptions
+    from eagle3kit.train.config import TrainConfig
+
+    member = str(zoo.get("dsv3-v1", size="tiny"))
+    src = tmp_path / "chats.jsonl"
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"f{i}?"},
+                {"role": "assistant", "content": f"def f{i}(x):\n    return x + {i}\n" * 3},
+            ]
+        }
+        for i in range(8)
+    ]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prepare([src], member, tmp_path / "data", max_length=64)
+    cfg = TrainConfig(
+        out=str(tmp_path / "run"),
+        target=member,
+        data=str(tmp_path / "data"),
+        steps=2,
+        batch_size=2,
+        heldout=2,
+        eval_samples=2,
+        max_len=64,
+    )
+    train_dflash(cfg, DFlashOptions(block_size=4, anchors=2, sliding_window=W))
+    config = json.loads((tmp_path / "run" / "best" / "config.json").read_text())
+    assert config["layer_types"] == ["sliding_attention"] and config["sliding_window"] == W
+    assert config["is_causal"] is False
+    spec = DFlashDrafter.from_pretrained(tmp_path / "run" / "best").spec
+    assert spec.sliding_window == W and spec.causal == (False,)
+
+
 def test_max_len_within_the_targets_positions():
     """--max-len up to the target's max_position_embeddings (2048 for every zoo member), no
     further; a config without the key sets no bound."""
