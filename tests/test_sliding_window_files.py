@@ -49,6 +49,8 @@ def test_eagle3_window_survives_every_layout_bit_exact(tmp_path, via):
     a = load_file(str(src / "model.safetensors"))
     b = load_file(str(tmp_path / "back" / "model.safetensors"))
     assert a.keys() == b.keys() and all(a[k].tobytes() == b[k].tobytes() for k in a)
+    r = run_cli("inspect", tmp_path / "mid")
+    assert r.code == 0 and f"sliding window: {W} positions" in r.out
     s0, s2 = read_drafter(str(src))[0], read_drafter(str(tmp_path / "back"))[0]
     assert s0.sliding_window == W and s0.replace(tensors=()) == s2.replace(tensors=())
     assert torch.equal(_logits(src), _logits(tmp_path / "mid"))
