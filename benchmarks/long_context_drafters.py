@@ -4,6 +4,12 @@ context bucket, on prompts whose answers are not canned.
     python benchmarks/long_context_drafters.py [--member dsv3-v1] [--drafter k2-drafter]
         [--seeds 0,1] [--steps 8] [--batch 1] [--window 128] [--prompts 3] [--max-new 64]
         [--json benchmarks/results/long_context_drafters-dsv3-v1.json]
+    python benchmarks/long_context_drafters.py --part greedy|demo|long|swa [...]   # one part
+    python benchmarks/long_context_drafters.py --collect [...]    # the result from the parts
+
+Without --part/--collect it runs every part in turn, then collects. The parts are independent
+processes (each writes WORK/part-PART-sSEED.json with its own command and commit), so on a
+shared machine they can run side by side; --collect checks every arm against greedy's answers.
 
 Arms:
 - **demo**: the zoo's shipped drafter for the member (`--drafter`), trained by the zoo's
@@ -177,12 +183,24 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--work", default="/tmp/long_context_drafters")
     p.add_argument("--json", default="benchmarks/results/long_context_drafters-dsv3-v1.json")
+    p.add_argument("--part", help="run one part (greedy, demo, long, swa) into WORK/part-*.json")
+    p.add_argument("--collect", action="store_true", help="the result from WORK's parts")
     a = p.parse_args()
+    if a.collect:
+        return collect(a)
+    if a.part:
+        return run_part(a)
+    for part in ("greedy", *ARMS):  # one process, part after part
+        a.part = part
+        run_part(a)
+    collect(a)
 
+
+def _setup(a):
+    """(target model, target dir, base drafter dir, DATA of long samples, prompts, source)."""
     import torch
 
     from eagle3kit import zoo
-    from eagle3kit.core.diversity import cross_prompt
     from eagle3kit.data.long_prompts import long_prompts
     from eagle3kit.model.loading import load_target
     from eagle3kit.zoo.shipping import shipped
@@ -191,63 +209,94 @@ def main() -> None:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
     target, base = str(zoo.get(a.member)), str(shipped(a.drafter))
-    t0 = time.time()
     tm = load_target(target)
-    longs = _long_samples(a.member, tm.tokenizer, a.long_samples, 2048, 0)
-    data = _data("long", longs, target, work, 2048)
+    data = work / "data-long"
+    if not (data / "data.json").is_file():
+        longs = _long_samples(a.member, tm.tokenizer, a.long_samples, 2048, 0)
+        data = _data("long", longs, target, work, 2048)
     prompts, source = long_prompts(
         tm.tokenizer, LENGTHS, a.prompts, which="B", new_tokens=a.max_new, max_positions=2048
     )
-    greedy = _decode(tm, None, prompts, a)
-    canned = cross_prompt([r["tokens"] for r in greedy])
-    print(json.dumps({"greedy_s": round(time.time() - t0, 1), "canned": canned}), flush=True)
-    seeds = [int(s) for s in a.seeds.split(",")]
-    runs = []
-    for seed in seeds:
-        for arm in ARMS:
-            if arm == "demo" and seed != seeds[0]:
-                continue  # the shipped drafter: one figure, no seed
-            best, s = (
-                (Path(base), {})
-                if arm == "demo"
-                else _train(arm, seed, data, target, base, a, work)
-            )
-            t1 = time.time()
-            rows = _decode(tm, best, prompts, a)
-            runs.append(
-                {
-                    "arm": arm,
-                    "seed": None if arm == "demo" else seed,
-                    "train_wall_s": s.get("wall_s"),
-                    "train_tokens_per_s": s.get("tokens_per_s"),
-                    "decode_wall_s": round(time.time() - t1, 1),
-                    "by_length": _buckets(rows, greedy),
-                }
-            )
-            print(json.dumps(runs[-1]), flush=True)
+    return tm, target, base, data, prompts, source
+
+
+def run_part(a) -> None:
+    """One part: plain greedy on every prompt, or one arm's drafter (trained first for long
+    and swa, unless WORK holds its run) on every prompt; WORK/part-PART-sSEED.json."""
+    from _results import code_state
+
+    t0 = time.time()
+    tm, target, base, data, prompts, source = _setup(a)
+    seed = int(a.seeds.split(",")[0])
+    s: dict = {}
+    best = None
+    if a.part == "demo":
+        best = Path(base)
+    elif a.part in ("long", "swa"):
+        best, s = _train(a.part, seed, data, target, base, a, Path(a.work))
+    t1 = time.time()
+    rows = _decode(tm, best, prompts, a)
+    doc = {
+        "part": a.part,
+        "seed": None if a.part in ("greedy", "demo") else seed,
+        "command": "python " + " ".join(sys.argv),
+        **code_state(),
+        "prompt_source": source,
+        "train_tokens_per_s": s.get("tokens_per_s"),
+        "train_steps": s.get("steps"),
+        "decode_wall_s": round(time.time() - t1, 1),
+        "wall_s": round(time.time() - t0, 1),
+        "rows": rows,
+    }
+    out = Path(a.work) / f"part-{a.part}-s{seed}.json"
+    out.write_text(json.dumps(doc))
+    print(out, doc["wall_s"], flush=True)
+
+
+def collect(a) -> None:
+    """The result file from WORK's parts: τ per bucket per arm, lossless against greedy."""
+    from eagle3kit.core.diversity import cross_prompt
+
+    work = Path(a.work)
+    parts = [json.loads(p.read_text()) for p in sorted(work.glob("part-*.json"))]
+    greedy = next(p for p in parts if p["part"] == "greedy")
+    runs = [
+        {
+            "arm": p["part"],
+            "seed": p["seed"],
+            "train_tokens_per_s": p["train_tokens_per_s"],
+            "train_steps": p["train_steps"],
+            "decode_wall_s": p["decode_wall_s"],
+            "by_length": _buckets(p["rows"], greedy["rows"]),
+        }
+        for p in parts
+        if p["part"] in ARMS
+    ]
     table = {}
     for arm in ARMS:
         table[arm] = {}
         for n in LENGTHS:
             taus = [r["by_length"][str(n)]["tau"] for r in runs if r["arm"] == arm]
-            table[arm][str(n)] = {
-                "mean": round(statistics.mean(taus), 4),
-                "min": min(taus),
-                "max": max(taus),
-                "runs": len(taus),
-            }
+            if taus:
+                table[arm][str(n)] = {
+                    "mean": round(statistics.mean(taus), 4),
+                    "min": min(taus),
+                    "max": max(taus),
+                    "runs": len(taus),
+                }
+    keep = ("part", "seed", "command", "commit", "dirty", "changed_during_run", "wall_s")
     doc = {
         "member": a.member,
         "drafter": a.drafter,
-        "settings": {k: v for k, v in vars(a).items() if k not in ("json", "work")},
+        "settings": {k: v for k, v in vars(a).items() if k not in ("json", "work", "part")},
         "lengths": list(LENGTHS),
-        "prompt_source": source,
+        "prompt_source": greedy["prompt_source"],
         "prompt_set": "B",
-        "canned_check": canned,
-        "train_data": {"long_samples": len(longs), "tokens_each": 2048, "max_len": 2048},
+        "canned_check": cross_prompt([r["tokens"] for r in greedy["rows"]]),
+        "train_data": {"long_samples": a.long_samples, "tokens_each": 2048, "max_len": 2048},
+        "parts": [{k: p.get(k) for k in keep} for p in parts],
         "runs": runs,
         "tau_by_length": table,
-        "wall_s": round(time.time() - t0, 1),
     }
     print(write_result(a.json, "long_context_drafters", doc))
 
