@@ -176,7 +176,7 @@ class SpecDecoder:
         else:
             self.target.keep(list(range(d.m)) + [d.m + i for i in step.rows])
         self.cache.crop(d.m)
-        window = getattr(self.drafter.spec, "sliding_window", None)
+        window = getattr(getattr(self.drafter, "spec", None), "sliding_window", None)
         if window:  # later queries sit at positions >= m: slots <= m - W are out of sight
             self.cache.forget(d.m - window + 1)
         self.last = step.new[-1]
