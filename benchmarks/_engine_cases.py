@@ -42,6 +42,7 @@ YARN = {
 }
 FAMILIES = ("llama", "deepseek_v3", "kimi_k2")
 AUX = {"default": tuple(default_aux_layers(L)), "custom": (3, 4, 6)}  # h-indices
+SWA_WINDOW = 64  # the "swa" cases' sliding window (config: layer_types + sliding_window)
 
 
 def target_config(family: str) -> dict[str, Any]:
@@ -123,7 +124,7 @@ def plan() -> list[dict[str, Any]]:
     """Every case (without the engine): layout x target x attention (MHA drafters on Llama and
     DeepSeek-V3 targets, MLA drafters on DeepSeek-V3 and Kimi-K2 targets; the EAGLE layout,
     MHA only, on the Llama target), then one variation at a time: each norm flag alone, the
-    non-default aux ids, the full draft vocabulary."""
+    non-default aux ids, the full draft vocabulary, a sliding window."""
     combos = [("llama", "mha", layout) for layout in ("sglang", "vllm", "eagle")]
     combos += [("deepseek_v3", "mha", layout) for layout in ("sglang", "vllm")]
     combos += [
@@ -136,6 +137,7 @@ def plan() -> list[dict[str, Any]]:
         ]
         variants += [(f, {f: True}, "default", "reduced") for f in NORM_FLAGS]
         variants += [("aux_custom", {}, "custom", "reduced"), ("vocab_full", {}, "default", "full")]
+        variants += [("swa", {}, "default", "reduced")]  # sliding window SWA_WINDOW
         for tag, flags, aux, vocab in variants:
             cases.append(
                 dict(
@@ -147,6 +149,7 @@ def plan() -> list[dict[str, Any]]:
                     aux_layers=list(AUX[aux]),
                     aux_choice=aux,
                     draft_vocab=vocab,
+                    sliding_window=SWA_WINDOW if tag == "swa" else None,
                 )
             )
     return cases
@@ -205,7 +208,7 @@ def write_case(root: Path, case: dict[str, Any], engine: str) -> Path:
         tuple(case["aux_layers"]),
         case["draft_vocab"],
     )
-    spec = replace(spec, **case["flags"])
+    spec = replace(spec, **case["flags"], sliding_window=case.get("sliding_window"))
     src = d / "source"
     # the source, every flag as the spec says: speculators' layout for MHA drafters,
     # SpecForge's (model_type deepseek_v3 / kimi_k2, midlayer.* names) for MLA ones

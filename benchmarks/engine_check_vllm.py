@@ -16,6 +16,8 @@ is one JSON record (the interface of benchmarks/engine_check.py). Stages, each v
    handed over, and every parameter is first filled with NaN (integers: a sentinel): a
    parameter still holding NaN was not filled; a file tensor whose constant appears nowhere
    was not used.
+Window: `window_effective`, each attention layer's `sliding_window` in the built drafter
+(None: full attention), for the cases with a sliding window.
 Captured layers: the aux ids read by both model runners' own functions (V1:
 `GPUModelRunner._get_eagle3_aux_layers_from_config`, V2:
 `v1/worker/gpu/spec_decode/eagle/eagle3_utils.get_eagle3_aux_layers_from_config`), else the
@@ -237,6 +239,16 @@ def effective_flags(model) -> dict:
     }
 
 
+def attention_windows(model) -> list:
+    """Each attention layer's sliding window as the built drafter holds it (vLLM's attention
+    layers keep `sliding_window`, model_executor/layers/attention/attention.py; None: full)."""
+    return [
+        getattr(m, "sliding_window", None)
+        for m in model.modules()
+        if hasattr(m, "kv_cache") and hasattr(m, "impl")
+    ]
+
+
 def mark_params(model) -> None:
     import torch
 
@@ -368,6 +380,7 @@ def probe(case_dir: Path) -> dict:
         rec.update(stage="model_class", error=first_line(e))
         return rec
     rec["flags_effective"] = effective_flags(model)
+    rec["window_effective"] = attention_windows(model)
     d2t = getattr(model, "draft_id_to_target_id", None)
     rec["draft_vocab_size"] = int(getattr(dmc.hf_config, "draft_vocab_size", 0) or 0) or None
     rec["vocab_map"] = "d2t" if d2t is not None else "identity"

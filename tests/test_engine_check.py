@@ -8,6 +8,7 @@ is held against the engine's record:
 - the engine refused the file            -> compat reports an error for that engine;
 - it served it                            -> compat's `captures` is what the engine captured;
   a flag the engine ignored (or turned on) -> compat reports `norm-flag` for it;
+  a sliding window it did not build        -> compat reports `sliding-window` (an error);
   it served it as trained (the layers the drafter was trained on, every flag as set, every
   tensor used, no drafter parameter left unfilled but those taken from the target)
                                           <-> compat reports no error for that engine;
@@ -65,7 +66,16 @@ def as_trained(case: dict, rec: dict, lacking: frozenset[str] = frozenset()) -> 
     flags = rec["flags_effective"]
     if any(bool(flags.get(f)) != case["flags"][f] for f in FLAGS if f not in lacking):
         return False
+    if not window_as_trained(case, rec):
+        return False
     return not engine_check.unfilled(case, rec) and not set(rec["tensors_unused"]) - NEVER_READ
+
+
+def window_as_trained(case: dict, rec: dict) -> bool:
+    """Every attention layer the engine built runs the case's window (None: full attention);
+    a record without `window_effective` (a probe before the window cases) is not judged."""
+    built = rec.get("window_effective")
+    return built is None or all(w == case.get("sliding_window") for w in built)
 
 
 def unchecked(rec: dict | None) -> str | None:
@@ -116,6 +126,10 @@ def mismatches(case: dict, rec: dict | None, res: dict) -> list[str]:
             out.append(f"{f}: engine {'applied' if took else 'ignored'} it; compat disagrees")
         if not case["flags"][f] and took:
             out.append(f"{f}: engine applied a flag the drafter does not set")
+    if rec.get("window_effective") is not None and case.get("sliding_window"):
+        said = any(e["code"] == "sliding-window" for e in errors)
+        if window_as_trained(case, rec) == said:
+            out.append(f"engine ran windows {rec['window_effective']}; compat disagrees")
     if rec.get("captured_h") is None:  # the layers are unknown: so is compat's word on them
         errors = [e for e in errors if not e["code"].startswith("aux-")]
     if as_trained(case, rec) == bool(errors):
@@ -154,6 +168,33 @@ def test_compat_predicts_the_engine(path, tmp_path):
         for m in mismatches(case, rec, compat_json(case, tmp_path)):
             bad.append(f"{case['name']}: {m}")
     assert not bad, "\n".join(bad)
+
+
+# `--only swa` runs: the sliding-window cases of a release whose full run predates them
+WINDOW_RESULTS = sorted(
+    p for p in engine_check.RESULTS.glob("engine_check-*-partial.json") if "swa" in p.read_text()
+)
+
+
+@pytest.mark.parametrize("path", WINDOW_RESULTS, ids=_ids(WINDOW_RESULTS))
+def test_compat_predicts_the_window_cases(path, tmp_path):
+    """Each sliding-window case: compat's verdict against the window the engine built
+    (`window_effective`), and every file `convert` writes for it is the file the engine had."""
+    data = _load(path)
+    version = data["doc"]["version"]
+    bad, windowed = [], 0
+    for case, rec in data["pairs"]:
+        case = {**case, "version": version}
+        windowed += bool(case.get("sliding_window") and rec and rec.get("window_effective"))
+        for m in mismatches(case, rec, compat_json(case, tmp_path)):
+            bad.append(f"{case['name']}: {m}")
+        plan = next(p for p in C.plan() if p["name"] == case["name"])
+        now = json.loads(
+            (C.write_case(tmp_path / "now", plan, case["engine"]) / "case.json").read_text()
+        )
+        if now["files"] != case["files"]:
+            bad.append(f"{case['name']}: convert now writes another file; rerun engine_check")
+    assert windowed and not bad, "\n".join(bad)
 
 
 @pytest.mark.parametrize("path", RESULTS, ids=_ids(RESULTS))

@@ -51,6 +51,7 @@ def _every(out: Path) -> dict:
         "epochs": 1.0,
         "batch_size": 4,
         "max_len": 64,
+        "sliding_window": 16,
         "max_samples": 40,
         "lr": 0.002,
         "warmup": 1,

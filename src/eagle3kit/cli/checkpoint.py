@@ -93,6 +93,8 @@ def _render_spec(con, r: dict) -> None:
     )
     flags = [f for f in (*NORM_FLAGS, "qk_norm") if s[f]]
     con.print(f"  flags: {', '.join(flags) if flags else 'none'} -> {r['variant']}")
+    if s.get("sliding_window"):
+        con.print(f"  sliding window: {s['sliding_window']} positions (`compat` per engine)")
     if s["attention"] == "mla":
         con.print(
             f"  attention: MLA (q_lora {s['q_lora_rank']}, kv_lora {s['kv_lora_rank']}, nope "

@@ -96,8 +96,15 @@ class DraftSpec:
     v_head_dim: int = 0
     rope_interleave: bool = True  # MLA: rope over adjacent pairs (DeepSeek's weight layout)
     model_type: str | None = None  # MLA: the config's model_type ("kimi_k2", "deepseek_v3")
+    # Sliding-window attention: the decoder layer's query at position p sees keys at
+    # positions > p - W only (config: layer_types ["sliding_attention"] + sliding_window W,
+    # vLLM's LlamaAttention rule; docs/formats.md "Sliding-window drafters"). None: full.
+    sliding_window: int | None = None
 
     def __post_init__(self) -> None:
+        w = self.sliding_window
+        if w is not None and (not isinstance(w, int) or isinstance(w, bool) or w < 1):
+            raise bad("DraftSpec", f"sliding_window: expected an int >= 1 or None, found {w!r}")
         if self.attention not in ATTENTION_KINDS:
             raise bad("DraftSpec", f"attention: expected 'mha' or 'mla', found {self.attention!r}")
         if not self.is_mla:

@@ -176,6 +176,9 @@ class SpecDecoder:
         else:
             self.target.keep(list(range(d.m)) + [d.m + i for i in step.rows])
         self.cache.crop(d.m)
+        window = getattr(getattr(self.drafter, "spec", None), "sliding_window", None)
+        if window:  # later queries sit at positions >= m: slots <= m - W are out of sight
+            self.cache.forget(d.m - window + 1)
         self.last = step.new[-1]
 
     def catch_up(self, step: Step, v) -> None:

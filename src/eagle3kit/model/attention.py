@@ -19,6 +19,15 @@ attention factor, and s gains mscale² = (0.1·mscale_all_dim·ln(factor) + 1)²
 rope_scaling has `mscale_all_dim`. DeepSeek lays the rope dims out as adjacent pairs
 (rope_interleave): pair (x[2i], x[2i+1]) rotates by angle pos·inv_freq[i].
 The cache holds the expanded per-head keys [B, n, S, nope+rope] and values [B, n, S, v].
+
+Sliding window W (`DraftSpec.sliding_window`: the config's `layer_types` ["sliding_attention"]
+and `sliding_window`, as vLLM's LlamaAttention reads them): on top of whatever mask the caller
+gives, a query at rotary position p sees only the keys whose position q has p - q < W (with
+the causal mask: the W positions p - W + 1..p, its own counted, the convention of transformers
+and of vLLM's `per_layer_sliding_window`). The rule is on positions, not on cache slots, so
+one rule serves chain decoding, tree drafting (siblings share a position) and training-time
+test (step i at t has position t + i). The cache records each key's position
+(`DraftCache.pos`) and may forget keys no later query can see (`DraftCache.forget`).
 """
 
 from __future__ import annotations
@@ -135,10 +144,13 @@ class DraftCache:
     k: torch.Tensor | None = None
     v: torch.Tensor | None = None
     deeper: list[DraftCache] = field(default_factory=list)  # layers 1.. (made on first use)
+    pos: torch.Tensor | None = None  # [B, stored] each stored key's rotary position
+    start: int = 0  # keys forgotten from the front (a sliding window's past): slot of k[:, :, 0]
 
     @property
     def length(self) -> int:
-        return 0 if self.k is None else self.k.shape[2]
+        """Keys appended so far, forgotten ones included (the next key's slot)."""
+        return self.start + (0 if self.k is None else self.k.shape[2])
 
     def layer(self, i: int) -> DraftCache:
         """The cache of decoder layer i (0: this one)."""
@@ -149,14 +161,37 @@ class DraftCache:
         return self.deeper[i - 1]
 
     def crop(self, n: int) -> None:
-        """Keep the first n positions (roll back rejected drafts), in every layer's cache."""
+        """Keep the first n slots (roll back rejected drafts), in every layer's cache."""
+        if n < self.start:
+            raise ValueError(
+                f"draft cache: cannot roll back to {n}, slots < {self.start} forgotten"
+            )
+        keep = n - self.start
         if self.k is not None:
-            self.k, self.v = self.k[:, :, :n], self.v[:, :, :n]
+            self.k, self.v = self.k[:, :, :keep], self.v[:, :, :keep]
+            self.pos = None if self.pos is None else self.pos[:, :keep]
         for c in self.deeper:
             c.crop(n)
 
-    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append new keys/values [B, h, T, d]; return all of them [B, h, S, d]."""
+    def forget(self, n: int) -> None:
+        """Drop the keys of slots < n (every layer's): a sliding window's keys no later query
+        sees. `length` and slot numbers stay as they were."""
+        drop = min(max(0, n - self.start), 0 if self.k is None else self.k.shape[2])
+        if drop:
+            self.k, self.v = self.k[:, :, drop:], self.v[:, :, drop:]
+            self.pos = None if self.pos is None else self.pos[:, drop:]
+            self.start += drop
+        for c in self.deeper:
+            c.forget(n)
+
+    def append(
+        self, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append new keys/values [B, h, T, d] (at rotary positions `pos` [B, T], recorded
+        when given); return all the stored ones [B, h, S, d]."""
+        if pos is not None:
+            pos = pos.expand(k.shape[0], -1)
+            self.pos = pos if self.pos is None else torch.cat([self.pos, pos], dim=1)
         if self.k is not None:
             k, v = torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
         self.k, self.v = k, v
@@ -183,16 +218,37 @@ class _RopeMixin(nn.Module):
         return (freqs.cos() * self.rope_scale).to(dtype), (freqs.sin() * self.rope_scale).to(dtype)
 
 
-def _attend(q, k, v, cache, attn_mask, t, scale=None, rep: int = 1) -> torch.Tensor:
-    """Append k/v to the cache, repeat kv heads `rep` times (GQA), then softmax attention with
-    the mask (default causal over cache + new); returns [B, h, T, dv]."""
-    past = 0
+def window_band(qpos: torch.Tensor, kpos: torch.Tensor, window: int) -> torch.Tensor:
+    """Bool [B, 1, T, S]: key position kpos [B, S] within `window` of query position qpos
+    [B, T] (q - k < W; causality is the mask's business)."""
+    return ((qpos[:, :, None] - kpos[:, None, :]) < window)[:, None]
+
+
+def _with_band(mask: torch.Tensor, band: torch.Tensor) -> torch.Tensor:
+    """The mask (bool: True = may attend; float: added to the scores) narrowed by `band`."""
+    if mask.dtype == torch.bool:
+        return mask & band
+    return mask.masked_fill(~band, float("-inf"))
+
+
+def _attend(
+    q, k, v, cache, attn_mask, t, scale=None, rep: int = 1, pos=None, window=None
+) -> torch.Tensor:
+    """Append k/v (at positions `pos` [B, T]) to the cache, repeat kv heads `rep` times (GQA),
+    then softmax attention with the mask (default causal over cache + new), narrowed to the
+    sliding `window` when there is one (module docstring); returns [B, h, T, dv]."""
+    past, start, kpos = 0, 0, pos
     if cache is not None:
-        past = cache.length
-        k, v = cache.append(k, v)
+        past, start = cache.length, cache.start
+        k, v = cache.append(k, v, pos if window else None)
+        kpos = cache.pos
     if rep > 1:
         k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
     mask = attn_mask if attn_mask is not None else causal_mask(t, past, q.device)
+    if start and mask.shape[-1] == past + t:  # a mask over every slot: drop the forgotten
+        mask = mask[..., start:]
+    if window:
+        mask = _with_band(mask, window_band(pos, kpos, window))
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
@@ -216,6 +272,7 @@ class Attention(_RopeMixin):
             self.q_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps)
             self.k_norm = RMSNorm(spec.head_dim, spec.rms_norm_eps)
         self._init_rope(spec)
+        self.window = spec.sliding_window
 
     def forward(
         self,
@@ -233,7 +290,8 @@ class Attention(_RopeMixin):
         cos, sin = self._cos_sin(pos, q.dtype)
         q = apply_rope(q.transpose(1, 2), cos, sin, interleave=False)  # [B, nh, T, hd]
         k = apply_rope(k.transpose(1, 2), cos, sin, interleave=False)  # [B, nkv, T, hd]
-        o = _attend(q, k, v, cache, attn_mask, t, rep=self.n_heads // self.n_kv)  # [B, nh, T, hd]
+        rep = self.n_heads // self.n_kv
+        o = _attend(q, k, v, cache, attn_mask, t, rep=rep, pos=pos, window=self.window)
         return self.o_proj(o.transpose(1, 2).reshape(b, t, -1))
 
 
@@ -259,6 +317,7 @@ class MLAAttention(_RopeMixin):
         self.o_proj = nn.Linear(n * self.v_dim, spec.hidden_size, bias=bias)
         self.scale = mla_softmax_scale(spec)
         self._init_rope(spec)
+        self.window = spec.sliding_window
 
     def forward(
         self,
@@ -285,7 +344,8 @@ class MLAAttention(_RopeMixin):
         k_pe = apply_rope(k_pe[:, None], cos, sin, self.interleave)  # [B, 1, T, rope]
         q = torch.cat([q_nope, q_pe], dim=-1)  # [B, n, T, nope+rope]
         k = torch.cat([k_nope, k_pe.expand(b, n, t, self.rope)], dim=-1)  # [B, n, T, nope+rope]
-        o = _attend(q, k, v.contiguous(), cache, attn_mask, t, self.scale)  # [B, n, T, v]
+        v = v.contiguous()
+        o = _attend(q, k, v, cache, attn_mask, t, self.scale, pos=pos, window=self.window)
         return self.o_proj(o.transpose(1, 2).reshape(b, t, n * self.v_dim))
 
 

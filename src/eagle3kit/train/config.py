@@ -84,6 +84,12 @@ class TrainConfig:
     max_len: int = option(  # a position t predicts x[t+2]
         512, "Truncate samples to this many tokens.", min=3
     )
+    sliding_window: int | None = option(  # the drafter's layers see the last W positions
+        None,
+        "Sliding-window attention: the drafter's layers see keys within W positions of the "
+        "query (written as layer_types/sliding_window; eagle3, eagle3.1, dflash).",
+        min=1,
+    )
     max_samples: int | None = option(None, "Train on the first N training samples only.", min=1)
     lr: float = option(1e-3, "Peak learning rate (AdamW).", above=0)
     warmup: int | None = option(None, "Warm-up steps (default 5% of steps).", min=0)

@@ -225,6 +225,7 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
         target = features_target(resolve_target(cfg.target), aux0, cfg.target_dtype)
     else:
         target = _target(cfg, cfg.target, aux0, d.device)
+    check_max_len(cfg.max_len, target.config)
     data = open_data(cfg, target)
     m, info = _drafter(cfg, init, target, data)
     m = m.to(d.device)
@@ -250,6 +251,19 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
     if cfg.reference_target or cfg.reference_features:
         ctx.reference = _reference_before(cfg, ctx, data, held, d.device)
     return ctx
+
+
+def check_max_len(max_len: int, config: Any) -> None:
+    """--max-len within the target's positions (its max_position_embeddings, when it has one):
+    a longer window would train the drafter at positions the target never serves."""
+    cfg = config.to_dict() if hasattr(config, "to_dict") else dict(config or {})
+    cfg = cfg.get("text_config") or cfg
+    n = cfg.get("max_position_embeddings")
+    if isinstance(n, int) and max_len > n:
+        raise Eagle3Error(
+            f"--max-len: expected at most the target's max_position_embeddings ({n}), "
+            f"found {max_len}"
+        )
 
 
 def _warnings(
@@ -308,8 +322,20 @@ def _drafter(
     if init is not None and F.flag_changes(start, flags):
         info["flags_changed"] = F.flag_changes(start, flags)
         m = F.with_flags(m, flags)
+    m = with_window(m, getattr(cfg, "sliding_window", None))
     m.set_embedding(emb.detach().cpu())
     return part.prepare(m, cfg, target, info), info
+
+
+def with_window(m: Any, window: int | None) -> Any:
+    """`m` with sliding window `window` (None: as it is), its weights kept (a window has no
+    tensor of its own)."""
+    if window is None or m.spec.sliding_window == window:
+        return m
+    out = m.blank(m.spec.replace(sliding_window=window))
+    out.load_canonical(m.canonical_state(with_embedding=True))
+    out.embed_loaded = m.embed_loaded
+    return out
 
 
 def _method_warnings(cfg: Any, info: dict | None) -> list[str]:

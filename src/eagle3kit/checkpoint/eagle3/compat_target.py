@@ -23,6 +23,7 @@ from eagle3kit.checkpoint.eagle3.writers import Writer, infer_writer, pattern_hi
 from eagle3kit.checkpoint.engines import cpu as engine_cpu
 from eagle3kit.checkpoint.engines import methods as M
 from eagle3kit.checkpoint.engines import rules as E
+from eagle3kit.checkpoint.engines.windows import eagle3_window_findings
 from eagle3kit.checkpoint.findings import PROBE, CompatResult, Finding, error, info, warning
 from eagle3kit.checkpoint.inspection import TargetInfo, target_info
 from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
@@ -288,7 +289,7 @@ def _flag_findings(sel: E.EngineSel, spec: DraftSpec, family: str) -> list[Findi
                 sel.name,
             )
         )
-    return out
+    return out + eagle3_window_findings(sel, spec)
 
 
 def _arch_findings(sel: E.EngineSel, spec: DraftSpec, names: dict[str, str]) -> list[Finding]:

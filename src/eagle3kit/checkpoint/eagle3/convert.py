@@ -32,6 +32,7 @@ from eagle3kit.checkpoint.engines.rules import (
     VLLM_MLA_MODEL_TYPE,
     VLLM_MTP_SOURCE,
 )
+from eagle3kit.checkpoint.engines.windows import sglang_window_flag
 from eagle3kit.checkpoint.io.hub_files import open_target
 from eagle3kit.checkpoint.io.safetensors_io import (
     _load_json,
@@ -257,6 +258,7 @@ def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | No
             f"trained on HF hidden states {list(spec.aux_layers)} (kept in config as "
             "eagle3kit_aux_layers)"
         )
+    notes += _window_notes(spec, to)
     if "embed_tokens.weight" not in tensors:
         notes.append(
             "no embed_tokens: the engine uses the target's embedding (normal; --embed-from TARGET "
@@ -284,6 +286,22 @@ def _notes(spec: DraftSpec, tensors: dict[str, Any], to: str, verifier: str | No
             "own tooling then cannot load the target"
         )
     return notes
+
+
+def _window_notes(spec: DraftSpec, to: str) -> list[str]:
+    """What a sliding-window drafter's file needs besides its keys (layer_types +
+    sliding_window, written in every layout): `compat` has each release's rule."""
+    w = spec.sliding_window
+    if w is None or spec.is_mla:
+        return [f"sliding_window {w}: no engine runs an MLA drafter's window"] if w else []
+    if to == "sglang":
+        return [
+            f"sliding_window {w} kept in config; SGLang reads no window key for an EAGLE-3 "
+            f"drafter: serve it with {sglang_window_flag(w)} (see `eagle3kit compat`)"
+        ]
+    if to == "eagle":
+        return [f"sliding_window {w} kept in config; the original EAGLE code has no window"]
+    return []
 
 
 def check_verifier(verifier: str | None) -> None:

@@ -276,10 +276,41 @@ def read_spec(ckpt: Checkpoint) -> tuple[str, DraftSpec, dict[str, str]]:
         dtype=_dtype(layer if layout == "vllm" and not mla else cfg, ckpt),
         tensors=tuple(sorted(names)),
         verifier=verifier if isinstance(verifier, str) else None,
+        sliding_window=read_window(layer, lwhere),
         **_flags(cfg),
     )
     fields.update(f)
     return layout, DraftSpec(**fields), names
+
+
+SLIDING = "sliding_attention"
+
+
+def read_window(layer: dict[str, Any], where: str) -> int | None:
+    """The drafter layer's sliding window: `sliding_window` when `layer_types[0]` is
+    "sliding_attention", else None (vLLM 0.33 models/llama.py LlamaAttention reads exactly
+    these two keys, the layer's entry of layer_types; a bare sliding_window is not read)."""
+    types = layer.get("layer_types")
+    if types is None:
+        return None
+    if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
+        raise bad(where, f"layer_types: expected a list of attention kinds, found {types!r}")
+    if types[0] != SLIDING:
+        return None
+    w = layer.get("sliding_window")
+    if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+        raise bad(
+            where,
+            f"sliding_window: expected an int >= 1 (layer_types[0] is {SLIDING}), found {w!r}",
+        )
+    return w
+
+
+def window_keys(spec: DraftSpec) -> dict[str, Any]:
+    """The config keys of a sliding-window drafter layer (none for a full one)."""
+    if spec.sliding_window is None:
+        return {}
+    return {"layer_types": [SLIDING], "sliding_window": spec.sliding_window}
 
 
 def _check_one_layer(layer: dict[str, Any], where: str, names: dict[str, str]) -> None:
@@ -369,6 +400,7 @@ def _llama_block(spec: DraftSpec) -> dict[str, Any]:
         "tie_word_embeddings": False,
         "vocab_size": spec.vocab_size,
         "torch_dtype": spec.dtype,
+        **window_keys(spec),
     }
     return d
 
@@ -407,6 +439,7 @@ def _mla_block(spec: DraftSpec, layout: str) -> dict[str, Any]:
         "tie_word_embeddings": False,
         "vocab_size": spec.vocab_size,
         "torch_dtype": spec.dtype,
+        **window_keys(spec),
     }
 
 

@@ -344,6 +344,7 @@ class DFlashDrafter(nn.Module):
         num_attention_heads: int | None = None,
         device: torch.device | str | None = None,
         dtype: torch.dtype | None = None,
+        sliding_window: int | None = None,
     ) -> DFlashDrafter:
         """A fresh drafter sized for `target` (a TargetModel) using its embedding/lm_head.
         The mask token defaults to the last vocabulary id; layer ids to z-lab's default."""
@@ -367,7 +368,11 @@ class DFlashDrafter(nn.Module):
             mask_token_id=target.vocab_size - 1 if mask_token_id is None else mask_token_id,
             target_layer_ids=tuple(ids),
             num_target_layers=n_layers,
-            layer_causal=(False,) * num_hidden_layers,
+            layer_causal=(False,) * num_hidden_layers,  # bidirectional in the block, sliding or not
+            layer_types=None
+            if sliding_window is None
+            else ("sliding_attention",) * num_hidden_layers,
+            sliding_window=sliding_window,
             rms_norm_eps=float(getattr(cfg, "rms_norm_eps", 1e-6)),
             dtype=str(dtype).removeprefix("torch."),
         )

@@ -7,8 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 from eagle3kit.checkpoint.eagle3.layouts import EAGLE31_FLAGS, is_drafter_config, method_of
+from eagle3kit.checkpoint.engines.windows import rows_for
 
-__all__ = ["EAGLE31_FLAGS", "detect", "method_of"]
+__all__ = ["ENGINE_RULES", "EAGLE31_FLAGS", "detect", "method_of"]
+
+ENGINE_RULES = rows_for("eagle3")  # which window each engine release runs (sliding windows)
 
 
 def detect(config: dict[str, Any], names: set[str]) -> tuple[str, int] | None:

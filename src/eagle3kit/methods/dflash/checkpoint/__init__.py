@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from eagle3kit.checkpoint.engines.methods import dflash_release_captures
+from eagle3kit.checkpoint.engines.windows import rows_for
 from eagle3kit.checkpoint.io.safetensors_io import Checkpoint
 from eagle3kit.checkpoint.methods import MethodInspectResult, inspect_method
 from eagle3kit.methods.dflash.checkpoint.compat import engine_findings, target_findings
@@ -25,6 +26,7 @@ from eagle3kit.methods.dflash.checkpoint.read import variant_of
 from eagle3kit.methods.dflash.checkpoint.spec import DFlashSpec
 
 __all__ = [
+    "ENGINE_RULES",
     "LAYOUTS",
     "convert_to",
     "detect",
@@ -36,6 +38,9 @@ __all__ = [
     "summary_lines",
     "target_findings",
 ]
+
+
+ENGINE_RULES = rows_for("dflash")  # which window each engine release runs (sliding windows)
 
 
 def detect(config: dict[str, Any], names: set[str]) -> tuple[str, int] | None:

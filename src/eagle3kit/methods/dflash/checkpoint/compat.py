@@ -8,6 +8,7 @@ from typing import Any
 
 from eagle3kit.checkpoint.engines import methods as M
 from eagle3kit.checkpoint.engines import rules as E
+from eagle3kit.checkpoint.engines.windows import dflash_window_findings
 from eagle3kit.checkpoint.findings import Finding, error, warning
 from eagle3kit.checkpoint.inspection import TargetInfo
 from eagle3kit.checkpoint.method_compat import common_findings, engine_entry, not_served
@@ -142,6 +143,7 @@ def _dflash_semantics(sel: E.EngineSel, head: MethodHeader) -> list[Finding]:
                     sel.name,
                 )
             )
+    out += dflash_window_findings(sel, spec, head.ckpt.config)
     types = spec.layer_types or ()
     mixed = 0 < sum(t == "sliding_attention" for t in types) < len(types)
     if mixed and sel.name == "vllm" and M.in_range(sel.version, (0, 33), None):

@@ -154,6 +154,26 @@ def _zlab_fields(cfg: dict[str, Any], where: str, n_layers: int) -> dict[str, An
     )
 
 
+def _zlab_window(
+    cfg: dict[str, Any], dfc: dict[str, Any], types: tuple[str, ...] | None, n: int
+) -> dict[str, Any]:
+    """Sliding layers and their window as vLLM 0.33 reads a z-lab config (qwen3_dflash.py
+    `_resolve_layer_attention`): `dflash_config.use_swa` makes every layer sliding when
+    layer_types names none; the window is `dflash_config.swa_window_size`, else
+    `sliding_window`."""
+    any_sliding = types is not None and _SLIDING in types
+    if bool(dfc.get("use_swa", False)) and not any_sliding:
+        types = (_SLIDING,) * n
+    if types is None or _SLIDING not in types:
+        return {"layer_types": types, "sliding_window": None}
+    w = dfc.get("swa_window_size", cfg.get("sliding_window"))
+    if not isinstance(w, int) or isinstance(w, bool) or w < 1:
+        raise bad(
+            "config.json", f"sliding_window: expected an int >= 1 (sliding layers), found {w!r}"
+        )
+    return {"layer_types": types, "sliding_window": w}
+
+
 def _speculators_fields(cfg: dict[str, Any], layer: dict[str, Any], where: str) -> dict[str, Any]:
     key = "aux_hidden_state_layer_ids"
     aux = _ids(cfg.get(key), where, key)
@@ -187,6 +207,7 @@ def read_dflash_config(config: dict[str, Any], where: str, names: set[str]) -> D
         f = _layer_fields(config, where)
         f.update(_zlab_fields(config, where, f["num_hidden_layers"]))
         dfc = config["dflash_config"]
+        f.update(_zlab_window(config, dfc, f["layer_types"], f["num_hidden_layers"]))
     draft_vocab = _get(config, "draft_vocab_size", where, int, f["vocab_size"])
     f.update(
         draft_vocab_size=draft_vocab,
@@ -242,6 +263,9 @@ def zlab_config(spec: DFlashSpec, base: dict[str, Any] | None = None) -> dict[st
         cfg.setdefault("num_target_layers", spec.num_target_layers)
     if spec.target_hidden_size != spec.hidden_size:
         cfg["target_hidden_size"] = spec.target_hidden_size
+    n = spec.num_hidden_layers
+    if spec.causal and _causal_zlab(cfg, dfc, n) != spec.causal and len(set(spec.causal)) == 1:
+        cfg["is_causal"] = spec.causal[0]  # read first by vLLM and SGLang alike
     return cfg
 
 
@@ -250,6 +274,8 @@ def speculators_config(
 ) -> dict[str, Any]:
     """A speculators DFlash config.json for `spec` (speculators models/dflash/config.py)."""
     layer = copy.deepcopy(layer) if layer is not None else _layer_config(spec)
+    if spec.layer_types is not None and "layer_types" not in layer:  # z-lab's use_swa
+        layer.update(layer_types=list(spec.layer_types), sliding_window=spec.sliding_window)
     # speculators runs sliding layers causal unless sliding_window_non_causal, full layers
     # bidirectional; vLLM 0.33 applies `not sliding_window_non_causal` to every layer. True
     # when no sliding layer is causal: the same drafter to speculators, right in vLLM too.

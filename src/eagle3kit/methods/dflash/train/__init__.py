@@ -30,6 +30,7 @@ def run(cfg: TrainConfig, options: dict[str, Any], *, resume: bool, progress: An
         o["gamma"],
         o["dflash_loss"],
         weights=o["position_weights"],
+        sliding_window=o.get("sliding_window"),
     )
     return train_dflash(cfg, opts, resume=resume, progress=progress)
 

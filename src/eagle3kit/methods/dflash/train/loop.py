@@ -104,6 +104,9 @@ def start(
     n_layers = _num_layers(resolve_target(cfg.target))
     aux = [i + 1 for i in layer_ids(cfg, opts, n_layers)]
     target = load_target(cfg.target, device=d.device, dtype=cfg.target_dtype, aux_layers=aux)
+    from eagle3kit.train.setup import check_max_len
+
+    check_max_len(cfg.max_len, target.config)
     src = _source(cfg, target)
     train_idx, held = src.split(cfg.heldout, 0)
     if cfg.max_samples:

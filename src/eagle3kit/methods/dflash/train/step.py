@@ -57,6 +57,7 @@ class DFlashOptions:
     dpace_alpha: float = 0.5
     mask_token_id: int | None = None  # default: the last vocabulary id
     target_layer_ids: tuple[int, ...] | None = None  # z-lab ids; default z-lab's spacing
+    sliding_window: int | None = None  # every layer sliding, bidirectional in the block
 
     def validate(self) -> None:
         if self.block_size < 2:
@@ -312,6 +313,7 @@ def new_drafter(target: TargetModel, opts: DFlashOptions, init_from: str | None,
         target_layer_ids=ids,
         device=device,
         dtype=torch.float32,
+        sliding_window=opts.sliding_window,
     )
 
 
