@@ -75,7 +75,7 @@ def live_blocks(lives: list[tuple[str, dict]]) -> list[tuple]:
         "throughput",
         "τ (source)",
         "distinct-4",
-        "speedup",
+        "speedup (median)",
         "source",
     ]
     out: list[tuple] = [("h2", "Live deployments (bench --url)")]
