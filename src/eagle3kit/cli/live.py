@@ -246,11 +246,9 @@ def render(r: dict) -> None:
             )
     c.print(t)
     if r["comparison"]:
-        c.print(
-            "speedup median: the median request's decode tok/s over the baseline's; speedup "
-            "pooled: all decoded tokens / all decode time over the baseline's, the speedup "
-            "`plan --from` predicts"
-        )
+        from eagle3kit.live.summary import SPEEDUP_NOTE
+
+        c.print(SPEEDUP_NOTE)
     for d in r["deployments"]:
         _render_server(c, d)
 

@@ -351,6 +351,12 @@ SPEEDUPS = {
     "throughput_speedup": "all tokens / block wall time, speculative over baseline",
 }
 PLAN_SPEEDUP = "decode_speedup_pooled"
+# the line under bench's table and the report's: which speedup is which, and which plan predicts
+SPEEDUP_NOTE = (
+    "speedup median: the median request's decode tok/s over the baseline's; speedup pooled: "
+    "all decoded tokens / all decode time over the baseline's, the speedup `plan --from` "
+    "predicts."
+)
 
 
 def plan_fields(docs: list[dict]) -> dict[str, Any]:
