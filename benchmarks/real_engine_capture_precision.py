@@ -17,7 +17,8 @@ does (live/capture_client.py: request, path, lock, checks), keeping the raw file
 - stored: both sides through the store's own `quantise_aux` / `dequantise_aux`, which is what
   the store comparison reads;
 - the store's rounding alone: each side's states against its own dequantised fp8 copy;
-- fp8 codes that differ between the two sides, and the share of tokens whose scale differs.
+- fp8 codes that differ between the two sides, and the share of tokens whose scale differs;
+- the same with the scale rounded up to a power of two (`quantise_pow2`, a candidate rule).
 """
 
 from __future__ import annotations
@@ -99,14 +100,30 @@ def per_token_cos(xs: list, ys: list):
     return torch.cat(c).min(dim=-1).values
 
 
-def stored(xs: list) -> tuple[list, list, list]:
+def quantise_pow2(aux, k: int):
+    """The store's fp8 rounding with the scale rounded up to a power of two (a candidate, not
+    the store's rule): x / s is then exact, so an element's code depends on its own value
+    alone, not on the last bits of its row's largest |x|."""
+    import torch
+
+    from eagle3kit.data.store import FP8_MAX
+
+    x = aux.float().reshape(aux.shape[0], k, -1)  # [N, k, H]
+    amax = x.abs().amax(dim=-1)  # [N, k]
+    exp = torch.ceil(torch.log2(torch.where(amax > 0, amax / FP8_MAX, torch.ones_like(amax))))
+    scale = torch.exp2(exp)  # [N, k]
+    q = (x / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    return q.reshape(aux.shape[0], -1), scale
+
+
+def stored(xs: list, pow2: bool = False) -> tuple[list, list, list]:
     """Each sample through the store's fp8 round trip: (dequantised [T, k, H], q, scale)."""
     from eagle3kit.data.store import dequantise_aux, quantise_aux
 
     deq, qs, scales = [], [], []
     for x in xs:
         n, k, _ = x.shape
-        q, s = quantise_aux(x.reshape(n, -1), k)
+        q, s = (quantise_pow2 if pow2 else quantise_aux)(x.reshape(n, -1), k)
         deq.append(dequantise_aux(q, s).reshape(x.shape))
         qs.append(q)
         scales.append(s)
@@ -145,6 +162,8 @@ def compare(dtype: str, eng: list, slots: list, local: dict) -> dict:
     e_deq, e_q, e_s = stored(e)
     same = local[dtype]
     l_deq, l_q, l_s = stored(same)
+    p_deq, p_q, p_s = stored(e, pow2=True)
+    lp_deq, lp_q, lp_s = stored(same, pow2=True)
     return {
         "raw_vs_in_process": {d: summary(per_token_cos(e, local[d])) for d in local},
         "stored_vs_stored_same_dtype": summary(per_token_cos(e_deq, l_deq)),
@@ -153,6 +172,11 @@ def compare(dtype: str, eng: list, slots: list, local: dict) -> dict:
             "in_process": summary(per_token_cos(same, l_deq)),
         },
         "fp8": code_diffs(e_q, l_q, e_s, l_s),
+        "power_of_two_scale": {
+            "stored_vs_stored_same_dtype": summary(per_token_cos(p_deq, lp_deq)),
+            "store_rounding_alone_in_process": summary(per_token_cos(same, lp_deq)),
+            "fp8": code_diffs(p_q, lp_q, p_s, lp_s),
+        },
         "engine_dtype": str(eng[0].dtype).removeprefix("torch."),
     }
 
