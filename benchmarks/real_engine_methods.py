@@ -80,6 +80,9 @@ def spec_config(method: str) -> dict:
     return cfg | {"num_speculative_tokens": K}
 
 
+# the plain server lives through every method: on a loaded 2-CPU host one method took 30 min,
+# and the default bound (an hour) killed it mid-run once
+LIFETIME_S = 4 * 3600.0
 NEEDLES = ("Error", "not supported", "Unsupported", "No common block size")
 
 
@@ -92,6 +95,7 @@ def server(method: str, dtype: str, work: Path) -> VllmServer:
         args,
         log_path=work / f"{method}.log",
         env={"VLLM_SERVER_DEV_MODE": "1"},
+        lifetime_s=LIFETIME_S,
     )
 
 
@@ -254,7 +258,10 @@ def main() -> int:
     try:
         out["plain_server_start_s"] = plain.started_s
         for m in a.methods.split(","):
-            out["methods"][m] = run_method(m, plain.url, convs, data, work, a)
+            try:
+                out["methods"][m] = run_method(m, plain.url, convs, data, work, a)
+            except Exception as e:  # recorded; the other methods' records are kept
+                out["methods"][m] = {"outcome": "failed", "error": f"{type(e).__name__}: {e}"}
             rec = out["methods"][m]
             print(f"{m}: {rec['outcome']} {rec.get('error') or ''}", flush=True)
     finally:
