@@ -109,6 +109,17 @@ def train_args(method: str, data: Path, run: Path, steps: int) -> list[str]:
     return [*args, "--steps", str(steps), *METHOD_ARGS[method]]
 
 
+def run_summary(run: Path) -> dict:
+    """RUN/summary.json; a DFlash run writes none: its last metrics.jsonl line (step, tau)."""
+    if (run / "summary.json").exists():
+        return json.loads((run / "summary.json").read_text())
+    lines = (
+        (run / "metrics.jsonl").read_text().splitlines() if (run / "metrics.jsonl").exists() else []
+    )
+    last = json.loads(lines[-1]) if lines else {}
+    return {"steps": last.get("step"), "tau_every_position": last.get("tau_every_position")}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--method", choices=sorted(METHOD_ARGS), default="eagle3")
@@ -140,9 +151,7 @@ def main() -> int:
         seconds["convert"] = cli("convert", str(run / "best"), "--to", "vllm", "-o", str(tmp))
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(tmp, out)
-    summary = (
-        json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
-    )
+    summary = run_summary(run)
     atomic_write_json(
         out / "fixture.json",
         {

@@ -94,3 +94,21 @@ def test_compat_cli_json_carries_the_cpu_rows(cli):
     doc = json.loads(r.out)
     codes = [f["code"] for f in doc["findings"]]
     assert codes.count("cpu-build-refuses") == 2
+
+
+def test_the_methods_the_real_engine_served_are_not_predicted_refused():
+    """benchmarks/real_engine_methods.py's records (DFlash, P-EAGLE, ngram ... on llama-v1):
+    each method the CPU build served carries no cpu-build-refuses line, and compat today says
+    the same of its drafter."""
+    files = sorted((ROOT / "benchmarks" / "results").glob("real-engine-methods*.json"))
+    assert files
+    for f in files:
+        doc = json.loads(f.read_text())
+        for m, rec in doc["methods"].items():
+            assert rec["outcome"] in ("served", "refused"), (f.name, m, rec)
+            if rec["outcome"] != "served":
+                continue
+            assert rec["compat"] == [], (f.name, m)
+            drafter = FIX / f"real-engine-llama-v1-{m}"
+            if drafter.is_dir():
+                assert cpu_findings(drafter, SHIPPED / "llama-v1") == [], (f.name, m)

@@ -243,7 +243,7 @@ def _suite_files(tmp: Path) -> dict[str, str]:
 
 
 @pytest.mark.slow
-def test_the_docs_commands_run_against_the_fakes(pair, tmp_path, cli, monkeypatch):
+def test_the_docs_commands_run_against_the_fakes(pair, tmp_path, cli, monkeypatch, capsys):
     """docs/live.md's commands, word for word; only URLs and hub suites are swapped for
     the fakes' addresses and local files of the same shape, and the rounds kept short."""
     tm, d = pair
@@ -267,6 +267,18 @@ def test_the_docs_commands_run_against_the_fakes(pair, tmp_path, cli, monkeypatc
     # the cycle model at the measured tau and cycle gives back the measured decode rate
     tps = dep["levels"][0]["decode_tokens_per_s_pooled"]
     assert plan["throughput_tps"] == pytest.approx(tps, rel=1e-4)
+    # the speedup plan prices is the one bench labels so: the pooled one (not the median's)
+    base = next(x for x in doc["deployments"] if x["role"] == "baseline")["levels"][0]
+    pooled = tps / base["decode_tokens_per_s_pooled"]
+    assert doc["speedups"]["plan_prices"] == "decode_speedup_pooled"
+    assert doc["comparison"][0]["decode_speedup_pooled"] == pytest.approx(pooled, rel=1e-12)
+    assert plan["speedup"] == pytest.approx(pooled, rel=1e-4)
+    from eagle3kit.cli.live import render
+
+    render(doc)  # the text output names both speedups and says which one plan prices
+    text = " ".join(capsys.readouterr().out.split())
+    assert "speedup pooled: all decoded tokens / all decode time" in text
+    assert "the speedup `plan --from` predicts" in text
     rep_dir = tmp_path.parent / f"{tmp_path.name}-rep"  # report refuses -o inside its input
     rep = cli("report", str(tmp_path), "-o", str(rep_dir), "--json")
     assert rep.code == 0, rep.err

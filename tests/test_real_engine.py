@@ -67,6 +67,15 @@ def test_bench_tau_is_the_engines_own_and_excludes_earlier_traffic(real_servers)
     req = acc["per_request"]
     assert (req["steps"], req["accepted"]) == (drafts, accepted)
     assert 1.0 < acc["tau_online"] <= 4.0  # a trained drafter gets accepted; depth 3 caps it
+    # both speedups, each from its own rates, and the one plan --from prices named
+    base_dep = next(d for d in doc["deployments"] if d["role"] == "baseline")
+    lv, bl = dep["levels"][0], base_dep["levels"][0]
+    cmp = doc["comparison"][0]
+    pooled = lv["decode_tokens_per_s_pooled"] / bl["decode_tokens_per_s_pooled"]
+    median = lv["decode_tokens_per_s"]["median"] / bl["decode_tokens_per_s"]["median"]
+    assert cmp["decode_speedup_pooled"] == pytest.approx(pooled, rel=1e-12)
+    assert cmp["decode_speedup"] == pytest.approx(median, rel=1e-12)
+    assert doc["speedups"]["plan_prices"] == "decode_speedup_pooled"
 
 
 def test_speculative_answers_equal_the_plain_servers(real_servers):

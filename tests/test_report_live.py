@@ -130,7 +130,7 @@ def test_before_after_in_order_with_the_break_even_verdict(story, tmp_path):
     table = md[md.index("## Live: before and after") :]
     assert table.index("/srv/k2-drafter") < table.index("/srv/k25-ft-sglang")
     assert "| drafter | /srv/k2-drafter | /srv/k25-ft-sglang |" in md
-    assert "| speedup | 0.80x | 1.25x |" in md
+    assert "| speedup median | 0.80x | 1.25x |" in md
     assert "| verdict | below break-even | pays |" in md
     # what next from the live figures
     assert (
@@ -306,3 +306,23 @@ def test_a_speedup_that_contradicts_the_break_even_verdict_is_said(tmp_path):
         "crossed break-even (break-even τ 2.000 [plan.json]); but its measured speedup is 0.95x: "
         "the cycle's cost moved [1.json, 2.json]."
     ) in md
+
+
+def test_the_live_table_labels_both_speedups_and_names_the_one_plan_predicts(tmp_path):
+    """A run whose requests' rates spread: the median request's speedup 1.06x, the pooled one
+    1.20x (the real vLLM ngram server's figures, docs/live.md). Both are shown, each under its
+    own name, and the note says the pooled one is what `plan --from` predicts."""
+    doc = bench_live(106.0, 2.0, "/srv/d")
+    doc["comparison"][0]["decode_speedup_pooled"] = 1.2
+    _write(tmp_path / "run" / "b.json", doc)
+    _, md, _ = _report(tmp_path / "run", tmp_path / "out")
+    live = md[md.index("## Live deployments") :]
+    head = live[live.index("| deployment") :].splitlines()[0]
+    cols = [c.strip() for c in head.strip("|").split("|")]
+    row = next(ln for ln in live.splitlines() if ln.startswith("| speculative http://spec"))
+    cells = dict(zip(cols, (c.strip() for c in row.strip("|").split("|")), strict=True))
+    assert cells["speedup median"] == "1.06x"
+    assert cells["speedup pooled (plan)"] == "1.20x"
+    note = " ".join(live.split())
+    assert "speedup pooled: all decoded tokens / all decode time over the baseline's, the " in note
+    assert "the speedup `plan --from` predicts." in note

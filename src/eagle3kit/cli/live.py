@@ -201,13 +201,17 @@ def _tau(acc: dict | None) -> str:
     return f"{acc['tau_online']:.2f} ({acc['source']})"
 
 
+def _x(v: float | None) -> str:
+    return f"{v:.2f}x" if v else "-"
+
+
 def render(r: dict) -> None:
     from rich.table import Table
 
     from eagle3kit.cli._render import out
 
     c, st = out(), r["settings"]
-    speed = {(x["url"], x["concurrency"]): x["decode_speedup"] for x in r["comparison"]}
+    speed = {(x["url"], x["concurrency"]): x for x in r["comparison"]}
     t = Table(
         title=f"live A/B: {sum(st['suites'].values())} prompts x {st['max_tokens']} "
         f"tokens, {st['repeats']} rounds, T={st['temperature']:g}, {st['endpoint']}"
@@ -221,12 +225,13 @@ def render(r: dict) -> None:
         "tau (source)",
         "distinct-4",
         "answers",
-        "speedup",
+        "speedup median",
+        "speedup pooled (plan)",
     ):
         t.add_column(col)
     for d in r["deployments"]:
         for lv in d["levels"]:
-            sp = speed.get((d["url"], lv["concurrency"]))
+            sp = speed.get((d["url"], lv["concurrency"])) or {}
             t.add_row(
                 f"{d['role']} {d['url']}",
                 str(lv["concurrency"]),
@@ -236,9 +241,14 @@ def render(r: dict) -> None:
                 _tau(lv["acceptance"]),
                 f"{lv['distinct4']:.2f}" if lv["distinct4"] is not None else "-",
                 f"{lv['distinct_answers']}/{lv['answers']}",
-                f"{sp:.2f}x" if sp else "-",
+                _x(sp.get("decode_speedup")),
+                _x(sp.get("decode_speedup_pooled")),
             )
     c.print(t)
+    if r["comparison"]:
+        from eagle3kit.live.summary import SPEEDUP_NOTE
+
+        c.print(SPEEDUP_NOTE)
     for d in r["deployments"]:
         _render_server(c, d)
 

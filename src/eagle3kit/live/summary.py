@@ -327,16 +327,36 @@ def _comparison(docs: list[dict]) -> list[dict[str, Any]]:
             continue
         for lv, bl in zip(d["levels"], base["levels"], strict=True):
             s, b = _med(lv["decode_tokens_per_s"]), _med(bl["decode_tokens_per_s"])
+            sp, bp = lv["decode_tokens_per_s_pooled"], bl["decode_tokens_per_s_pooled"]
             st, bt = _med(lv["throughput_tokens_per_s"]), _med(bl["throughput_tokens_per_s"])
             out.append(
                 {
                     "url": d["url"],
                     "concurrency": lv["concurrency"],
                     "decode_speedup": s / b if s and b else None,
+                    "decode_speedup_pooled": sp / bp if sp and bp else None,
                     "throughput_speedup": st / bt if st and bt else None,
                 }
             )
     return out
+
+
+# what each speedup of `comparison[]` is, and which one `plan --from` prices (plan_fields:
+# cycle_ms and decode_ms are per-token times of the pooled rates)
+SPEEDUPS = {
+    "decode_speedup": "median over requests: the median request's decode tok/s, speculative "
+    "over baseline",
+    "decode_speedup_pooled": "pooled: all decoded tokens / all decode time, speculative over "
+    "baseline; the speedup `plan --from` predicts",
+    "throughput_speedup": "all tokens / block wall time, speculative over baseline",
+}
+PLAN_SPEEDUP = "decode_speedup_pooled"
+# the line under bench's table and the report's: which speedup is which, and which plan predicts
+SPEEDUP_NOTE = (
+    "speedup median: the median request's decode tok/s over the baseline's; speedup pooled: "
+    "all decoded tokens / all decode time over the baseline's, the speedup `plan --from` "
+    "predicts."
+)
 
 
 def plan_fields(docs: list[dict]) -> dict[str, Any]:
@@ -430,6 +450,7 @@ def summarise(deps, cfg, errors: list[str], suites: list[str]) -> dict[str, Any]
         "settings": settings,
         "deployments": docs,
         "comparison": _comparison(docs),
+        "speedups": {**SPEEDUPS, "plan_prices": PLAN_SPEEDUP},
         "warnings": warnings,
         "errors": errs,
         **plan_fields(docs),

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from eagle3kit.live.summary import SPEEDUP_NOTE
+
 KIND = "eagle3kit.bench-live"
 
 
@@ -19,14 +21,18 @@ def _spread(s: dict | None, fmt: str = ".1f") -> str:
     return f"{s['median']:{fmt}} ({s['min']:{fmt}}-{s['max']:{fmt}})"
 
 
+def _x(v: float | None) -> str:
+    return f"{v:.2f}x" if v else "-"
+
+
 def _rows(doc: dict, cite: str) -> list[list[str]]:
-    speed = {(c["url"], c["concurrency"]): c["decode_speedup"] for c in doc["comparison"]}
+    speed = {(c["url"], c["concurrency"]): c for c in doc["comparison"]}
     rows = []
     for d in doc["deployments"]:
         s = d["server"]
         for lv in d["levels"]:
             acc = lv["acceptance"]
-            sp = speed.get((d["url"], lv["concurrency"]))
+            sp = speed.get((d["url"], lv["concurrency"])) or {}
             rows.append(
                 [
                     f"{d['role']} {d['url']}",
@@ -36,7 +42,8 @@ def _rows(doc: dict, cite: str) -> list[list[str]]:
                     _spread(lv["throughput_tokens_per_s"]),
                     f"{acc['tau_online']:.2f} ({acc['source']})" if acc else "-",
                     _n(lv["distinct4"], ".2f"),
-                    f"{sp:.2f}x" if sp else "-",
+                    _x(sp.get("decode_speedup")),
+                    _x(sp.get("decode_speedup_pooled")),
                     cite,
                 ]
             )
@@ -75,7 +82,8 @@ def live_blocks(lives: list[tuple[str, dict]]) -> list[tuple]:
         "throughput",
         "τ (source)",
         "distinct-4",
-        "speedup",
+        "speedup median",
+        "speedup pooled (plan)",
         "source",
     ]
     out: list[tuple] = [("h2", "Live deployments (bench --url)")]
@@ -91,5 +99,7 @@ def live_blocks(lives: list[tuple[str, dict]]) -> list[tuple]:
             )
         )
         out.append(("table", head, _rows(doc, cite)))
+        if doc.get("comparison"):
+            out.append(("p", SPEEDUP_NOTE))
         out.append(("list", _notes(doc, cite)))
     return out

@@ -163,7 +163,7 @@ def _column(f: Found, r: LiveRun) -> list[str]:
 
 
 ROWS = ["drafter", "server", "concurrency", "τ", "decode tok/s", "plain tok/s, same run",
-        "speedup", "break-even τ", "verdict", "source"]  # fmt: skip
+        "speedup median", "break-even τ", "verdict", "source"]  # fmt: skip
 
 
 def change_line(f: Found, a: LiveRun, b: LiveRun) -> str:
