@@ -59,10 +59,16 @@ SPECS = {
     },
 }
 NOT_SERVED = {
-    "dflash": "the zoo's DFlash drafter (k2-dflash) is for dsv3-v1, an MLA target whose latent "
-    "(96 + 32 = 128) the CPU build's MLA kernel lacks (576 only): refused at the first request",
-    "mtp": "the zoo's MTP heads are dsv3-v1's (MLA, latent 128): refused as above",
-    "peagle": "no P-EAGLE drafter for llama-v1 (the zoo ships none; not trained for this run)",
+    "dflash@dsv3-v1": "the zoo's DFlash drafter (k2-dflash) is for dsv3-v1, an MLA target whose "
+    "latent (96 + 32 = 128) the CPU build's MLA kernel lacks (576 only): refused at the first "
+    "request",
+    "mtp@dsv3-v1": "the zoo's MTP heads are dsv3-v1's (MLA, latent 128): refused as above",
+}
+# measured by benchmarks/real_engine_methods.py (engine tau and answers against in process), not
+# in this A/B of plan's predictions
+NOT_IN_THIS_RUN = {
+    "dflash@llama-v1": "real-engine-methods-dflash.json",
+    "peagle@llama-v1": "real-engine-methods-peagle.json",
 }
 
 
@@ -256,6 +262,7 @@ def main() -> int:
         for s in servers.values():
             s.stop()
     out |= {"engine": state["versions"], "server_start_s": started, "not_served": NOT_SERVED}
+    out["not_in_this_run"] = NOT_IN_THIS_RUN
     write_result(a.out, "eagle3kit.real-engine-ab", out)
     print(f"wrote {a.out}")
     return 0

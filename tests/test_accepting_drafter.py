@@ -24,6 +24,7 @@ def pair():
 
 
 @pytest.mark.parametrize("tree", [None, TreeShape(topk=3, budget=10)], ids=["chain", "tree"])
+@pytest.mark.slow
 def test_lossless_with_an_accepting_drafter(pair, tree):
     target, drafter = pair
     eos = target.tokenizer.eos_token_id

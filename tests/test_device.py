@@ -66,6 +66,7 @@ SHAPES = {"chain": None, "tree": TreeShape(topk=2, budget=5)}
 
 @pytest.mark.parametrize("shape", ["chain", "tree"])
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
+@pytest.mark.slow
 def test_speculative_on_the_targets_device(target, monkeypatch, shape, temperature):
     d = new_drafter(target, seed=1)
     ids = target.tokenizer("def main(")["input_ids"]

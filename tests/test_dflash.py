@@ -102,6 +102,7 @@ def test_save_load_round_trip_and_refusals(target, tmp_path):
         read_dflash_config(cfg, "config.json", set(sd))
 
 
+@pytest.mark.slow
 def test_greedy_lossless_random_drafter(target):
     """Token-identical to plain greedy for random drafters, K = B - 1 and a shorter K."""
     eos = target.tokenizer.eos_token_id

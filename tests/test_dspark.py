@@ -279,6 +279,7 @@ def random_dspark(target, kind="vanilla", anchor=False, seed=0, rank=16) -> DSpa
 
 
 @pytest.mark.parametrize("kind,anchor", [("vanilla", True), ("gated", False), ("rnn", True)])
+@pytest.mark.slow
 def test_random_dspark_decodes_exactly_greedy(target, kind, anchor):
     d = random_dspark(target, kind, anchor, seed=1)
     eos = target.tokenizer.eos_token_id
@@ -338,6 +339,7 @@ def _k2_dspark(base, anchor: bool, std: float):
 
 
 @pytest.mark.parametrize("anchor", [True, False])
+@pytest.mark.slow
 def test_offline_walk_replays_online_decoding(k2_pair, anchor):
     """On answers the target wrote itself (greedy), offline eval's walked cycles are the
     cycles DSpark decoding went through, draft for draft (both block conventions), with a
@@ -369,6 +371,7 @@ def test_offline_walk_replays_online_decoding(k2_pair, anchor):
     assert online != without  # the head changed drafts
 
 
+@pytest.mark.slow
 def test_confidence_stops_blocks_early_and_stays_lossless(target):
     d = random_dspark(target, "vanilla", anchor=False, seed=2)
     ids = target.tokenizer("for i in range(")["input_ids"]
@@ -384,6 +387,7 @@ def test_confidence_stops_blocks_early_and_stays_lossless(target):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.slow
 def test_hand_made_files_decode_exactly_greedy(tmp_path, arch):
     """A DSpark file in each layout for each tiny member, through `generate` with default
     options (K = the block's proposals)."""

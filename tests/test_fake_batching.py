@@ -32,6 +32,7 @@ def _ask(url: str, text: str) -> str:
 
 
 @pytest.mark.parametrize("drafter", [None, "ngram"])
+@pytest.mark.slow
 def test_batched_requests_get_their_own_greedy_tokens(target, drafter):
     tok, eos = target.tokenizer, target.tokenizer.eos_token_id
     want = {}

@@ -153,6 +153,7 @@ def test_output_head_reads_only_norm_and_lm_head(env, arch, reads):
 
 @pytest.mark.parametrize("kind", ["partial", "slim"])
 @pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.slow
 def test_train_features_reads_only_the_embedding(cli, env, arch, kind, reads, tmp_path):
     d = env[arch]["dir"]
     r = cli(

@@ -39,6 +39,7 @@ def random_peagle(target, seed: int = 0, **flags) -> PEagleDrafter:
     return PEagleDrafter.from_eagle3(d, mask_token_id=3, seed=seed).eval()
 
 
+@pytest.mark.slow
 def test_random_peagle_decodes_exactly_greedy(target):
     """Token for token the target's own greedy output (transformers' generate), K = 4."""
     d = random_peagle(target, norm_output=True, fc_norm=True)
@@ -278,6 +279,7 @@ def deep_peagle(target, layers: int, seed: int = 0, **flags) -> PEagleDrafter:
 
 
 @pytest.mark.parametrize("layers", [2, 4])
+@pytest.mark.slow
 def test_multi_layer_peagle_decodes_exactly_greedy(target, layers):
     """A random 2- and 4-layer drafter (each later layer with its own KV cache through the
     cycles, cropped with the first) decodes token for token the target's greedy output."""

@@ -28,6 +28,7 @@ def _probe(*args: str):
     return r
 
 
+@pytest.mark.slow
 def test_old_head_on_new_gives_a_verdict_and_the_fields(pair):
     old, new = pair
     r = _probe("--target", new, "--reference-target", old)
@@ -44,6 +45,7 @@ def test_old_head_on_new_gives_a_verdict_and_the_fields(pair):
     assert "NEXTN" in doc["compat"]["engines"]["sglang"]
 
 
+@pytest.mark.slow
 def test_head_on_its_own_target_is_identical(pair):
     old, _ = pair
     r = _probe("--target", old, "--reference-target", old)

@@ -116,6 +116,7 @@ def check_bonus(sampler) -> None:
 
 
 @pytest.mark.parametrize("check", [check_every_position, check_residual, check_bonus])
+@pytest.mark.slow
 def test_rule_emits_the_target_law(check):
     check(accept_sampled)
 
@@ -128,6 +129,7 @@ def test_rule_emits_the_target_law(check):
         (bonus_from_q, check_bonus),
     ],
 )
+@pytest.mark.slow
 def test_power_wrong_samplers_fail(wrong, check):
     with pytest.raises(AssertionError, match="chi-square|outside"):
         check(wrong)

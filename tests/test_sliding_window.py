@@ -106,6 +106,7 @@ class Recording(SpecDecoder):
 
 
 @pytest.mark.parametrize("shape", [None, TreeShape(topk=3, budget=10)], ids=["chain", "tree"])
+@pytest.mark.slow
 def test_decoding_with_a_window_is_token_identical_to_greedy(target, trained, shape):
     """The member's accepting drafter run with window W: every answer equals plain greedy,
     cycles still accept, and the draft cache dropped the keys that left the window."""
@@ -134,6 +135,7 @@ def test_decoding_with_a_window_is_token_identical_to_greedy(target, trained, sh
     assert max(taus) > 1.0, taus
 
 
+@pytest.mark.slow
 def test_dflash_sliding_layers_token_identical_to_greedy(target):
     """A DFlash drafter whose every layer slides (bidirectional in the block, as `train
     --method dflash --sliding-window W` makes it): lossless on the member."""
@@ -153,6 +155,7 @@ def test_dflash_sliding_layers_token_identical_to_greedy(target):
         assert got.tokens == want, text
 
 
+@pytest.mark.slow
 def test_train_sliding_window_writes_a_windowed_drafter(tmp_path, arch):
     """`train --sliding-window W` (two steps): RUN/best's config carries layer_types and the
     window, and reads back as a windowed drafter."""

@@ -116,6 +116,7 @@ def test_time_limit_stops_after_one_step(cli, tmp_path):
 
 
 @pytest.mark.skipif(not __import__("os").path.exists("/proc/self/status"), reason="Linux VmHWM")
+@pytest.mark.slow
 def test_peak_memory_is_the_process_own_not_its_parents():
     """A run started by a large parent (a benchmark, a script) reports its own peak RSS:
     ru_maxrss of a child Python's subprocess spawned starts at the parent's RSS."""

@@ -75,6 +75,7 @@ def test_best_is_chosen_by_tau_walk(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("includes_start, best", [(False, 4), (True, 0)])
+@pytest.mark.slow
 def test_the_starting_weights_are_a_candidate_only_when_asked(
     tmp_path, monkeypatch, includes_start, best
 ):

@@ -43,6 +43,7 @@ def _target(form: str, request) -> str:
 
 
 @pytest.mark.parametrize("form", ["zoo", "dir", "hub"])
+@pytest.mark.slow
 def test_train_target_forms(form, request, tmp_path, cli):
     target = _target(form, request)
     assert not Path(target).exists() or form == "dir"

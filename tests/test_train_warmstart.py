@@ -39,6 +39,7 @@ def _rows(run):
     return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_warm_start_step0_equals_the_starting_drafter(start, tmp_path, cli):
     src, _ = start
     own = next(r for r in _rows(src) if r["step"] == 8)  # the start's own held-out metrics

@@ -627,6 +627,7 @@ def _template(ask: str, name: str, module: str) -> str:
     return re.sub(rf"(?<![\w.]){re.escape(name)}(?!\w)", "{f}", first).replace(module, "{m}")
 
 
+@pytest.mark.slow
 def test_unsigned_share_trains_user_phrasings_never_the_held_out_ones():
     from eagle3kit.zoo import corpus
 
@@ -708,6 +709,7 @@ def _edits_of(a, b) -> int:
     return d[-1][-1]
 
 
+@pytest.mark.slow
 def test_recipe_10_grammar_is_large_varied_and_far_from_every_held_out_set():
     from eagle3kit.zoo import corpus
 
@@ -763,6 +765,7 @@ def test_recipe_10_chat_samples_draw_on_the_grammar_and_keep_the_answers():
     assert not any(u in held for u in used)
 
 
+@pytest.mark.slow
 def test_grammar_tails_and_dotted_share_stay_far_from_every_held_out_set():
     from eagle3kit.zoo import corpus
 
@@ -798,6 +801,7 @@ def test_grammar_tails_and_dotted_share_stay_far_from_every_held_out_set():
     assert sum(a.endswith(corpus.TAILS) for a in asks) > 0.2 * len(asks)
 
 
+@pytest.mark.slow
 def test_renamed_share_asks_and_answers_under_a_made_up_name():
     from eagle3kit.zoo import corpus
 
@@ -850,6 +854,7 @@ def test_idents_pretokenizer_gives_a_bare_name_before_a_space_its_def_tokens():
     _same_name_tokens(name, asks, ("words", "idents"), "idents")
 
 
+@pytest.mark.slow
 def test_phrasal_requests_stay_far_from_every_held_out_set_and_default_off():
     """Round 8's ``chat_phrasal``: verbs with a particle before the name ("Look up f()"),
     none within three word edits of a held-out phrasing, none with a held-out verb; the share
