@@ -18,7 +18,7 @@ keeps each run's distinct answers and distinct-4).
 3. Engine tau (its /metrics counters, this run only) against `eval --online` in-process on the
    same prompts, drafter, depth and max tokens (EAGLE-3).
 4. `plan --from` run A predicting run B, per method and concurrency level 1 and 4: the A and B
-   runs alternate (A, B, A, B, ...) in one process so the host's drift cancels; the error of
+   runs alternate (A B, then B A: ABBA) in one process so the host's drift cancels; the error of
    the speculative tok/s (pooled decode rate) and of the speedup over the interleaved plain
    server, per pair of runs.
 5. Concurrency 16: one bench per method (figures only).
@@ -222,7 +222,7 @@ def pairs_summary(rows: list[dict]) -> dict:
     got_sp = statistics.fmean(r["run_b"]["decode_speedup"] for r in rows)
     return {
         "pairs": rows,
-        # A and B alternate (A B A B ...): the mean over the A runs against the mean over the
+        # A and B alternate (A B B A ...): the mean over the A runs against the mean over the
         # B runs, so that drift of the host between the runs of one pair averages out
         "predicted_tps_mean": pred,
         "measured_tps_mean": got,
@@ -239,7 +239,7 @@ def pairs_summary(rows: list[dict]) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--reps", type=int, default=4)  # even: A and B first equally often
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--methods", default=",".join(SPECS))
@@ -285,13 +285,18 @@ def run_all(a, servers: dict, set_a: list, set_b: list, work: Path) -> dict:
         for c in (1, 4):
             rows = []
             for rep in range(a.reps):
-                ra = bench(servers[m].url, plain, set_a, c, a.max_tokens)
-                rb = bench(servers[m].url, plain, set_b, c, a.max_tokens)
+                # ABBA: A first on even reps, B first on odd ones, so that the place in the
+                # pair (the first run after another level's is slower here) cancels over reps
+                first, second = (set_a, set_b) if rep % 2 == 0 else (set_b, set_a)
+                r1 = bench(servers[m].url, plain, first, c, a.max_tokens)
+                r2 = bench(servers[m].url, plain, second, c, a.max_tokens)
+                ra, rb = (r1, r2) if rep % 2 == 0 else (r2, r1)
                 p, la, lb = predict(ra, work), level(ra), level(rb)
                 got_tps, got_sp = lb["decode_tokens_per_s_pooled"], lb["decode_speedup"]
                 rows.append(
                     {
                         "rep": rep,
+                        "a_first": rep % 2 == 0,
                         "run_a": la,
                         "run_b": lb,
                         "predicted_tps": p["tps"],

@@ -10,12 +10,14 @@ import math
 from dataclasses import dataclass, fields
 from typing import Any
 
-from eagle3kit.core.errors import Eagle3Error
+from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.options import check, option
 
 METHOD_HELP = (
     "eagle3, eagle3.1 (fc_norm + norm_output), peagle (parallel drafting), dflash (a block "
-    "drafter, docs/dflash.md) or mtp (fine-tune the target's MTP head, FastMTP's recipe; "
+    "drafter, docs/dflash.md), dspark (DFlash's backbone + a Markov head; --init-from a DFlash "
+    "drafter warm-starts the backbone, docs/dspark.md) or mtp (fine-tune the target's MTP head, "
+    "FastMTP's recipe; "
     "--init-from: a head dir, default the target's own head, else fresh weights; docs/mtp.md); "
     "default: a warm start's own, else eagle3."
 )
@@ -212,3 +214,17 @@ class TrainOptions(TrainConfig):
         "Print RUN/summary.json (with --dry-run: the plan) as one JSON document.",
         record=False,
     )
+
+
+def run_split(cfg: TrainConfig, train_idx: list, held_idx: list) -> tuple[list, list]:
+    """The run's training and held-out sample ids from the data's split: `--max-samples` keeps
+    the first training ones; both sets must be non-empty (`train` and its dry run alike)."""
+    if cfg.max_samples:
+        train_idx = train_idx[: cfg.max_samples]
+    if not train_idx or not held_idx:
+        raise bad(
+            cfg.data or cfg.features,
+            f"expected training and held-out samples, found {len(train_idx)} and "
+            f"{len(held_idx)} (--heldout {cfg.heldout})",
+        )
+    return train_idx, held_idx

@@ -14,7 +14,7 @@ from typing import Any
 
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.spec import DraftSpec, default_aux_layers, spec_for_target
-from eagle3kit.train.config import TrainConfig, total_steps
+from eagle3kit.train.config import TrainConfig, run_split, total_steps
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2, "auto": 4}
 BATCH_DRAWS = 256  # batches drawn to estimate the padded length of a step
@@ -220,14 +220,5 @@ def _split(inp: Inputs, cfg: TrainConfig) -> None:
     """The run's train and held-out samples (the split `train` makes) and its steps."""
     from eagle3kit.data.split import split_ids
 
-    train_idx, held_idx = split_ids(inp.ids, cfg.heldout, 0)
-    if cfg.max_samples:
-        train_idx = train_idx[: cfg.max_samples]
-    if not train_idx or not held_idx:
-        raise bad(
-            cfg.data or cfg.features,
-            f"expected training and held-out samples, found {len(train_idx)} and "
-            f"{len(held_idx)} (--heldout {cfg.heldout})",
-        )
-    inp.train_idx, inp.held_idx = train_idx, held_idx
-    inp.steps = total_steps(cfg, len(train_idx))
+    inp.train_idx, inp.held_idx = run_split(cfg, *split_ids(inp.ids, cfg.heldout, 0))
+    inp.steps = total_steps(cfg, len(inp.train_idx))

@@ -20,7 +20,7 @@ from eagle3kit.model.protocols import Embedding, JsonConfig
 from eagle3kit.train import flags as F
 from eagle3kit.train import warmstart
 from eagle3kit.train.acceptance import acceptance
-from eagle3kit.train.config import check_method
+from eagle3kit.train.config import check_method, run_split
 from eagle3kit.train.sources import OfflineSource, OnlineSource, store_vocab
 
 if TYPE_CHECKING:
@@ -231,15 +231,7 @@ def prepare(cfg: Any, d: Any, progress: Progress | None = None) -> Context:
     m = m.to(d.device)
     coverage = vocab_coverage(cfg, m, data, progress)
     src = _open_source(cfg, target, data, m.d2t.cpu(), m.spec.aux_layers)
-    train_idx, held_idx = src.split(cfg.heldout, 0)
-    if cfg.max_samples:
-        train_idx = train_idx[: cfg.max_samples]
-    if not train_idx or not held_idx:
-        raise bad(
-            cfg.data or cfg.features,
-            f"expected training and held-out samples, found {len(train_idx)} and "
-            f"{len(held_idx)} (--heldout {cfg.heldout})",
-        )
+    train_idx, held_idx = run_split(cfg, *src.split(cfg.heldout, 0))
     held = held_idx[: cfg.eval_samples]
     eval_batches = []
     for j, ch in enumerate(_chunks(held, cfg.eval_batch)):
