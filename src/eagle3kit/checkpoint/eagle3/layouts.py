@@ -313,6 +313,15 @@ def window_keys(spec: DraftSpec) -> dict[str, Any]:
     return {"layer_types": [SLIDING], "sliding_window": spec.sliding_window}
 
 
+def set_layer_count(block: dict[str, Any], n: int) -> None:
+    """A layer config for `n` identical decoder layers (P-EAGLE's 1-4): num_hidden_layers, and
+    one `layer_types` entry per layer where the block has them (transformers' configs refuse a
+    count that differs)."""
+    block["num_hidden_layers"] = n
+    if isinstance(block.get("layer_types"), list) and block["layer_types"]:
+        block["layer_types"] = [block["layer_types"][0]] * n
+
+
 def _check_one_layer(layer: dict[str, Any], where: str, names: dict[str, str]) -> None:
     """An EAGLE-3 drafter has one decoder layer. ModelOpt's kimik2 template may copy the
     target's num_hidden_layers, so a file whose tensors name one layer only is accepted."""

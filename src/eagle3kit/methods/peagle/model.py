@@ -256,6 +256,7 @@ def save_peagle(
     from safetensors.torch import load_file
 
     from eagle3kit.checkpoint.eagle3.convert import save_drafter, without_identity_maps
+    from eagle3kit.checkpoint.eagle3.layouts import set_layer_count
     from eagle3kit.checkpoint.io.safetensors_write import write_safetensors_sparse
     from eagle3kit.core.atomic import atomic_dir, atomic_write_json
 
@@ -277,7 +278,7 @@ def save_peagle(
             mask_token_id=int(mask_token_id),
         )
         if isinstance(cfg.get("transformer_layer_config"), dict):
-            cfg["transformer_layer_config"]["num_hidden_layers"] = layers
+            set_layer_count(cfg["transformer_layer_config"], layers)
         if isinstance(cfg.get("speculators_config"), dict):
             cfg["speculators_config"]["algorithm"] = "peagle"
         atomic_write_json(tmp / "config.json", cfg)

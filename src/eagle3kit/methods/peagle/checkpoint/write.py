@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from eagle3kit.checkpoint.eagle3.layouts import canonical_to_file, config_for
+from eagle3kit.checkpoint.eagle3.layouts import canonical_to_file, config_for, set_layer_count
 from eagle3kit.checkpoint.method_write import check_tensors, write_dir
 from eagle3kit.core.errors import bad
 from eagle3kit.methods.peagle.checkpoint.read import METHOD
@@ -36,14 +36,14 @@ def peagle_config(spec: PEagleSpec, verifier: str | None = None) -> dict[str, An
         cfg["architectures"] = ["PEagleSpeculator"]
         cfg["speculators_model_type"] = "peagle"
         cfg["speculators_config"]["algorithm"] = "peagle"
-        cfg["transformer_layer_config"]["num_hidden_layers"] = spec.num_hidden_layers
+        set_layer_count(cfg["transformer_layer_config"], spec.num_hidden_layers)
         cfg["mask_token_id"] = spec.mask_token_id
         cfg["embed_requires_grad"] = True
         return cfg
     cfg = config_for(d, "sglang")
     cfg.pop("eagle_config", None)
     cfg["architectures"] = [native_arch(d.qk_norm)]
-    cfg["num_hidden_layers"] = spec.num_hidden_layers
+    set_layer_count(cfg, spec.num_hidden_layers)
     cfg["eagle_aux_hidden_state_layer_ids"] = list(d.aux_layers or ())
     cfg[spec.token_key if spec.token_key != "mask_token_id" else "pard_token"] = spec.mask_token_id
     return cfg
