@@ -366,8 +366,15 @@ def _eval_features(drafter, features, depth, *, target, heldout, device, json_, 
     if extra:
         raise bad("eval --features", "offline only, and without --data")
     with bar(not json_) as progress:
-        r = evaluate_store(drafter, features, depth, target=target, heldout=heldout,
-                           device=device, progress=progress)  # fmt: skip
+        r = evaluate_store(
+            drafter,
+            features,
+            depth,
+            target=target,
+            heldout=heldout,
+            device=device,
+            progress=progress,
+        )
     _output(r, json_, render_eval)
 
 
@@ -379,8 +386,17 @@ def _eval_local(tm, d, data, *, heldout, depth, online, max_new, repeats, limit,
     kw = {} if heldout is None else {"heldout": heldout}
     ev = load_eval_data(data, tm.tokenizer, vocab_size=tm.vocab_size, **kw)
     with bar(not json_) as progress:
-        r = evaluate(tm, d, ev, depth, online=online, max_new_tokens=max_new,
-                     repeats=repeats, limit=limit, progress=progress)  # fmt: skip
+        r = evaluate(
+            tm,
+            d,
+            ev,
+            depth,
+            online=online,
+            max_new_tokens=max_new,
+            repeats=repeats,
+            limit=limit,
+            progress=progress,
+        )
     _output(r, json_, render_eval)
 
 
@@ -510,9 +526,19 @@ def bench_(
         return _output(bench_by_length(tm, d, o, kw, json_), json_, render_bench_lengths)
     ps = _bench_prompts(data, tm.tokenizer, prompts)
     with bar(not json_) as progress:
-        r = bench(tm, d, ps, repeats=repeats, max_new_tokens=max_new_tokens, depth=depth,
-                  tree=TreeShape(topk, budget), tree_depth=tree_depth, lookup=lookup,
-                  levels=_levels(concurrency), progress=progress)  # fmt: skip
+        r = bench(
+            tm,
+            d,
+            ps,
+            repeats=repeats,
+            max_new_tokens=max_new_tokens,
+            depth=depth,
+            tree=TreeShape(topk, budget),
+            tree_depth=tree_depth,
+            lookup=lookup,
+            levels=_levels(concurrency),
+            progress=progress,
+        )
     _output(r, json_, render_bench)
 
 

@@ -353,17 +353,40 @@ def plan(
         from eagle3kit.cli.plan_methods import MethodsOptions, run
 
         names = [m.strip() for m in (methods or method or "").split(",") if m.strip()]
-        opts = MethodsOptions(tuple(names), costs, tuple(accept or ()), live, suite, depth,
-                              model, vllm_schedule, max_batch)  # fmt: skip
+        opts = MethodsOptions(
+            tuple(names),
+            costs,
+            tuple(accept or ()),
+            live,
+            suite,
+            depth,
+            model,
+            vllm_schedule,
+            max_batch,
+        )
         if not run(opts, json_):
             raise typer.Exit(1)
         return
-    result = _plan(PlanOptions(
-        baseline_tps=baseline_tps, decode_ms=decode_ms, cycle_ms=cycle_ms, draft_ms=draft_ms,
-        verify_ms=verify_ms, verify_fit=verify_fit, acceptance=acceptance,
-        acceptance_file=acceptance_file, tau=tau, depth=depth, max_depth=max_depth,
-        target_tps=tuple(target_tps or ()), new_tokens=new_tokens, prefill_ms=prefill_ms,
-        from_=from_, method=method))  # fmt: skip
+    result = _plan(
+        PlanOptions(
+            baseline_tps=baseline_tps,
+            decode_ms=decode_ms,
+            cycle_ms=cycle_ms,
+            draft_ms=draft_ms,
+            verify_ms=verify_ms,
+            verify_fit=verify_fit,
+            acceptance=acceptance,
+            acceptance_file=acceptance_file,
+            tau=tau,
+            depth=depth,
+            max_depth=max_depth,
+            target_tps=tuple(target_tps or ()),
+            new_tokens=new_tokens,
+            prefill_ms=prefill_ms,
+            from_=from_,
+            method=method,
+        )
+    )
     from eagle3kit.cli._plan_lengths import by_length
 
     _show(result, plot, json_, by_length(from_, acceptance_file, concurrency, depth))

@@ -308,11 +308,24 @@ def probe(
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
 
-    a = LocalProbe(drafter=drafter, target=target, reference=reference, data=data,
-                   features_new=features_new, features_old=features_old,
-                   online_prompts=online_prompts, device=device, dtype=dtype,
-                   baseline_tps=baseline_tps, cycle_ms=cycle_ms, bench=bench, depth=depth,
-                   samples=samples, max_len=max_len, method=method)  # fmt: skip
+    a = LocalProbe(
+        drafter=drafter,
+        target=target,
+        reference=reference,
+        data=data,
+        features_new=features_new,
+        features_old=features_old,
+        online_prompts=online_prompts,
+        device=device,
+        dtype=dtype,
+        baseline_tps=baseline_tps,
+        cycle_ms=cycle_ms,
+        bench=bench,
+        depth=depth,
+        samples=samples,
+        max_len=max_len,
+        method=method,
+    )
     if lengths and (stores or _target_head(method)):
         from eagle3kit.core.errors import bad
 

@@ -81,9 +81,15 @@ def build_k2_dflash(final: Path, p1: Path, size: str, progress: Progress | None)
     with atomic_dir(final) as tmp:
         data = prepare_data("lib", r.v1_samples, tmp / "data", p1, r, progress)
         s = train_dflash_drafter(
-            tmp / "run", p1, data, batch=r.batch, max_len=r.max_len, lr=r.lr,
-            progress=progress, **k2_dflash_settings(r),
-        )  # fmt: skip
+            tmp / "run",
+            p1,
+            data,
+            batch=r.batch,
+            max_len=r.max_len,
+            lr=r.lr,
+            progress=progress,
+            **k2_dflash_settings(r),
+        )
         atomic_write_json(tmp / "run" / "summary.json", s)
         key = k2_key("dflash", p1, size, k2_dflash_settings(r))
         atomic_write_json(tmp / "demo-drafter.json", key)
@@ -168,8 +174,10 @@ class _Samples:
 
     def __init__(self, batch: Any) -> None:
         n = batch.attention_mask.sum(1).tolist()
-        self.samples = [(batch.input_ids[b, : int(k)], batch.loss_mask[b, : int(k)].long())
-                        for b, k in enumerate(n)]  # fmt: skip
+        self.samples = [
+            (batch.input_ids[b, : int(k)], batch.loss_mask[b, : int(k)].long())
+            for b, k in enumerate(n)
+        ]
         self.source, self.skipped = batch.source, []
 
 

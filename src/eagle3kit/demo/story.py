@@ -89,8 +89,11 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
     stale = bench_step(
         out, v2, k2, prompts, r, say, progress, ("stale K2 drafter", "stale", None), lookup=True
     )
-    headline = [baseline_row(stale), lookup_row(stale, "bench-stale.json"),
-                headline_row("stale K2 drafter", stale, "bench-stale.json")]  # fmt: skip
+    headline = [
+        baseline_row(stale),
+        lookup_row(stale, "bench-stale.json"),
+        headline_row("stale K2 drafter", stale, "bench-stale.json"),
+    ]
     steps.append({"step": "bench stale", "result": stale})
 
     step("plan: what does the measured cycle need?")
@@ -123,8 +126,13 @@ def story(out: Path, say: Say, size: str, progress: Progress | None) -> dict[str
 
 def _paths(p1, p2, k2, kd, data) -> dict[str, str]:
     """story.json's record of the zoo step: where the pair, the K2 drafters and the data are."""
-    return {"v1": str(p1), "v2": str(p2), "k2_drafter": str(k2), "k2_dflash": str(kd),
-            "v2_data": str(data)}  # fmt: skip
+    return {
+        "v1": str(p1),
+        "v2": str(p2),
+        "k2_drafter": str(k2),
+        "k2_dflash": str(kd),
+        "v2_data": str(data),
+    }
 
 
 def _zoo_step(out: Path, size: str, r: Recipe, say: Say, progress):

@@ -391,13 +391,29 @@ def capture_from_engine(
     if not Path(states_dir).is_dir():
         raise bad(str(states_dir), "--states-dir: expected the connector's shared_storage_path")
     head = OutputHead(ckpt, device=device)
-    opts = dict(url=url, model=model, states_dir=str(states_dir), timeout=timeout,
-                lock_timeout=lock_timeout, retries=retries, concurrency=concurrency)  # fmt: skip
+    opts = dict(
+        url=url,
+        model=model,
+        states_dir=str(states_dir),
+        timeout=timeout,
+        lock_timeout=lock_timeout,
+        retries=retries,
+        concurrency=concurrency,
+    )
     tm = EngineTarget(head, plan, load_prepared(data), opts)
     try:
-        res = capture(data, tm, out, vocab=vocab, topk=topk, shard_tokens=shard_tokens,
-                      batch_tokens=batch_tokens, heldout_data=heldout_data,
-                      drafter_layers=plan.drafter, progress=progress)  # fmt: skip
+        res = capture(
+            data,
+            tm,
+            out,
+            vocab=vocab,
+            topk=topk,
+            shard_tokens=shard_tokens,
+            batch_tokens=batch_tokens,
+            heldout_data=heldout_data,
+            drafter_layers=plan.drafter,
+            progress=progress,
+        )
     finally:
         tm.close()
     return {**res, "engine": plan.record()}

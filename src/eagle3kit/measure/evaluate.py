@@ -136,8 +136,9 @@ def evaluate_offline(
     )
 
 
-def offline_doc(a: Acceptance, method: str, samples: int, skipped: int, source: str | None = None,
-                **extra: Any) -> dict[str, Any]:  # fmt: skip
+def offline_doc(
+    a: Acceptance, method: str, samples: int, skipped: int, source: str | None = None, **extra: Any
+) -> dict[str, Any]:
     """The `eval` document of an offline run (walked and every-position acceptance); a store's
     run adds its `source` and `extra` fields (aux layers, held-out split)."""
     from eagle3kit.plan.forecast import conditional

@@ -37,8 +37,11 @@ def read_bench(path: str) -> tuple[float, float]:
     if isinstance(doc, dict) and kind_of(doc) in ("bench", "bench-live"):
         f = measured(path, doc).figures
         if not f.get("decode_ms") or not f.get("cycle_ms"):
-            raise bad(path, "decode_ms, cycle_ms: expected both measured, found "
-                      f"{f.get('decode_ms')!r}, {f.get('cycle_ms')!r}")  # fmt: skip
+            raise bad(
+                path,
+                "decode_ms, cycle_ms: expected both measured, found "
+                f"{f.get('decode_ms')!r}, {f.get('cycle_ms')!r}",
+            )
         return 1000.0 / f["decode_ms"], f["cycle_ms"]
     vals = []
     for key in ("baseline_tps", "cycle_ms"):

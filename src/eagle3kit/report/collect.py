@@ -56,9 +56,16 @@ class Found:
 
     def any_rendered(self) -> bool:
         return any(
-            (self.probes, self.benches, self.runs, self.plans, self.lives, self.evals,
-             self.probe_lives)
-        )  # fmt: skip
+            (
+                self.probes,
+                self.benches,
+                self.runs,
+                self.plans,
+                self.lives,
+                self.evals,
+                self.probe_lives,
+            )
+        )
 
 
 def read_json(p: Path) -> tuple[Any, str | None]:

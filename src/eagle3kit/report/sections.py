@@ -23,25 +23,38 @@ def _plan_rows(p: dict, cite: str) -> list[list[str]]:
     rows = [
         ["baseline", f"{_n(p.get('baseline_tps'), '.4g')} tok/s"],
         ["cycle", f"{_n(p.get('cycle_ms'), '.4g')} ms at depth {k} ({p.get('cycle_model')})"],
-        ["accept length τ", f"{_n(p.get('tau'))} (per-step p "
-                            f"{_pct(p.get('per_step_acceptance'))})"],
+        [
+            "accept length τ",
+            f"{_n(p.get('tau'))} (per-step p {_pct(p.get('per_step_acceptance'))})",
+        ],
         ["throughput", f"{_n(p.get('throughput_tps'), '.4g')} tok/s = τ / cycle"],
         ["speedup", f"{_n(p.get('speedup'), '.3f')}x, {verdict}"],
         ["break-even τ", f"{_n(p.get('break_even_tau'))} = baseline × cycle"],
-    ]  # fmt: skip
+    ]
     if p.get("best_depth") is not None:
         rows.append(
-            ["best depth", f"{p['best_depth']} → τ {_n(p.get('best_depth_tau'))}, "
-                           f"{_n(p.get('best_depth_tps'), '.4g')} tok/s"]
-        )  # fmt: skip
+            [
+                "best depth",
+                f"{p['best_depth']} → τ {_n(p.get('best_depth_tau'))}, "
+                f"{_n(p.get('best_depth_tps'), '.4g')} tok/s",
+            ]
+        )
     if p.get("request"):
         q = p["request"]
-        rows.append(["per request", f"{_n(q.get('tps'), '.4g')} tok/s end to end "
-                     f"({_n(q.get('new_tokens'), '.4g')} tokens, prefill "
-                     f"{_n(q.get('prefill_ms'), '.4g')} ms)"])  # fmt: skip
+        rows.append(
+            [
+                "per request",
+                f"{_n(q.get('tps'), '.4g')} tok/s end to end "
+                f"({_n(q.get('new_tokens'), '.4g')} tokens, prefill "
+                f"{_n(q.get('prefill_ms'), '.4g')} ms)",
+            ]
+        )
     for t in p.get("targets") or []:
-        at_k = ("unreachable at depth " + str(k) if t.get("unreachable_at_depth")
-                else f"p {_pct(t.get('per_step_acceptance_at_depth'))} at depth {k}")  # fmt: skip
+        at_k = (
+            "unreachable at depth " + str(k)
+            if t.get("unreachable_at_depth")
+            else f"p {_pct(t.get('per_step_acceptance_at_depth'))} at depth {k}"
+        )
         rows.append([f"target {t.get('tps'):g} tok/s", f"needs τ {_n(t.get('tau'))}, {at_k}"])
     return [[a, b, cite] for a, b in rows]
 
@@ -49,8 +62,10 @@ def _plan_rows(p: dict, cite: str) -> list[list[str]]:
 def plan_blocks(f: Found) -> list[tuple]:
     out: list[tuple] = []
     for cite, p in f.plans:
-        out += [("h2", "Plan (the cycle model)"), ("table", ["", "value", "source"],
-                                                    _plan_rows(p, cite))]  # fmt: skip
+        out += [
+            ("h2", "Plan (the cycle model)"),
+            ("table", ["", "value", "source"], _plan_rows(p, cite)),
+        ]
     return out
 
 
@@ -75,14 +90,24 @@ def _eval_row(cite: str, e: dict) -> list[str]:
 def eval_blocks(f: Found) -> list[tuple]:
     if not f.evals:
         return []
-    head = ["mode", "depth", "τ", "P(a ≥ i), i = 1..k", "samples / prompts", "tok/s (speedup)",
-            "source"]  # fmt: skip
+    head = [
+        "mode",
+        "depth",
+        "τ",
+        "P(a ≥ i), i = 1..k",
+        "samples / prompts",
+        "tok/s (speedup)",
+        "source",
+    ]
     return [
         ("h2", "Evaluations (eval)"),
         ("table", head, [_eval_row(c, e) for c, e in f.evals]),
-        ("p", "Offline τ is walked over the held-out answers (a cycle starts where the last "
-              "ended); online τ is counted while decoding."),
-    ]  # fmt: skip
+        (
+            "p",
+            "Offline τ is walked over the held-out answers (a cycle starts where the last "
+            "ended); online τ is counted while decoding.",
+        ),
+    ]
 
 
 def probe_live_blocks(f: Found) -> list[tuple]:
@@ -91,10 +116,13 @@ def probe_live_blocks(f: Found) -> list[tuple]:
         al = p.get("tau_online") or {}
         out.append(("h2", f"Live probe: verdict {p.get('verdict')}"))
         out.append(
-            ("p", f"The drafter on the new target's server {p.get('url')} against the reference "
-                  f"{p.get('reference_url')}: τ {_n(al.get('new'))} vs {_n(al.get('reference'))}, "
-                  f"keeps {_pct(p.get('retention'))} of the reference's gain (τ − 1) [{cite}].")
-        )  # fmt: skip
+            (
+                "p",
+                f"The drafter on the new target's server {p.get('url')} against the reference "
+                f"{p.get('reference_url')}: τ {_n(al.get('new'))} vs {_n(al.get('reference'))}, "
+                f"keeps {_pct(p.get('retention'))} of the reference's gain (τ − 1) [{cite}].",
+            )
+        )
         errors = (p.get("bench") or {}).get("errors") or []
         items = [f"{r} [{cite}]" for r in p.get("reasons") or []]
         out.append(("list", items + [f"error: {e} [{cite}]" for e in errors]))

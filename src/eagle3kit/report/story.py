@@ -57,15 +57,23 @@ def live_run(cite: str, doc: dict) -> LiveRun:
     base = next((d for d in deps if d.get("role") == "baseline"), None)
     plain = _med(_lowest(base).get("decode_tokens_per_s"))
     if spec is None:
-        return LiveRun(cite, False, plain_tps=plain, speedup=1.0 if plain else None,
-                       engine=((base or {}).get("server") or {}).get("engine", "-"))  # fmt: skip
+        return LiveRun(
+            cite,
+            False,
+            plain_tps=plain,
+            speedup=1.0 if plain else None,
+            engine=((base or {}).get("server") or {}).get("engine", "-"),
+        )
     lv, server = _lowest(spec), spec.get("server") or {}
     conc = lv.get("concurrency")
     speed = next(
-        (c.get("decode_speedup") for c in doc.get("comparison") or []
-         if c.get("url") == spec.get("url") and c.get("concurrency") == conc),
+        (
+            c.get("decode_speedup")
+            for c in doc.get("comparison") or []
+            if c.get("url") == spec.get("url") and c.get("concurrency") == conc
+        ),
         None,
-    )  # fmt: skip
+    )
     return LiveRun(
         cite,
         True,
@@ -162,8 +170,18 @@ def _column(f: Found, r: LiveRun) -> list[str]:
     ]
 
 
-ROWS = ["drafter", "server", "concurrency", "τ", "decode tok/s", "plain tok/s, same run",
-        "speedup median", "break-even τ", "verdict", "source"]  # fmt: skip
+ROWS = [
+    "drafter",
+    "server",
+    "concurrency",
+    "τ",
+    "decode tok/s",
+    "plain tok/s, same run",
+    "speedup median",
+    "break-even τ",
+    "verdict",
+    "source",
+]
 
 
 def change_line(f: Found, a: LiveRun, b: LiveRun) -> str:

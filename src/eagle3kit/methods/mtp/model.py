@@ -420,8 +420,10 @@ def read_head_tensors(model_dir: str | Path, prefix: str) -> dict[str, torch.Ten
         names = rec["names"]
         lost = sorted(set(names) - set(ckpt.names()))
         if lost:
-            raise bad(str(model_dir), f"{len(lost)} tensor(s) its config names are missing "
-                      f"({', '.join(lost[:3])})")  # fmt: skip
+            raise bad(
+                str(model_dir),
+                f"{len(lost)} tensor(s) its config names are missing ({', '.join(lost[:3])})",
+            )
         return {stored: read_tensor(ckpt, canon) for canon, stored in names.items()}
     names = [n for n in ckpt.names() if n.startswith(prefix)]
     if not names:

@@ -41,14 +41,23 @@ def block_candidates(spec: Any, num_layers: int) -> list[dict[str, Any]]:
     """The readings of D's z-lab ids that fit the target: h[z+1] (declared) and h[z]."""
     out = []
     for name, layers, who, declared in (
-        ("h[id+1]", spec.aux_layers, "ids name layer outputs (z-lab; speculators writes id+1)",
-         True),
-        ("h[id]", spec.target_layer_ids, "an engine one layer off (the stream entering layer id)",
-         False),
-    ):  # fmt: skip
+        (
+            "h[id+1]",
+            spec.aux_layers,
+            "ids name layer outputs (z-lab; speculators writes id+1)",
+            True,
+        ),
+        (
+            "h[id]",
+            spec.target_layer_ids,
+            "an engine one layer off (the stream entering layer id)",
+            False,
+        ),
+    ):
         if all(0 <= i < num_layers for i in layers):
-            out.append({"reading": name, "layers": list(layers), "writers": who,
-                        "declared": declared})  # fmt: skip
+            out.append(
+                {"reading": name, "layers": list(layers), "writers": who, "declared": declared}
+            )
     return out
 
 
@@ -67,8 +76,9 @@ def _feats(target: TargetModel, batch: Any, layers: list[int]) -> list[Any]:
     try:
         full = torch.zeros(t.vocab_size, dtype=torch.long)  # the whole vocabulary
         with torch.no_grad():
-            return [compute_features(t, batch.input_ids, batch.attention_mask,
-                                     batch.loss_mask, full)]  # fmt: skip
+            return [
+                compute_features(t, batch.input_ids, batch.attention_mask, batch.loss_mask, full)
+            ]
     finally:
         t.close()
 

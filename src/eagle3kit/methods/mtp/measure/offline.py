@@ -28,9 +28,14 @@ def evaluate_mtp_offline(target, head, data, depth: int = 3, *, batch_size: int 
     samples = [Sample(str(i), ids, mask) for i, (ids, mask) in enumerate(data.samples)]
     longest = max((len(s.input_ids) for s in samples), default=0)
     r = evaluate_head(
-        target, head, samples, list(range(len(samples))), k=depth, batch=batch_size,
+        target,
+        head,
+        samples,
+        list(range(len(samples))),
+        k=depth,
+        batch=batch_size,
         max_len=longest,
-    )  # fmt: skip
+    )
     w = r["walk"]
     doc: dict[str, Any] = {
         "mode": "offline",

@@ -221,11 +221,18 @@ def save_head(head: MTPHead, target: TargetModel, out: Path, extra: dict[str, An
     tensors = {c: stored[s].to("cpu", dtype) for c, s in names.items()}
     layer = int(cfg["num_hidden_layers"]) if head.style == "deepseek" else None
     cfg["num_nextn_predict_layers"] = max(1, int(cfg.get("num_nextn_predict_layers") or 0))
-    cfg = head_dir_config(cfg, {
-        "style": head.style, "index": 0, "layer": layer, "prefix": head.prefix,
-        "names": dict(sorted(names.items())), "target": str(target.name_or_path),
-        "target_architectures": getattr(target.config, "architectures", None),
-    })  # fmt: skip
+    cfg = head_dir_config(
+        cfg,
+        {
+            "style": head.style,
+            "index": 0,
+            "layer": layer,
+            "prefix": head.prefix,
+            "names": dict(sorted(names.items())),
+            "target": str(target.name_or_path),
+            "target_architectures": getattr(target.config, "architectures", None),
+        },
+    )
     with atomic_dir(out) as tmp:
         save_safetensors(tmp / "model.safetensors", tensors, {"format": "pt"})
         atomic_write_json(tmp / "config.json", cfg)

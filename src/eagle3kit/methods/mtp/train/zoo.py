@@ -94,10 +94,17 @@ def add_mtp_layer(
         work = Path(tmp)
         data = _prepare(member_dir, work, samples, max_len)
         cfg = MTPTrainConfig(
-            target=str(member_dir), data=str(data), out=str(work / "run"), steps=steps,
-            batch_size=batch_size, max_len=max_len, lr=lr, seed=seed, device=device,
+            target=str(member_dir),
+            data=str(data),
+            out=str(work / "run"),
+            steps=steps,
+            batch_size=batch_size,
+            max_len=max_len,
+            lr=lr,
+            seed=seed,
+            device=device,
             targets=targets,
-        )  # fmt: skip
+        )
         summary = train_mtp(cfg, progress, target=target)
         head = read_head_tensors(work / "run" / "head", "")  # the target's names
         main = load_file(member_dir / WEIGHTS)
