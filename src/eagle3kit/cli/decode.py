@@ -283,7 +283,7 @@ def eval_(
                 prompts=limit,
                 max_new_tokens=max_new_tokens,
                 repeats=repeats,
-                endpoint=endpoint or ("completions" if lengths else "chat"),
+                endpoint=endpoint,
                 timeout=timeout,
                 json_=json_,
                 temperature=temperature,
@@ -317,15 +317,9 @@ def eval_(
             extra=extra,
         )
     if lengths:
-        from eagle3kit.cli._lengths import PromptOptions, eval_by_length, render_eval_lengths
-
-        if target is None:
-            raise bad("eval", "expected --target with --by-length")
-        o = PromptOptions(
-            lengths, limit, documents, prompt_set, seed, max_new_tokens, "--by-length"
-        )
-        tm, d = _load(target, drafter, device, threads, method)
-        r = eval_by_length(
+        o = (lengths, limit, documents, prompt_set, seed, max_new_tokens, "--by-length")
+        tm, d = _load_for_lengths(target, drafter, device, threads, method)
+        return _eval_lengths(
             tm,
             d,
             o,
@@ -336,7 +330,6 @@ def eval_(
             repeats=repeats,
             json_=json_,
         )
-        return _output(r, json_, render_eval_lengths)
     if target is None or data is None:
         raise bad("eval", "expected --target and --data (or --features STORE)")
     tm, d = _load(target, drafter, device, threads, method)
@@ -352,6 +345,20 @@ def eval_(
         limit=limit,
         json_=json_,
     )
+
+
+def _load_for_lengths(target, drafter, device, threads, method):
+    if target is None:
+        raise bad("eval", "expected --target with --by-length")
+    return _load(target, drafter, device, threads, method)
+
+
+def _eval_lengths(tm, d, prompt_options: tuple, **kw) -> None:
+    """`eval --by-length`: acceptance per context bucket (cli/_lengths.py)."""
+    from eagle3kit.cli._lengths import PromptOptions, eval_by_length, render_eval_lengths
+
+    r = eval_by_length(tm, d, PromptOptions(*prompt_options), **kw)
+    return _output(r, kw["json_"], render_eval_lengths)
 
 
 def _eval_features(drafter, features, depth, *, target, heldout, device, json_, method, extra):
@@ -482,7 +489,7 @@ def bench_(
                 prompts=prompts,
                 max_new_tokens=max_new_tokens,
                 repeats=repeats,
-                endpoint=endpoint or ("completions" if lengths else "chat"),
+                endpoint=endpoint,
                 timeout=timeout,
                 json_=json_,
                 temperature=temperature,
@@ -505,7 +512,15 @@ def bench_(
         _check_depth(depth)
     _check_depth(tree_depth, "--tree-depth")
     tm, d = _load(target, drafter, device, threads, method)
-    depth = _own_depth(d, depth, 4)
+    kw = {
+        "repeats": repeats,
+        "max_new_tokens": max_new_tokens,
+        "depth": _own_depth(d, depth, 4),
+        "tree": TreeShape(topk, budget),
+        "tree_depth": tree_depth,
+        "lookup": lookup,
+        "levels": _levels(concurrency),
+    }
     if lengths:
         from eagle3kit.cli._lengths import PromptOptions, bench_by_length, render_bench_lengths
 
@@ -514,31 +529,10 @@ def bench_(
         o = PromptOptions(
             lengths, prompts, documents, prompt_set, seed, max_new_tokens, "--context-lengths"
         )
-        kw = {
-            "repeats": repeats,
-            "max_new_tokens": max_new_tokens,
-            "depth": depth,
-            "tree": TreeShape(topk, budget),
-            "tree_depth": tree_depth,
-            "lookup": lookup,
-            "levels": _levels(concurrency),
-        }
         return _output(bench_by_length(tm, d, o, kw, json_), json_, render_bench_lengths)
     ps = _bench_prompts(data, tm.tokenizer, prompts)
     with bar(not json_) as progress:
-        r = bench(
-            tm,
-            d,
-            ps,
-            repeats=repeats,
-            max_new_tokens=max_new_tokens,
-            depth=depth,
-            tree=TreeShape(topk, budget),
-            tree_depth=tree_depth,
-            lookup=lookup,
-            levels=_levels(concurrency),
-            progress=progress,
-        )
+        r = bench(tm, d, ps, **kw, progress=progress)
     _output(r, json_, render_bench)
 
 

@@ -21,7 +21,7 @@ class LiveOptions:
     prompts: int  # at most this many (per suite, and from --data)
     max_new_tokens: int
     repeats: int
-    endpoint: str
+    endpoint: str | None  # None: completions for prompts built to lengths, else chat
     timeout: float
     json_: bool
     temperature: float = 0.0
@@ -32,6 +32,10 @@ class LiveOptions:
     documents: str | Path | None = None
     prompt_set: str = "all"
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.endpoint is None:
+            object.__setattr__(self, "endpoint", "completions" if self.lengths else "chat")
 
 
 def parse_levels(text: str) -> tuple[int, ...]:

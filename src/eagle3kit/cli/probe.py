@@ -292,7 +292,7 @@ def probe(
             prompts=samples,
             max_new_tokens=max_new_tokens,
             repeats=repeats,
-            endpoint=endpoint or ("completions" if lengths else "chat"),
+            endpoint=endpoint,
             timeout=timeout,
             json_=json_out,
             depth=depth,
@@ -305,9 +305,14 @@ def probe(
     stores = not _target_head(method) and _from_stores(
         drafter, target, data, features_new, features_old
     )
-    from eagle3kit.cli._progress import bar
-    from eagle3kit.cli._render import emit_json
+    if lengths and (stores or _target_head(method)):
+        from eagle3kit.core.errors import bad
 
+        raise bad(
+            "--by-length",
+            "expected a drafter dir and the models (the prompts are "
+            "decoded), found feature stores or a target's own head",
+        )
     a = LocalProbe(
         drafter=drafter,
         target=target,
@@ -326,14 +331,15 @@ def probe(
         max_len=max_len,
         method=method,
     )
-    if lengths and (stores or _target_head(method)):
-        from eagle3kit.core.errors import bad
+    _run_local(a, stores, lengths, max_new_tokens, documents, json_out)
 
-        raise bad(
-            "--by-length",
-            "expected a drafter dir and the models (the prompts are "
-            "decoded), found feature stores or a target's own head",
-        )
+
+def _run_local(a: LocalProbe, stores: bool, lengths, max_new_tokens, documents, json_out) -> None:
+    """The in-process probe (from the models or from feature stores), with its curve by
+    context length when asked; printed or as JSON."""
+    from eagle3kit.cli._progress import bar
+    from eagle3kit.cli._render import emit_json
+
     with bar(not json_out) as progress:
         r = (_probe_stores if stores else _probe_models)(a, progress)
         if lengths:

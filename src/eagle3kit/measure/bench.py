@@ -193,14 +193,7 @@ def bench(
     if repeats < 1:
         raise Eagle3Error(f"repeats: expected >= 1, found {repeats}")
     prompts = prompts or default_prompts(target.tokenizer)
-    names = list(methods or (METHODS if drafter is not None else METHODS[:3]))
-    if methods is None and drafter is not None and not registry.get(drafter.method).tree:
-        names.remove("tree")  # DFlash blocks, P-EAGLE's one pass, MTP heads: a chain only
-    unknown = [m for m in names if m not in (*METHODS, "hf-greedy")]
-    if unknown:
-        raise Eagle3Error(f"bench: unknown methods {unknown}, expected some of {list(METHODS)}")
-    if drafter is None and {"chain", "tree"} & set(names):
-        raise Eagle3Error("bench: the chain and tree methods need --drafter")
+    names = _method_names(methods, drafter)
     if drafter is not None:
         from eagle3kit.measure.costs import check_levels
 
@@ -215,12 +208,8 @@ def bench(
     runners = _runners(names, target, drafter, cfg)
     runs = T.time_methods(runners, prompts, repeats, progress=progress, label="bench")
     doc = _summarise(runs, names, prompts, repeats, cfg)
-    if drafter is not None:  # which draft method the chain/tree rows ran
-        doc["method"] = drafter.method
-        for row in doc["methods"]:
-            if row["name"] in ("chain", "tree"):  # the label keys the loop's overhead cost
-                row["method"] = doc["method"]
-                row["label"] = doc["method"] + (" (tree)" if row["name"] == "tree" else "")
+    if drafter is not None:
+        _name_draft_rows(doc, drafter.method)
     if lengths is not None:
         doc["by_length"] = by_length(
             target, drafter, prompts, runs, names=names, cfg=cfg, lengths=lengths, levels=levels
@@ -229,6 +218,28 @@ def bench(
     elif levels:
         doc["costs"] = _costs(target, drafter, prompts, runs, doc, levels)
     return doc
+
+
+def _method_names(methods: tuple[str, ...] | None, drafter) -> list[str]:
+    """The rows to time: the given methods, else every one the drafter can run."""
+    names = list(methods or (METHODS if drafter is not None else METHODS[:3]))
+    if methods is None and drafter is not None and not registry.get(drafter.method).tree:
+        names.remove("tree")  # DFlash blocks, P-EAGLE's one pass, MTP heads: a chain only
+    unknown = [m for m in names if m not in (*METHODS, "hf-greedy")]
+    if unknown:
+        raise Eagle3Error(f"bench: unknown methods {unknown}, expected some of {list(METHODS)}")
+    if drafter is None and {"chain", "tree"} & set(names):
+        raise Eagle3Error("bench: the chain and tree methods need --drafter")
+    return names
+
+
+def _name_draft_rows(doc: dict[str, Any], method: str) -> None:
+    """Which draft method the chain/tree rows ran (the label keys the loop's overhead cost)."""
+    doc["method"] = method
+    for row in doc["methods"]:
+        if row["name"] in ("chain", "tree"):
+            row["method"] = method
+            row["label"] = method + (" (tree)" if row["name"] == "tree" else "")
 
 
 def by_length(target, drafter, prompts, runs, *, names, cfg, lengths, levels) -> list[dict]:
