@@ -1,6 +1,6 @@
 """The live verbs against the real vLLM engine, as numbers (issue 46).
 
-    python benchmarks/real_engine_ab.py [--reps 2] [--rounds 2] [--max-tokens 64]
+    python benchmarks/real_engine_ab.py [--rounds 4] [--max-tokens 64]
         [--methods eagle3,ngram,dflash,peagle] -> benchmarks/results/real-engine-ab.json
 
 Servers (benchmarks/real_engine.py --setup; each `vllm serve` on 127.0.0.1, eager mode,
@@ -21,11 +21,12 @@ keeps each run's distinct answers and distinct-4).
    for every method, on A and B.
 3. Engine tau (its /metrics counters, this run only) against `eval --online` in-process on the
    same prompts, drafter, depth and max tokens (EAGLE-3).
-4. `plan --from` run A predicting run B, per method and concurrency level 1 and 4: the A and B
-   runs alternate (A B, then B A: ABBA) in one process so the host's drift cancels; inside each
-   run the plain and the speculative server take `--rounds` turns (plain first, then
-   speculative first, ...); the error of the speculative tok/s (pooled decode rate) and of the
-   speedup over the interleaved plain server, per pair of runs and over the pairs.
+4. `plan --live RUN --suite A` predicting suite B of the same run, per method at concurrency 1
+   and 4: one `bench --url` run holds both sets as suites A and B, and per round its blocks
+   (level, suite) go 1A 1B 4A 4B, the plain and the speculative server taking turns in an
+   order rotated every round (`--rounds`), so the two sets alternate every block and the
+   host's drift falls on both; the error of the speculative tok/s (pooled decode rate) and of
+   the speedup over the plain server on B.
 5. Concurrency 16: one bench per method (figures only).
 """
 
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -57,6 +57,7 @@ COMMON = ["--enforce-eager", "--max-model-len", "1024", "--max-num-seqs", "16"]
 FIX = ROOT / "tests" / "fixtures"
 DRAFTERS = {m: FIX / f"real-engine-llama-v1-{m}" for m in ("eagle3", "dflash", "peagle")}
 K = 3  # drafts a step, every method
+LEVELS = (1, 4)  # the concurrency levels plan's prediction is checked at
 NGRAM = {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
 # the plain server lives through every method (on a loaded 2-CPU host one method took 30 min)
 LIFETIME_S = 4 * 3600.0
@@ -151,33 +152,20 @@ def identical_outputs(spec: str, plain: str, convs: list[dict], max_tokens: int)
 
 
 def bench(
-    spec: str, plain: str, convs: list[dict], c: int, max_tokens: int, rounds: int = 1
+    spec: str, plain: str, convs: list[dict], c: int | tuple, max_tokens: int, rounds: int = 1
 ) -> dict:
+    """`bench --url SPEC --baseline-url PLAIN` (live/bench.py): `convs` as one suite, or a
+    {suite: convs} dict of several, at concurrency `c` (one level or a tuple)."""
     from eagle3kit.live.bench import LiveConfig, run_live_bench
     from eagle3kit.live.suites import Prompt
 
-    prompts = [Prompt("heldout", x["id"], (user_turn(x),)) for x in convs]
+    suites = convs if isinstance(convs, dict) else {"heldout": convs}
+    prompts = [Prompt(s, x["id"], (user_turn(x),)) for s, xs in suites.items() for x in xs]
+    levels = c if isinstance(c, tuple) else (c,)
     cfg = LiveConfig(
-        prompts=prompts, max_tokens=max_tokens, repeats=rounds, concurrency=(c,), timeout=1800
+        prompts=prompts, max_tokens=max_tokens, repeats=rounds, concurrency=levels, timeout=3600
     )
     return run_live_bench([spec], plain, cfg)
-
-
-def predict(doc: dict, work: Path) -> dict:
-    from eagle3kit.plan import plan
-    from eagle3kit.plan.from_file import plan_args_from_file
-
-    f = work / "run-a.json"
-    f.write_text(json.dumps(doc))
-    a = plan_args_from_file(f, {})
-    res = plan(
-        cycle_ms=a["cycle_ms"],
-        tau=a["tau"],
-        depth=a["depth"],
-        decode_ms=a["decode_ms"],
-        method=a.get("method"),
-    )
-    return {"tps": res.throughput_tps, "speedup": res.speedup, "inputs": a}
 
 
 def level(doc: dict) -> dict:
@@ -224,34 +212,9 @@ def server(work: Path, key: str) -> VllmServer:
     )
 
 
-def pairs_summary(rows: list[dict]) -> dict:
-    errs = [r["tps_error"] for r in rows]
-    sp = [r["speedup_error"] for r in rows]
-    pred = statistics.fmean(r["predicted_tps"] for r in rows)
-    got = statistics.fmean(r["run_b"]["decode_tokens_per_s_pooled"] for r in rows)
-    pred_sp = statistics.fmean(r["predicted_speedup"] for r in rows)
-    got_sp = statistics.fmean(r["run_b"]["decode_speedup"] for r in rows)
-    return {
-        "pairs": rows,
-        # A and B alternate (A B B A ...): the mean over the A runs against the mean over the
-        # B runs, so that drift of the host between the runs of one pair averages out
-        "predicted_tps_mean": pred,
-        "measured_tps_mean": got,
-        "tps_error_pooled": pred / got - 1,
-        "predicted_speedup_mean": pred_sp,
-        "measured_speedup_mean": got_sp,
-        "speedup_error_pooled": pred_sp / got_sp - 1,
-        "tps_error_median": statistics.median(errs),
-        "tps_error_max_abs": max(map(abs, errs)),
-        "speedup_error_median": statistics.median(sp),
-        "speedup_error_max_abs": max(map(abs, sp)),
-    }
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--reps", type=int, default=2)  # even: A and B first equally often
-    ap.add_argument("--rounds", type=int, default=2)  # plain/speculative turns inside a run
+    ap.add_argument("--rounds", type=int, default=4)  # rounds of the interleaved A/B run
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--prompts", type=int, default=16)
     ap.add_argument("--methods", default=",".join(METHODS))
@@ -297,39 +260,64 @@ def one_method(a, m: str, spec: str, plain: str, set_a: list, set_b: list, work:
     print(m, "identical", out["identical_outputs"][m]["identical"], flush=True)
     if m == "eagle3":
         out["tau"] = tau_agreement(a, spec, plain, set_a + set_b, work)
-    out["predictions"] = {
-        f"{m}@{c}": a_predicts_b(a, m, spec, plain, set_a, set_b, c, work) for c in (1, 4)
-    }
+    out["predictions"] = a_predicts_b(a, m, spec, plain, set_a, set_b, work)
     out["concurrency_16"] = {m: level(bench(spec, plain, set_a, 16, a.max_tokens))}
     return out
 
 
-def a_predicts_b(a, m: str, spec: str, plain: str, set_a, set_b, c: int, work: Path) -> dict:
-    rows = []
-    for rep in range(a.reps):
-        # ABBA: A first on even reps, B first on odd ones, so that the place in the pair (the
-        # first run after another level's is slower here) cancels over reps
-        first, second = (set_a, set_b) if rep % 2 == 0 else (set_b, set_a)
-        r1 = bench(spec, plain, first, c, a.max_tokens, a.rounds)
-        r2 = bench(spec, plain, second, c, a.max_tokens, a.rounds)
-        ra, rb = (r1, r2) if rep % 2 == 0 else (r2, r1)
-        p, la, lb = predict(ra, work), level(ra), level(rb)
-        got_tps, got_sp = lb["decode_tokens_per_s_pooled"], lb["decode_speedup"]
-        rows.append(
-            {
-                "rep": rep,
-                "a_first": rep % 2 == 0,
-                "run_a": la,
-                "run_b": lb,
-                "predicted_tps": p["tps"],
-                "predicted_speedup": p["speedup"],
-                "plan_inputs": p["inputs"],
-                "tps_error": p["tps"] / got_tps - 1,
-                "speedup_error": p["speedup"] / got_sp - 1,
-            }
-        )
-        print(f"{m} c={c} rep {rep}: tps {p['tps']:.1f} vs {got_tps:.1f}", flush=True)
-    return pairs_summary(rows)
+def a_predicts_b(a, m: str, spec: str, plain: str, set_a, set_b, work: Path) -> dict:
+    """One bench run holding both prompt sets as suites A and B at levels 1 and 4: per round,
+    the blocks (level 1, A), (1, B), (4, A), (4, B), the plain and the speculative server in
+    an order rotated every round (live/bench.py), so A and B alternate every block and the
+    host's drift falls on both. `plan --live RUN --suite A` predicts each level; suite B of the
+    same run is what it is checked on."""
+    doc = bench(spec, plain, {"A": set_a, "B": set_b}, LEVELS, a.max_tokens, a.rounds)
+    run = work / f"interleaved-{m}.json"
+    run.write_text(json.dumps(doc))
+    pred = plan_live(run, "A", m)
+    out = {"run": {"rounds": a.rounds, "levels": list(LEVELS), "errors": doc.get("errors")}}
+    for c in LEVELS:
+        plain_b, spec_b = (suite_of(doc, role, c, "B") for role in ("baseline", "speculative"))
+        plain_a, spec_a = (suite_of(doc, role, c, "A") for role in ("baseline", "speculative"))
+        p = pred[c]
+        got_tps = spec_b["decode_tokens_per_s_pooled"]
+        got_sp = got_tps / plain_b["decode_tokens_per_s_pooled"]
+        out[f"{m}@{c}"] = {
+            "predicted_tps": p["tokens_per_s_per_user"],
+            "predicted_speedup": p["speedup"],
+            "plan_row": p,
+            "measured_a": {"speculative": spec_a, "plain": plain_a},
+            "measured_b": {"speculative": spec_b, "plain": plain_b},
+            "measured_tps": got_tps,
+            "measured_speedup": got_sp,
+            "tps_error": p["tokens_per_s_per_user"] / got_tps - 1,
+            "speedup_error": p["speedup"] / got_sp - 1,
+        }
+        print(f"{m} c={c}: tps {p['tokens_per_s_per_user']:.1f} vs {got_tps:.1f}", flush=True)
+    return out
+
+
+def suite_of(doc: dict, role: str, c: int, suite: str) -> dict:
+    dep = next(d for d in doc["deployments"] if d["role"] == role)
+    lv = next(x for x in dep["levels"] if x["concurrency"] == c)
+    s = lv["suites"][suite]
+    keep = ("requests", "tau_online", "decode_tokens_per_s_pooled", "completion_tokens")
+    return {k: s.get(k) for k in keep} | {"prompt_tokens": s.get("prompt_tokens")}
+
+
+def plan_live(run: Path, suite: str, method: str) -> dict[int, dict]:
+    """`eagle3kit plan --live RUN --suite SUITE --depth K --json`: the method's row per level."""
+    cmd = [sys.executable, "-m", "eagle3kit", "plan", "--live", str(run), "--suite", suite]
+    cmd += ["--depth", str(K), "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode not in (0, 1):  # 1: plain decoding wins at every level (still a plan)
+        raise RuntimeError(f"plan --live: {r.stderr[-600:]}")
+    doc = json.loads(r.stdout)
+    out = {}
+    for lv in doc["levels"]:
+        rows = [x for x in lv["methods"] if x["depth"] == K]
+        out[lv["concurrency"]] = rows[0] if len(rows) == 1 else {"rows": rows}
+    return out
 
 
 def tau_agreement(a, spec: str, plain: str, convs: list[dict], work: Path) -> dict:
