@@ -2,7 +2,8 @@
 `json_: JsonFlag = False`. The default goes after `=` in the command's signature.
 
 Each alias is one option with one help text; a verb whose option says something else
-declares its own.
+declares its own. The verbs built from an options object (cli/_command.py) share help texts
+from here instead (`BY_LENGTH_HELP` ...).
 """
 
 from __future__ import annotations
