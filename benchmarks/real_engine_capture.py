@@ -1,8 +1,10 @@
 """`data capture --engine vllm` against the real vLLM CPU build, compared with the in-process
 capture of the same samples (issue 46).
 
-    python benchmarks/real_engine_capture.py [--samples 8]
+    python benchmarks/real_engine_capture.py [--samples 8] [--dtype bfloat16]
         -> benchmarks/results/real-engine-capture.json
+    python benchmarks/real_engine_capture.py --dtype float32
+        -> benchmarks/results/real-engine-capture-float32.json
 
 For llama-v1 (OLD) and llama-v2 (NEW), with the drafter of
 tests/fixtures/real-engine-llama-v1-eagle3 (its aux layers, plus the probe's layers):
@@ -12,8 +14,10 @@ tests/fixtures/real-engine-llama-v1-eagle3 (its aux layers, plus the probe's lay
    build refuses (`pin_memory=True requires a CUDA or other accelerator backend`). Every record
    names the shim.
 2. `data capture DATA --engine vllm --url URL` and the in-process `data capture DATA` of the
-   same samples (bf16, the engine's dtype); per token, the cosine of every stored layer's
-   state (fp8 aux, dequantised) between the two stores, and the teacher's argmax agreement.
+   same samples, both in --dtype (bf16, the checkpoint's own, by default; `--dtype float32`
+   is passed to both verbs, so the launch line and the states checked are float32); per
+   token, the cosine of every stored layer's state (fp8 aux, dequantised) between the two
+   stores, and the teacher's argmax agreement.
 3. `probe --features-new NEW_ENGINE --reference-features OLD_ENGINE` against the same probe
    from the in-process stores: the verdicts.
 """
@@ -69,7 +73,7 @@ def data_dir(work: Path, n: int) -> Path:
     return out
 
 
-def launch_args(member: str, states: Path) -> list[str]:
+def launch_args(member: str, states: Path, dtype: str = "bfloat16") -> list[str]:
     line = cli(
         "data",
         "capture",
@@ -81,16 +85,18 @@ def launch_args(member: str, states: Path) -> list[str]:
         "--launch-command",
         "--states-dir",
         states,
+        "--dtype",
+        dtype,
     )
     words = shlex.split(next(ln for ln in line.splitlines() if ln.startswith("vllm serve")))
     i = words.index("serve")
     return words[i + 2 :]  # after `vllm serve MODEL`
 
 
-def engine_store(member: str, data: Path, work: Path) -> tuple[Path, dict]:
+def engine_store(member: str, data: Path, work: Path, dtype: str) -> tuple[Path, dict]:
     states = work / f"states-{member}"
     states.mkdir()
-    args = launch_args(member, states)
+    args = launch_args(member, states, dtype)
     args += ["--enforce-eager", "--max-model-len", "1024", "--served-model-name", member]
     srv = VllmServer(
         str(zoo.get(member)),
@@ -122,11 +128,13 @@ def engine_store(member: str, data: Path, work: Path) -> tuple[Path, dict]:
             "-o",
             out,
             "--heldout-data",
+            "--dtype",
+            dtype,
         )
     return out, info
 
 
-def local_store(member: str, data: Path, work: Path) -> Path:
+def local_store(member: str, data: Path, work: Path, dtype: str) -> Path:
     out = work / f"local-{member}"
     cli(
         "data",
@@ -140,7 +148,7 @@ def local_store(member: str, data: Path, work: Path) -> Path:
         "--vocab",
         FIXTURE,
         "--dtype",
-        "bfloat16",
+        dtype,
         "-o",
         out,
         "--heldout-data",
@@ -199,18 +207,22 @@ def probe(new: Path, old: Path) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=8)
-    ap.add_argument("--out", default=str(RESULTS / "real-engine-capture.json"))
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
+    ap.add_argument("--out", default=None)
     a = ap.parse_args()
+    tail = "" if a.dtype == "bfloat16" else f"-{a.dtype}"
+    a.out = a.out or str(RESULTS / f"real-engine-capture{tail}.json")
     state = ready_state()
     if not state["ready"]:
         raise SystemExit(state["reason"])
     work = Path(tempfile.mkdtemp(prefix="real-engine-capture-"))
     data = data_dir(work, a.samples)
     out: dict = {"engine": state["versions"], "shim": SHIM_NOTE, "samples": a.samples}
+    out["dtype"] = a.dtype
     stores = {}
     for member in ("llama-v1", "llama-v2"):
-        eng, info = engine_store(member, data, work)
-        loc = local_store(member, data, work)
+        eng, info = engine_store(member, data, work, a.dtype)
+        loc = local_store(member, data, work, a.dtype)
         stores[member] = (eng, loc)
         out[member] = {**info, "engine_vs_in_process": compare(eng, loc)}
         print(member, out[member]["engine_vs_in_process"], flush=True)

@@ -65,24 +65,18 @@ from real_engine_refusals import compat_findings, engine_line  # noqa: E402
 from eagle3kit import zoo  # noqa: E402
 from eagle3kit.live.engine_server import EngineStartError, VllmServer, ready_state  # noqa: E402
 
-FIX = ROOT / "tests" / "fixtures"
-DRAFTERS = {m: FIX / f"real-engine-llama-v1-{m}" for m in ("eagle3", "peagle", "dflash")}
-K = 3  # drafts a step, every method
-NGRAM = {"prompt_lookup_min": 1, "prompt_lookup_max": 3}
+DRAFTERS, K, NGRAM = ab.DRAFTERS, ab.K, ab.NGRAM  # drafters, drafts a step, ngram sizes
 
 
 def spec_config(method: str) -> dict:
-    if method == "ngram":
-        return {"method": "ngram", "num_speculative_tokens": K, **NGRAM}
-    cfg = {"method": method, "model": str(DRAFTERS[method].relative_to(ROOT))}
-    if method == "peagle":
-        cfg |= {"method": "eagle3", "parallel_drafting": True}
-    return cfg | {"num_speculative_tokens": K}
+    """real_engine_ab.py's server config, the drafter's path relative to the repository."""
+    cfg = ab.spec_config(method)
+    if "model" in cfg:
+        cfg["model"] = str(Path(cfg["model"]).relative_to(ROOT))
+    return cfg
 
 
-# the plain server lives through every method: on a loaded 2-CPU host one method took 30 min,
-# and the default bound (an hour) killed it mid-run once
-LIFETIME_S = 4 * 3600.0
+LIFETIME_S = ab.LIFETIME_S
 NEEDLES = ("Error", "not supported", "Unsupported", "No common block size")
 
 

@@ -288,3 +288,22 @@ def test_one_engine_capture_holds_the_probe_layers(cli, env, tmp_path):
     plain = FeatureStore(env["tmp"] / "inproc").get(rows).aux  # the drafter's layers only
     tol = 2**-3 * torch.maximum(picked.abs(), plain.abs()) + 1e-6 * float(plain.abs().max())
     assert picked.shape == plain.shape and ((picked - plain).abs() <= tol).all()
+
+
+def test_explicit_dtype_sets_the_launch_line_and_the_states_checked(cli, env, tmp_path):
+    """--dtype with --engine: the server's dtype in the printed line and the dtype the states
+    must arrive in (a float32 deployment of a bf16 checkpoint); the checkpoint's by default."""
+    states = tmp_path / "hs"
+    states.mkdir()
+    base = ("data", "capture", "--target", env["model"], "--launch-command", "--states-dir")
+    r = cli(*base, states, "--dtype", "bf16")
+    assert r.code == 0 and "--dtype bfloat16" in r.out, r.err
+    r = cli(*base, states, "--dtype", "fp99")
+    assert r.code == 2 and "--dtype" in r.err and "'fp99'" in r.err, r.err
+    spec, kv, _ = launch(cli, env, states)  # the fake serves the tiny target in float32
+    with FakeVllmCapture(env["model"], spec, kv, lifetime=60) as fake:
+        r = engine_capture(cli, env, fake.url, states, tmp_path / "bf", "--dtype", "bfloat16")
+        assert r.code == 2 and "dtype float32, expected bfloat16" in r.err, r.err
+        r = engine_capture(cli, env, fake.url, states, tmp_path / "f32", "--dtype", "float32")
+        assert r.code == 0, r.err
+    compare_stores(env["tmp"] / "inproc", tmp_path / "f32")

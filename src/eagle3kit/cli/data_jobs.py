@@ -181,7 +181,7 @@ def capture_cmd(o: CaptureOptions) -> None:
         if res is None:
             return
     else:
-        here = TargetHere(o.target, o.device, o.dtype, o.trust_remote_code)
+        here = TargetHere(o.target, o.device, o.dtype or "float32", o.trust_remote_code)
         res = _local_capture(
             LocalCapture(
                 data=data,
@@ -296,7 +296,8 @@ def _engine_capture(o: CaptureOptions, data: Path | None, output: Path | None, v
         if o.states_dir is None:
             raise Eagle3Error("--launch-command: expected --states-dir (the shared directory)")
         ckpt, plan = L.plan_for(target, o.drafter, aux, ids, extra, version, probe)
-        line = L.launch_command(target, plan, str(o.states_dir), L.target_shape(ckpt).dtype)
+        dtype = L.served_dtype(o.dtype, L.target_shape(ckpt).dtype)
+        line = L.launch_command(target, plan, str(o.states_dir), dtype)
         if o.json_:
             doc = {"kind": "eagle3kit.launch_command", "schema": 1, "launch_command": line}
             emit_json({**doc, **plan.record()})
@@ -331,6 +332,7 @@ def _engine_capture(o: CaptureOptions, data: Path | None, output: Path | None, v
             timeout=o.timeout,
             lock_timeout=o.lock_timeout,
             device=o.device,
+            dtype=o.dtype,
             progress=progress,
         )
 

@@ -97,7 +97,11 @@ class CaptureOptions:
     shard_tokens: int = option(32768, "Tokens per shard.", min=1)
     batch_tokens: int = option(4096, "Padded tokens per target forward.", min=1)
     device: str = option("cpu", "cpu, cuda, cuda:1 ...")
-    dtype: str = option("float32", "The target's dtype.")
+    dtype: str | None = option(
+        None,
+        "The target's dtype (default float32). With --engine: the dtype the server runs "
+        "(its --dtype) and the states' dtype, by default the checkpoint's torch_dtype.",
+    )
     trust_remote_code: bool = option(False, TRUST_HELP)
     engine: str | None = option(
         None,

@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from eagle3kit.core.dtypes import NAME_BYTES
+from eagle3kit.core.dtypes import NAME_BYTES, canonical
 from eagle3kit.core.errors import Eagle3Error, bad
 from eagle3kit.core.progress import Progress
 from eagle3kit.live import capture_client as C
@@ -186,7 +186,7 @@ class EngineTarget:
         self.aux_layers = plan.aux
         self.num_layers = plan.num_layers
         self.hidden_size = head.shape.hidden_size
-        dt = head.shape.dtype
+        dt = opts.get("dtype") or head.shape.dtype
         self.expect = C.Expect(plan.layer_ids, self.hidden_size, _torch_dtype(dt))
         self._data, self._ids, self._last = data, data.ids, -1
         self._names: dict[bytes, list[int]] = {}
@@ -298,6 +298,17 @@ def _digest(ids: list[int]) -> bytes:
     return hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
 
 
+def served_dtype(given: str | None, checkpoint: str | None) -> str | None:
+    """The dtype the server runs and writes its states in: --dtype when given (bf16, float32
+    ...), else the checkpoint's torch_dtype (vLLM's own default, `--dtype auto`)."""
+    if given is None:
+        return checkpoint
+    name = canonical(given)
+    if name is None:
+        raise bad("--dtype", f"expected float32, bfloat16 or float16, found {given!r}")
+    return name
+
+
 def _torch_dtype(name: str | None) -> torch.dtype | None:
     return getattr(torch, name) if name in NAME_BYTES else None
 
@@ -377,11 +388,13 @@ def capture_from_engine(
     lock_timeout: float = 60.0,
     retries: int = 2,
     device: str = "cpu",
+    dtype: str | None = None,
     progress: Progress | None = None,
 ) -> dict[str, Any]:
     """`data capture --engine vllm`: the feature store of DATA, hidden states from the engine.
 
-    Layer ids are settled (and a mismatch refused) before any request is sent."""
+    `dtype`: the server's --dtype (the states are checked to be in it), by default the
+    checkpoint's. Layer ids are settled (and a mismatch refused) before any request is sent."""
     from eagle3kit.data.prepared import load_prepared
     from eagle3kit.data.store import capture
 
@@ -390,8 +403,10 @@ def capture_from_engine(
     )
     if not Path(states_dir).is_dir():
         raise bad(str(states_dir), "--states-dir: expected the connector's shared_storage_path")
-    head = OutputHead(ckpt, device=device)
+    served = served_dtype(dtype, target_shape(ckpt).dtype)
+    head = OutputHead(ckpt, device=device, dtype=served)
     opts = dict(
+        dtype=served,
         url=url,
         model=model,
         states_dir=str(states_dir),

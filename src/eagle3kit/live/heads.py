@@ -70,7 +70,10 @@ def target_shape(ckpt: Any) -> TargetShape:
 class OutputHead:
     """Final RMSNorm + lm_head of a target, loaded alone: ``logits(h_last_prenorm)``."""
 
-    def __init__(self, ckpt: Any, *, device: str | torch.device = "cpu") -> None:
+    def __init__(
+        self, ckpt: Any, *, device: str | torch.device = "cpu", dtype: str | None = None
+    ) -> None:
+        """`dtype`: the dtype the engine serves in (its --dtype), the weights' own by default."""
         from eagle3kit.checkpoint.io.tensor_read import read_tensor
 
         self.shape = target_shape(ckpt)
@@ -95,8 +98,9 @@ class OutputHead:
             )
         self.norm_name, self.head_name = norm, head
         self.eps = float(cfg.get("rms_norm_eps") or cfg.get("layer_norm_epsilon") or 1e-6)
-        self.norm_weight = read_tensor(ckpt, norm).to(device)  # [H]
-        self.lm_head = read_tensor(ckpt, head).to(device)  # [V, H]
+        dt = getattr(torch, dtype) if dtype else None
+        self.norm_weight = read_tensor(ckpt, norm).to(device, dt)  # [H]
+        self.lm_head = read_tensor(ckpt, head).to(device, dt)  # [V, H]
         H = self.shape.hidden_size
         if (
             tuple(self.norm_weight.shape) != (H,)
