@@ -1,4 +1,5 @@
-"""`eagle3kit generate` end to end on a tiny zoo target with a drafter dir on disk."""
+"""`eagle3kit generate` end to end on a tiny zoo target with a drafter dir on disk; `eval`'s
+refusals and its `--config FILE` (cli/decode_options.py EvalOptions)."""
 
 from __future__ import annotations
 
@@ -144,3 +145,50 @@ def test_eval_depth_below_one_is_refused(cli, pair, tmp_path, depth):
     assert r.code == 2 and "Traceback" not in r.err, r.err
     assert "--depth" in r.err and len(r.err.strip().splitlines()) == 1, r.err
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_eval_reads_a_config_file_and_a_flag_given_wins(cli, pair, tmp_path):
+    """`eval --config FILE` (TOML) runs what the file says; a flag given on the command line
+    wins over the file's key, one left at its default does not."""
+    from decode_helpers import chat_jsonl
+
+    path, d, _ = pair
+    data = chat_jsonl(tmp_path / "c.jsonl", n=2)
+    f = tmp_path / "eval.toml"
+    f.write_text(
+        f'target = "{path}"\ndrafter = "{d}"\ndata = "{data}"\ndepth = 2\nheldout = 1\n'
+        "json = true\n"
+    )
+    by_file = cli("eval", "--config", f)
+    assert by_file.code == 0, by_file.err
+    doc = json.loads(by_file.out)
+    assert doc["kind"] == "eagle3kit.eval" and doc["mode"] == "offline"
+    assert doc["depth"] == 2 and len(doc["per_position_acceptance"]) == 2  # the file's, not 3
+    flags = ("--target", path, "--drafter", d, "--data", data, "--depth", "2", "--heldout", "1")
+    by_flags = cli("eval", *flags, "--json")
+    assert by_flags.code == 0, by_flags.err
+    assert json.loads(by_flags.out) == doc  # the file is the flags (offline eval is exact)
+    over = cli("eval", "--config", f, "--depth", "4")
+    assert over.code == 0, over.err
+    assert json.loads(over.out)["depth"] == 4
+    assert len(json.loads(over.out)["per_position_acceptance"]) == 4
+
+
+@pytest.mark.parametrize(
+    ("verb", "line", "says"),
+    [
+        ("eval", "depht = 3\n", "key 'depht': expected an option of this verb; the closest is"),
+        ("eval", "repeats = 0\n", "key 'repeats': expected an integer >= 1, found 0"),
+        ("bench", "concurency = '1,4'\n", "the closest is 'concurrency'"),
+        ("probe", "reference = 'x'\n", "key 'reference': expected an option of this verb"),
+        ("probe", "baseline-tps = 0\n", "key 'baseline-tps': expected a number > 0, found 0"),
+    ],
+)
+def test_a_bad_eval_bench_probe_config_is_one_line_exit_2(cli, tmp_path, verb, line, says):
+    """An unknown key (with the closest option) or a bad value in `--config FILE`: one line
+    naming the file and the key, exit 2, before anything is loaded."""
+    f = tmp_path / "c.toml"
+    f.write_text(line)
+    r = cli(verb, "--config", f)
+    assert r.code == 2, (r.code, r.err)
+    assert len(r.err.strip().splitlines()) == 1 and str(f) in r.err and says in r.err, r.err

@@ -103,9 +103,11 @@ def _parameter(f: Any, hint: Any) -> inspect.Parameter:
     if m.get("argument"):
         info = typer.Argument(help=help_text, show_default=default is not None)
     else:
-        decls = [m["flags"]] if "flags" in m else ["--" + O.cli_name(f.name)]
+        flags = m.get("flags", "--" + O.cli_name(f.name))
+        decls = [flags] if isinstance(flags, str) else list(flags)
         decls += [m["short"]] if "short" in m else []
-        info = typer.Option(*decls, help=help_text, show_default=default not in (None, False))
+        show = default is not None and default is not False  # 0 and 0.0 are shown
+        info = typer.Option(*decls, help=help_text, show_default=show, metavar=m.get("metavar"))
     kind = inspect.Parameter.KEYWORD_ONLY
     return inspect.Parameter(f.name, kind, default=default, annotation=Annotated[cli_type, info])
 

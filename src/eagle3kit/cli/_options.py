@@ -2,12 +2,12 @@
 `json_: JsonFlag = False`. The default goes after `=` in the command's signature.
 
 Each alias is one option with one help text; a verb whose option says something else
-declares its own.
+declares its own. The verbs built from an options object (cli/_command.py) share help texts
+from here instead (`BY_LENGTH_HELP` ...).
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -20,40 +20,21 @@ Device = Annotated[str, typer.Option("--device", callback=check_device)]
 Seed = Annotated[int, typer.Option("--seed")]
 TrustRemoteCode = Annotated[bool, typer.Option("--trust-remote-code")]
 
-# Context length as a dimension (eval --by-length, bench --context-lengths, probe --by-length)
+# Context length as a dimension (eval --by-length, bench --context-lengths, probe --by-length):
+# the help of the options objects' fields (cli/decode_options.py, cli/probe_options.py)
 BY_LENGTH = "--by-length"
-ByLength = Annotated[
-    str,
-    typer.Option(
-        BY_LENGTH,
-        help="Per context bucket: lengths like 128,512,1K,2K (the option alone: those four).",
-        metavar="[LENGTHS]",
-    ),
-]
-ContextLengths = Annotated[
-    str,
-    typer.Option(
-        "--context-lengths",
-        help="Prompts built to each context length (e.g. 128,512,1K,2K); every figure per length.",
-        metavar="LENGTHS",
-    ),
-]
-Documents = Annotated[
-    Path,
-    typer.Option(
-        "--documents",
-        help="With --by-length/--context-lengths: long documents or conversations (JSONL) "
-        "cut to each length. Default: the zoo's held-out stdlib files, then a request.",
-    ),
-]
-PromptSet = Annotated[
-    str,
-    typer.Option(
-        "--prompt-set",
-        help="all, A or B: the documents' disjoint halves (seeded by --seed), to check a "
-        "prediction on prompts it was not made from.",
-    ),
-]
+BY_LENGTH_HELP = "Per context bucket: lengths like 128,512,1K,2K (the option alone: those four)."
+CONTEXT_LENGTHS_HELP = (
+    "Prompts built to each context length (e.g. 128,512,1K,2K); every figure per length."
+)
+DOCUMENTS_HELP = (
+    "With --by-length/--context-lengths: long documents or conversations (JSONL) cut to each "
+    "length. Default: the zoo's held-out stdlib files, then a request."
+)
+PROMPT_SET_HELP = (
+    "all, A or B: the documents' disjoint halves (seeded by --seed), to check a prediction on "
+    "prompts it was not made from."
+)
 
 
 def optional_value(args: list[str], option: str, value: str) -> list[str]:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from eagle3kit.core.errors import Eagle3Error
 
@@ -12,10 +14,9 @@ from eagle3kit.core.errors import Eagle3Error
 @dataclass(frozen=True)
 class LiveOptions:
     """A run against live servers (`bench --url`, `eval --online --url`, `probe --url`): the
-    command's options, as given."""
+    command's options, as given (`LiveOptions.of` the verb's options object)."""
 
     urls: list[str]
-    baseline_url: str | None
     suite: str | None
     data: str | Path | None
     prompts: int  # at most this many (per suite, and from --data)
@@ -24,6 +25,7 @@ class LiveOptions:
     endpoint: str | None  # None: completions for prompts built to lengths, else chat
     timeout: float
     json_: bool
+    baseline_url: str | None = None
     temperature: float = 0.0
     concurrency: str = "1"
     depth: int | None = None  # the drafter's depth, when the server does not say it
@@ -36,6 +38,27 @@ class LiveOptions:
     def __post_init__(self) -> None:
         if self.endpoint is None:
             object.__setattr__(self, "endpoint", "completions" if self.lengths else "chat")
+
+    @classmethod
+    def of(
+        cls,
+        o: Any,
+        *,
+        urls: list[str],
+        prompts: int,
+        depth: int | None,
+        lengths: tuple[int, ...] | None,
+    ) -> LiveOptions:
+        """The live run of a verb's options object `o` (cli/decode_options.py `EvalOptions`,
+        `BenchOptions`, cli/probe_options.py `ProbeOptions`): every field `o` has by the same
+        name as it is (one the verb lacks, as probe's --temperature, at its default here);
+        the four each verb names its own way as given: the servers, the prompt cap (--limit,
+        --prompts, --samples), the drafter's depth (bench: --drafter-depth) and the context
+        lengths, parsed."""
+        own = {"urls": urls, "prompts": prompts, "depth": depth, "lengths": lengths}
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in own]
+        same = {name: getattr(o, name) for name in names if hasattr(o, name)}
+        return cls(**same, **own)
 
 
 def parse_levels(text: str) -> tuple[int, ...]:

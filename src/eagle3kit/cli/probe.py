@@ -3,13 +3,14 @@ plan)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 
-from eagle3kit.cli._checks import above_zero, check_device
-from eagle3kit.cli._options import ByLength, Documents, JsonFlag, LengthsCommand
+from eagle3kit.cli._checks import check_device
+from eagle3kit.cli._command import command
+from eagle3kit.cli._options import JsonFlag, LengthsCommand
+from eagle3kit.cli.probe_options import ProbeOptions
 
 
 def _render_probe(r: dict[str, Any]) -> None:
@@ -94,129 +95,22 @@ def _similarity_table(r: dict[str, Any]) -> Any:
     return t
 
 
-LIVE_NEW = "Live: the server of the NEW target running the drafter (SGLang or vLLM)."
-LIVE_OLD = "Live: the server of the target the drafter was trained for, same drafter."
-LIVE_BASE = "Live: the NEW target's plain server (the speedup then counts in the verdict)."
-LIVE_SUITE = "Live: mt-bench,gsm8k,humaneval,math-500,chat or NAME=FILE; --samples caps each."
-
-
-Drafter = Annotated[
-    str | None, typer.Option("--drafter", help="The drafter to reuse (any layout).")
-]
-Method = Annotated[
-    str,
-    typer.Option(
-        "--method",
-        help="eagle3 or dflash (--drafter: the drafter dir; its layout tells which) or mtp "
-        "(an MTP head: the reference target's own, or --drafter HEAD_DIR; docs/probe.md).",
-    ),
-]
-Target = Annotated[
-    str | None,
-    typer.Option("--target", help="The new target: a model dir, a hub id or a zoo member name."),
-]
-Reference = Annotated[
-    str | None,
-    typer.Option(
-        "--reference-target",
-        help="The target the drafter was trained for (dir, hub id or zoo name).",
-    ),
-]
-Data = Annotated[
-    str | None,
-    typer.Option("--data", help="Prepared data dir (default: built-in stdlib conversations)."),
-]
-BaselineTps = Annotated[
-    float | None, typer.Option(callback=above_zero, help="Plain decoding tok/s.")
-]
-CycleMs = Annotated[
-    float | None, typer.Option(callback=above_zero, help="One speculative cycle, ms.")
-]
-Bench = Annotated[
-    str | None,
-    typer.Option(
-        help="bench JSON (bench --json, bench --url --json, or baseline_tps and cycle_ms)."
-    ),
-]
-Depth = Annotated[int, typer.Option(min=1, help="Draft steps scored.")]
-Samples = Annotated[int, typer.Option(min=1, help="Sequences to probe on.")]
-OnlinePrompts = Annotated[
-    int, typer.Option(min=0, help="Prompts decoded for the online accept length (0: none).")
-]
-Device = Annotated[str, typer.Option(callback=check_device, help="cpu, cuda, cuda:1 ...")]
-Dtype = Annotated[str, typer.Option(help="float32 or bfloat16.")]
-Url = Annotated[str | None, typer.Option("--url", help=LIVE_NEW)]
-ReferenceUrl = Annotated[str | None, typer.Option("--reference-url", help=LIVE_OLD)]
-BaselineUrl = Annotated[str | None, typer.Option("--baseline-url", help=LIVE_BASE)]
-Suite = Annotated[str | None, typer.Option("--suite", help=LIVE_SUITE)]
-MaxNewTokens = Annotated[int, typer.Option("--max-new-tokens", help="Live.")]
-Repeats = Annotated[int, typer.Option("--repeats", help="Live: rounds.")]
-Endpoint = Annotated[
-    str,
-    typer.Option(
-        "--endpoint",
-        help="Live: chat|completions|generate (with --by-length: completions or generate).",
-    ),
-]
-Timeout = Annotated[float, typer.Option("--timeout", help="Live: bound on the run, s.")]
-FeaturesNew = Annotated[
-    str | None,
-    typer.Option(
-        "--features-new",
-        help="A feature store of the new target (`data capture`, e.g. --engine vllm): "
-        "probe without loading it (--target, --reference-target: where embeddings and "
-        "config are read by header; default: the stores' own record).",
-    ),
-]
-FeaturesOld = Annotated[
-    str | None,
-    typer.Option(
-        "--features-old",
-        "--reference-features",
-        help="The reference target's store of the same DATA (no target loaded).",
-    ),
-]
-MaxLen = Annotated[int, typer.Option(help="Tokens per sequence.")]
-
-
-@dataclass(frozen=True)
-class LocalProbe:
-    """The options of a probe run here (models or feature stores), as given."""
-
-    drafter: str | None
-    target: str | None
-    reference: str | None
-    data: str | None
-    features_new: str | None
-    features_old: str | None
-    online_prompts: int
-    device: str
-    dtype: str
-    baseline_tps: float | None
-    cycle_ms: float | None
-    bench: str | None
-    depth: int
-    samples: int
-    max_len: int
-    method: str = "eagle3"
-
-
-def _from_stores(drafter, target, data, features_new, features_old) -> bool:
+def _from_stores(o: ProbeOptions) -> bool:
     """Whether the local probe reads feature stores (else it loads the models); exit 2 on a
     combination of options it cannot run."""
-    if drafter is None or (target is None and features_new is None):
+    if o.drafter is None or (o.target is None and o.features_new is None):
         raise typer.BadParameter(
             "expected --drafter and --target (or --features-new STORE, or --url and "
             "--reference-url)"
         )
     from eagle3kit.core.errors import Eagle3Error
 
-    stores = features_new is not None or features_old is not None
-    if stores and (features_new is None or data is not None):
+    stores = o.features_new is not None or o.features_old is not None
+    if stores and (o.features_new is None or o.data is not None):
         raise Eagle3Error(
             "probe: --features-old (--reference-features) goes with --features-new, not --data"
         )
-    if not stores and target is None:
+    if not stores and o.target is None:
         raise Eagle3Error("probe: expected --target (or --features-new STORE)")
     return stores
 
@@ -242,36 +136,7 @@ def _check_method(method: str, target: str | None) -> None:
         raise typer.BadParameter(f"--method {method}: expected --target (and --reference-target)")
 
 
-def probe(
-    *,
-    drafter: Drafter = None,
-    target: Target = None,
-    reference: Reference = None,
-    data: Data = None,
-    baseline_tps: BaselineTps = None,
-    cycle_ms: CycleMs = None,
-    bench: Bench = None,
-    depth: Depth = 3,
-    samples: Samples = 16,
-    online_prompts: OnlinePrompts = 4,
-    device: Device = "cpu",
-    dtype: Dtype = "float32",
-    json_out: JsonFlag = False,
-    url: Url = None,
-    reference_url: ReferenceUrl = None,
-    baseline_url: BaselineUrl = None,
-    suite: Suite = None,
-    max_new_tokens: MaxNewTokens = 128,
-    repeats: Repeats = 3,
-    endpoint: Endpoint = None,
-    timeout: Timeout = 600.0,
-    features_new: FeaturesNew = None,
-    features_old: FeaturesOld = None,
-    max_len: MaxLen = 256,
-    method: Method = "eagle3",
-    by_length: ByLength = None,
-    documents: Documents = None,
-) -> None:
+def probe(o: ProbeOptions) -> None:
     """Phase 0: can a drafter trained for one target serve a sibling? Similarity, acceptance,
     verdict.
 
@@ -280,32 +145,17 @@ def probe(
     --by-length, also the tau-by-context-length curve on NEW and OLD."""
     from eagle3kit.data.long_prompts import parse_lengths
 
-    lengths = None if by_length is None else parse_lengths(by_length)
-    if url or reference_url:
+    check_device(o.device)
+    lengths = None if o.by_length is None else parse_lengths(o.by_length)
+    if o.url or o.reference_url:
         from eagle3kit.cli import live
 
-        opts = live.LiveOptions(
-            urls=[u for u in (url, reference_url) if u],
-            baseline_url=baseline_url,
-            suite=suite,
-            data=data,
-            prompts=samples,
-            max_new_tokens=max_new_tokens,
-            repeats=repeats,
-            endpoint=endpoint,
-            timeout=timeout,
-            json_=json_out,
-            depth=depth,
-            lengths=lengths,
-            target=target,
-            documents=documents,
-        )
-        return live.run_probe(opts, url, reference_url)
-    _check_method(method, target)
-    stores = not _target_head(method) and _from_stores(
-        drafter, target, data, features_new, features_old
-    )
-    if lengths and (stores or _target_head(method)):
+        urls = [u for u in (o.url, o.reference_url) if u]
+        opts = live.LiveOptions.of(o, urls=urls, prompts=o.samples, depth=o.depth, lengths=lengths)
+        return live.run_probe(opts, o.url, o.reference_url)
+    _check_method(o.method, o.target)
+    stores = not _target_head(o.method) and _from_stores(o)
+    if lengths and (stores or _target_head(o.method)):
         from eagle3kit.core.errors import bad
 
         raise bad(
@@ -313,38 +163,20 @@ def probe(
             "expected a drafter dir and the models (the prompts are "
             "decoded), found feature stores or a target's own head",
         )
-    a = LocalProbe(
-        drafter=drafter,
-        target=target,
-        reference=reference,
-        data=data,
-        features_new=features_new,
-        features_old=features_old,
-        online_prompts=online_prompts,
-        device=device,
-        dtype=dtype,
-        baseline_tps=baseline_tps,
-        cycle_ms=cycle_ms,
-        bench=bench,
-        depth=depth,
-        samples=samples,
-        max_len=max_len,
-        method=method,
-    )
-    _run_local(a, stores, lengths, max_new_tokens, documents, json_out)
+    _run_local(o, stores, lengths)
 
 
-def _run_local(a: LocalProbe, stores: bool, lengths, max_new_tokens, documents, json_out) -> None:
+def _run_local(o: ProbeOptions, stores: bool, lengths: tuple[int, ...] | None) -> None:
     """The in-process probe (from the models or from feature stores), with its curve by
     context length when asked; printed or as JSON."""
     from eagle3kit.cli._progress import bar
     from eagle3kit.cli._render import emit_json
 
-    with bar(not json_out) as progress:
-        r = (_probe_stores if stores else _probe_models)(a, progress)
+    with bar(not o.json_) as progress:
+        r = (_probe_stores if stores else _probe_models)(o, progress)
         if lengths:
-            r = _with_curve(r, a, lengths, max_new_tokens, documents)
-    if json_out:
+            r = _with_curve(r, o, lengths)
+    if o.json_:
         emit_json(r)
     else:
         _render_probe(r)
@@ -387,74 +219,80 @@ def report(
 
 
 def register(app: typer.Typer) -> None:
-    app.command(cls=LengthsCommand)(probe)
+    app.command("probe", cls=LengthsCommand)(command(ProbeOptions, probe))
     app.command()(report)
 
 
-def _probe_models(a: LocalProbe, progress: Any) -> dict[str, Any]:
-    """`probe --drafter --target`: the probe with the models loaded here (``a``: the command's
-    arguments)."""
+def _probe_models(o: ProbeOptions, progress: Any) -> dict[str, Any]:
+    """`probe --drafter --target`: the probe with the models loaded here."""
     from eagle3kit.measure.probe import probe as run_probe
     from eagle3kit.model.loading import resolve_target
 
-    reference = a.reference
+    reference = o.reference_target
     return run_probe(
-        a.drafter,
-        resolve_target(a.target),  # zoo names, local dirs, hub ids
+        o.drafter,
+        resolve_target(o.target),  # zoo names, local dirs, hub ids
         resolve_target(reference) if reference else None,
-        a.data,
-        **_shared(a),
-        online_prompts=a.online_prompts,
-        method=a.method,
-        device=a.device,
-        dtype=a.dtype,
+        o.data,
+        **_shared(o),
+        online_prompts=o.online_prompts,
+        method=o.method,
+        device=o.device,
+        dtype=o.dtype,
         progress=progress,
     )
 
 
-def _probe_stores(a: LocalProbe, progress: Any) -> dict[str, Any]:
-    """`probe --features-new [--features-old]`: the probe from feature stores (``a``: the
-    command's arguments)."""
+def _probe_stores(o: ProbeOptions, progress: Any) -> dict[str, Any]:
+    """`probe --features-new [--features-old]`: the probe from feature stores."""
     from eagle3kit.measure.probe_features import probe_features
 
     return probe_features(
-        a.drafter,
-        a.features_new,
-        a.features_old,
-        target=a.target,
-        reference=a.reference,
-        **_shared(a),
+        o.drafter,
+        o.features_new,
+        o.features_old,
+        target=o.target,
+        reference=o.reference_target,
+        **_shared(o),
         progress=progress,
     )
 
 
-def _with_curve(r: dict, a: LocalProbe, lengths, max_new: int, documents) -> dict[str, Any]:
+def _with_curve(r: dict, o: ProbeOptions, lengths: tuple[int, ...]) -> dict[str, Any]:
     """The probe's document with `by_length`: tau by context length on NEW and OLD, from
     `--online-prompts` prompts per length decoded on each (the pair loaded again)."""
     from eagle3kit.data.long_prompts import long_prompts
     from eagle3kit.measure.by_length import probe_curve, tau_curve
     from eagle3kit.model.loading import load_for
 
-    new, d = load_for(a.target, a.drafter, a.method, device=a.device)
+    max_new = o.max_new_tokens
+    new, d = load_for(o.target, o.drafter, o.method, device=o.device)
     positions = getattr(new.config, "max_position_embeddings", None)
     ps, src = long_prompts(
         new.tokenizer,
         lengths,
-        a.online_prompts,
-        prompts_file=documents,
+        o.online_prompts,
+        prompts_file=_path(o.documents),
         new_tokens=max_new,
         max_positions=positions,
     )
-    curve_new = tau_curve(new, d, ps, a.depth, max_new)
+    curve_new = tau_curve(new, d, ps, o.depth, max_new)
     curve_old = None
-    if a.reference:
-        old, d_old = load_for(a.reference, a.drafter, a.method, device=a.device)
-        curve_old = tau_curve(old, d_old, ps, a.depth, max_new)
-    entries = probe_curve(curve_new, curve_old, a.online_prompts)
+    if o.reference_target:
+        old, d_old = load_for(o.reference_target, o.drafter, o.method, device=o.device)
+        curve_old = tau_curve(old, d_old, ps, o.depth, max_new)
+    entries = probe_curve(curve_new, curve_old, o.online_prompts)
     return {**r, "lengths": list(lengths), "by_length": entries, "prompt_source": src}
 
 
-def _shared(a: LocalProbe) -> dict[str, Any]:
+def _path(p: str | None) -> Any:
+    """--documents as typer gave it before (a Path), or None."""
+    from pathlib import Path
+
+    return None if p is None else Path(p)
+
+
+def _shared(o: ProbeOptions) -> dict[str, Any]:
     """The options both probes take: the speeds behind break-even, depth and the sample."""
     keys = ("baseline_tps", "cycle_ms", "bench", "depth", "samples", "max_len")
-    return {k: getattr(a, k) for k in keys}
+    return {k: getattr(o, k) for k in keys}

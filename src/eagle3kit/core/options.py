@@ -43,7 +43,9 @@ def option(
     """A dataclass field that is an option of a verb. `meta` (all optional):
 
     short     a short flag ("-o")
-    flags     the declarations as typer takes them ("--fc-norm/--no-fc-norm")
+    flags     the declarations as typer takes them ("--fc-norm/--no-fc-norm"; a tuple for
+              more than one name: ("--features-old", "--reference-features"))
+    metavar   how --help shows the value ("[LENGTHS]")
     argument  a positional argument, not an option
     required  needed from the command line or the file (the field may default to None)
     min, above, max   a number >= min, > above, <= max
