@@ -154,12 +154,17 @@ def test_predict_headline_prices_dflash_at_one_drafter_pass_per_cycle():
 
     costs = {
         "levels": [
-            {"concurrency": 1, "plain_ms": 10.0, "verify_ms": {"4": 16.0},
-             "pass_ms": {"eagle3": 2.0}, "overhead_ms": {}}
+            {
+                "concurrency": 1,
+                "plain_ms": 10.0,
+                "verify_ms": {"4": 16.0},
+                "pass_ms": {"eagle3": 2.0},
+                "overhead_ms": {},
+            }
         ],
         "prefill_ms": 50.0,
         "new_tokens": 33.0,
-    }  # fmt: skip
+    }
     walk = [0.5, 0.25, 0.125]
     ev = {"drafters": {n: {"walk_acc": walk} for n in ("from scratch", "DFlash", "MTP")}}
     rows = [
