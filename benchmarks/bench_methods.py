@@ -318,10 +318,14 @@ def run(a) -> dict:
     if not a.no_live:
         doc["live"] = _live(tm, d, ext, A, B, a, a.out, mp_in)
     live = doc.get("live", {})
-    checks = {"inprocess": doc["inprocess"]["rows"], "live": live.get("rows", []),
-              "live_from_inprocess_costs": live.get("from_costs", {}).get("rows", [])}  # fmt: skip
-    doc["max_abs_error"] = {k: max((abs(r["error"]) for r in v), default=None)
-                            for k, v in checks.items()}  # fmt: skip
+    checks = {
+        "inprocess": doc["inprocess"]["rows"],
+        "live": live.get("rows", []),
+        "live_from_inprocess_costs": live.get("from_costs", {}).get("rows", []),
+    }
+    doc["max_abs_error"] = {
+        k: max((abs(r["error"]) for r in v), default=None) for k, v in checks.items()
+    }
     # issue 36's goal: the plan made in-process checked in-process, and the plan made from a
     # live run checked on the same servers; in-process costs priced against a server are a
     # cross-check reported beside it (HTTP and scheduling are not in an in-process cost)

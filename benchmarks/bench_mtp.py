@@ -76,10 +76,16 @@ def train(target, data: Path, out: Path, steps: int, init: str | None, a, lr=Non
 
     if not (out / "head" / "model.safetensors").is_file():
         cfg = MTPTrainConfig(
-            target=target.name_or_path, data=str(data), out=str(out), init_from=init,
-            steps=steps, batch_size=a.batch_size, max_len=a.max_len, lr=lr or a.lr,
+            target=target.name_or_path,
+            data=str(data),
+            out=str(out),
+            init_from=init,
+            steps=steps,
+            batch_size=a.batch_size,
+            max_len=a.max_len,
+            lr=lr or a.lr,
             targets=a.targets,
-        )  # fmt: skip
+        )
         train_mtp(cfg, target=target)
     return out / "head"
 
@@ -154,15 +160,21 @@ def run(a) -> None:
     child_dir = member_dir(a.member, a.size, a.member_dir)
     parent_dir = member_dir(a.parent, a.size, a.parent_dir)
     parent = load_target(str(parent_dir))
-    shipped = train(parent, prepared(parent_dir, work, "parent", a.samples, a.max_len),
-                    work / "shipped", a.ship_steps, fresh_init(parent, work / "init-parent"),
-                    a)  # fmt: skip
+    shipped = train(
+        parent,
+        prepared(parent_dir, work, "parent", a.samples, a.max_len),
+        work / "shipped",
+        a.ship_steps,
+        fresh_init(parent, work / "init-parent"),
+        a,
+    )
     del parent
     child = load_target(str(child_dir))
     data_dir = prepared(child_dir, work, "child", a.samples, a.max_len)
     tuned = train(child, data_dir, work / "tuned", a.tune_steps, str(shipped), a, a.lr / 3)
-    fresh = train(child, data_dir, work / "fresh", a.ship_steps,
-                  fresh_init(child, work / "init-child"), a)  # fmt: skip
+    fresh = train(
+        child, data_dir, work / "fresh", a.ship_steps, fresh_init(child, work / "init-child"), a
+    )
     data = load_prepared(data_dir)
     _, held = data.split(0.05, 0)
     prompts = requests(child_dir, child, a.prompts)
@@ -178,8 +190,9 @@ def run(a) -> None:
     }
     arms = {}
     for name, head in heads.items():
-        off = evaluate_head(child, head, data, held, k=a.depth, batch=a.batch_size,
-                            max_len=a.max_len)  # fmt: skip
+        off = evaluate_head(
+            child, head, data, held, k=a.depth, batch=a.batch_size, max_len=a.max_len
+        )
         arms[name] = {"offline": off, "online": online(child, head, prompts, plain, a)}
     doc = {
         "method": "mtp",

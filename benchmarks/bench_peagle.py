@@ -78,9 +78,16 @@ def fine_tune(a: argparse.Namespace, k2: str, common: dict, method: str, seed: i
     steps = max(a.min_steps, round(a.samples * a.epochs / a.batch))
     out = Path(a.work) / f"{method}-s{seed}"
     r = R.train_run(
-        out, init_from=k2, method=method, max_samples=a.samples, steps=steps,
-        seed=seed, eval_every=max(1, steps // 4), mask_token_id=0, **common,
-    )  # fmt: skip
+        out,
+        init_from=k2,
+        method=method,
+        max_samples=a.samples,
+        steps=steps,
+        seed=seed,
+        eval_every=max(1, steps // 4),
+        mask_token_id=0,
+        **common,
+    )
     return {"method": method, "seed": seed, "steps": steps, **r}
 
 

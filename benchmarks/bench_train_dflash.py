@@ -39,7 +39,7 @@ SHAPES = {
     "zoo (H=128, 2 layers, 3 target layers, T=512, B=8, 32 anchors, V=4096)": dict(
         h=128, heads=2, inter=352, layers=2, aux=3, t=512, block=8, anchors=32, v=4096
     ),
-}  # fmt: skip
+}
 
 
 def ours_step(s: dict):
@@ -55,12 +55,21 @@ def ours_step(s: dict):
 
     h, v, t = s["h"], s["v"], s["t"]
     spec = DFlashSpec(
-        hidden_size=h, intermediate_size=s["inter"], num_hidden_layers=s["layers"],
-        num_attention_heads=s["heads"], num_key_value_heads=s["heads"], head_dim=h // s["heads"],
-        vocab_size=v, draft_vocab_size=v, target_hidden_size=h, block_size=s["block"],
-        mask_token_id=v - 1, target_layer_ids=tuple(range(1, 1 + s["aux"])),
-        max_position_embeddings=4 * t, dtype="float32",
-    )  # fmt: skip
+        hidden_size=h,
+        intermediate_size=s["inter"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        num_key_value_heads=s["heads"],
+        head_dim=h // s["heads"],
+        vocab_size=v,
+        draft_vocab_size=v,
+        target_hidden_size=h,
+        block_size=s["block"],
+        mask_token_id=v - 1,
+        target_layer_ids=tuple(range(1, 1 + s["aux"])),
+        max_position_embeddings=4 * t,
+        dtype="float32",
+    )
     torch.manual_seed(0)
     d = DFlashDrafter(spec).train()
     head = torch.randn(v, h) * 0.02
@@ -146,10 +155,12 @@ def main() -> None:
         )
         if "peer_tokens_per_s" in r:
             p = r["peer_tokens_per_s"]
-            line += (f"; speculators {r['peer']['versions']['speculators']} {p['median']:.0f} "
-                     f"(min {p['min']:.0f}, max {p['max']:.0f}); ours/peer "
-                     f"{r['ours_over_peer']:.2f}x (median over {a.repeats} step pairs); trained "
-                     f"parameters {r['trained_parameters']}")  # fmt: skip
+            line += (
+                f"; speculators {r['peer']['versions']['speculators']} {p['median']:.0f} "
+                f"(min {p['min']:.0f}, max {p['max']:.0f}); ours/peer "
+                f"{r['ours_over_peer']:.2f}x (median over {a.repeats} step pairs); trained "
+                f"parameters {r['trained_parameters']}"
+            )
         else:
             line += f"; peer not run: {r['peer']['reason']}"
         print(line)

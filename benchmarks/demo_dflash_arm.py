@@ -80,8 +80,19 @@ def main() -> None:
     t0 = time.perf_counter()
     b = bench_drafter(t, d, prompts, r, None, {"label": "DFlash (scratch)", "role": "dflash"})
     t_bench = time.perf_counter() - t0
-    keep = ("method", "depth", "baseline_tps", "spec_tps", "speedup", "tau_online", "cycle_ms",
-            "draft_ms", "verify_ms", "per_position_acceptance", "lossless")  # fmt: skip
+    keep = (
+        "method",
+        "depth",
+        "baseline_tps",
+        "spec_tps",
+        "speedup",
+        "tau_online",
+        "cycle_ms",
+        "draft_ms",
+        "verify_ms",
+        "per_position_acceptance",
+        "lossless",
+    )
     doc = {
         "kind": "eagle3kit.bench.demo_dflash_arm",
         "command": "python benchmarks/demo_dflash_arm.py"
@@ -100,14 +111,14 @@ def main() -> None:
             "block_size": r.depth + 1,
             "draft_layers": dflash_arm.DRAFT_LAYERS,
             "anchors": dflash_arm.ANCHORS,
-        },  # fmt: skip
+        },
         "seconds": {
             "arm": round(t_train + t_eval + t_bench, 1),
             "train": round(t_train, 1),
             "eval": round(t_eval, 1),
             "bench": round(t_bench, 1),
             "data_not_counted": round(t_data, 1),
-        },  # fmt: skip
+        },
         "train": {
             k: s[k]
             for k in (
@@ -117,7 +128,7 @@ def main() -> None:
                 "per_position_acceptance",
                 "train_s",
             )
-        },  # fmt: skip
+        },
         "eval": ev,
         "bench": {k: b[k] for k in keep},
         "environment": {
@@ -126,7 +137,7 @@ def main() -> None:
             "threads": 1,
             "torch": torch.__version__,
             "load_average_before_after": [*load1, *os.getloadavg()],
-        },  # fmt: skip
+        },
     }
     t.close()
     Path(a.out).write_text(json.dumps(doc, indent=1) + "\n")

@@ -48,11 +48,21 @@ TOL = 1e-4
 
 def drafter() -> tuple[DFlashDrafter, torch.Tensor, torch.Tensor]:
     spec = DFlashSpec(
-        hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, vocab_size=256, draft_vocab_size=256,
-        target_hidden_size=64, block_size=8, mask_token_id=255, target_layer_ids=(1, 4, 7),
-        num_target_layers=10, dtype="float32",
-    )  # fmt: skip
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        vocab_size=256,
+        draft_vocab_size=256,
+        target_hidden_size=64,
+        block_size=8,
+        mask_token_id=255,
+        target_layer_ids=(1, 4, 7),
+        num_target_layers=10,
+        dtype="float32",
+    )
     torch.manual_seed(0)
     d = DFlashDrafter(spec)
     with torch.no_grad():  # norms away from 1 so a missed norm shows
@@ -121,10 +131,11 @@ def main() -> None:
         got = load_file(Path(tmp) / "spec.st")
         anchors = got["anchors"].view(1, -1)
         feats = SimpleNamespace(
-            input_ids=io["input_ids"], aux=io["aux"],
+            input_ids=io["input_ids"],
+            aux=io["aux"],
             attention_mask=torch.ones(1, t, dtype=torch.bool),
             loss_mask=torch.ones(1, t, dtype=torch.bool),
-        )  # fmt: skip
+        )
         blocks = blocks_at(feats, anchors, torch.ones_like(anchors, dtype=torch.bool), b, 255)
 
         def train_pass(m):
@@ -149,7 +160,7 @@ def main() -> None:
             "target_layers": 3,
             "block_size": 8,
             "vocab": 256,
-        },  # fmt: skip
+        },
         "ours": {"torch": torch.__version__, "python": sys.version.split()[0]},
         "peers": rows,
     }

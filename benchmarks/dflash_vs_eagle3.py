@@ -39,9 +39,14 @@ def bench_row(target_path, drafter, aux, prompts, r, depth: int) -> dict:
     else:
         drafter.set_embedding(tm.embed_tokens.weight)
     doc = bench(
-        tm, drafter, prompts, repeats=r.bench_repeats, max_new_tokens=r.bench_tokens,
-        depth=depth, methods=("greedy", "chain"),
-    )  # fmt: skip
+        tm,
+        drafter,
+        prompts,
+        repeats=r.bench_repeats,
+        max_new_tokens=r.bench_tokens,
+        depth=depth,
+        methods=("greedy", "chain"),
+    )
     rows = {m["name"]: m for m in doc["methods"]}
     c = rows["chain"]
     return {
@@ -89,9 +94,16 @@ def main() -> None:
     t_e = time.perf_counter() - t0
     t0 = time.perf_counter()
     d_sum = train_dflash_drafter(
-        work / "dflash", target, data, steps=a.steps, batch=r.batch, max_len=r.max_len,
-        lr=a.dflash_lr or r.lr, block_size=a.block_size, draft_layers=a.draft_layers,
-    )  # fmt: skip
+        work / "dflash",
+        target,
+        data,
+        steps=a.steps,
+        batch=r.batch,
+        max_len=r.max_len,
+        lr=a.dflash_lr or r.lr,
+        block_size=a.block_size,
+        draft_layers=a.draft_layers,
+    )
     t_d = time.perf_counter() - t0
     e = Eagle3Drafter.from_pretrained(work / "eagle3" / "best").eval().requires_grad_(False)
     d = DFlashDrafter.from_pretrained(work / "dflash" / "best").eval().requires_grad_(False)
@@ -123,7 +135,7 @@ def main() -> None:
             "cpu": platform.processor() or platform.machine(),
             "threads": 1,
             "torch": torch.__version__,
-        },  # fmt: skip
+        },
         "methods": [{"method": m, **row} for m, row in rows.items()],
     }
     # one check for the run: both arms bench the same greedy outputs of the same prompts

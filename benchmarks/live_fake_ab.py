@@ -91,8 +91,13 @@ def main() -> None:
     got = lb["decode_tokens_per_s_pooled"]  # what the cycle model predicts: mean cycle costs
 
     def run(lv: dict) -> dict:
-        keep = ("decode_tokens_per_s", "decode_tokens_per_s_pooled", "distinct_answers",
-                "answers", "distinct4")  # fmt: skip
+        keep = (
+            "decode_tokens_per_s",
+            "decode_tokens_per_s_pooled",
+            "distinct_answers",
+            "answers",
+            "distinct4",
+        )
         return {"tau_online": lv["acceptance"]["tau_online"], **{k: lv.get(k) for k in keep}}
 
     out = {

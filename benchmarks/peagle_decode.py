@@ -73,12 +73,18 @@ def timing(a: argparse.Namespace, target: str) -> dict:
     }
     runs = T.time_methods(runners, prompts, a.repeats)
     cfg = {"max_new_tokens": n, "depth": k, "lookup": 10, "tree_depth": k}
-    doc = _summarise([x for x in runs if x.method != "chain-peagle"], list(runners)[:3],
-                     prompts, a.repeats, cfg)  # fmt: skip
+    doc = _summarise(
+        [x for x in runs if x.method != "chain-peagle"], list(runners)[:3], prompts, a.repeats, cfg
+    )
     for x in runs:  # the P-EAGLE runs as the chain of a second summary over the same greedy
         x.method = {"chain": "chain-eagle3", "chain-peagle": "chain"}.get(x.method, x.method)
-    pdoc = _summarise([x for x in runs if x.method in ("greedy", "chain")], ["greedy", "chain"],
-                      prompts, a.repeats, cfg)  # fmt: skip
+    pdoc = _summarise(
+        [x for x in runs if x.method in ("greedy", "chain")],
+        ["greedy", "chain"],
+        prompts,
+        a.repeats,
+        cfg,
+    )
     rows = {r["name"]: r for r in doc["methods"]}
     rows["chain"]["method"] = rows["chain"]["label"] = "eagle3"
     peagle = next(r for r in pdoc["methods"] if r["name"] == "chain")
@@ -113,8 +119,10 @@ def main() -> None:
     for r in b["methods"]:
         tau = f", tau {r['tau_online']:.3f}" if "tau_online" in r else ""
         same = r.get("same_tokens_as_greedy")
-        print(f"{r['name']}: {r['tokens_per_s']['median']:.1f} tok/s, speedup "
-              f"{r['speedup']:.3f}{tau}, same as greedy: {same}")  # fmt: skip
+        print(
+            f"{r['name']}: {r['tokens_per_s']['median']:.1f} tok/s, speedup "
+            f"{r['speedup']:.3f}{tau}, same as greedy: {same}"
+        )
     if a.json:
         from _results import write_result
 

@@ -68,7 +68,7 @@ def run(tmp: Path) -> dict:
                 "cycles",
                 "samples",
             )
-        },  # fmt: skip
+        },
         "plan_acceptance_file_tau": acc["tau"],
         "plan_from_tau": frm["tau"],
         "old_reading_tau": old,

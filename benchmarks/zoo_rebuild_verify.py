@@ -27,17 +27,26 @@ def rebuild_and_verify(name: str, size: str, work: Path) -> dict:
     out = work / (name if size == "full" else f"{name}-{size}")
     cli = [sys.executable, "-m", "eagle3kit", "zoo"]
     t0 = time.time()
-    b = subprocess.run([*cli, "build", name, "--size", size, "-o", str(out), "--json"],
-                       env=env, capture_output=True, text=True)  # fmt: skip
+    b = subprocess.run(
+        [*cli, "build", name, "--size", size, "-o", str(out), "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
     if b.returncode != 0:
         sys.exit(f"zoo build {name} failed (exit {b.returncode}):\n{b.stderr[-2000:]}")
     seconds = round(time.time() - t0, 1)
-    v = subprocess.run([*cli, "verify", str(out), "--json"], env=env, capture_output=True,
-                       text=True)  # fmt: skip
+    v = subprocess.run(
+        [*cli, "verify", str(out), "--json"], env=env, capture_output=True, text=True
+    )
     if v.returncode not in (0, 1):
         sys.exit(f"zoo verify {out} failed (exit {v.returncode}):\n{v.stderr[-2000:]}")
-    return {"member": out.name, "build_wall_seconds": seconds, "exit": v.returncode,
-            "verify": json.loads(v.stdout)}  # fmt: skip
+    return {
+        "member": out.name,
+        "build_wall_seconds": seconds,
+        "exit": v.returncode,
+        "verify": json.loads(v.stdout),
+    }
 
 
 def main() -> None:
@@ -52,8 +61,10 @@ def main() -> None:
     for r in rows:
         v = r["verify"]
         worst = max((f["difference"] / f["tolerance"] for f in v["figures"]), default=0)
-        print(f"{r['member']}: exit {r['exit']}, weights identical {v['weights_identical']}, "
-              f"largest difference {worst:.0%} of its tolerance")  # fmt: skip
+        print(
+            f"{r['member']}: exit {r['exit']}, weights identical {v['weights_identical']}, "
+            f"largest difference {worst:.0%} of its tolerance"
+        )
     if args.json:
         from _results import write_result
 

@@ -2,7 +2,9 @@
 tests/test_dspark.py). Runs INSIDE speculators' venv (benchmarks/peers/setup_speculators.sh),
 never imports eagle3kit:
 
-    PEER_PY tests/peer_dspark_forward.py DRAFTER IN.safetensors OUT.safetensors
+    PEER_PY tests/peer_dspark_forward.py DRAFTER IN.safetensors OUT.safetensors [DRAFTER IN OUT ...]
+
+(several triples in one process: the venv's imports are paid once).
 
 The model is built from DRAFTER's config by speculators' own classes
 (`DSparkSpeculatorConfig.from_pretrained`, `DSparkDraftModel(config)`, sdpa) and loaded with
@@ -65,10 +67,17 @@ def main(drafter: str, inp: str, out: str) -> None:
     kw = {"loss_config": resolve_loss_config("kl_div", "eager")}
     kw["tv_loss_fn"] = resolve_loss_config("tv", "eager")["tv"][0]
     kw["max_anchors"] = int(x["loss_mask"].sum())
-    with torch.no_grad():
-        m(**x, **kw)
+    try:
+        with torch.no_grad():
+            m(**x, **kw)
+    finally:
+        score.compute_metrics = metrics  # the next triple wraps speculators' own again
     save_file({k: v.float().contiguous() for k, v in seen.items() if v is not None}, out)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    args = sys.argv[1:]
+    if not args or len(args) % 3:
+        raise SystemExit("expected DRAFTER IN OUT triples")
+    for i in range(0, len(args), 3):
+        main(*args[i : i + 3])

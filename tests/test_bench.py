@@ -142,8 +142,9 @@ def test_bench_data_of_prompts_only(cli, pair, tmp_path):
     forms) are measured; an unusable row is skipped with one warning line, as prepare does."""
     path, _ = pair
     f = _write_jsonl(tmp_path / "prompts.jsonl", PROMPT_ROWS)
-    r = cli("bench", "--target", path, "--data", f, "--repeats", "1", "--max-new-tokens", "4",
-            "--json")  # fmt: skip
+    r = cli(
+        "bench", "--target", path, "--data", f, "--repeats", "1", "--max-new-tokens", "4", "--json"
+    )
     assert r.code == 0, r.err
     assert json.loads(r.out)["prompts"] == 4
     assert f"warning: {f}: skipped 1 unusable records" in r.err and f"{f}:5:" in r.err

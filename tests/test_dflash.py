@@ -155,8 +155,9 @@ def test_speculators_layout_loads_and_decodes(target, tmp_path):
     d = random_drafter(target, seed=3)
     d.save_pretrained(tmp_path / "z")
     src = str(target.model.config._name_or_path)
-    convert_method(dflash_header(str(tmp_path / "z")), "speculators", str(tmp_path / "s"),
-                   embed_from=src)  # fmt: skip
+    convert_method(
+        dflash_header(str(tmp_path / "z")), "speculators", str(tmp_path / "s"), embed_from=src
+    )
     z = DFlashDrafter.from_pretrained(tmp_path / "z")
     s = DFlashDrafter.from_pretrained(tmp_path / "s")
     assert (z.spec.layout, s.spec.layout) == ("zlab", "speculators")
@@ -184,8 +185,13 @@ def test_vocab_map_scatters_draft_logits(target, tmp_path):
     keep = torch.arange(0, v, 3)  # draft id j -> target id 3j
     sd = {n: t.clone() for n, t in d.state_dict().items()}
     emb, head = d.target_io
-    sd.update({"embed_tokens.weight": emb.clone(), "lm_head.weight": head[keep].clone(),
-               "d2t": keep - torch.arange(len(keep))})  # fmt: skip
+    sd.update(
+        {
+            "embed_tokens.weight": emb.clone(),
+            "lm_head.weight": head[keep].clone(),
+            "d2t": keep - torch.arange(len(keep)),
+        }
+    )
     spec = d.spec.replace(layout="speculators", draft_vocab_size=len(keep))
     save_dflash(tmp_path / "m", spec, sd)
     m = DFlashDrafter.from_pretrained(tmp_path / "m")
@@ -245,9 +251,14 @@ def decoded(runs: int = 1000) -> torch.Tensor:
     accepted = []
     for seed in range(runs):
         g = speculative_generate(
-            _Target(), PositionBlockDrafter(), [0, 0], max_new_tokens=7, depth=3,
-            sampling=Sampling(temperature=1.0), seed=seed,
-        )  # fmt: skip
+            _Target(),
+            PositionBlockDrafter(),
+            [0, 0],
+            max_new_tokens=7,
+            depth=3,
+            sampling=Sampling(temperature=1.0),
+            seed=seed,
+        )
         for j, t in enumerate(g.tokens):
             counts[j, t] += 1
         accepted += [c.accepted for c in g.stats.cycles]

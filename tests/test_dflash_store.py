@@ -38,8 +38,13 @@ def _drafts(d, feats, lm):
     from eagle3kit.methods.dflash.train.step import block_logits, blocks_at
 
     anchors = lm.nonzero().view(1, -1)
-    blocks = blocks_at(feats, anchors, torch.ones_like(anchors, dtype=torch.bool),
-                       d.spec.block_size, d.spec.mask_token_id)  # fmt: skip
+    blocks = blocks_at(
+        feats,
+        anchors,
+        torch.ones_like(anchors, dtype=torch.bool),
+        d.spec.block_size,
+        d.spec.mask_token_id,
+    )
     return block_logits(d, feats, blocks).argmax(-1)[:, :, 1:]
 
 

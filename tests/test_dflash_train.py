@@ -94,11 +94,30 @@ def test_training_pass_equals_the_decoding_pass(target):
 
 def _train(cli, out, *extra):
     args = [
-        "train", "--method", "dflash", "--target", str(tiny_target("llama-v1")),
-        "--data", str(tiny_data("llama-v1")), "-o", str(out), "--batch-size", "2",
-        "--block-size", "4", "--anchors", "4", "--heldout", "4", "--eval-samples", "4",
-        "--threads", "1", "--json", *extra,
-    ]  # fmt: skip
+        "train",
+        "--method",
+        "dflash",
+        "--target",
+        str(tiny_target("llama-v1")),
+        "--data",
+        str(tiny_data("llama-v1")),
+        "-o",
+        str(out),
+        "--batch-size",
+        "2",
+        "--block-size",
+        "4",
+        "--anchors",
+        "4",
+        "--heldout",
+        "4",
+        "--eval-samples",
+        "4",
+        "--threads",
+        "1",
+        "--json",
+        *extra,
+    ]
     r = cli(*args)
     assert r.code == 0, r.err
     return json.loads(r.out)
@@ -124,9 +143,17 @@ def test_cli_run_resume_and_warm_start(cli, tmp_path):
     for n in sa:
         torch.testing.assert_close(sa[n], sb[n], rtol=0, atol=0)
     c = _train(
-        cli, tmp_path / "c", "--steps", "1", "--init-from", str(tmp_path / "a" / "best"),
-        "--dflash-loss", "ce", "--position-weights", "dpace",
-    )  # fmt: skip
+        cli,
+        tmp_path / "c",
+        "--steps",
+        "1",
+        "--init-from",
+        str(tmp_path / "a" / "best"),
+        "--dflash-loss",
+        "ce",
+        "--position-weights",
+        "dpace",
+    )
     assert c["best_step"] in (0, 1)
     r = cli(*["train", "--method", "dflash", "--target", "x", "-o", str(tmp_path / "a")])
     assert r.code != 0

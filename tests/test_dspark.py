@@ -552,32 +552,25 @@ CASES = [
 ]
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("layout,kind,anchor", CASES)
-def test_logits_equal_speculators_dspark(tmp_path, layout, kind, anchor):
-    """A hand-made file in each layout (SpecForge's converted to speculators' byte for byte for
-    the peer): speculators 0.9.0's DSparkDraftModel, in its own venv, gives the backbone's,
-    the Markov-corrected and the confidence logits of ours within 1e-4 (float32)."""
-    from safetensors.torch import load_file as load_pt
+def _peer_case(root: Path, layout: str, kind: str, anchor: bool) -> dict:
+    """A hand-made file in `layout` (SpecForge's converted to speculators' for the peer) and
+    the inputs of one training forward: what the peer reads and what ours is run on."""
     from safetensors.torch import save_file
 
     from eagle3kit import zoo
     from eagle3kit.model.loading import load_pair
     from eagle3kit.model.target import TargetModel
 
-    python = _peer_python()
-    if python is None:
-        pytest.skip("speculators' venv is not here (benchmarks/peers/setup_speculators.sh)")
     member = zoo.get("llama-v1", size="tiny")
     tm = TargetModel.from_pretrained(member, aux_layers=[2, 4])
     d = random_dspark(tm, kind, anchor, seed=4)
     d.dspark = d.dspark.replace(layout=layout)
-    d.save_tensors(tmp_path / "ours", {n: t.detach() for n, t in d.state_dict().items()})
-    peer_dir = tmp_path / "ours"
+    d.save_tensors(root / "ours", {n: t.detach() for n, t in d.state_dict().items()})
+    peer_dir = root / "ours"
     if layout == "specforge":
-        convert_method(dspark_header(str(tmp_path / "ours")), "speculators", str(tmp_path / "sp"))
-        peer_dir = tmp_path / "sp"
-    _, ours = load_pair(str(member), str(tmp_path / "ours"))
+        convert_method(dspark_header(str(root / "ours")), "speculators", str(root / "sp"))
+        peer_dir = root / "sp"
+    _, ours = load_pair(str(member), str(root / "ours"))
     g = torch.Generator().manual_seed(5)
     t = 30
     ids = torch.randint(1, 511, (1, t), generator=g)
@@ -592,12 +585,40 @@ def test_logits_equal_speculators_dspark(tmp_path, layout, kind, anchor):
         "embed_tokens": emb,
         "lm_head": head,
     }
-    save_file({k: v.contiguous() for k, v in x.items()}, str(tmp_path / "in.safetensors"))
-    cmd = [python, str(ROOT / "tests" / "peer_dspark_forward.py"), str(peer_dir)]
-    cmd += [str(tmp_path / "in.safetensors"), str(tmp_path / "out.safetensors")]
+    save_file({k: v.contiguous() for k, v in x.items()}, str(root / "in.safetensors"))
+    triple = [str(peer_dir), str(root / "in.safetensors"), str(root / "out.safetensors")]
+    return {"ours": ours, "ids": ids, "aux": aux, "anchor": anchor, "triple": triple}
+
+
+@pytest.fixture(scope="module")
+def peer_dspark(tmp_path_factory):
+    """Every case's file through speculators 0.9.0's DSparkDraftModel, in its own venv, in
+    one process (its imports paid once): {case: (our side, the peer's outputs)}."""
+    from safetensors.torch import load_file as load_pt
+
+    python = _peer_python()
+    if python is None:
+        pytest.skip("speculators' venv is not here (benchmarks/peers/setup_speculators.sh)")
+    root = tmp_path_factory.mktemp("peer-dspark")
+    cases = {}
+    for c in CASES:
+        (where := root / "-".join(map(str, c))).mkdir()
+        cases[c] = _peer_case(where, *c)
+    cmd = [python, str(ROOT / "tests" / "peer_dspark_forward.py")]
+    cmd += [a for case in cases.values() for a in case["triple"]]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-2000:]
-    peer = load_pt(str(tmp_path / "out.safetensors"))
+    return {c: (case, load_pt(case["triple"][2])) for c, case in cases.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout,kind,anchor", CASES)
+def test_logits_equal_speculators_dspark(peer_dspark, layout, kind, anchor):
+    """A hand-made file in each layout (SpecForge's converted to speculators' byte for byte for
+    the peer): speculators 0.9.0's DSparkDraftModel, in its own venv, gives the backbone's,
+    the Markov-corrected and the confidence logits of ours within 1e-4 (float32)."""
+    case, peer = peer_dspark[(layout, kind, anchor)]
+    ours, ids, aux = case["ours"], case["ids"], case["aux"]
     b = ours.spec.block_size
     worst = {"base": 0.0, "logits": 0.0, "conf": 0.0}
     with torch.no_grad():

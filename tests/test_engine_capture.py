@@ -263,8 +263,17 @@ def test_one_engine_capture_holds_the_probe_layers(cli, env, tmp_path):
     with the same options, and the drafter's columns are picked from it by h-index."""
     states = tmp_path / "hs"
     states.mkdir()
-    r = cli("data", "capture", "--target", env["model"], "--launch-command", "--states-dir",
-            states, "--probe-layers", "--json")  # fmt: skip
+    r = cli(
+        "data",
+        "capture",
+        "--target",
+        env["model"],
+        "--launch-command",
+        "--states-dir",
+        states,
+        "--probe-layers",
+        "--json",
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["layer_ids"] == [2, 3, 4, 5, 6, 8] and doc["h_indices"] == [2, 4, 5, 3, 6]
@@ -275,9 +284,20 @@ def test_one_engine_capture_holds_the_probe_layers(cli, env, tmp_path):
     with FakeVllmCapture(env["model"], spec, kv) as fake:
         r = engine_capture(cli, env, fake.url, states, tmp_path / "eng", "--probe-layers")
         assert r.code == 0, r.err
-    r = cli("data", "capture", env["tmp"] / "data", "--target", env["model"], "-o",
-            tmp_path / "inproc", "--topk", str(TOPK), "--shard-tokens", str(SHARD),
-            "--probe-layers")  # fmt: skip
+    r = cli(
+        "data",
+        "capture",
+        env["tmp"] / "data",
+        "--target",
+        env["model"],
+        "-o",
+        tmp_path / "inproc",
+        "--topk",
+        str(TOPK),
+        "--shard-tokens",
+        str(SHARD),
+        "--probe-layers",
+    )
     assert r.code == 0, r.err
     compare_stores(tmp_path / "inproc", tmp_path / "eng")
     man = json.loads((tmp_path / "eng" / "manifest.json").read_text())

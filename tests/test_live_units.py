@@ -203,15 +203,22 @@ def test_conversations(tmp_path):
 
 
 SHAREGPT = [
-    {"id": "a", "conversations": [{"from": "human", "value": "u1"},
-                                  {"from": "gpt", "value": "a1"}]},
-    {"system": "s", "conversations": [{"from": "human", "value": "v1"},
-                                      {"from": "gpt", "value": "b1"},
-                                      {"from": "human", "value": "v2"},
-                                      {"from": "gpt", "value": "b2"}]},
+    {
+        "id": "a",
+        "conversations": [{"from": "human", "value": "u1"}, {"from": "gpt", "value": "a1"}],
+    },
+    {
+        "system": "s",
+        "conversations": [
+            {"from": "human", "value": "v1"},
+            {"from": "gpt", "value": "b1"},
+            {"from": "human", "value": "v2"},
+            {"from": "gpt", "value": "b2"},
+        ],
+    },
     {"conversations": [{"from": "user", "value": "w1"}, {"from": "chatgpt", "value": "c1"}]},
     {"conversations": [{"from": "human", "value": "x1"}, {"from": "alien", "value": "?"}]},
-]  # fmt: skip
+]
 
 
 def test_bench_data_takes_the_sharegpt_rows_prepare_takes(tmp_path):

@@ -83,8 +83,11 @@ def test_experts_split_and_fuse_as_transformers_loads_them(target, member):
 def test_deepseek_head_carries_deepseek_v3_names(target, head, member):
     names = set(head.checkpoint_tensors())
     assert head.prefix == "model.layers.8." == mtp_prefix(target.config)  # L = 8 layers
-    last = {k[len("model.layers.7.") :] for k in load_file(str(member / "model.safetensors"))
-            if k.startswith("model.layers.7.")}  # fmt: skip
+    last = {
+        k[len("model.layers.7.") :]
+        for k in load_file(str(member / "model.safetensors"))
+        if k.startswith("model.layers.7.")
+    }
     assert names == {"model.layers.8." + n for n in DEEPSEEK_OWN | last}
 
 
@@ -93,11 +96,20 @@ def test_qwen3_next_head_carries_mtp_names():
     from transformers.models.qwen3_next import modeling_qwen3_next as q
 
     cfg = Qwen3NextConfig(
-        vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=1, head_dim=16, num_experts=2,
-        num_experts_per_tok=1, moe_intermediate_size=16, shared_expert_intermediate_size=16,
-        layer_types=["linear_attention", "full_attention"], num_nextn_predict_layers=1,
-    )  # fmt: skip
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        num_experts=2,
+        num_experts_per_tok=1,
+        moe_intermediate_size=16,
+        shared_expert_intermediate_size=16,
+        layer_types=["linear_attention", "full_attention"],
+        num_nextn_predict_layers=1,
+    )
     emb, lm = torch.nn.Embedding(64, 32), torch.nn.Linear(32, 64, bias=False)
     h = MTPHead(cfg, q.Qwen3NextDecoderLayer, q.Qwen3NextRotaryEmbedding(cfg), emb, lm)
     names = set(h.checkpoint_tensors())
@@ -243,9 +255,14 @@ def test_sampled_decoding_emits_the_target_law():
     n_new, counts, accepted = 6, torch.zeros(6, V), []
     for seed in range(600):
         g = mtp_generate(
-            PositionFeatures(), PositionHead(), [0, 0], max_new_tokens=n_new, depth=3,
-            sampling=Sampling(temperature=1.0), seed=seed,
-        )  # fmt: skip
+            PositionFeatures(),
+            PositionHead(),
+            [0, 0],
+            max_new_tokens=n_new,
+            depth=3,
+            sampling=Sampling(temperature=1.0),
+            seed=seed,
+        )
         for j, t in enumerate(g.tokens):
             counts[j, t] += 1
         accepted += [c.accepted for c in g.stats.cycles]

@@ -52,10 +52,27 @@ def test_distilling_a_one_hot_teacher_is_the_data_loss():
 def test_train_method_mtp_raises_tau_and_decodes_losslessly(cli, tmp_path):
     target, data = headless_target(tmp_path), tiny_data()
     r = cli(
-        "train", "--method", "mtp", "--target", target, "--data", data, "-o", tmp_path / "run",
-        "--steps", "60", "--batch-size", "8", "--max-len", "96", "--lr", "3e-3",
-        "--threads", "1", "--json",
-    )  # fmt: skip
+        "train",
+        "--method",
+        "mtp",
+        "--target",
+        target,
+        "--data",
+        data,
+        "-o",
+        tmp_path / "run",
+        "--steps",
+        "60",
+        "--batch-size",
+        "8",
+        "--max-len",
+        "96",
+        "--lr",
+        "3e-3",
+        "--threads",
+        "1",
+        "--json",
+    )
     assert r.code == 0, r.err
     s = json.loads(r.out)
     assert s["method"] == "mtp" and s["init"] == "fresh"  # the headless copy has no head
@@ -63,9 +80,24 @@ def test_train_method_mtp_raises_tau_and_decodes_losslessly(cli, tmp_path):
     assert s["after"]["tau_every_position"] > s["before"]["tau_every_position"] + 0.3, s["after"]
     head = tmp_path / "run" / "head"
     r = cli(
-        "eval", "--target", target, "--drafter", head, "--data", data, "--online",
-        "--max-new-tokens", "24", "--repeats", "1", "--limit", "3", "--threads", "1", "--json",
-    )  # fmt: skip
+        "eval",
+        "--target",
+        target,
+        "--drafter",
+        head,
+        "--data",
+        data,
+        "--online",
+        "--max-new-tokens",
+        "24",
+        "--repeats",
+        "1",
+        "--limit",
+        "3",
+        "--threads",
+        "1",
+        "--json",
+    )
     assert r.code == 0, r.err
     e = json.loads(r.out)
     assert e["method"] == "mtp" and e["lossless"] is True
@@ -96,9 +128,21 @@ def test_add_mtp_layer_writes_a_member_that_serves_its_head(cli, tmp_path):
     prompt = "def parse(text):"
     plain = greedy_generate(tm, tm.tokenizer(prompt)["input_ids"], max_new_tokens=16).tokens
     r = cli(
-        "generate", "--target", out, "--method", "mtp", "--prompt", prompt,
-        "--max-new-tokens", "16", "--depth", "2", "--threads", "1", "--json",
-    )  # fmt: skip
+        "generate",
+        "--target",
+        out,
+        "--method",
+        "mtp",
+        "--prompt",
+        prompt,
+        "--max-new-tokens",
+        "16",
+        "--depth",
+        "2",
+        "--threads",
+        "1",
+        "--json",
+    )
     assert r.code == 0, r.err
     g = json.loads(r.out)
     assert g["tokens"] == plain and g["stats"]["method"] == "mtp"

@@ -87,8 +87,16 @@ def test_no_retired_name_in_the_docs():
     assert not bad, "retired accept-length names in the docs:\n" + "\n".join(bad)
 
 
-TODAY = ["tau_walk", "tau_every_position", "tau_online", "tokens_per_forward", "tau",
-         "break_even_tau", "server_life_tau", "margin_tau_every_position"]  # fmt: skip
+TODAY = [
+    "tau_walk",
+    "tau_every_position",
+    "tau_online",
+    "tokens_per_forward",
+    "tau",
+    "break_even_tau",
+    "server_life_tau",
+    "margin_tau_every_position",
+]
 
 
 def test_the_glossary_names_every_current_name():
@@ -114,27 +122,89 @@ def test_the_check_finds_a_retired_key():
 # Files as the commands wrote them before the rename (keys and meanings of that time)
 SPEEDS = ("--baseline-tps", "80", "--cycle-ms", "25")
 OLD = {
-    "eval": ({"kind": "eagle3kit.eval", "schema": 1, "mode": "offline", "depth": 3,
-              "accept_len": 2.5, "per_position_acceptance": [0.7, 0.5, 0.3],
-              "all_positions": {"accept_len": 2.61}}, 2.5),
-    "eval-online": ({"kind": "eagle3kit.eval", "schema": 1, "mode": "online", "depth": 3,
-                     "accept_len": 2.4, "per_position_acceptance": [0.7, 0.4, 0.3],
-                     "decode_ms": 12.5, "cycle_ms": 20.0}, 2.4),
-    "bench": ({"kind": "eagle3kit.bench", "schema": 1, "decode_ms": 10.0, "methods": [
-                  {"name": "greedy", "accept_len": 1.0},
-                  {"name": "chain", "accept_len": 2.19, "tau": 2.2, "depth": 3,
-                   "cycle_ms": 20.0, "per_position_acceptance": [0.6, 0.4, 0.2]}]}, 2.2),
-    "bench-live": ({"kind": "eagle3kit.bench-live", "schema": 1, "accept_len": 3.0,
-                    "cycle_ms": 30.0, "depth": 4, "decode_ms": 15.0, "deployments": []}, 3.0),
-    "probe": ({"kind": "eagle3kit.probe", "schema": 1, "depth": 3,
-               "acceptance": {"target": {"acc": [0.7], "accept_len": 2.1}, "reference": None},
-               "accept_len": {"target": 2.1, "reference": None, "online": None},
-               "break_even": {"baseline_tps": 50.0, "cycle_ms": 40.0, "depth": 3}}, 2.1),
-    "probe-live": ({"kind": "eagle3kit.probe-live", "schema": 1, "url": "http://new",
-                    "accept_len": {"new": 3.0, "reference": 3.8},
-                    "bench": {"kind": "eagle3kit.bench-live", "schema": 1, "accept_len": 3.0,
-                              "deployments": []}}, 3.0),
-}  # fmt: skip
+    "eval": (
+        {
+            "kind": "eagle3kit.eval",
+            "schema": 1,
+            "mode": "offline",
+            "depth": 3,
+            "accept_len": 2.5,
+            "per_position_acceptance": [0.7, 0.5, 0.3],
+            "all_positions": {"accept_len": 2.61},
+        },
+        2.5,
+    ),
+    "eval-online": (
+        {
+            "kind": "eagle3kit.eval",
+            "schema": 1,
+            "mode": "online",
+            "depth": 3,
+            "accept_len": 2.4,
+            "per_position_acceptance": [0.7, 0.4, 0.3],
+            "decode_ms": 12.5,
+            "cycle_ms": 20.0,
+        },
+        2.4,
+    ),
+    "bench": (
+        {
+            "kind": "eagle3kit.bench",
+            "schema": 1,
+            "decode_ms": 10.0,
+            "methods": [
+                {"name": "greedy", "accept_len": 1.0},
+                {
+                    "name": "chain",
+                    "accept_len": 2.19,
+                    "tau": 2.2,
+                    "depth": 3,
+                    "cycle_ms": 20.0,
+                    "per_position_acceptance": [0.6, 0.4, 0.2],
+                },
+            ],
+        },
+        2.2,
+    ),
+    "bench-live": (
+        {
+            "kind": "eagle3kit.bench-live",
+            "schema": 1,
+            "accept_len": 3.0,
+            "cycle_ms": 30.0,
+            "depth": 4,
+            "decode_ms": 15.0,
+            "deployments": [],
+        },
+        3.0,
+    ),
+    "probe": (
+        {
+            "kind": "eagle3kit.probe",
+            "schema": 1,
+            "depth": 3,
+            "acceptance": {"target": {"acc": [0.7], "accept_len": 2.1}, "reference": None},
+            "accept_len": {"target": 2.1, "reference": None, "online": None},
+            "break_even": {"baseline_tps": 50.0, "cycle_ms": 40.0, "depth": 3},
+        },
+        2.1,
+    ),
+    "probe-live": (
+        {
+            "kind": "eagle3kit.probe-live",
+            "schema": 1,
+            "url": "http://new",
+            "accept_len": {"new": 3.0, "reference": 3.8},
+            "bench": {
+                "kind": "eagle3kit.bench-live",
+                "schema": 1,
+                "accept_len": 3.0,
+                "deployments": [],
+            },
+        },
+        3.0,
+    ),
+}
 
 
 @pytest.mark.parametrize("name", sorted(OLD))
@@ -179,19 +249,41 @@ def test_report_reads_a_run_written_before_the_rename(tmp_path):
 
     run = tmp_path / "run"
     (run / "state").mkdir(parents=True)
-    rows = [{"step": 0, "loss": [3.0], "sim_accept_len": 1.25},
-            {"step": 10, "loss": [2.0], "sim_accept_len": 1.75}]  # fmt: skip
+    rows = [
+        {"step": 0, "loss": [3.0], "sim_accept_len": 1.25},
+        {"step": 10, "loss": [2.0], "sim_accept_len": 1.75},
+    ]
     (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (run / "summary.json").write_text(json.dumps({
-        "kind": "eagle3kit.train", "schema": 1, "steps": 10, "best_step": 10,
-        "sim_accept_len": 1.75, "init_from": None, "tokens_per_s": 100.0}))  # fmt: skip
+    (run / "summary.json").write_text(
+        json.dumps(
+            {
+                "kind": "eagle3kit.train",
+                "schema": 1,
+                "steps": 10,
+                "best_step": 10,
+                "sim_accept_len": 1.75,
+                "init_from": None,
+                "tokens_per_s": 100.0,
+            }
+        )
+    )
     (tmp_path / "plan.json").write_text(json.dumps(OLD_PLAN))
     report([tmp_path], tmp_path / "out")
     md = (tmp_path / "out" / "report.md").read_text()
     assert "1.750" in md and "2.46" in md, md
 
 
-OLD_PLAN = {"kind": "eagle3kit.plan", "schema": 1, "baseline_tps": 82.0, "cycle_ms": 30.0,
-            "accept_len": 2.0496, "throughput_tps": 68.32, "speedup": 0.833,
-            "break_even_accept_len": 2.46, "best_depth": None, "targets": [], "pays": False,
-            "depth": 2}  # fmt: skip
+OLD_PLAN = {
+    "kind": "eagle3kit.plan",
+    "schema": 1,
+    "baseline_tps": 82.0,
+    "cycle_ms": 30.0,
+    "accept_len": 2.0496,
+    "throughput_tps": 68.32,
+    "speedup": 0.833,
+    "break_even_accept_len": 2.46,
+    "best_depth": None,
+    "targets": [],
+    "pays": False,
+    "depth": 2,
+}

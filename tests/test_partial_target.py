@@ -224,10 +224,28 @@ def test_engine_capture_from_a_partial_target(cli, env, arch, reads, tmp_path):
     reads.clear()
     with FakeVllmCapture(str(env[arch]["full"]), spec, kv) as fake:
         r = cli(
-            "data", "capture", d / "data", "--target", t, "--engine", "vllm", "--url", fake.url,
-            "--states-dir", states, "-o", tmp_path / "store", "--topk", "8",
-            "--shard-tokens", "64", "--timeout", "10", "--lock-timeout", "5",
-        )  # fmt: skip
+            "data",
+            "capture",
+            d / "data",
+            "--target",
+            t,
+            "--engine",
+            "vllm",
+            "--url",
+            fake.url,
+            "--states-dir",
+            states,
+            "-o",
+            tmp_path / "store",
+            "--topk",
+            "8",
+            "--shard-tokens",
+            "64",
+            "--timeout",
+            "10",
+            "--lock-timeout",
+            "5",
+        )
     assert r.code == 0, r.err
     assert set(reads) == {"model.norm.weight", "lm_head.weight"}, reads
     compare_stores(d / "store", tmp_path / "store")
@@ -410,11 +428,31 @@ def test_hub_id_through_the_commands(cli, env, hub, reads, tmp_path):
         assert (tmp_path / "slim" / f).read_bytes() == (local / f).read_bytes(), f
     reads.clear()
     r = cli(
-        "train", "--target", "org/k25", "--features", env["dsv3-v1"]["dir"] / "store",
-        "-o", tmp_path / "run", "--steps", "1", "--ttt-steps", "1", "--batch-size", "2",
-        "--max-len", "24", "--heldout", "0.25", "--eval-samples", "2", "--eval-batch", "2",
-        "--threads", "1", "--json",
-    )  # fmt: skip
+        "train",
+        "--target",
+        "org/k25",
+        "--features",
+        env["dsv3-v1"]["dir"] / "store",
+        "-o",
+        tmp_path / "run",
+        "--steps",
+        "1",
+        "--ttt-steps",
+        "1",
+        "--batch-size",
+        "2",
+        "--max-len",
+        "24",
+        "--heldout",
+        "0.25",
+        "--eval-samples",
+        "2",
+        "--eval-batch",
+        "2",
+        "--threads",
+        "1",
+        "--json",
+    )
     assert r.code == 0, r.err
     assert set(reads) == {"model.embed_tokens.weight"}
     r = cli("inspect", "org/missing")

@@ -232,21 +232,45 @@ def test_probe_bench_reads_what_bench_writes(tmp_path):
     from eagle3kit.measure.verdict import read_bench
 
     local = tmp_path / "bench.json"
-    local.write_text(json.dumps({
-        "kind": "eagle3kit.bench", "schema": 1, "decode_ms": 12.5,
-        "methods": [{"name": "greedy"},
-                    {"name": "chain", "tau_online": 2.0, "depth": 3, "cycle_ms": 30.0}],
-    }))  # fmt: skip
+    local.write_text(
+        json.dumps(
+            {
+                "kind": "eagle3kit.bench",
+                "schema": 1,
+                "decode_ms": 12.5,
+                "methods": [
+                    {"name": "greedy"},
+                    {"name": "chain", "tau_online": 2.0, "depth": 3, "cycle_ms": 30.0},
+                ],
+            }
+        )
+    )
     assert read_bench(str(local)) == pytest.approx((80.0, 30.0))
     live = tmp_path / "live.json"
-    live.write_text(json.dumps({
-        "kind": "eagle3kit.bench-live", "schema": 1, "tau_online": 1.8, "depth": 2,
-        "cycle_ms": 25.0, "decode_ms": 10.0, "deployments": [],
-    }))  # fmt: skip
+    live.write_text(
+        json.dumps(
+            {
+                "kind": "eagle3kit.bench-live",
+                "schema": 1,
+                "tau_online": 1.8,
+                "depth": 2,
+                "cycle_ms": 25.0,
+                "decode_ms": 10.0,
+                "deployments": [],
+            }
+        )
+    )
     assert read_bench(str(live)) == pytest.approx((100.0, 25.0))
     no_cycle = tmp_path / "nocycle.json"
-    no_cycle.write_text(json.dumps({
-        "kind": "eagle3kit.bench-live", "schema": 1, "tau_online": 1.8, "decode_ms": 10.0,
-    }))  # fmt: skip
+    no_cycle.write_text(
+        json.dumps(
+            {
+                "kind": "eagle3kit.bench-live",
+                "schema": 1,
+                "tau_online": 1.8,
+                "decode_ms": 10.0,
+            }
+        )
+    )
     with pytest.raises(Eagle3Error, match="cycle_ms"):
         read_bench(str(no_cycle))

@@ -356,11 +356,18 @@ def test_answers_cut_at_max_tokens_are_counted_and_marked_or_dropped(tmp_path):
     assert (keep.cut_answers, keep.cut_samples, keep.done, keep.dropped) == (3, 2, 4, [])
     got = read_output(tmp_path / "keep.jsonl")
     assert {k: r.get("cut_at_max_tokens") for k, r in got.items()} == {
-        "s0": 2, "s2": None, oa[0]: 1, oa[1]: None,
-    }  # fmt: skip
+        "s0": 2,
+        "s2": None,
+        oa[0]: 1,
+        oa[1]: None,
+    }
     assert keep.to_json()["cut_at_max_tokens"] == {
-        "answers": 3, "samples": 2, "max_tokens": 7, "action": "keep", "dropped": [],
-    }  # fmt: skip
+        "answers": 3,
+        "samples": 2,
+        "max_tokens": 7,
+        "action": "keep",
+        "dropped": [],
+    }
     drop_out = tmp_path / "drop.jsonl"
     drop = regenerate(inp, drop_out, generate=_scripted(cut), max_tokens=7, truncated="drop")
     assert (drop.done, sorted(drop.dropped), drop.cut_answers) == (2, sorted(cut), 3)
@@ -405,10 +412,31 @@ def test_a_server_says_length_and_the_cli_warns_with_the_count(tmp_path, model_d
         )
         with urllib.request.urlopen(req, timeout=60) as r:
             assert json.loads(r.read())["choices"][0]["finish_reason"] == "length"
-        r = cli("data", "regenerate", inp, "-o", tmp_path / "srv.jsonl", "--server", a.url,
-                "--max-tokens", "3", "--concurrency", "1", "--json")  # fmt: skip
-        bad = cli("data", "regenerate", inp, "-o", tmp_path / "b.jsonl", "--server", a.url,
-                  "--truncated", "some")  # fmt: skip
+        r = cli(
+            "data",
+            "regenerate",
+            inp,
+            "-o",
+            tmp_path / "srv.jsonl",
+            "--server",
+            a.url,
+            "--max-tokens",
+            "3",
+            "--concurrency",
+            "1",
+            "--json",
+        )
+        bad = cli(
+            "data",
+            "regenerate",
+            inp,
+            "-o",
+            tmp_path / "b.jsonl",
+            "--server",
+            a.url,
+            "--truncated",
+            "some",
+        )
     assert r.code == 0, r.err
     assert json.loads(r.out)["cut_at_max_tokens"]["answers"] == 3
     assert (
@@ -418,6 +446,7 @@ def test_a_server_says_length_and_the_cli_warns_with_the_count(tmp_path, model_d
     regen_local(inp, tmp_path / "local.jsonl", target, max_tokens=3)
     assert read_output(tmp_path / "srv.jsonl") == read_output(tmp_path / "local.jsonl")
     assert {r["cut_at_max_tokens"] for r in read_output(tmp_path / "local.jsonl").values()} == {
-        1, 2,
-    }  # fmt: skip
+        1,
+        2,
+    }
     assert bad.code == 2 and "--truncated: expected one of keep, drop, found 'some'" in bad.err

@@ -70,10 +70,13 @@ def _run_dir(root, name, init, taus, batch=4, scalar_loss=False):
     d = root / "runs" / name
     (d / "state").mkdir(parents=True)
     rows = [
-        {"step": 10 * i, "loss": 3.0 - 0.1 * i if scalar_loss else [3.0 - 0.1 * i],
-         "tau_every_position": t}
+        {
+            "step": 10 * i,
+            "loss": 3.0 - 0.1 * i if scalar_loss else [3.0 - 0.1 * i],
+            "tau_every_position": t,
+        }
         for i, t in enumerate(taus)
-    ]  # fmt: skip
+    ]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows) + '{"torn')
     best = max(range(len(taus)), key=lambda i: taus[i])
     (d / "summary.json").write_text(

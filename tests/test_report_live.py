@@ -20,60 +20,131 @@ from conftest import run_cli
 def _server(url, engine, draft):
     spec = None
     if draft is not False:
-        spec = {"algorithm": "EAGLE3", "num_steps": 3, "topk": 1, "num_draft_tokens": 4,
-                "draft_model": draft, "source": "server_info"}  # fmt: skip
-    return {"url": url, "engine": engine, "version": "0.5.0", "model": "k25", "speculative": spec,
-            "metrics_endpoint": False, "notes": []}  # fmt: skip
+        spec = {
+            "algorithm": "EAGLE3",
+            "num_steps": 3,
+            "topk": 1,
+            "num_draft_tokens": 4,
+            "draft_model": draft,
+            "source": "server_info",
+        }
+    return {
+        "url": url,
+        "engine": engine,
+        "version": "0.5.0",
+        "model": "k25",
+        "speculative": spec,
+        "metrics_endpoint": False,
+        "notes": [],
+    }
 
 
 def _level(tps, tau, token_ms):
     acc = None
     if tau is not None:
-        acc = {"tau_online": tau, "source": "per-request", "per_position_acceptance": [],
-               "conditional_acceptance": [], "counters": None, "per_request": None}  # fmt: skip
+        acc = {
+            "tau_online": tau,
+            "source": "per-request",
+            "per_position_acceptance": [],
+            "conditional_acceptance": [],
+            "counters": None,
+            "per_request": None,
+        }
     return {
-        "concurrency": 1, "requests": 6, "failed": 0,
+        "concurrency": 1,
+        "requests": 6,
+        "failed": 0,
         "decode_tokens_per_s": {"median": tps, "min": tps, "max": tps, "n": 6},
-        "token_ms": token_ms, "throughput_tokens_per_s": None,
+        "token_ms": token_ms,
+        "throughput_tokens_per_s": None,
         "ttft_ms": {"median": 30.0, "min": 30.0, "max": 30.0, "n": 6},
-        "itl_ms": None, "completion_tokens": {"median": 64, "min": 64, "max": 64, "n": 6},
-        "acceptance": acc, "distinct4": 0.9, "distinct_answers": 6, "answers": 6, "suites": {},
-    }  # fmt: skip
+        "itl_ms": None,
+        "completion_tokens": {"median": 64, "min": 64, "max": 64, "n": 6},
+        "acceptance": acc,
+        "distinct4": 0.9,
+        "distinct_answers": 6,
+        "answers": 6,
+        "suites": {},
+    }
 
 
 def bench_live(spec_tps, tau, draft, engine="sglang"):
     """Plain at 100 tok/s (10 ms a token); the speculative deployment at spec_tps with tau."""
     token_ms = 1000 / spec_tps
-    base = {"url": "http://base", "role": "baseline",
-            "server": _server("http://base", engine, False), "drafting_rule": "greedy",
-            "tau_bound": None, "levels": [_level(100.0, None, 10.0)],
-            "server_life_tau": None}  # fmt: skip
-    spec = {"url": "http://spec", "role": "speculative",
-            "server": _server("http://spec", engine, draft), "drafting_rule": "greedy",
-            "tau_bound": 4.0, "levels": [_level(spec_tps, tau, token_ms)],
-            "server_life_tau": None}  # fmt: skip
+    base = {
+        "url": "http://base",
+        "role": "baseline",
+        "server": _server("http://base", engine, False),
+        "drafting_rule": "greedy",
+        "tau_bound": None,
+        "levels": [_level(100.0, None, 10.0)],
+        "server_life_tau": None,
+    }
+    spec = {
+        "url": "http://spec",
+        "role": "speculative",
+        "server": _server("http://spec", engine, draft),
+        "drafting_rule": "greedy",
+        "tau_bound": 4.0,
+        "levels": [_level(spec_tps, tau, token_ms)],
+        "server_life_tau": None,
+    }
     return {
-        "kind": "eagle3kit.bench-live", "schema": 1,
-        "settings": {"endpoint": "chat", "max_tokens": 64, "temperature": 0.0, "repeats": 3,
-                     "concurrency": [1], "suites": {"gsm8k": 2}},
+        "kind": "eagle3kit.bench-live",
+        "schema": 1,
+        "settings": {
+            "endpoint": "chat",
+            "max_tokens": 64,
+            "temperature": 0.0,
+            "repeats": 3,
+            "concurrency": [1],
+            "suites": {"gsm8k": 2},
+        },
         "deployments": [base, spec],
-        "comparison": [{"url": "http://spec", "concurrency": 1,
-                        "decode_speedup": spec_tps / 100.0, "throughput_speedup": None}],
-        "warnings": [], "errors": [],
-        "tau_online": tau, "cycle_ms": tau * token_ms, "depth": 3, "decode_ms": 10.0,
-        "new_tokens": 64, "prefill_ms": 30.0,
-    }  # fmt: skip
+        "comparison": [
+            {
+                "url": "http://spec",
+                "concurrency": 1,
+                "decode_speedup": spec_tps / 100.0,
+                "throughput_speedup": None,
+            }
+        ],
+        "warnings": [],
+        "errors": [],
+        "tau_online": tau,
+        "cycle_ms": tau * token_ms,
+        "depth": 3,
+        "decode_ms": 10.0,
+        "new_tokens": 64,
+        "prefill_ms": 30.0,
+    }
 
 
-EVAL = {"kind": "eagle3kit.eval", "schema": 1, "mode": "offline", "source": "store-new",
-        "depth": 3, "tau_walk": 2.5, "per_position_acceptance": [0.7, 0.5, 0.3],
-        "conditional_acceptance": [0.7, 0.714286, 0.6], "cycles": 40, "samples": 32,
-        "skipped": 0}  # fmt: skip
-PROBE_LIVE = {"kind": "eagle3kit.probe-live", "schema": 1, "url": "http://new",
-              "reference_url": "http://old", "tau_online": {"new": 2.0, "reference": 2.4},
-              "retention": 1.0 / 1.4, "per_suite": {}, "verdict": "fine-tune",
-              "reasons": ["online: keeps 71% of the reference's gain"],
-              "bench": {"errors": ["http://new: 1 of 6 requests failed"]}}  # fmt: skip
+EVAL = {
+    "kind": "eagle3kit.eval",
+    "schema": 1,
+    "mode": "offline",
+    "source": "store-new",
+    "depth": 3,
+    "tau_walk": 2.5,
+    "per_position_acceptance": [0.7, 0.5, 0.3],
+    "conditional_acceptance": [0.7, 0.714286, 0.6],
+    "cycles": 40,
+    "samples": 32,
+    "skipped": 0,
+}
+PROBE_LIVE = {
+    "kind": "eagle3kit.probe-live",
+    "schema": 1,
+    "url": "http://new",
+    "reference_url": "http://old",
+    "tau_online": {"new": 2.0, "reference": 2.4},
+    "retention": 1.0 / 1.4,
+    "per_suite": {},
+    "verdict": "fine-tune",
+    "reasons": ["online: keeps 71% of the reference's gain"],
+    "bench": {"errors": ["http://new: 1 of 6 requests failed"]},
+}
 
 
 def _write(path, doc, mtime=None):
@@ -103,12 +174,28 @@ def story(tmp_path):
     _write(run / "after.json", bench_live(125.0, 2.5, "/srv/k25-ft-sglang"), mtime=1_000)
     _write(run / "before.json", bench_live(80.0, 1.6, "/srv/k2-drafter"), mtime=2_000)
     _plan_from(run / "before.json", run / "plan.json")
-    _write(run / "convert.json", {"kind": "eagle3kit.convert", "schema": 1, "source": "ft/best",
-                                  "from": "eagle3kit", "to": "sglang",
-                                  "out": "/srv/k25-ft-sglang"})  # fmt: skip
-    _write(run / "ft" / "summary.json", {"kind": "eagle3kit.train", "schema": 1, "steps": 10,
-                                         "best_step": 10, "tau_every_position": 2.4,
-                                         "init_from": "/srv/k2-drafter"})  # fmt: skip
+    _write(
+        run / "convert.json",
+        {
+            "kind": "eagle3kit.convert",
+            "schema": 1,
+            "source": "ft/best",
+            "from": "eagle3kit",
+            "to": "sglang",
+            "out": "/srv/k25-ft-sglang",
+        },
+    )
+    _write(
+        run / "ft" / "summary.json",
+        {
+            "kind": "eagle3kit.train",
+            "schema": 1,
+            "steps": 10,
+            "best_step": 10,
+            "tau_every_position": 2.4,
+            "init_from": "/srv/k2-drafter",
+        },
+    )
     _write(run / "eval.json", EVAL)
     _write(run / "probe-live.json", PROBE_LIVE)
     _write(run / "compat.json", {"kind": "eagle3kit.compat", "schema": 1})
@@ -231,9 +318,24 @@ def fakes_pair():
 
 
 def _live_bench(spec_url, base_url, suite, out):
-    r = run_cli("bench", "--url", spec_url, "--baseline-url", base_url, "--suite", suite,
-                "--concurrency", "1", "--repeats", "1", "--max-new-tokens", "12",
-                "--endpoint", "generate", "--json")  # fmt: skip
+    r = run_cli(
+        "bench",
+        "--url",
+        spec_url,
+        "--baseline-url",
+        base_url,
+        "--suite",
+        suite,
+        "--concurrency",
+        "1",
+        "--repeats",
+        "1",
+        "--max-new-tokens",
+        "12",
+        "--endpoint",
+        "generate",
+        "--json",
+    )
     assert r.code == 0, r.err
     out.write_text(r.out)
     return json.loads(r.out)
@@ -257,11 +359,21 @@ def test_the_real_producers_story(fakes_pair, tmp_path):
             before = _live_bench(spec.url, base.url, f"gsm8k={g}", run / "before.json")
     os.utime(run / "after.json", (1_000, 1_000))  # the files' times point the wrong way
     _plan_from(run / "before.json", run / "plan.json")
-    _write(run / "train" / "summary.json", {"kind": "eagle3kit.train", "schema": 1,
-                                            "steps": 30, "best_step": 30, "tau_every_position": 2.0,
-                                            "init_from": "/srv/k2-drafter"})  # fmt: skip
-    _write(run / "convert.json", {"kind": "eagle3kit.convert", "schema": 1, "to": "sglang",
-                                  "out": "/srv/k25-ft"})  # fmt: skip
+    _write(
+        run / "train" / "summary.json",
+        {
+            "kind": "eagle3kit.train",
+            "schema": 1,
+            "steps": 30,
+            "best_step": 30,
+            "tau_every_position": 2.0,
+            "init_from": "/srv/k2-drafter",
+        },
+    )
+    _write(
+        run / "convert.json",
+        {"kind": "eagle3kit.convert", "schema": 1, "to": "sglang", "out": "/srv/k25-ft"},
+    )
     doc, md, _ = _report(run, tmp_path / "out")
     sp = [c["decode_speedup"] for c in (before["comparison"][0], after["comparison"][0])]
     be = json.loads((run / "plan.json").read_text())["break_even_tau"]

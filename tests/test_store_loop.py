@@ -102,9 +102,16 @@ def superset(cli_mod, env, drafter):
     candidates of its written ids (1, 3, 4): h[X] = h[1, 3, 4] and h[X+1] = h[2, 4, 5] (held):
     so 7, then 1 and 3."""
     r = _capture(
-        cli_mod, env, "super", "--drafter", drafter / "best", "--extra-layers", "7",
-        "--probe-layers", "--heldout-data",
-    )  # fmt: skip
+        cli_mod,
+        env,
+        "super",
+        "--drafter",
+        drafter / "best",
+        "--extra-layers",
+        "7",
+        "--probe-layers",
+        "--heldout-data",
+    )
     assert r.code == 0, r.err
     return env["tmp"] / "super"
 
@@ -203,26 +210,58 @@ def test_eval_heldout_sizing(cli, env, drafter, superset):
     text = run("plain", "--heldout", "3").out  # stated in the text output too
     assert "held-out split by sample id, 3 samples" in text and "warning" in text
     for bad in ("0", "1.5", "x"):
-        r = cli("eval", "--drafter", drafter / "best", "--features", env["tmp"] / "plain",
-                "--heldout", bad)  # fmt: skip
+        r = cli(
+            "eval",
+            "--drafter",
+            drafter / "best",
+            "--features",
+            env["tmp"] / "plain",
+            "--heldout",
+            bad,
+        )
         assert r.code == 2 and "--heldout" in r.err, (bad, r.err)
-    r = cli("eval", "--drafter", drafter / "best", "--features", env["tmp"] / "plain",
-            "--heldout", str(N + 1))  # fmt: skip
+    r = cli(
+        "eval",
+        "--drafter",
+        drafter / "best",
+        "--features",
+        env["tmp"] / "plain",
+        "--heldout",
+        str(N + 1),
+    )
     assert r.code == 2 and f"at most the store's {N} samples" in r.err
 
 
 def test_eval_heldout_counts_on_data(cli, env, drafter):
     """`eval --data` takes the same counts; a count of 3 scores 3 held-out samples."""
     r = cli(
-        "eval", "--target", env["model"], "--drafter", drafter / "best",
-        "--data", env["tmp"] / "data", "--heldout", "3", "--json",
-    )  # fmt: skip
+        "eval",
+        "--target",
+        env["model"],
+        "--drafter",
+        drafter / "best",
+        "--data",
+        env["tmp"] / "data",
+        "--heldout",
+        "3",
+        "--json",
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["samples"] == 3 and "rests on 3 sequences" in doc["warnings"][0]
     for amount, n in (("1", 1), ("1.0", N), (str(N), N)):  # a count of 1; all; all
-        r = cli("eval", "--target", env["model"], "--drafter", drafter / "best",
-                "--data", env["tmp"] / "data", "--heldout", amount, "--json")  # fmt: skip
+        r = cli(
+            "eval",
+            "--target",
+            env["model"],
+            "--drafter",
+            drafter / "best",
+            "--data",
+            env["tmp"] / "data",
+            "--heldout",
+            amount,
+            "--json",
+        )
         assert r.code == 0 and json.loads(r.out)["samples"] == n, (amount, r.err)
 
 
@@ -230,9 +269,15 @@ def test_probe_from_one_store_with_reference_features(cli, env, drafter, superse
     """The superset store serves the probe (both readings held); given as its own reference
     (`--reference-features`), similarity is 1 and the two taus are equal."""
     r = cli(
-        "probe", "--drafter", drafter / "best", "--features-new", env["tmp"] / "super",
-        "--reference-features", env["tmp"] / "super", "--json",
-    )  # fmt: skip
+        "probe",
+        "--drafter",
+        drafter / "best",
+        "--features-new",
+        env["tmp"] / "super",
+        "--reference-features",
+        env["tmp"] / "super",
+        "--json",
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert {c["reading"] for c in doc["aux"]["candidates"]} == {"h[X]", "h[X+1]"}
@@ -242,8 +287,9 @@ def test_probe_from_one_store_with_reference_features(cli, env, drafter, superse
     assert doc["tau_every_position"]["target"] == doc["tau_every_position"]["reference"]
     assert all(abs(s["cosine_mean"] - 1.0) < 1e-6 for s in doc["similarity"])
     # the plain store holds one reading and its 5% split: 1 sequence, said
-    r = cli("probe", "--drafter", drafter / "best", "--features-new", env["tmp"] / "plain",
-            "--json")  # fmt: skip
+    r = cli(
+        "probe", "--drafter", drafter / "best", "--features-new", env["tmp"] / "plain", "--json"
+    )
     assert r.code == 0, r.err
     doc = json.loads(r.out)
     assert doc["aux"]["not_in_store"] == ["h[X]"]  # h[1, 3, 4]: not captured there
@@ -260,16 +306,29 @@ def test_train_reference_features_and_early_refusal(cli, env, drafter, superset,
 
     monkeypatch.setattr(TargetModel, "from_pretrained", no_load)
     r = _train(
-        cli, env, env["tmp"] / "run-ref-t", "--features", env["tmp"] / "super",
-        "--reference-target", env["model"],
-    )  # fmt: skip
+        cli,
+        env,
+        env["tmp"] / "run-ref-t",
+        "--features",
+        env["tmp"] / "super",
+        "--reference-target",
+        env["model"],
+    )
     assert r.code == 2 and "--reference-features" in r.err and "a target was loaded" not in r.err
     assert not (env["tmp"] / "run-ref-t").exists()
     r = _train(
-        cli, env, env["tmp"] / "run-ref", "--features", env["tmp"] / "super",
-        "--init-from", drafter / "best", "--reference-features", env["tmp"] / "plain",
-        "--heldout", "8",
-    )  # fmt: skip
+        cli,
+        env,
+        env["tmp"] / "run-ref",
+        "--features",
+        env["tmp"] / "super",
+        "--init-from",
+        drafter / "best",
+        "--reference-features",
+        env["tmp"] / "plain",
+        "--heldout",
+        "8",
+    )
     assert r.code == 0, r.err
     ref = json.loads(r.out)["reference"]
     # the same target's two stores: the same held-out features, the same accept lengths
@@ -278,9 +337,14 @@ def test_train_reference_features_and_early_refusal(cli, env, drafter, superset,
     assert ref["before"]["old"] == ref["before"]["new"]
     assert ref["after"]["old"] == ref["after"]["new"]
     r = _train(
-        cli, env, env["tmp"] / "run-ref2", "--data", env["tmp"] / "data",
-        "--reference-features", env["tmp"] / "plain",
-    )  # fmt: skip
+        cli,
+        env,
+        env["tmp"] / "run-ref2",
+        "--data",
+        env["tmp"] / "data",
+        "--reference-features",
+        env["tmp"] / "plain",
+    )
     assert r.code == 2 and "--reference-features goes with --features" in r.err
 
 
@@ -301,11 +365,22 @@ def test_previous_version_store_stays_readable(cli, env, drafter, tmp_path):
     # the drafter has no embedding: the recorded relative target is not found from here; one
     # line, and --target says where it is
     assert r.code == 2 and "relative/llama-v1-tiny" in r.err and len(r.err.splitlines()) == 1
-    r = cli("eval", "--drafter", drafter / "best", "--features", old, "--target", env["model"],
-            "--json")  # fmt: skip
+    r = cli(
+        "eval", "--drafter", drafter / "best", "--features", old, "--target", env["model"], "--json"
+    )
     assert r.code == 0, r.err
     assert json.loads(r.out)["samples"] == 1
-    r = cli("data", "capture", env["tmp"] / "data", "--target", env["model"], "-o", old,
-            "--topk", "8", "--json")  # fmt: skip
+    r = cli(
+        "data",
+        "capture",
+        env["tmp"] / "data",
+        "--target",
+        env["model"],
+        "-o",
+        old,
+        "--topk",
+        "8",
+        "--json",
+    )
     assert r.code == 0, r.err  # the same command resumes the old store: nothing left to do
     assert json.loads(r.out)["resumed_from"] == N

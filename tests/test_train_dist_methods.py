@@ -28,8 +28,20 @@ def test_peagle_two_gloo_ranks_match_one_process(tmp_path, cli):
     """COD subsets drawn per sample (not per rank), mask_hidden replicated and its gradient
     averaged: loss curve to 1e-5, every weight (mask_hidden included) to 1e-4; L2-SP on."""
     data, target = tiny_data(), tiny_target()
-    extra = ("--method", "peagle", "--ttt-steps", "3", "--steps", "4", "--eval-every", "4",
-             "--lr", "3e-3", "--l2sp", "0.01")  # fmt: skip
+    extra = (
+        "--method",
+        "peagle",
+        "--ttt-steps",
+        "3",
+        "--steps",
+        "4",
+        "--eval-every",
+        "4",
+        "--lr",
+        "3e-3",
+        "--l2sp",
+        "0.01",
+    )
     one, two = tmp_path / "one", tmp_path / "two"
     r = cli(*train_args(one, data, target, *extra))
     assert r.code == 0, r.err
@@ -49,11 +61,35 @@ def test_peagle_two_gloo_ranks_match_one_process(tmp_path, cli):
 
 def _dflash_args(out, *extra: str) -> list[str]:
     return [
-        "train", "--method", "dflash", "--target", str(tiny_target("llama-v1")),
-        "--data", str(tiny_data("llama-v1")), "-o", str(out), "--batch-size", "4",
-        "--block-size", "4", "--anchors", "4", "--heldout", "4", "--eval-samples", "4",
-        "--threads", "1", "--steps", "4", "--eval-every", "4", "--lr", "3e-3", *extra,
-    ]  # fmt: skip
+        "train",
+        "--method",
+        "dflash",
+        "--target",
+        str(tiny_target("llama-v1")),
+        "--data",
+        str(tiny_data("llama-v1")),
+        "-o",
+        str(out),
+        "--batch-size",
+        "4",
+        "--block-size",
+        "4",
+        "--anchors",
+        "4",
+        "--heldout",
+        "4",
+        "--eval-samples",
+        "4",
+        "--threads",
+        "1",
+        "--steps",
+        "4",
+        "--eval-every",
+        "4",
+        "--lr",
+        "3e-3",
+        *extra,
+    ]
 
 
 @pytest.mark.slow  # ~20 s of CPU: a run here and one under torchrun with two ranks

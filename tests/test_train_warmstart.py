@@ -221,12 +221,34 @@ def test_a_drafter_checkpoint_is_its_own_vocab_for_capture_and_warm_start(start,
 
     def train(store: str, *extra: str):
         return cli(
-            "train", "--target", str(target), "--features", str(tmp_path / store),
-            "-o", str(tmp_path / f"run-{store}{len(extra)}"), "--init-from", str(drafter),
-            "--ttt-steps", "3", "--batch-size", "4", "--max-len", "64", "--heldout", "0.125",
-            "--eval-samples", "6", "--eval-batch", "6", "--threads", "1", "--steps", "1",
-            "--json", *extra,
-        )  # fmt: skip
+            "train",
+            "--target",
+            str(target),
+            "--features",
+            str(tmp_path / store),
+            "-o",
+            str(tmp_path / f"run-{store}{len(extra)}"),
+            "--init-from",
+            str(drafter),
+            "--ttt-steps",
+            "3",
+            "--batch-size",
+            "4",
+            "--max-len",
+            "64",
+            "--heldout",
+            "0.125",
+            "--eval-samples",
+            "6",
+            "--eval-batch",
+            "6",
+            "--threads",
+            "1",
+            "--steps",
+            "1",
+            "--json",
+            *extra,
+        )
 
     r = train("full")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err

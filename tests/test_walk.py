@@ -154,9 +154,18 @@ def _launch(step: Steps, target: Path, drafter: Path, states: Path) -> tuple[dic
     states.mkdir()
     doc = step(
         "capture --launch-command",
-        "data", "capture", "--target", target, "--drafter", drafter, "--probe-layers",
-        "--launch-command", "--states-dir", states, "--json",
-    )  # fmt: skip
+        "data",
+        "capture",
+        "--target",
+        target,
+        "--drafter",
+        drafter,
+        "--probe-layers",
+        "--launch-command",
+        "--states-dir",
+        states,
+        "--json",
+    )
     argv = shlex.split(doc["launch_command"])
     assert argv[:3] == ["vllm", "serve", str(target)]
     spec = json.loads(argv[argv.index("--speculative-config") + 1])
@@ -171,11 +180,30 @@ def _capture(step: Steps, w, full: Path, target: Path, data: Path, out: Path) ->
     with FakeVllmCapture(str(full), spec, kv) as vllm:
         step(
             f"capture {out.name}",
-            "data", "capture", data, "--target", target, "--drafter", w["k2d"],
-            "--probe-layers", "--vocab", w["k2d"],
-            "--engine", "vllm", "--url", vllm.url, "--states-dir", states, "-o", out,
-            "--timeout", "30", "--lock-timeout", "10", "--json",
-        )  # fmt: skip
+            "data",
+            "capture",
+            data,
+            "--target",
+            target,
+            "--drafter",
+            w["k2d"],
+            "--probe-layers",
+            "--vocab",
+            w["k2d"],
+            "--engine",
+            "vllm",
+            "--url",
+            vllm.url,
+            "--states-dir",
+            states,
+            "-o",
+            out,
+            "--timeout",
+            "30",
+            "--lock-timeout",
+            "10",
+            "--json",
+        )
 
 
 def _bench(step: Steps, w, drafter, path: Path, out: Path) -> dict:
@@ -185,10 +213,24 @@ def _bench(step: Steps, w, drafter, path: Path, out: Path) -> dict:
     with spec, FakeEngine(w["new_tm"], None, engine="sglang") as base:
         doc = step(
             out.stem,
-            "bench", "--url", spec.url, "--baseline-url", base.url, "--data", w["prompts"],
-            "--prompts", str(N_BENCH), "--repeats", "1", "--max-new-tokens", "16",
-            "--endpoint", "generate", "--json", out=out,
-        )  # fmt: skip
+            "bench",
+            "--url",
+            spec.url,
+            "--baseline-url",
+            base.url,
+            "--data",
+            w["prompts"],
+            "--prompts",
+            str(N_BENCH),
+            "--repeats",
+            "1",
+            "--max-new-tokens",
+            "16",
+            "--endpoint",
+            "generate",
+            "--json",
+            out=out,
+        )
         assert doc["tau_online"] == pytest.approx(spec.tau())  # the engine's own count
     return doc
 
@@ -219,31 +261,63 @@ def test_the_whole_story(cli, monkeypatch, worlds, tmp_path, arch, kind):
     assert plan["tau"] == pytest.approx(before["tau_online"])  # bench JSON read as such
     # 3. Does each engine release read the K2 drafter's layers right on K2.5?
     for engine in ("sglang@0.5.12", "sglang", "vllm@0.21", "vllm"):
-        doc = step(f"compat {engine}", "compat", k2d, k25, "--engine", engine, "--json",
-                   codes=(0, 1))  # fmt: skip
+        doc = step(
+            f"compat {engine}", "compat", k2d, k25, "--engine", engine, "--json", codes=(0, 1)
+        )
         assert doc["mode"] == "drafter-target"
     # 4. K2.5's own answers to the conversations, from the server
     with FakeOpenAIServer(str(w["new_full"])) as srv:
         step(
             "data regenerate",
-            "data", "regenerate", w["convs"], "--server", srv.url, "-o", tmp_path / "regen.jsonl",
-            "--max-tokens", "24", "--concurrency", "2", "--json",
-        )  # fmt: skip
+            "data",
+            "regenerate",
+            w["convs"],
+            "--server",
+            srv.url,
+            "-o",
+            tmp_path / "regen.jsonl",
+            "--max-tokens",
+            "24",
+            "--concurrency",
+            "2",
+            "--json",
+        )
         assert srv.answered == N_TRAIN
     # 5. Tokenized with K2.5's tokenizer and chat template
     data = tmp_path / "data"
-    step("data prepare", "data", "prepare", tmp_path / "regen.jsonl", "--target", k25,
-         "-o", data, "--max-length", str(MAX_LEN), "--json")  # fmt: skip
+    step(
+        "data prepare",
+        "data",
+        "prepare",
+        tmp_path / "regen.jsonl",
+        "--target",
+        k25,
+        "-o",
+        data,
+        "--max-length",
+        str(MAX_LEN),
+        "--json",
+    )
     # 6. One capture per target, through the engine: K2.5 (probe, train, eval) and K2 (reference)
     _capture(step, w, w["new_full"], k25, data, tmp_path / "store")
     _capture(step, w, w["old_full"], k2, data, tmp_path / "store-k2")
     # 7. Can the K2 drafter serve K2.5 as it is (Phase 0)?
     probe = step(
         "probe",
-        "probe", "--drafter", k2d, "--features-new", tmp_path / "store",
-        "--reference-features", tmp_path / "store-k2", "--samples", "8", "--max-len",
-        str(MAX_LEN), "--json", out=out / "probe.json",
-    )  # fmt: skip
+        "probe",
+        "--drafter",
+        k2d,
+        "--features-new",
+        tmp_path / "store",
+        "--reference-features",
+        tmp_path / "store-k2",
+        "--samples",
+        "8",
+        "--max-len",
+        str(MAX_LEN),
+        "--json",
+        out=out / "probe.json",
+    )
     assert probe["verdict"] in ("plug-in", "fine-tune", "from-scratch")
     assert probe["aux"]["not_in_store"] == []  # the one capture holds both readings
     if probe["data"]["sequences"] < 8:  # the store's 5% split of a small DATA
@@ -252,24 +326,68 @@ def test_the_whole_story(cli, monkeypatch, worlds, tmp_path, arch, kind):
     run = out / "run"
     summary = step(
         "train",
-        "train", "--target", k25, "--features", tmp_path / "store", "--init-from", k2d,
-        "--reference-features", tmp_path / "store-k2", "-o", run, "--steps", "4",
-        "--ttt-steps", "3", "--batch-size", "4", "--max-len", str(MAX_LEN), "--heldout", "4",
-        "--eval-samples", "4", "--eval-batch", "4", "--threads", "1", "--json",
-    )  # fmt: skip
+        "train",
+        "--target",
+        k25,
+        "--features",
+        tmp_path / "store",
+        "--init-from",
+        k2d,
+        "--reference-features",
+        tmp_path / "store-k2",
+        "-o",
+        run,
+        "--steps",
+        "4",
+        "--ttt-steps",
+        "3",
+        "--batch-size",
+        "4",
+        "--max-len",
+        str(MAX_LEN),
+        "--heldout",
+        "4",
+        "--eval-samples",
+        "4",
+        "--eval-batch",
+        "4",
+        "--threads",
+        "1",
+        "--json",
+    )
     assert (run / "best" / "model.safetensors").is_file(), summary
     # 9. Offline acceptance of the result on held-out samples of the same store
     ev = step(
         "eval",
-        "eval", "--drafter", run / "best", "--features", tmp_path / "store", "--target", k25,
-        "--heldout", "4", "--json", out=out / "eval.json",
-    )  # fmt: skip
+        "eval",
+        "--drafter",
+        run / "best",
+        "--features",
+        tmp_path / "store",
+        "--target",
+        k25,
+        "--heldout",
+        "4",
+        "--json",
+        out=out / "eval.json",
+    )
     assert ev["kind"] == "eagle3kit.eval" and ev["tau_walk"] >= 1
     assert ev["samples"] == summary["heldout_samples"] == 4  # the samples training left out
     # 10. Written for the serving engine, with K2.5's embedding
     served = tmp_path / "served"
-    step("convert", "convert", run / "best", "--to", "sglang", "--embed-from", k25, "-o", served,
-         "--json", out=out / "convert.json")  # fmt: skip
+    step(
+        "convert",
+        "convert",
+        run / "best",
+        "--to",
+        "sglang",
+        "--embed-from",
+        k25,
+        "-o",
+        served,
+        "--json",
+        out=out / "convert.json",
+    )
     # 11. How fast is K2.5 served with the fine-tuned drafter?
     tuned = load_drafter(str(served)).drafter  # the engine loads what we wrote
     after = _bench(step, w, tuned, served, out / "bench-after.json")

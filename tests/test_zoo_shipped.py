@@ -281,9 +281,21 @@ def test_method_mtp_on_a_shipped_member_uses_its_head_with_no_training(cli, monk
     t = load_target("dsv3-v2-tiny")
     plain = greedy_generate(t, t.tokenizer(prompt)["input_ids"], max_new_tokens=12).tokens
     r = cli(
-        "generate", "--target", "dsv3-v2-tiny", "--method", "mtp", "--prompt", prompt,
-        "--max-new-tokens", "12", "--depth", "2", "--threads", "1", "--json",
-    )  # fmt: skip
+        "generate",
+        "--target",
+        "dsv3-v2-tiny",
+        "--method",
+        "mtp",
+        "--prompt",
+        prompt,
+        "--max-new-tokens",
+        "12",
+        "--depth",
+        "2",
+        "--threads",
+        "1",
+        "--json",
+    )
     assert r.code == 0, r.err
     g = json.loads(r.out)
     assert g["stats"]["method"] == "mtp" and g["tokens"] == plain

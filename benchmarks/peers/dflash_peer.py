@@ -65,9 +65,19 @@ def speculators(ckpt: str, io: dict) -> tuple[dict, dict]:
 
     cfg = json.loads((Path(ckpt) / "config.json").read_text())
     dc = cfg["dflash_config"]
-    keys = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-            "num_key_value_heads", "head_dim", "vocab_size", "rms_norm_eps", "rope_theta",
-            "max_position_embeddings", "attention_bias")  # fmt: skip
+    keys = (
+        "hidden_size",
+        "intermediate_size",
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "head_dim",
+        "vocab_size",
+        "rms_norm_eps",
+        "rope_theta",
+        "max_position_embeddings",
+        "attention_bias",
+    )
     layer = Qwen3Config(**{k: cfg[k] for k in keys})
     layer._attn_implementation = "sdpa"  # its default flex kernel needs a compiler on CPU
     b = cfg["block_size"]
@@ -107,9 +117,13 @@ def speculators(ckpt: str, io: dict) -> tuple[dict, dict]:
             document_ids=torch.zeros(1, t, dtype=torch.long),
             max_anchors=int(io["anchors"]),
         )
-    report = {"peer": "speculators", "version": version("speculators"),
-              "load": "load_state_dict(strict=True)", "added_from_target": sorted(added),
-              "attention": "sdpa"}  # fmt: skip
+    report = {
+        "peer": "speculators",
+        "version": version("speculators"),
+        "load": "load_state_dict(strict=True)",
+        "added_from_target": sorted(added),
+        "attention": "sdpa",
+    }
     return {"logits": logits.contiguous(), "anchors": idx[::b].contiguous()}, report
 
 

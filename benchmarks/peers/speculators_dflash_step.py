@@ -39,10 +39,15 @@ def build(a: argparse.Namespace):
 
     h, v, t = a.h, a.v, a.t
     layer = Qwen3Config(
-        hidden_size=h, intermediate_size=a.inter, num_hidden_layers=a.layers,
-        num_attention_heads=a.heads, num_key_value_heads=a.heads, head_dim=h // a.heads,
-        vocab_size=v, max_position_embeddings=4 * t,
-    )  # fmt: skip
+        hidden_size=h,
+        intermediate_size=a.inter,
+        num_hidden_layers=a.layers,
+        num_attention_heads=a.heads,
+        num_key_value_heads=a.heads,
+        head_dim=h // a.heads,
+        vocab_size=v,
+        max_position_embeddings=4 * t,
+    )
     layer._attn_implementation = "sdpa"
     conf = DFlashSpeculatorConfig(
         transformer_layer_config=layer,
