@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_train_helpers import tiny_data, tiny_target
+from test_train_helpers import dflash_args, tiny_target
 
 from eagle3kit.methods.dflash.model import DFlashDrafter
 from eagle3kit.methods.dflash.train.step import (
@@ -93,31 +93,7 @@ def test_training_pass_equals_the_decoding_pass(target):
 
 
 def _train(cli, out, *extra):
-    args = [
-        "train",
-        "--method",
-        "dflash",
-        "--target",
-        str(tiny_target("llama-v1")),
-        "--data",
-        str(tiny_data("llama-v1")),
-        "-o",
-        str(out),
-        "--batch-size",
-        "2",
-        "--block-size",
-        "4",
-        "--anchors",
-        "4",
-        "--heldout",
-        "4",
-        "--eval-samples",
-        "4",
-        "--threads",
-        "1",
-        "--json",
-        *extra,
-    ]
+    args = dflash_args(out, 2, "--json", *extra)
     r = cli(*args)
     assert r.code == 0, r.err
     return json.loads(r.out)

@@ -38,11 +38,25 @@ def env(tmp_path_factory):
     torch.set_num_threads(n)
 
 
+def launch_line(cli, env, states: Path, *extra: str):
+    """`data capture --target TINY --launch-command --states-dir STATES EXTRA...`."""
+    return cli(
+        "data",
+        "capture",
+        "--target",
+        env["model"],
+        "--launch-command",
+        "--states-dir",
+        states,
+        *extra,
+    )
+
+
 def launch(cli, env, states: Path, *extra: str) -> tuple[dict, dict, str]:
     """(speculative-config, kv-transfer-config, the line) from `--launch-command`."""
     r = cli("data", "capture", "--target", env["model"], "--launch-command")
     assert r.code == 2 and "--states-dir" in r.err  # the shared directory is required
-    r = cli("data", "capture", "--target", env["model"], "--launch-command", "--states-dir", states)
+    r = launch_line(cli, env, states)
     assert r.code == 0, r.err
     line = r.out.strip()
     argv = shlex.split(line)
@@ -93,13 +107,9 @@ def test_launch_command(cli, env, tmp_path):
         "kv_connector_extra_config": {"shared_storage_path": str(tmp_path / "hs")},
     }
     assert "--dtype float32" in line and "--no-enable-chunked-prefill" in line
-    r = cli(
-        "data",
-        "capture",
-        "--target",
-        env["model"],
-        "--launch-command",
-        "--states-dir",
+    r = launch_line(
+        cli,
+        env,
         tmp_path,
         "--aux-layers",
         "1",
@@ -107,13 +117,9 @@ def test_launch_command(cli, env, tmp_path):
         "6",
     )
     assert r.code == 0 and "[1,3,6,8]" in r.out
-    r = cli(
-        "data",
-        "capture",
-        "--target",
-        env["model"],
-        "--launch-command",
-        "--states-dir",
+    r = launch_line(
+        cli,
+        env,
         tmp_path,
         "--json",
     )
@@ -263,13 +269,9 @@ def test_one_engine_capture_holds_the_probe_layers(cli, env, tmp_path):
     with the same options, and the drafter's columns are picked from it by h-index."""
     states = tmp_path / "hs"
     states.mkdir()
-    r = cli(
-        "data",
-        "capture",
-        "--target",
-        env["model"],
-        "--launch-command",
-        "--states-dir",
+    r = launch_line(
+        cli,
+        env,
         states,
         "--probe-layers",
         "--json",
@@ -315,10 +317,9 @@ def test_explicit_dtype_sets_the_launch_line_and_the_states_checked(cli, env, tm
     must arrive in (a float32 deployment of a bf16 checkpoint); the checkpoint's by default."""
     states = tmp_path / "hs"
     states.mkdir()
-    base = ("data", "capture", "--target", env["model"], "--launch-command", "--states-dir")
-    r = cli(*base, states, "--dtype", "bf16")
+    r = launch_line(cli, env, states, "--dtype", "bf16")
     assert r.code == 0 and "--dtype bfloat16" in r.out, r.err
-    r = cli(*base, states, "--dtype", "fp99")
+    r = launch_line(cli, env, states, "--dtype", "fp99")
     assert r.code == 2 and "--dtype" in r.err and "'fp99'" in r.err, r.err
     spec, kv, _ = launch(cli, env, states)  # the fake serves the tiny target in float32
     with FakeVllmCapture(env["model"], spec, kv, lifetime=60) as fake:

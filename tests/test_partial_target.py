@@ -26,6 +26,12 @@ HEADS = ("model.embed_tokens.weight", "model.norm.weight", "lm_head.weight")
 SHARDS = [f"model-0000{i}-of-00003.safetensors" for i in (1, 2, 3)]
 ARCHS = ("llama-v1", "dsv3-v1")
 
+# one training step of the tiniest shapes, from a store: `train` only has to run
+ONE_STEP = (
+    *("--steps", "1", "--ttt-steps", "1", "--batch-size", "2", "--max-len", "24"),
+    *("--heldout", "0.25", "--eval-samples", "2", "--eval-batch", "2", "--threads", "1", "--json"),
+)
+
 
 def make_partial(src: Path, dst: Path, *, keep_all: bool = False) -> dict[str, str]:
     """`src` re-sharded in three (heads in shard 1), shards 2 and 3 deleted; the weight_map."""
@@ -164,23 +170,7 @@ def test_train_features_reads_only_the_embedding(cli, env, arch, kind, reads, tm
         d / "store",
         "-o",
         tmp_path / "run",
-        "--steps",
-        "1",
-        "--ttt-steps",
-        "1",
-        "--batch-size",
-        "2",
-        "--max-len",
-        "24",
-        "--heldout",
-        "0.25",
-        "--eval-samples",
-        "2",
-        "--eval-batch",
-        "2",
-        "--threads",
-        "1",
-        "--json",
+        *ONE_STEP,
     )
     assert r.code == 0, r.err
     assert set(reads) == {"model.embed_tokens.weight"}, reads
@@ -435,23 +425,7 @@ def test_hub_id_through_the_commands(cli, env, hub, reads, tmp_path):
         env["dsv3-v1"]["dir"] / "store",
         "-o",
         tmp_path / "run",
-        "--steps",
-        "1",
-        "--ttt-steps",
-        "1",
-        "--batch-size",
-        "2",
-        "--max-len",
-        "24",
-        "--heldout",
-        "0.25",
-        "--eval-samples",
-        "2",
-        "--eval-batch",
-        "2",
-        "--threads",
-        "1",
-        "--json",
+        *ONE_STEP,
     )
     assert r.code == 0, r.err
     assert set(reads) == {"model.embed_tokens.weight"}

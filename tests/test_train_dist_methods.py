@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from test_train_helpers import tiny_data, tiny_target, torchrun, train_args
+from test_train_helpers import dflash_args, tiny_data, tiny_target, torchrun, train_args
 
 
 def _rows(run) -> list[dict]:
@@ -60,36 +60,7 @@ def test_peagle_two_gloo_ranks_match_one_process(tmp_path, cli):
 
 
 def _dflash_args(out, *extra: str) -> list[str]:
-    return [
-        "train",
-        "--method",
-        "dflash",
-        "--target",
-        str(tiny_target("llama-v1")),
-        "--data",
-        str(tiny_data("llama-v1")),
-        "-o",
-        str(out),
-        "--batch-size",
-        "4",
-        "--block-size",
-        "4",
-        "--anchors",
-        "4",
-        "--heldout",
-        "4",
-        "--eval-samples",
-        "4",
-        "--threads",
-        "1",
-        "--steps",
-        "4",
-        "--eval-every",
-        "4",
-        "--lr",
-        "3e-3",
-        *extra,
-    ]
+    return dflash_args(out, 4, "--steps", "4", "--eval-every", "4", "--lr", "3e-3", *extra)
 
 
 @pytest.mark.slow  # ~20 s of CPU: a run here and one under torchrun with two ranks

@@ -55,34 +55,26 @@ def tiny_data(name: str = "dsv3-v1", n: int = 48, max_length: int = 96) -> Path:
     return out
 
 
+# the options of a fast `eagle3kit train` run on the tiny members (shapes, batch, held-out)
+SMALL_RUN = (
+    *("--ttt-steps", "3", "--batch-size", "4", "--max-len", "64", "--heldout", "0.125"),
+    *("--eval-samples", "6", "--eval-batch", "6", "--threads", "1"),
+)
+
+
 def train_args(out: Path, data: Path, target: Path, *extra: str) -> list[str]:
     """A fast `eagle3kit train` command line (tiny shapes, few steps)."""
-    return [
-        "train",
-        "--target",
-        str(target),
-        "--data",
-        str(data),
-        "-o",
-        str(out),
-        "--draft-vocab-size",
-        "96",
-        "--ttt-steps",
-        "3",
-        "--batch-size",
-        "4",
-        "--max-len",
-        "64",
-        "--heldout",
-        "0.125",
-        "--eval-samples",
-        "6",
-        "--eval-batch",
-        "6",
-        "--threads",
-        "1",
-        *extra,
-    ]
+    data_opts = ("--data", str(data), "-o", str(out), "--draft-vocab-size", "96")
+    return ["train", "--target", str(target), *data_opts, *SMALL_RUN, *extra]
+
+
+def dflash_args(out: Path, batch: int, *extra: str) -> list[str]:
+    """A fast `eagle3kit train --method dflash` command line on tiny llama-v1 (blocks of 4,
+    4 anchors, 4 held-out samples)."""
+    run = ("--target", str(tiny_target("llama-v1")), "--data", str(tiny_data("llama-v1")))
+    shape = ("--batch-size", str(batch), "--block-size", "4", "--anchors", "4")
+    held = ("--heldout", "4", "--eval-samples", "4", "--threads", "1")
+    return ["train", "--method", "dflash", *run, "-o", str(out), *shape, *held, *extra]
 
 
 def torchrun(n: int, *args: str, timeout: int = 900):
