@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 import torch
@@ -412,7 +413,61 @@ def test_mla_round_trip_same_logits_and_bytes(tmp_path):
     )
 
 
-@pytest.mark.slow  # two conversions of a 3.4 GiB sparse file: ~75 s, ~3.8 GB RAM
+def _data_extents(fd: int, size: int):
+    """(start, end) of every run of `fd` that is not a hole (SEEK_DATA/SEEK_HOLE); the whole
+    file where the filesystem does not say."""
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError:  # ENXIO: only a hole is left
+            return
+        end = os.lseek(fd, start, os.SEEK_HOLE)
+        yield start, end
+        pos = end
+
+
+def _same_bytes(a, b) -> bool:
+    """Two files of one size hold the same bytes: every run that is data in either file is
+    compared (a hole reads as zeros); runs that are holes in both are zeros in both. Reads
+    the data of a 3.4 GiB sparse file, not its 3.4 GiB."""
+    size = os.path.getsize(a)
+    with open(a, "rb") as fa, open(b, "rb") as fb:
+        runs = [*_data_extents(fa.fileno(), size), *_data_extents(fb.fileno(), size)]
+        for start, end in runs:
+            for off in range(start, end, 1 << 24):
+                n = min(1 << 24, end - off)
+                fa.seek(off), fb.seek(off)
+                if fa.read(n) != fb.read(n):
+                    return False
+    return True
+
+
+def test_same_bytes_sees_a_byte_in_a_hole(tmp_path):
+    """The extent comparison is a byte comparison: one byte written into the other file's
+    hole, or one byte changed in data, makes two sparse files differ."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for p in (a, b):
+        with open(p, "wb") as f:
+            f.truncate(64 << 20)  # one hole
+            f.seek(5 << 20)
+            f.write(b"data")
+    assert _same_bytes(a, b)
+    with open(b, "r+b") as f:
+        f.seek(40 << 20)
+        f.write(b"x")  # in a's hole
+    assert not _same_bytes(a, b) and not _same_bytes(b, a)
+    with open(a, "r+b") as f:
+        f.seek(40 << 20)
+        f.write(b"x")
+    assert _same_bytes(a, b)
+    with open(a, "r+b") as f:
+        f.seek(5 << 20)
+        f.write(b"D")  # in data of both
+    assert not _same_bytes(a, b)
+
+
+@pytest.mark.slow  # two conversions of a 3.4 GiB sparse file: ~20 s, ~3.8 GB RAM
 def test_kimi_k25_mla_sparse_round_trip_byte_identical(tmp_path):
     """The header-exact Kimi-K2.5 MLA drafter: SGLang -> vLLM -> SGLang gives the same bytes,
     the export names on the way, and holes stay holes."""
@@ -428,9 +483,7 @@ def test_kimi_k25_mla_sparse_round_trip_byte_identical(tmp_path):
     for f in ("config.json", "model.safetensors"):
         a, b = src / f, tmp_path / "back" / f
         assert a.stat().st_size == b.stat().st_size, f
-        with open(a, "rb") as fa, open(b, "rb") as fb:
-            while chunk := fa.read(1 << 24):
-                assert chunk == fb.read(1 << 24), f
+        assert _same_bytes(a, b), f
     doc = json.loads(run_cli("inspect", tmp_path / "v", "--json").out)
     assert doc["format"] == "vllm" and doc["spec"]["attention"] == "mla" and doc["missing"] == []
     assert "layers.0.self_attn.kv_a_proj_with_mqa.weight" in {t["name"] for t in doc["tensors"]}

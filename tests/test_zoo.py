@@ -275,6 +275,8 @@ def _fit(stream):
 def test_unloop_breaks_greedy_loops(monkeypatch):
     """Sequence-level unlikelihood raises the distinct-4 ratio of the model's own greedy text;
     the same steps with no repeat candidates (likelihood only) do not."""
+    import copy
+
     import torch
 
     from eagle3kit.zoo import training as tr
@@ -302,12 +304,12 @@ def test_unloop_breaks_greedy_loops(monkeypatch):
         return sum(map(tr.distinct_ngram_ratio, outs)) / len(outs)
 
     model = _fit(stream)
+    control = copy.deepcopy(model)  # the same fit, for the control run
     before = d4(model)
     assert before < 0.4  # greedy follows the 4-cycles
     tr.unloop(model, (stream, stream), rec, seed=0, eos_id=1, pad_id=0)
     after = d4(model)
 
-    control = _fit(stream)
     monkeypatch.setattr(tr, "repeat_mask", lambda seq, start, n=4: torch.zeros_like(seq).bool())
     tr.unloop(control, (stream, stream), rec, seed=0, eos_id=1, pad_id=0)
     assert after > before + 0.15
