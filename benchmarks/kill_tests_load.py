@@ -2,6 +2,10 @@
 
     python benchmarks/kill_tests_load.py --runs 5 --json benchmarks/results/kill_tests_load.json
     python benchmarks/kill_tests_load.py --runs 1 --only saturated      # a quick look
+    python benchmarks/kill_tests_load.py --runs 1 --only idle --marks "" \
+        --json benchmarks/results/suite_time-full-idle.json               # the whole suite
+    python benchmarks/kill_tests_load.py --runs 1 --only idle --marks "not slow" \
+        --json benchmarks/results/suite_time-fast-idle.json               # the fast subset
 
 A test that passes or fails with the machine's load checks the clock, not the property. The
 kill tests (`-m kill`) stop each job at a write they chose (src/eagle3kit/core/stops.py) and
@@ -12,7 +16,9 @@ run under both conditions:
 - saturated: one busy loop per core (plain Python `while True`, the tests' own priority) runs
   for the whole pytest run, started before it and killed after it.
 Each run is `pytest -q -m "kill or timeout" -p no:cacheprovider` in a fresh interpreter; the
-result file records every run's exit status, counts, wall time and load.
+result file records every run's exit status, counts, wall time and load. `--marks EXPR` runs
+another selection the same way (`""`: the whole suite, as the README's test command runs it;
+`"not slow"`: the fast subset), which is how the suite's own time is measured.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from _env import environment
 from _results import write_result
 
 ROOT = Path(__file__).resolve().parents[1]
-PYTEST = [sys.executable, "-m", "pytest", "-q", "-m", "kill or timeout", "-p", "no:cacheprovider"]
+PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
 BUSY = "while True:\n    pass\n"
 
 
@@ -38,14 +44,15 @@ def _counts(tail: str) -> dict[str, int]:
     return {k: int(n) for n, k in re.findall(r"(\d+) (passed|failed|error|errors|skipped)", tail)}
 
 
-def one_run(saturated: bool) -> dict:
+def one_run(saturated: bool, marks: str) -> dict:
     busy = []
     if saturated:
         busy = [subprocess.Popen([sys.executable, "-c", BUSY]) for _ in range(os.cpu_count() or 1)]
     load0 = os.getloadavg()[0]
     t0 = time.monotonic()
     try:
-        p = subprocess.run(PYTEST, cwd=ROOT, capture_output=True, text=True)
+        cmd = [*PYTEST, *(["-m", marks] if marks else [])]
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     finally:
         load1 = os.getloadavg()[0]
         for b in busy:
@@ -71,13 +78,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="runs per condition")
     ap.add_argument("--only", choices=["idle", "saturated"], help="one condition only")
     ap.add_argument("--json", help="write the result file here")
+    ap.add_argument("--marks", default="kill or timeout", help='pytest -m EXPR ("": all)')
     a = ap.parse_args()
     print(environment(), file=sys.stderr)
     conditions = [c for c in ("idle", "saturated") if a.only in (None, c)]
     rows = []
     for cond in conditions:
         for i in range(a.runs):
-            row = one_run(cond == "saturated")
+            row = one_run(cond == "saturated", a.marks)
             rows.append(row)
             print(
                 f"{cond:9s} run {i + 1}/{a.runs}: exit {row['exit']} {row['counts']} "
@@ -87,7 +95,8 @@ def main() -> None:
     ok = all(r["exit"] == 0 for r in rows)
     print("every run passed" if ok else "FAILED runs above", file=sys.stderr)
     if a.json:
-        write_result(a.json, "eagle3kit.kill_tests_load", {"all_passed": ok, "runs": rows})
+        doc = {"marks": a.marks, "all_passed": ok, "runs": rows}
+        write_result(a.json, "eagle3kit.kill_tests_load", doc)
     sys.exit(0 if ok else 1)
 
 
