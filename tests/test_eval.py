@@ -79,6 +79,7 @@ def test_walk_by_hand():
     assert walk(ok, lm) == [2, 0, 1, 2]
 
 
+@pytest.mark.slow  # trains or decodes: a second or more (fast-subset budget)
 def test_offline_walk_replays_online_chain(setup):
     """On answers the target wrote itself, offline eval walks the same cycles as decoding."""
     from eagle3kit.decode import greedy_generate, speculative_generate

@@ -287,6 +287,7 @@ def test_probe_from_one_store_with_reference_features(cli, env, drafter, superse
     assert r.code == 0 and "warning" in r.out and "rests on 1 sequence" in r.out
 
 
+@pytest.mark.slow  # trains or decodes: a second or more (fast-subset budget)
 def test_train_reference_features_and_early_refusal(cli, env, drafter, superset, monkeypatch):
     from eagle3kit.model.target import TargetModel
 

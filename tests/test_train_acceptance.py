@@ -62,6 +62,7 @@ def _scripted_run(tmp_path, monkeypatch, evals: list[Acceptance], **kw) -> dict:
     return train(cfg)
 
 
+@pytest.mark.slow  # trains or decodes: a second or more (fast-subset budget)
 def test_best_is_chosen_by_tau_walk(tmp_path, monkeypatch):
     """Evaluations whose walked and every-position values disagree: best follows tau_walk."""
     s = _scripted_run(tmp_path, monkeypatch, [_acc(1.5, 2.0), _acc(1.8, 1.9), _acc(1.2, 2.5)])

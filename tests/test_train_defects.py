@@ -34,6 +34,7 @@ def _without_t2d(src, dst):
     return dst
 
 
+@pytest.mark.slow  # trains or decodes: a second or more (fast-subset budget)
 def test_warm_start_without_t2d_derives_it(best_dir, tmp_path, cli):
     """(a) d2t but no t2d: t2d is derived from d2t, so the loss counts positions (was 0)."""
     from safetensors.torch import load_file
@@ -131,6 +132,7 @@ class _SyncCounter:
         monkeypatch.setattr(owner, name, g)
 
 
+@pytest.mark.slow  # trains or decodes: a second or more (fast-subset budget)
 def test_no_host_sync_on_steps_without_a_metric(tmp_path, monkeypatch):
     """(d) between evaluations a step never waits on the device: no .item()/.cpu()/...
 
