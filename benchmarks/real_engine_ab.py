@@ -198,9 +198,10 @@ def in_process_tau(convs: list[dict], max_tokens: int, work: Path) -> dict:
     return {"tau_online": on.get("tau_online"), "prompts": on.get("prompts"), "cmd": cmd[2:]}
 
 
-def server(work: Path, key: str) -> VllmServer:
-    """The llama-v1 server for `key` (plain or a method), not started: `with` starts it."""
-    args = [*COMMON, "--served-model-name", "llama-v1"]
+def server(work: Path, key: str, dtype: str | None = None) -> VllmServer:
+    """The llama-v1 server for `key` (plain or a method), not started: `with` starts it;
+    `dtype`: its --dtype (vLLM's default, the checkpoint's, when None)."""
+    args = [*COMMON, "--served-model-name", "llama-v1", *(["--dtype", dtype] if dtype else [])]
     if key != "plain":
         args += ["--speculative-config", json.dumps(spec_config(key))]
     return VllmServer(

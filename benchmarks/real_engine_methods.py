@@ -76,21 +76,11 @@ def spec_config(method: str) -> dict:
     return cfg
 
 
-LIFETIME_S = ab.LIFETIME_S
 NEEDLES = ("Error", "not supported", "Unsupported", "No common block size")
 
 
 def server(method: str, dtype: str, work: Path) -> VllmServer:
-    args = [*ab.COMMON, "--served-model-name", "llama-v1", "--dtype", dtype]
-    if method != "plain":
-        args += ["--speculative-config", json.dumps(spec_config(method))]
-    return VllmServer(
-        str(zoo.get("llama-v1")),
-        args,
-        log_path=work / f"{method}.log",
-        env={"VLLM_SERVER_DEV_MODE": "1"},
-        lifetime_s=LIFETIME_S,
-    )
+    return ab.server(work, method, dtype)
 
 
 def bench_level(doc: dict) -> dict:

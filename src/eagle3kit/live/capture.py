@@ -298,6 +298,21 @@ def _digest(ids: list[int]) -> bytes:
     return hashlib.blake2b(array("q", ids).tobytes(), digest_size=16).digest()
 
 
+def _engine_target(
+    data: Any, ckpt: Any, plan: LayerPlan, states_dir: Any, dtype: Any, device: str, conn: dict
+) -> EngineTarget:
+    """The running target of an engine capture: the output head in the served dtype, the
+    connection options `conn` (url, model, timeouts, retries, concurrency) and DATA."""
+    from eagle3kit.data.prepared import load_prepared
+
+    if not Path(states_dir).is_dir():
+        raise bad(str(states_dir), "--states-dir: expected the connector's shared_storage_path")
+    served = served_dtype(dtype, target_shape(ckpt).dtype)
+    head = OutputHead(ckpt, device=device, dtype=served)
+    opts = {**conn, "dtype": served, "states_dir": str(states_dir)}
+    return EngineTarget(head, plan, load_prepared(data), opts)
+
+
 def served_dtype(given: str | None, checkpoint: str | None) -> str | None:
     """The dtype the server runs and writes its states in: --dtype when given (bf16, float32
     ...), else the checkpoint's torch_dtype (vLLM's own default, `--dtype auto`)."""
@@ -395,27 +410,14 @@ def capture_from_engine(
 
     `dtype`: the server's --dtype (the states are checked to be in it), by default the
     checkpoint's. Layer ids are settled (and a mismatch refused) before any request is sent."""
-    from eagle3kit.data.prepared import load_prepared
     from eagle3kit.data.store import capture
 
     ckpt, plan = plan_for(
         target, drafter, aux_layers, layer_ids, extra_layers, version, probe_layers
     )
-    if not Path(states_dir).is_dir():
-        raise bad(str(states_dir), "--states-dir: expected the connector's shared_storage_path")
-    served = served_dtype(dtype, target_shape(ckpt).dtype)
-    head = OutputHead(ckpt, device=device, dtype=served)
-    opts = dict(
-        dtype=served,
-        url=url,
-        model=model,
-        states_dir=str(states_dir),
-        timeout=timeout,
-        lock_timeout=lock_timeout,
-        retries=retries,
-        concurrency=concurrency,
-    )
-    tm = EngineTarget(head, plan, load_prepared(data), opts)
+    conn = dict(url=url, model=model, timeout=timeout, lock_timeout=lock_timeout)
+    conn |= dict(retries=retries, concurrency=concurrency)
+    tm = _engine_target(data, ckpt, plan, states_dir, dtype, device, conn)
     try:
         res = capture(
             data,
